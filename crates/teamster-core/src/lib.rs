@@ -1,0 +1,18 @@
+//! Teamster's engine: pure, deterministic, sans-IO.
+//!
+//! Nothing in this crate touches a socket, a file, the system clock or a thread. Time is a
+//! parameter ([`Instant`]), effects are returned as data, and timers are reported through
+//! `poll_at()` so that the same code runs in the live data plane and in the simulator.
+//!
+//! - [`wire`]: parse frames into a [`wire::FlowKey`] and build the frames the engine sends.
+//! - [`units`]: [`units::Bandwidth`], bits per second, parsed from and printed as "10G".
+//! - [`teaming`]: a team of uplinks, failover order, failback, notify-switch frames and the
+//!   load-balancing policies, Load-Based Teaming among them.
+#![forbid(unsafe_code)]
+
+pub mod teaming;
+pub mod time;
+pub mod units;
+pub mod wire;
+
+pub use time::Instant;

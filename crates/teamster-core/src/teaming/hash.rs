@@ -1,0 +1,112 @@
+//! The hash functions behind the static policies, and the rendezvous pick used on failover.
+//!
+//! They are fixed and documented so that a physical switch's configuration, a test, or an
+//! operator can predict them.
+
+use crate::wire::FlowKey;
+use core::net::IpAddr;
+
+use super::IpHashMode;
+
+/// FNV-1a (32-bit) of the six MAC octets: the source-MAC-hash policy's key.
+pub fn source_mac_hash(mac: crate::wire::MacAddr) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in mac.0 {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The IP-hash key of a flow, or None if the frame carries no IP addresses.
+///
+/// `a = fold(src) ^ fold(dst)`, where `fold` is the IPv4 address as a big-endian u32 or the XOR
+/// of an IPv6 address's four big-endian u32 words. With [`IpHashMode::L3L4`] and known ports
+/// (not a fragment), `a ^= (src_port << 16) | dst_port`. Then `a ^= a >> 16; a ^= a >> 8`, so
+/// every input bit reaches the low bits that `mod n` keeps. The uplink is
+/// `active[a mod n]`. Fragments carry no ports, so under L3+L4 all fragments of a datagram hash
+/// like L3 (they stay together; a flow that mixes fragments and whole packets may reorder).
+pub fn ip_hash(flow: &FlowKey, mode: IpHashMode) -> Option<u32> {
+    let (src, dst) = (flow.src_ip?, flow.dst_ip?);
+    let mut a = fold(src) ^ fold(dst);
+    if let (IpHashMode::L3L4, Some(sp), Some(dp)) = (mode, flow.src_port, flow.dst_port) {
+        a ^= (u32::from(sp) << 16) | u32::from(dp);
+    }
+    a ^= a >> 16;
+    a ^= a >> 8;
+    Some(a)
+}
+
+fn fold(ip: IpAddr) -> u32 {
+    match ip {
+        IpAddr::V4(v4) => u32::from(v4),
+        IpAddr::V6(v6) => v6
+            .octets()
+            .chunks_exact(4)
+            .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+            .fold(0, |acc, w| acc ^ w),
+    }
+}
+
+/// Picks, among `candidates`, the one with the highest mixed score for `key` (rendezvous, or
+/// highest-random-weight, hashing): removing a candidate only moves the keys that chose it.
+pub fn rendezvous_pick<I: IntoIterator<Item = usize>>(key: u64, candidates: I) -> Option<usize> {
+    candidates
+        .into_iter()
+        .max_by_key(|&c| (mix(key ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)), core::cmp::Reverse(c)))
+}
+
+/// SplitMix64's finaliser: a cheap, well-spread 64-bit mix.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+
+    #[test]
+    fn ip_hash_formula_is_as_documented() {
+        let flow = FlowKey {
+            src_ip: Some(Ipv4Addr::new(10, 0, 0, 1).into()),
+            dst_ip: Some(Ipv4Addr::new(10, 0, 0, 2).into()),
+            src_port: Some(1000),
+            dst_port: Some(80),
+            ..Default::default()
+        };
+        let mut a: u32 = 0x0a00_0001 ^ 0x0a00_0002;
+        let l3 = {
+            let mut x = a;
+            x ^= x >> 16;
+            x ^= x >> 8;
+            x
+        };
+        assert_eq!(ip_hash(&flow, IpHashMode::L3), Some(l3));
+        a ^= (1000 << 16) | 80;
+        a ^= a >> 16;
+        a ^= a >> 8;
+        assert_eq!(ip_hash(&flow, IpHashMode::L3L4), Some(a));
+        assert_eq!(ip_hash(&FlowKey::default(), IpHashMode::L3), None);
+    }
+
+    #[test]
+    fn rendezvous_moves_only_the_removed_candidates_keys() {
+        let all = [0usize, 1, 2, 3];
+        let mut moved = 0;
+        for key in 0..10_000u64 {
+            let before = rendezvous_pick(key, all).unwrap();
+            let after = rendezvous_pick(key, all.into_iter().filter(|&c| c != 2)).unwrap();
+            if before != 2 {
+                assert_eq!(before, after, "key {key} moved although its candidate stayed");
+            } else {
+                moved += 1;
+            }
+        }
+        // About a quarter of keys chose candidate 2 (ideal 2,500): the spread is fair.
+        assert!((2_200..2_800).contains(&moved), "moved {moved}");
+    }
+}

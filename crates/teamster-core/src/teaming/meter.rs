@@ -1,0 +1,112 @@
+//! A sliding-window rate meter: bytes counted into fixed time buckets, mean over the window.
+//!
+//! The window is divided into [`RateMeter::BUCKETS`] buckets. The mean at `now` covers the
+//! `BUCKETS` complete buckets before the one `now` falls in, so a reading changes only at bucket
+//! boundaries and does not depend on how bytes were batched within a bucket. Time before the
+//! first byte counts as idle.
+
+use crate::Instant;
+use core::time::Duration;
+
+/// Mean rate over a sliding window.
+#[derive(Debug, Clone)]
+pub struct RateMeter {
+    bucket_ns: u64,
+    /// Ring of `BUCKETS + 1` byte counts; slot `i % len` holds absolute bucket `i`.
+    ring: Vec<u64>,
+    /// The newest absolute bucket index written or cleared.
+    head: u64,
+}
+
+impl RateMeter {
+    /// Buckets per window.
+    pub const BUCKETS: u64 = 30;
+
+    /// A meter averaging over `window` (at least 30 ns).
+    pub fn new(window: Duration) -> Self {
+        let bucket_ns = (u64::try_from(window.as_nanos()).unwrap_or(u64::MAX) / Self::BUCKETS).max(1);
+        RateMeter {
+            bucket_ns,
+            ring: vec![0; Self::BUCKETS as usize + 1],
+            head: 0,
+        }
+    }
+
+    /// The width of one bucket.
+    pub fn bucket(&self) -> Duration {
+        Duration::from_nanos(self.bucket_ns)
+    }
+
+    /// The start of the bucket after the one `now` falls in.
+    pub fn next_boundary(&self, now: Instant) -> Instant {
+        Instant::from_nanos((now.as_nanos() / self.bucket_ns + 1).saturating_mul(self.bucket_ns))
+    }
+
+    /// Counts `bytes` at `now`. Bytes reported for an instant older than the window are dropped.
+    pub fn record(&mut self, bytes: u64, now: Instant) {
+        let idx = now.as_nanos() / self.bucket_ns;
+        let len = self.ring.len() as u64;
+        if idx > self.head {
+            if idx - self.head >= len {
+                self.ring.iter_mut().for_each(|b| *b = 0);
+            } else {
+                for i in self.head + 1..=idx {
+                    self.ring[(i % len) as usize] = 0;
+                }
+            }
+            self.head = idx;
+        } else if self.head - idx >= len {
+            return;
+        }
+        let slot = &mut self.ring[(idx % len) as usize];
+        *slot = slot.saturating_add(bytes);
+    }
+
+    /// Mean bits per second over the window of complete buckets before `now`'s bucket.
+    pub fn mean_bps(&self, now: Instant) -> f64 {
+        let cur = now.as_nanos() / self.bucket_ns;
+        let len = self.ring.len() as u64;
+        let first = cur.saturating_sub(Self::BUCKETS);
+        let oldest_held = (self.head + 1).saturating_sub(len);
+        let mut bytes: u64 = 0;
+        for i in first.max(oldest_held)..cur.min(self.head + 1) {
+            bytes = bytes.saturating_add(self.ring[(i % len) as usize]);
+        }
+        bytes as f64 * 8.0 / (Self::BUCKETS as f64 * self.bucket_ns as f64 / 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_over_complete_buckets() {
+        let mut m = RateMeter::new(Duration::from_secs(30));
+        assert_eq!(m.bucket(), Duration::from_secs(1));
+        // 1 Gbit/s for 10 s, reported in 1 ms batches.
+        for ms in 0..10_000u64 {
+            m.record(125_000, Instant::from_millis(ms));
+        }
+        // At t = 10 s, ten full buckets of 1 Gbit over a 30 s window: 333 Mbit/s.
+        assert!((m.mean_bps(Instant::from_secs(10)) - 1e9 / 3.0).abs() < 1.0);
+        // The partial current bucket is not counted.
+        m.record(1_000_000_000, Instant::from_millis(10_500));
+        assert!((m.mean_bps(Instant::from_millis(10_900)) - 1e9 / 3.0).abs() < 1.0);
+        // Everything ages out after the window.
+        assert_eq!(m.mean_bps(Instant::from_secs(41)), 0.0);
+        // Late bytes older than the window are ignored, not misfiled.
+        m.record(5, Instant::from_secs(100));
+        m.record(999, Instant::from_secs(1));
+        assert_eq!(m.mean_bps(Instant::from_secs(101)), 5.0 * 8.0 / 30.0);
+    }
+
+    #[test]
+    fn sustained_rate_reads_exactly() {
+        let mut m = RateMeter::new(Duration::from_secs(30));
+        for s in 0..100u64 {
+            m.record(1_250_000_000, Instant::from_secs(s)); // 10 Gbit/s
+        }
+        assert!((m.mean_bps(Instant::from_secs(100)) - 1e10).abs() < 1.0);
+    }
+}
