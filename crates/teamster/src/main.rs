@@ -1,1 +1,104 @@
-fn main(){}
+//! `teamster`: the command-line entry point.
+//!
+//! `teamster simulate SCENARIO` runs a scenario in the simulator, prints each expectation and
+//! whether it held, and writes the run's folder (CSV series, moves, SVG plot, summary.json).
+//! Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use teamster_sim::fluid::gbps;
+
+#[derive(Parser)]
+#[command(name = "teamster", version, about = "Teamster: NIC teaming, load-based teaming and bandwidth control for Linux/KVM hosts")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario in the simulator and check its expectations.
+    Simulate {
+        /// The scenario file (TOML), e.g. scenarios/lbt-specweb.toml.
+        scenario: PathBuf,
+        /// The run's output folder [default: out/<scenario name>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the summary as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
+    }
+}
+
+/// Runs one scenario and reports it; see the module documentation for the exit status.
+fn simulate(scenario: PathBuf, out: Option<PathBuf>, json: bool) -> ExitCode {
+    let stem = scenario.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "run".into());
+    let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
+    let outcome = match teamster_sim::simulate(&scenario, &out) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&outcome.summary) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print_text(&outcome);
+    }
+    if outcome.all_held() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_text(o: &teamster_sim::Outcome) {
+    let f = &o.scenario.file;
+    println!("scenario {}: {}", f.name, f.description.trim());
+    println!(
+        "  {} uplinks, {} ports, {:.0} s in steps of {} s, seed {}",
+        f.uplinks.len(),
+        f.ports.len(),
+        f.duration_s,
+        f.step_s,
+        f.seed
+    );
+    for (t, e) in &o.run.events {
+        println!("  {t:>7.1} s  event: {e}");
+    }
+    for m in &o.run.moves {
+        println!(
+            "  {:>7.1} s  move: {} {} -> {} ({})",
+            m.t_s,
+            m.port,
+            m.from.as_deref().unwrap_or("none"),
+            m.to.as_deref().unwrap_or("none"),
+            m.reason
+        );
+    }
+    if let Some(last) = o.run.rows.last() {
+        let per: Vec<String> = o.run.uplinks.iter().zip(&last.uplink_tx).map(|(n, v)| format!("{n} {}", gbps(*v))).collect();
+        println!("  at the end: {}; delivered {}", per.join(", "), gbps(last.total_delivered()));
+    }
+    println!("expectations:");
+    for v in &o.summary.expectations {
+        println!("  [{}] {}: {}", if v.held { "held" } else { "FAILED" }, v.name, v.detail);
+    }
+    let held = o.summary.expectations.iter().filter(|v| v.held).count();
+    println!("{held} of {} expectations held; output in {}", o.summary.expectations.len(), o.out_dir.display());
+}

@@ -1,0 +1,243 @@
+//! Expectations: what a scenario states about its own run, checked against the recorded rows.
+//!
+//! "Total" means the total offered send rate of all ports, summed per row; "moves" are
+//! Load-Based Teaming moves (failover moves are not counted), numbered from 1. Each
+//! expectation has a default name, which `name = "..."` overrides.
+//!
+//! | kind | holds when |
+//! |---|---|
+//! | `uplink-idle-while-total-below` | `uplink` carries at most `tolerance` (default 0) in every row whose total is below `total` |
+//! | `move-when-uplink-passes` | move `move` leaves `uplink`, its window mean was over `threshold`, and it comes at or after the first row where `uplink` passed `threshold` of capacity, within `within_s` (default 60) |
+//! | `move-after-total-passes` | move `move` comes at or after the first row whose total passed `total` (and within `within_s`, if given) |
+//! | `uplinks-balanced` | from `from_s` on, the uplinks' mean send utilisations differ by at most `tolerance` of the largest |
+//! | `delivered-matches-baseline` | from `from_s` on, the mean total delivered (send + receive) is within `tolerance` of the `baseline` scenario's |
+//! | `moves-spaced` | no two moves are less than `min_s` apart |
+//! | `delivered-at-most` | no row delivers more than `limit` in total (send) |
+//! | `move-count` | the number of moves is between `min` and `max` |
+
+use crate::fluid::{gbps, RunOutput};
+use crate::scenario::ScenarioFile;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use teamster_core::units::Bandwidth;
+
+/// An expectation as written in a scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ExpectSpec {
+    UplinkIdleWhileTotalBelow { uplink: String, total: Bandwidth, #[serde(default)] tolerance: Bandwidth, name: Option<String> },
+    MoveWhenUplinkPasses { #[serde(rename = "move")] nth: usize, uplink: String, threshold: f64, within_s: Option<f64>, name: Option<String> },
+    MoveAfterTotalPasses { #[serde(rename = "move")] nth: usize, total: Bandwidth, within_s: Option<f64>, name: Option<String> },
+    UplinksBalanced { from_s: f64, tolerance: f64, name: Option<String> },
+    DeliveredMatchesBaseline { baseline: String, from_s: f64, tolerance: f64, name: Option<String> },
+    MovesSpaced { min_s: f64, name: Option<String> },
+    DeliveredAtMost { limit: Bandwidth, name: Option<String> },
+    MoveCount { min: usize, max: usize, name: Option<String> },
+}
+
+/// The verdict on one expectation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub name: String,
+    pub held: bool,
+    pub detail: String,
+}
+
+impl ExpectSpec {
+    /// Checks names and numbers against the scenario before anything runs.
+    pub fn check(&self, file: &ScenarioFile, dir: &Path) -> Result<(), String> {
+        let uplink = |name: &str| {
+            if file.uplinks.iter().any(|u| u.name == *name) {
+                Ok(())
+            } else {
+                Err(format!("uplink: no uplink named `{name}`"))
+            }
+        };
+        let fraction = |k: &str, v: f64| {
+            if v.is_finite() && v > 0.0 && v <= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{k} = {v}: expected a fraction in (0, 1]"))
+            }
+        };
+        let seconds = |k: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{k} = {v}: expected a non-negative number of seconds"))
+            }
+        };
+        let nth = |n: usize| if n >= 1 { Ok(()) } else { Err("move: moves are numbered from 1".to_string()) };
+        match self {
+            ExpectSpec::UplinkIdleWhileTotalBelow { uplink: u, .. } => uplink(u),
+            ExpectSpec::MoveWhenUplinkPasses { nth: n, uplink: u, threshold, within_s, .. } => {
+                nth(*n)?;
+                uplink(u)?;
+                fraction("threshold", *threshold)?;
+                within_s.map_or(Ok(()), |w| seconds("within_s", w))
+            }
+            ExpectSpec::MoveAfterTotalPasses { nth: n, within_s, .. } => {
+                nth(*n)?;
+                within_s.map_or(Ok(()), |w| seconds("within_s", w))
+            }
+            ExpectSpec::UplinksBalanced { from_s, tolerance, .. } => {
+                seconds("from_s", *from_s)?;
+                fraction("tolerance", *tolerance)
+            }
+            ExpectSpec::DeliveredMatchesBaseline { baseline, from_s, tolerance, .. } => {
+                seconds("from_s", *from_s)?;
+                fraction("tolerance", *tolerance)?;
+                if dir.join(baseline).is_file() {
+                    Ok(())
+                } else {
+                    Err(format!("baseline: no file `{}`", dir.join(baseline).display()))
+                }
+            }
+            ExpectSpec::MovesSpaced { min_s, .. } => seconds("min_s", *min_s),
+            ExpectSpec::DeliveredAtMost { .. } => Ok(()),
+            ExpectSpec::MoveCount { min, max, .. } => {
+                if min <= max {
+                    Ok(())
+                } else {
+                    Err(format!("min ({min}) is greater than max ({max})"))
+                }
+            }
+        }
+    }
+
+    /// The baseline scenario this expectation compares against, if any.
+    pub fn baseline(&self) -> Option<&str> {
+        match self {
+            ExpectSpec::DeliveredMatchesBaseline { baseline, .. } => Some(baseline),
+            _ => None,
+        }
+    }
+}
+
+/// Judges `spec` on `run`; `baseline` is the baseline's run for `delivered-matches-baseline`.
+pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOutput>) -> Verdict {
+    let lbt_moves: Vec<_> = run.moves.iter().filter(|m| m.lbt.is_some()).collect();
+    let uplink_index = |name: &str| run.uplinks.iter().position(|u| u == name).unwrap_or(0);
+    let first_row = |pred: &dyn Fn(&crate::fluid::Row) -> bool| run.rows.iter().find(|r| pred(r)).map(|r| r.t_s);
+    let (name, held, detail) = match spec {
+        ExpectSpec::UplinkIdleWhileTotalBelow { uplink, total, tolerance, name } => {
+            let u = uplink_index(uplink);
+            let rows: Vec<_> = run.rows.iter().filter(|r| r.total_offered_tx() < total.bps_f64()).collect();
+            let max = rows.iter().map(|r| r.uplink_tx[u] + r.uplink_rx[u]).fold(0.0, f64::max);
+            (
+                name.clone().unwrap_or(format!("{uplink} idle while the total is below {total}")),
+                !rows.is_empty() && max <= tolerance.bps_f64(),
+                format!("{uplink} carried at most {} over the {} s whose total was below {total}", gbps(max), rows.len()),
+            )
+        }
+        ExpectSpec::MoveWhenUplinkPasses { nth, uplink, threshold, within_s, name } => {
+            let u = uplink_index(uplink);
+            let within = within_s.unwrap_or(60.0);
+            let cross = first_row(&|r| r.uplink_tx[u].max(r.uplink_rx[u]) > threshold * run.capacities[u]);
+            let name = name.clone().unwrap_or(format!("move {nth} happens when {uplink} passes {:.0}%", threshold * 100.0));
+            match (lbt_moves.get(nth - 1), cross) {
+                (Some(m), Some(c)) => {
+                    let d = m.lbt.expect("filtered to LBT moves");
+                    let ok = m.from.as_deref() == Some(uplink.as_str())
+                        && d.from_before.max() > *threshold
+                        && m.t_s >= c
+                        && m.t_s - c <= within;
+                    let detail = format!(
+                        "move {nth} ({} {}→{}) at {:.0} s; {uplink} first passed {:.0}% at {c:.0} s; its window mean was {:.1}% at the move",
+                        m.port,
+                        m.from.as_deref().unwrap_or("-"),
+                        m.to.as_deref().unwrap_or("-"),
+                        m.t_s,
+                        threshold * 100.0,
+                        d.from_before.max() * 100.0
+                    );
+                    (name, ok, detail)
+                }
+                (m, c) => (name, false, format!("move {nth}: {}; {uplink} passed {:.0}%: {}", found(m.is_some()), threshold * 100.0, at(c))),
+            }
+        }
+        ExpectSpec::MoveAfterTotalPasses { nth, total, within_s, name } => {
+            let cross = first_row(&|r| r.total_offered_tx() > total.bps_f64());
+            let name = name.clone().unwrap_or(format!("move {nth} happens after the total passes {total}"));
+            match (lbt_moves.get(nth - 1), cross) {
+                (Some(m), Some(c)) => {
+                    let ok = m.t_s >= c && within_s.is_none_or(|w| m.t_s - c <= w);
+                    (name, ok, format!("move {nth} ({}) at {:.0} s; the total passed {total} at {c:.0} s", m.port, m.t_s))
+                }
+                (m, c) => (name, false, format!("move {nth}: {}; total passed {total}: {}", found(m.is_some()), at(c))),
+            }
+        }
+        ExpectSpec::UplinksBalanced { from_s, tolerance, name } => {
+            let rows: Vec<_> = run.rows.iter().filter(|r| r.t_s >= *from_s).collect();
+            let means: Vec<f64> = (0..run.uplinks.len())
+                .map(|u| rows.iter().map(|r| r.uplink_tx[u]).sum::<f64>() / rows.len().max(1) as f64)
+                .collect();
+            let utils: Vec<f64> = means.iter().zip(&run.capacities).map(|(m, c)| m / c).collect();
+            let (hi, lo) = (utils.iter().cloned().fold(0.0, f64::max), utils.iter().cloned().fold(f64::MAX, f64::min));
+            let spread = if hi > 0.0 { (hi - lo) / hi } else { 0.0 };
+            let each: Vec<String> =
+                run.uplinks.iter().zip(&means).zip(&utils).map(|((n, m), u)| format!("{n} {} ({:.1}%)", gbps(*m), u * 100.0)).collect();
+            (
+                name.clone().unwrap_or(format!("uplinks within {:.0}% of each other from {from_s:.0} s", tolerance * 100.0)),
+                !rows.is_empty() && spread <= *tolerance,
+                format!("mean send from {from_s:.0} s: {}; spread {:.1}%", each.join(", "), spread * 100.0),
+            )
+        }
+        ExpectSpec::DeliveredMatchesBaseline { baseline, from_s, tolerance, name } => {
+            let mean = |r: &RunOutput| {
+                let rows: Vec<_> = r.rows.iter().filter(|x| x.t_s >= *from_s).collect();
+                rows.iter().map(|x| x.total_delivered()).sum::<f64>() / rows.len().max(1) as f64
+            };
+            let name = name.clone().unwrap_or(format!("delivered within {:.0}% of {baseline}", tolerance * 100.0));
+            match baseline_run {
+                None => (name, false, "the baseline did not run".into()),
+                Some(b) => {
+                    let (a, bm) = (mean(run), mean(b));
+                    let diff = if bm > 0.0 { (a - bm).abs() / bm } else { f64::INFINITY };
+                    let detail =
+                        format!("mean delivered from {from_s:.0} s: {} vs baseline {} ({:+.2}%)", gbps(a), gbps(bm), (a - bm) / bm * 100.0);
+                    (name, diff <= *tolerance, detail)
+                }
+            }
+        }
+        ExpectSpec::MovesSpaced { min_s, name } => {
+            let gaps: Vec<f64> = lbt_moves.windows(2).map(|w| w[1].t_s - w[0].t_s).collect();
+            let least = gaps.iter().cloned().fold(f64::INFINITY, f64::min);
+            (
+                name.clone().unwrap_or(format!("no two moves within {min_s:.0} s")),
+                least >= min_s - 1e-9,
+                if gaps.is_empty() {
+                    format!("{} move(s): nothing to space", lbt_moves.len())
+                } else {
+                    format!("{} moves; closest two {least:.0} s apart", lbt_moves.len())
+                },
+            )
+        }
+        ExpectSpec::DeliveredAtMost { limit, name } => {
+            let max = run.rows.iter().map(|r| r.total_delivered_tx()).fold(0.0, f64::max);
+            (
+                name.clone().unwrap_or(format!("delivers at most {limit}")),
+                max <= limit.bps_f64() * (1.0 + 1e-9),
+                format!("peak total delivered (send) {}", gbps(max)),
+            )
+        }
+        ExpectSpec::MoveCount { min, max, name } => (
+            name.clone().unwrap_or(if min == max { format!("exactly {min} move(s)") } else { format!("between {min} and {max} moves") }),
+            (*min..=*max).contains(&lbt_moves.len()),
+            format!("{} load-based move(s)", lbt_moves.len()),
+        ),
+    };
+    Verdict { name, held, detail }
+}
+
+fn found(yes: bool) -> &'static str {
+    if yes {
+        "found"
+    } else {
+        "never happened"
+    }
+}
+
+fn at(t: Option<f64>) -> String {
+    t.map_or("never".into(), |t| format!("at {t:.0} s"))
+}

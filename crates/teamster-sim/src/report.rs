@@ -1,0 +1,156 @@
+//! Run output: the CSV time series, the moves, the SVG plot and the JSON summary.
+//!
+//! `series.csv` has one row per recorded interval: `t_s`, then per uplink `<uplink>_tx_bps` and
+//! `<uplink>_rx_bps`, then per port `<port>_offered_tx_bps`, `<port>_delivered_tx_bps`,
+//! `<port>_offered_rx_bps`, `<port>_delivered_rx_bps`. `moves.csv` lists every port move.
+//! `throughput.svg` plots per-uplink send throughput over time with Load-Based Teaming moves
+//! marked, like the LBT study's figure.
+
+use crate::expect::Verdict;
+use crate::fluid::RunOutput;
+use plotters::prelude::*;
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+/// The `--json` summary of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub expectations: Vec<Verdict>,
+    pub moves: Vec<MoveSummary>,
+    pub series_csv: String,
+}
+
+/// One move in the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoveSummary {
+    pub t_s: f64,
+    pub port: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: String,
+}
+
+impl Summary {
+    pub fn new(scenario: &str, run: &RunOutput, expectations: Vec<Verdict>, series_csv: &Path) -> Summary {
+        Summary {
+            scenario: scenario.to_string(),
+            expectations,
+            moves: run
+                .moves
+                .iter()
+                .map(|m| MoveSummary { t_s: m.t_s, port: m.port.clone(), from: m.from.clone(), to: m.to.clone(), reason: m.reason.clone() })
+                .collect(),
+            series_csv: series_csv.display().to_string(),
+        }
+    }
+}
+
+/// Writes the time series as CSV.
+pub fn write_series(run: &RunOutput, path: &Path) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    let mut header = vec!["t_s".to_string()];
+    for u in &run.uplinks {
+        header.push(format!("{u}_tx_bps"));
+        header.push(format!("{u}_rx_bps"));
+    }
+    for p in &run.ports {
+        for col in ["offered_tx", "delivered_tx", "offered_rx", "delivered_rx"] {
+            header.push(format!("{p}_{col}_bps"));
+        }
+    }
+    w.write_record(&header)?;
+    for r in &run.rows {
+        let mut rec = vec![format!("{}", r.t_s)];
+        for u in 0..run.uplinks.len() {
+            rec.push(format!("{:.0}", r.uplink_tx[u]));
+            rec.push(format!("{:.0}", r.uplink_rx[u]));
+        }
+        for p in 0..run.ports.len() {
+            for v in [r.offered_tx[p], r.delivered_tx[p], r.offered_rx[p], r.delivered_rx[p]] {
+                rec.push(format!("{v:.0}"));
+            }
+        }
+        w.write_record(&rec)?;
+    }
+    w.flush()
+}
+
+/// Writes every move as CSV: `t_s,port,from,to,reason`.
+pub fn write_moves(run: &RunOutput, path: &Path) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record(["t_s", "port", "from", "to", "reason"])?;
+    for m in &run.moves {
+        let t = format!("{}", m.t_s);
+        w.write_record([t.as_str(), &m.port, m.from.as_deref().unwrap_or(""), m.to.as_deref().unwrap_or(""), &m.reason])?;
+    }
+    w.flush()
+}
+
+/// Plots per-uplink send throughput (Gbps) over time, total offered dashed, moves as red lines.
+pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), String> {
+    let end = run.rows.last().map_or(1.0, |r| r.t_s + 1.0);
+    let top = run
+        .rows
+        .iter()
+        .map(|r| r.total_offered_tx().max(r.uplink_tx.iter().cloned().fold(0.0, f64::max)))
+        .fold(0.0, f64::max)
+        .max(1.0)
+        / 1e9
+        * 1.1;
+    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
+    let e = |x: DrawingAreaErrorKind<_>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..end, 0.0..top)
+        .map_err(|x| x.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("send throughput (Gbps)")
+        .draw()
+        .map_err(|x| x.to_string())?;
+    let palette = [BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    for (u, name) in run.uplinks.iter().enumerate() {
+        let color = palette[u % palette.len()];
+        chart
+            .draw_series(LineSeries::new(run.rows.iter().map(|r| (r.t_s, r.uplink_tx[u] / 1e9)), color.stroke_width(2)))
+            .map_err(|x| x.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .draw_series(DashedLineSeries::new(run.rows.iter().map(|r| (r.t_s, r.total_offered_tx() / 1e9)), 6, 4, BLACK.mix(0.5).stroke_width(1)))
+        .map_err(|x| x.to_string())?
+        .label("total offered")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5)));
+    for (n, m) in run.moves.iter().filter(|m| m.lbt.is_some()).enumerate() {
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(m.t_s, 0.0), (m.t_s, top)], RED.stroke_width(1))))
+            .map_err(|x| x.to_string())?;
+        let label = format!("move {}: {} → {}", n + 1, m.port, m.to.as_deref().unwrap_or("-"));
+        chart
+            .draw_series(std::iter::once(Text::new(label, (m.t_s, top * (0.97 - 0.05 * n as f64)), ("sans-serif", 13).into_font().color(&RED))))
+            .map_err(|x| x.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| x.to_string())?;
+    root.present().map_err(|x| x.to_string())
+}
+
+/// Writes `summary.json`.
+pub fn write_summary(summary: &Summary, path: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    serde_json::to_writer_pretty(&mut f, summary)?;
+    f.write_all(b"\n")
+}
