@@ -1,1 +1,138 @@
-fn main(){}
+//! Core benchmarks: flow-key parsing (report as Mpps: criterion's elements/s), uplink selection
+//! per policy (ns per decision), and one Load-Based Teaming evaluation for 1,000 ports on 4
+//! uplinks (µs).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use etherparse::{PacketBuilder, VlanId};
+use std::hint::black_box;
+use teamster_core::teaming::{
+    Direction, FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, PortId, PortSpec, Team, UplinkId,
+    UplinkSpec,
+};
+use teamster_core::units::Bandwidth;
+use teamster_core::wire::{parse, FlowKey, MacAddr};
+use teamster_core::Instant;
+
+fn frames() -> Vec<(&'static str, Vec<u8>)> {
+    let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let mut tcp4 = Vec::new();
+    PacketBuilder::ethernet2(a, b)
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .tcp(1234, 80, 1, 100)
+        .write(&mut tcp4, &[0; 6])
+        .unwrap();
+    let mut vlan6 = Vec::new();
+    PacketBuilder::ethernet2(a, b)
+        .single_vlan(VlanId::try_new(100).unwrap())
+        .ipv6([1; 16], [2; 16], 64)
+        .udp(5000, 53)
+        .write(&mut vlan6, &[0; 18])
+        .unwrap();
+    let mut vxlan = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+    vxlan.extend_from_slice(&tcp4);
+    let mut outer = Vec::new();
+    PacketBuilder::ethernet2(a, b)
+        .ipv4([192, 168, 0, 1], [192, 168, 0, 2], 64)
+        .udp(40000, 4789)
+        .write(&mut outer, &vxlan)
+        .unwrap();
+    vec![
+        ("ipv4-tcp-64B", tcp4),
+        ("vlan-ipv6-udp", vlan6),
+        ("vxlan-inner-tcp", outer),
+    ]
+}
+
+fn bench_parse(c: &mut Criterion) {
+    let mut g = c.benchmark_group("parse");
+    g.throughput(Throughput::Elements(1));
+    for (name, frame) in frames() {
+        g.bench_with_input(BenchmarkId::from_parameter(name), &frame, |bn, f| {
+            bn.iter(|| parse(black_box(f)).unwrap())
+        });
+    }
+    g.finish();
+}
+
+/// A team of 4 x 10 GbE uplinks with one group using `policy` and `ports` ports.
+fn team(policy: Policy, ports: u32) -> Team {
+    let uplinks = (0..4)
+        .map(|i| UplinkSpec {
+            name: format!("uplink{i}"),
+            capacity: Bandwidth::from_gbps(10),
+        })
+        .collect();
+    let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
+    let g = t
+        .add_group(PortGroupSpec {
+            name: "pg".into(),
+            policy,
+            order: FailoverOrder {
+                active: (0..4).map(UplinkId).collect(),
+                standby: vec![],
+            },
+            failback: true,
+            notify_switches: true,
+            vlan: None,
+        })
+        .unwrap();
+    for i in 0..ports {
+        let b = i.to_be_bytes();
+        t.add_port(PortSpec {
+            id: PortId(i),
+            mac: MacAddr([2, 0, b[0], b[1], b[2], b[3]]),
+            group: g,
+        })
+        .unwrap();
+    }
+    t
+}
+
+fn bench_select(c: &mut Criterion) {
+    let flows: Vec<FlowKey> = frames().iter().map(|(_, f)| parse(f).unwrap()).collect();
+    let mut g = c.benchmark_group("select");
+    g.throughput(Throughput::Elements(1));
+    let policies = [
+        ("port-id", Policy::OriginatingPortId),
+        ("source-mac", Policy::SourceMacHash),
+        ("ip-hash-l3", Policy::IpHash(IpHashMode::L3)),
+        ("ip-hash-l3l4", Policy::IpHash(IpHashMode::L3L4)),
+        ("load-based", Policy::LoadBased),
+    ];
+    for (name, policy) in policies {
+        let t = team(policy, 1000);
+        let mut i = 0u32;
+        g.bench_function(name, |bn| {
+            bn.iter(|| {
+                i = (i + 7) % 1000;
+                t.select(black_box(PortId(i)), Some(black_box(&flows[(i % 3) as usize])))
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_lbt(c: &mut Criterion) {
+    // 1,000 ports on 4 uplinks, uneven load so that uplink0 is saturated and a move is found.
+    let mut t = team(Policy::LoadBased, 1000);
+    for s in 0..31u64 {
+        let now = Instant::from_secs(s);
+        for p in 0..1000u32 {
+            let u = t.port_uplink(PortId(p)).unwrap();
+            let gbps = if u.0 == 0 { 0.032 } else { 0.02 };
+            t.account(PortId(p), u, Direction::Tx, (gbps * 1e9 / 8.0) as u64, now);
+            t.account(PortId(p), u, Direction::Rx, (gbps * 1e8 / 8.0) as u64, now);
+        }
+    }
+    let now = Instant::from_secs(31);
+    assert!(
+        t.lbt_decision(now).is_some(),
+        "the benchmark must exercise a real move decision"
+    );
+    c.bench_function("lbt-evaluate/1000-ports-4-uplinks", |bn| {
+        bn.iter(|| t.lbt_decision(black_box(now)))
+    });
+}
+
+criterion_group!(benches, bench_parse, bench_select, bench_lbt);
+criterion_main!(benches);

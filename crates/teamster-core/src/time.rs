@@ -70,6 +70,9 @@ mod tests {
         assert_eq!(t + Duration::from_millis(500), Instant::from_millis(2500));
         assert_eq!(Instant::from_secs(1) - t, Duration::ZERO);
         assert_eq!(t - Instant::from_secs(1), Duration::from_secs(1));
-        assert_eq!(Instant::from_nanos(u64::MAX) + Duration::from_secs(1), Instant::from_nanos(u64::MAX));
+        assert_eq!(
+            Instant::from_nanos(u64::MAX) + Duration::from_secs(1),
+            Instant::from_nanos(u64::MAX)
+        );
     }
 }

@@ -95,9 +95,7 @@ impl FromStr for Bandwidth {
         if s.is_empty() {
             return Err(BandwidthError::Empty);
         }
-        let split = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
+        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
         let (number, unit) = (&s[..split], s[split..].trim());
         let (whole, frac) = match number.split_once('.') {
             Some((w, f)) => (w, f),
@@ -216,7 +214,9 @@ impl<'de> Deserialize<'de> for Bandwidth {
                 if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 {
                     Ok(Bandwidth(v.round() as u64))
                 } else {
-                    Err(E::custom(format!("bandwidth {v} is not a non-negative finite number of bits/s")))
+                    Err(E::custom(format!(
+                        "bandwidth {v} is not a non-negative finite number of bits/s"
+                    )))
                 }
             }
         }

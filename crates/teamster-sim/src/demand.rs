@@ -14,11 +14,30 @@ use teamster_core::units::Bandwidth;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum DemandSpec {
-    Constant { rate: Bandwidth },
-    Ramp { from: Bandwidth, to: Bandwidth, start_s: f64, end_s: f64 },
-    Step { before: Bandwidth, after: Bandwidth, at_s: f64 },
-    OnOff { rate: Bandwidth, on_s: f64, off_s: f64, #[serde(default)] offset_s: f64 },
-    Csv { file: String },
+    Constant {
+        rate: Bandwidth,
+    },
+    Ramp {
+        from: Bandwidth,
+        to: Bandwidth,
+        start_s: f64,
+        end_s: f64,
+    },
+    Step {
+        before: Bandwidth,
+        after: Bandwidth,
+        at_s: f64,
+    },
+    OnOff {
+        rate: Bandwidth,
+        on_s: f64,
+        off_s: f64,
+        #[serde(default)]
+        offset_s: f64,
+    },
+    Csv {
+        file: String,
+    },
 }
 
 /// A curve ready to evaluate (CSV points loaded).
@@ -88,22 +107,44 @@ impl DemandSpec {
         };
         Ok(match self {
             DemandSpec::Constant { rate } => Demand::Constant(rate.bps_f64()),
-            DemandSpec::Ramp { from, to, start_s, end_s } => {
+            DemandSpec::Ramp {
+                from,
+                to,
+                start_s,
+                end_s,
+            } => {
                 let (start, end) = (finite("start_s", *start_s)?, finite("end_s", *end_s)?);
                 if end <= start {
                     return Err(format!("end_s ({end}) must be after start_s ({start})"));
                 }
-                Demand::Ramp { from: from.bps_f64(), to: to.bps_f64(), start, end }
+                Demand::Ramp {
+                    from: from.bps_f64(),
+                    to: to.bps_f64(),
+                    start,
+                    end,
+                }
             }
-            DemandSpec::Step { before, after, at_s } => {
-                Demand::Step { before: before.bps_f64(), after: after.bps_f64(), at: finite("at_s", *at_s)? }
-            }
-            DemandSpec::OnOff { rate, on_s, off_s, offset_s } => {
+            DemandSpec::Step { before, after, at_s } => Demand::Step {
+                before: before.bps_f64(),
+                after: after.bps_f64(),
+                at: finite("at_s", *at_s)?,
+            },
+            DemandSpec::OnOff {
+                rate,
+                on_s,
+                off_s,
+                offset_s,
+            } => {
                 let (on, off) = (finite("on_s", *on_s)?, finite("off_s", *off_s)?);
                 if on + off <= 0.0 {
                     return Err("on_s + off_s must be greater than zero".into());
                 }
-                Demand::OnOff { rate: rate.bps_f64(), on, off, offset: finite("offset_s", *offset_s)? }
+                Demand::OnOff {
+                    rate: rate.bps_f64(),
+                    on,
+                    off,
+                    offset: finite("offset_s", *offset_s)?,
+                }
             }
             DemandSpec::Csv { file } => Demand::Piecewise(parse_csv(file, &load(file)?)?),
         })
@@ -112,7 +153,9 @@ impl DemandSpec {
 
 /// Reads `t_s,rate` rows; times must be finite and strictly increasing.
 fn parse_csv(file: &str, text: &str) -> Result<Vec<(f64, f64)>, String> {
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
     let headers = reader.headers().map_err(|e| format!("{file}: {e}"))?.clone();
     let col = |name: &str| {
         headers
@@ -156,11 +199,25 @@ mod tests {
 
     #[test]
     fn curves_evaluate_as_documented() {
-        let ramp = Demand::Ramp { from: 1.0, to: 3.0, start: 10.0, end: 20.0 };
+        let ramp = Demand::Ramp {
+            from: 1.0,
+            to: 3.0,
+            start: 10.0,
+            end: 20.0,
+        };
         assert_eq!((ramp.at(0.0), ramp.at(15.0), ramp.at(99.0)), (1.0, 2.0, 3.0));
-        let step = Demand::Step { before: 1.0, after: 5.0, at: 3.0 };
+        let step = Demand::Step {
+            before: 1.0,
+            after: 5.0,
+            at: 3.0,
+        };
         assert_eq!((step.at(2.9), step.at(3.0)), (1.0, 5.0));
-        let oo = Demand::OnOff { rate: 7.0, on: 2.0, off: 3.0, offset: 1.0 };
+        let oo = Demand::OnOff {
+            rate: 7.0,
+            on: 2.0,
+            off: 3.0,
+            offset: 1.0,
+        };
         let v: Vec<f64> = (0..8).map(|t| oo.at(f64::from(t))).collect();
         assert_eq!(v, [0.0, 7.0, 7.0, 0.0, 0.0, 0.0, 7.0, 7.0]);
     }
@@ -169,8 +226,17 @@ mod tests {
     fn csv_curves_interpolate_and_reject_bad_rows() {
         let load = |_: &str| Ok("t_s,rate\n0,1G\n10,2G\n20, 500M\n".to_string());
         let d = DemandSpec::Csv { file: "x.csv".into() }.build(&load).unwrap();
-        assert_eq!((d.at(-5.0), d.at(5.0), d.at(15.0), d.at(100.0)), (1e9, 1.5e9, 1.25e9, 5e8));
-        for bad in ["t_s,rate\n0,1G\n0,2G\n", "t,rate\n0,1G\n", "t_s,rate\n0,10GB\n", "t_s,rate\nx,1G\n", "t_s,rate\n"] {
+        assert_eq!(
+            (d.at(-5.0), d.at(5.0), d.at(15.0), d.at(100.0)),
+            (1e9, 1.5e9, 1.25e9, 5e8)
+        );
+        for bad in [
+            "t_s,rate\n0,1G\n0,2G\n",
+            "t,rate\n0,1G\n",
+            "t_s,rate\n0,10GB\n",
+            "t_s,rate\nx,1G\n",
+            "t_s,rate\n",
+        ] {
             let load = |_: &str| Ok(bad.to_string());
             let err = DemandSpec::Csv { file: "x.csv".into() }.build(&load).unwrap_err();
             assert!(err.starts_with("x.csv"), "{err}");
@@ -180,9 +246,19 @@ mod tests {
 
     #[test]
     fn bad_numbers_are_rejected() {
-        let ramp = DemandSpec::Ramp { from: Bandwidth::ZERO, to: Bandwidth::ZERO, start_s: 5.0, end_s: 5.0 };
+        let ramp = DemandSpec::Ramp {
+            from: Bandwidth::ZERO,
+            to: Bandwidth::ZERO,
+            start_s: 5.0,
+            end_s: 5.0,
+        };
         assert!(ramp.build(&no_files).unwrap_err().contains("end_s"));
-        let oo = DemandSpec::OnOff { rate: Bandwidth::ZERO, on_s: f64::NAN, off_s: 1.0, offset_s: 0.0 };
+        let oo = DemandSpec::OnOff {
+            rate: Bandwidth::ZERO,
+            on_s: f64::NAN,
+            off_s: 1.0,
+            offset_s: 0.0,
+        };
         assert!(oo.build(&no_files).unwrap_err().contains("on_s"));
     }
 }

@@ -25,14 +25,52 @@ use teamster_core::units::Bandwidth;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum ExpectSpec {
-    UplinkIdleWhileTotalBelow { uplink: String, total: Bandwidth, #[serde(default)] tolerance: Bandwidth, name: Option<String> },
-    MoveWhenUplinkPasses { #[serde(rename = "move")] nth: usize, uplink: String, threshold: f64, within_s: Option<f64>, name: Option<String> },
-    MoveAfterTotalPasses { #[serde(rename = "move")] nth: usize, total: Bandwidth, within_s: Option<f64>, name: Option<String> },
-    UplinksBalanced { from_s: f64, tolerance: f64, name: Option<String> },
-    DeliveredMatchesBaseline { baseline: String, from_s: f64, tolerance: f64, name: Option<String> },
-    MovesSpaced { min_s: f64, name: Option<String> },
-    DeliveredAtMost { limit: Bandwidth, name: Option<String> },
-    MoveCount { min: usize, max: usize, name: Option<String> },
+    UplinkIdleWhileTotalBelow {
+        uplink: String,
+        total: Bandwidth,
+        #[serde(default)]
+        tolerance: Bandwidth,
+        name: Option<String>,
+    },
+    MoveWhenUplinkPasses {
+        #[serde(rename = "move")]
+        nth: usize,
+        uplink: String,
+        threshold: f64,
+        within_s: Option<f64>,
+        name: Option<String>,
+    },
+    MoveAfterTotalPasses {
+        #[serde(rename = "move")]
+        nth: usize,
+        total: Bandwidth,
+        within_s: Option<f64>,
+        name: Option<String>,
+    },
+    UplinksBalanced {
+        from_s: f64,
+        tolerance: f64,
+        name: Option<String>,
+    },
+    DeliveredMatchesBaseline {
+        baseline: String,
+        from_s: f64,
+        tolerance: f64,
+        name: Option<String>,
+    },
+    MovesSpaced {
+        min_s: f64,
+        name: Option<String>,
+    },
+    DeliveredAtMost {
+        limit: Bandwidth,
+        name: Option<String>,
+    },
+    MoveCount {
+        min: usize,
+        max: usize,
+        name: Option<String>,
+    },
 }
 
 /// The verdict on one expectation.
@@ -67,10 +105,22 @@ impl ExpectSpec {
                 Err(format!("{k} = {v}: expected a non-negative number of seconds"))
             }
         };
-        let nth = |n: usize| if n >= 1 { Ok(()) } else { Err("move: moves are numbered from 1".to_string()) };
+        let nth = |n: usize| {
+            if n >= 1 {
+                Ok(())
+            } else {
+                Err("move: moves are numbered from 1".to_string())
+            }
+        };
         match self {
             ExpectSpec::UplinkIdleWhileTotalBelow { uplink: u, .. } => uplink(u),
-            ExpectSpec::MoveWhenUplinkPasses { nth: n, uplink: u, threshold, within_s, .. } => {
+            ExpectSpec::MoveWhenUplinkPasses {
+                nth: n,
+                uplink: u,
+                threshold,
+                within_s,
+                ..
+            } => {
                 nth(*n)?;
                 uplink(u)?;
                 fraction("threshold", *threshold)?;
@@ -84,7 +134,12 @@ impl ExpectSpec {
                 seconds("from_s", *from_s)?;
                 fraction("tolerance", *tolerance)
             }
-            ExpectSpec::DeliveredMatchesBaseline { baseline, from_s, tolerance, .. } => {
+            ExpectSpec::DeliveredMatchesBaseline {
+                baseline,
+                from_s,
+                tolerance,
+                ..
+            } => {
                 seconds("from_s", *from_s)?;
                 fraction("tolerance", *tolerance)?;
                 if dir.join(baseline).is_file() {
@@ -120,21 +175,44 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
     let uplink_index = |name: &str| run.uplinks.iter().position(|u| u == name).unwrap_or(0);
     let first_row = |pred: &dyn Fn(&crate::fluid::Row) -> bool| run.rows.iter().find(|r| pred(r)).map(|r| r.t_s);
     let (name, held, detail) = match spec {
-        ExpectSpec::UplinkIdleWhileTotalBelow { uplink, total, tolerance, name } => {
+        ExpectSpec::UplinkIdleWhileTotalBelow {
+            uplink,
+            total,
+            tolerance,
+            name,
+        } => {
             let u = uplink_index(uplink);
-            let rows: Vec<_> = run.rows.iter().filter(|r| r.total_offered_tx() < total.bps_f64()).collect();
+            let rows: Vec<_> = run
+                .rows
+                .iter()
+                .filter(|r| r.total_offered_tx() < total.bps_f64())
+                .collect();
             let max = rows.iter().map(|r| r.uplink_tx[u] + r.uplink_rx[u]).fold(0.0, f64::max);
             (
-                name.clone().unwrap_or(format!("{uplink} idle while the total is below {total}")),
+                name.clone()
+                    .unwrap_or(format!("{uplink} idle while the total is below {total}")),
                 !rows.is_empty() && max <= tolerance.bps_f64(),
-                format!("{uplink} carried at most {} over the {} s whose total was below {total}", gbps(max), rows.len()),
+                format!(
+                    "{uplink} carried at most {} over the {} s whose total was below {total}",
+                    gbps(max),
+                    rows.len()
+                ),
             )
         }
-        ExpectSpec::MoveWhenUplinkPasses { nth, uplink, threshold, within_s, name } => {
+        ExpectSpec::MoveWhenUplinkPasses {
+            nth,
+            uplink,
+            threshold,
+            within_s,
+            name,
+        } => {
             let u = uplink_index(uplink);
             let within = within_s.unwrap_or(60.0);
             let cross = first_row(&|r| r.uplink_tx[u].max(r.uplink_rx[u]) > threshold * run.capacities[u]);
-            let name = name.clone().unwrap_or(format!("move {nth} happens when {uplink} passes {:.0}%", threshold * 100.0));
+            let name = name.clone().unwrap_or(format!(
+                "move {nth} happens when {uplink} passes {:.0}%",
+                threshold * 100.0
+            ));
             match (lbt_moves.get(nth - 1), cross) {
                 (Some(m), Some(c)) => {
                     let d = m.lbt.expect("filtered to LBT moves");
@@ -153,49 +231,106 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
                     );
                     (name, ok, detail)
                 }
-                (m, c) => (name, false, format!("move {nth}: {}; {uplink} passed {:.0}%: {}", found(m.is_some()), threshold * 100.0, at(c))),
+                (m, c) => (
+                    name,
+                    false,
+                    format!(
+                        "move {nth}: {}; {uplink} passed {:.0}%: {}",
+                        found(m.is_some()),
+                        threshold * 100.0,
+                        at(c)
+                    ),
+                ),
             }
         }
-        ExpectSpec::MoveAfterTotalPasses { nth, total, within_s, name } => {
+        ExpectSpec::MoveAfterTotalPasses {
+            nth,
+            total,
+            within_s,
+            name,
+        } => {
             let cross = first_row(&|r| r.total_offered_tx() > total.bps_f64());
-            let name = name.clone().unwrap_or(format!("move {nth} happens after the total passes {total}"));
+            let name = name
+                .clone()
+                .unwrap_or(format!("move {nth} happens after the total passes {total}"));
             match (lbt_moves.get(nth - 1), cross) {
                 (Some(m), Some(c)) => {
                     let ok = m.t_s >= c && within_s.is_none_or(|w| m.t_s - c <= w);
-                    (name, ok, format!("move {nth} ({}) at {:.0} s; the total passed {total} at {c:.0} s", m.port, m.t_s))
+                    (
+                        name,
+                        ok,
+                        format!(
+                            "move {nth} ({}) at {:.0} s; the total passed {total} at {c:.0} s",
+                            m.port, m.t_s
+                        ),
+                    )
                 }
-                (m, c) => (name, false, format!("move {nth}: {}; total passed {total}: {}", found(m.is_some()), at(c))),
+                (m, c) => (
+                    name,
+                    false,
+                    format!("move {nth}: {}; total passed {total}: {}", found(m.is_some()), at(c)),
+                ),
             }
         }
-        ExpectSpec::UplinksBalanced { from_s, tolerance, name } => {
+        ExpectSpec::UplinksBalanced {
+            from_s,
+            tolerance,
+            name,
+        } => {
             let rows: Vec<_> = run.rows.iter().filter(|r| r.t_s >= *from_s).collect();
             let means: Vec<f64> = (0..run.uplinks.len())
                 .map(|u| rows.iter().map(|r| r.uplink_tx[u]).sum::<f64>() / rows.len().max(1) as f64)
                 .collect();
             let utils: Vec<f64> = means.iter().zip(&run.capacities).map(|(m, c)| m / c).collect();
-            let (hi, lo) = (utils.iter().cloned().fold(0.0, f64::max), utils.iter().cloned().fold(f64::MAX, f64::min));
+            let (hi, lo) = (
+                utils.iter().cloned().fold(0.0, f64::max),
+                utils.iter().cloned().fold(f64::MAX, f64::min),
+            );
             let spread = if hi > 0.0 { (hi - lo) / hi } else { 0.0 };
-            let each: Vec<String> =
-                run.uplinks.iter().zip(&means).zip(&utils).map(|((n, m), u)| format!("{n} {} ({:.1}%)", gbps(*m), u * 100.0)).collect();
+            let each: Vec<String> = run
+                .uplinks
+                .iter()
+                .zip(&means)
+                .zip(&utils)
+                .map(|((n, m), u)| format!("{n} {} ({:.1}%)", gbps(*m), u * 100.0))
+                .collect();
             (
-                name.clone().unwrap_or(format!("uplinks within {:.0}% of each other from {from_s:.0} s", tolerance * 100.0)),
+                name.clone().unwrap_or(format!(
+                    "uplinks within {:.0}% of each other from {from_s:.0} s",
+                    tolerance * 100.0
+                )),
                 !rows.is_empty() && spread <= *tolerance,
-                format!("mean send from {from_s:.0} s: {}; spread {:.1}%", each.join(", "), spread * 100.0),
+                format!(
+                    "mean send from {from_s:.0} s: {}; spread {:.1}%",
+                    each.join(", "),
+                    spread * 100.0
+                ),
             )
         }
-        ExpectSpec::DeliveredMatchesBaseline { baseline, from_s, tolerance, name } => {
+        ExpectSpec::DeliveredMatchesBaseline {
+            baseline,
+            from_s,
+            tolerance,
+            name,
+        } => {
             let mean = |r: &RunOutput| {
                 let rows: Vec<_> = r.rows.iter().filter(|x| x.t_s >= *from_s).collect();
                 rows.iter().map(|x| x.total_delivered()).sum::<f64>() / rows.len().max(1) as f64
             };
-            let name = name.clone().unwrap_or(format!("delivered within {:.0}% of {baseline}", tolerance * 100.0));
+            let name = name
+                .clone()
+                .unwrap_or(format!("delivered within {:.0}% of {baseline}", tolerance * 100.0));
             match baseline_run {
                 None => (name, false, "the baseline did not run".into()),
                 Some(b) => {
                     let (a, bm) = (mean(run), mean(b));
                     let diff = if bm > 0.0 { (a - bm).abs() / bm } else { f64::INFINITY };
-                    let detail =
-                        format!("mean delivered from {from_s:.0} s: {} vs baseline {} ({:+.2}%)", gbps(a), gbps(bm), (a - bm) / bm * 100.0);
+                    let detail = format!(
+                        "mean delivered from {from_s:.0} s: {} vs baseline {} ({:+.2}%)",
+                        gbps(a),
+                        gbps(bm),
+                        (a - bm) / bm * 100.0
+                    );
                     (name, diff <= *tolerance, detail)
                 }
             }
@@ -222,7 +357,11 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
             )
         }
         ExpectSpec::MoveCount { min, max, name } => (
-            name.clone().unwrap_or(if min == max { format!("exactly {min} move(s)") } else { format!("between {min} and {max} moves") }),
+            name.clone().unwrap_or(if min == max {
+                format!("exactly {min} move(s)")
+            } else {
+                format!("between {min} and {max} moves")
+            }),
             (*min..=*max).contains(&lbt_moves.len()),
             format!("{} load-based move(s)", lbt_moves.len()),
         ),

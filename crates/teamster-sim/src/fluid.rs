@@ -71,6 +71,8 @@ pub struct RunOutput {
     pub events: Vec<(f64, String)>,
     /// Notify-switch frames sent.
     pub notifications: usize,
+    /// The LBT threshold, if any port group uses Load-Based Teaming.
+    pub lbt_threshold: Option<f64>,
 }
 
 /// A port's traffic: its flows' keys and its own jitter generator.
@@ -82,7 +84,14 @@ struct PortTraffic {
 /// Runs `s` to its end. Errors only if the team refuses the scenario's configuration.
 pub fn run(s: &Scenario) -> Result<RunOutput, String> {
     let f = &s.file;
-    let specs = f.uplinks.iter().map(|u| UplinkSpec { name: u.name.clone(), capacity: u.capacity }).collect();
+    let specs = f
+        .uplinks
+        .iter()
+        .map(|u| UplinkSpec {
+            name: u.name.clone(),
+            capacity: u.capacity,
+        })
+        .collect();
     let mut team = Team::new(specs, s.lbt).map_err(|e| e.to_string())?;
     for g in &s.groups {
         team.add_group(PortGroupSpec {
@@ -111,8 +120,12 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
             used_macs.push(mac);
             mac
         });
-        team.add_port(PortSpec { id: PortId(p.id), mac, group: teamster_core::teaming::GroupId(p.group) })
-            .map_err(|e| format!("ports[{i}]: {e}"))?;
+        team.add_port(PortSpec {
+            id: PortId(p.id),
+            mac,
+            group: teamster_core::teaming::GroupId(p.group),
+        })
+        .map_err(|e| format!("ports[{i}]: {e}"))?;
         let src = Ipv4Addr::new(10, rng.random(), rng.random(), rng.random_range(1..255));
         let flows = (0..p.flows)
             .map(|_| FlowKey {
@@ -125,7 +138,10 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
                 ..Default::default()
             })
             .collect();
-        traffic.push(PortTraffic { flows, rng: ChaCha8Rng::seed_from_u64(f.seed ^ (0x5eed_0000 + i as u64)) });
+        traffic.push(PortTraffic {
+            flows,
+            rng: ChaCha8Rng::seed_from_u64(f.seed ^ (0x5eed_0000 + i as u64)),
+        });
     }
 
     let (nu, np) = (f.uplinks.len(), s.ports.len());
@@ -137,6 +153,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         moves: Vec::new(),
         events: Vec::new(),
         notifications: 0,
+        lbt_threshold: team.poll_at().map(|_| s.lbt.threshold),
     };
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;
@@ -155,7 +172,9 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         }
         while let Some(effect) = team.poll_effect() {
             match effect {
-                Effect::PortMoved(m) => out.moves.push(move_record(s, &out.uplinks, t, m.port, m.from, m.to, m.reason)),
+                Effect::PortMoved(m) => out
+                    .moves
+                    .push(move_record(s, &out.uplinks, t, m.port, m.from, m.to, m.reason)),
                 Effect::Transmit { .. } => out.notifications += 1,
             }
         }
@@ -164,7 +183,11 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
             let mut offered = vec![0.0; np];
             for (i, p) in s.ports.iter().enumerate() {
                 let curve = if dir == Direction::Tx { &p.tx } else { &p.rx };
-                let jitter = if p.jitter > 0.0 { 1.0 + traffic[i].rng.random_range(-p.jitter..p.jitter) } else { 1.0 };
+                let jitter = if p.jitter > 0.0 {
+                    1.0 + traffic[i].rng.random_range(-p.jitter..p.jitter)
+                } else {
+                    1.0
+                };
                 offered[i] = curve.at(t) * jitter;
                 let per_flow = offered[i] / traffic[i].flows.len() as f64;
                 for flow in &traffic[i].flows {
@@ -175,7 +198,11 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
             }
             let mut delivered = vec![0.0; np];
             for (u, c) in claims.iter().enumerate() {
-                let cap = if team.link_state(UplinkId(u)) == Some(LinkState::Up) { out.capacities[u] } else { 0.0 };
+                let cap = if team.link_state(UplinkId(u)) == Some(LinkState::Up) {
+                    out.capacities[u]
+                } else {
+                    0.0
+                };
                 let demands: Vec<f64> = c.iter().map(|&(_, d)| d).collect();
                 let mut per_port = vec![0.0; np];
                 for ((i, _), got) in c.iter().zip(maxmin::share(cap, &demands)) {
@@ -202,7 +229,14 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         if (k + 1) % per_row == 0 || k + 1 == steps {
             let n = ((k % per_row) + 1) as f64;
             let mut row = std::mem::replace(&mut acc, empty_row((k + 1) as f64 * f.step_s, nu, np));
-            for v in [&mut row.uplink_tx, &mut row.uplink_rx, &mut row.offered_tx, &mut row.delivered_tx, &mut row.offered_rx, &mut row.delivered_rx] {
+            for v in [
+                &mut row.uplink_tx,
+                &mut row.uplink_rx,
+                &mut row.offered_tx,
+                &mut row.delivered_tx,
+                &mut row.offered_rx,
+                &mut row.delivered_rx,
+            ] {
                 v.iter_mut().for_each(|x| *x /= n);
             }
             out.rows.push(row);
@@ -229,11 +263,27 @@ fn apply_event(team: &mut Team, s: &Scenario, e: &Event, now: Instant) -> Result
         Event::Link { uplink, up, .. } => {
             let state = if *up { LinkState::Up } else { LinkState::Down };
             team.set_link(*uplink, state, now).map_err(|e| e.to_string())?;
-            Ok(format!("link {} {}", if *up { "up" } else { "down" }, s.file.uplinks[uplink.0].name))
+            Ok(format!(
+                "link {} {}",
+                if *up { "up" } else { "down" },
+                s.file.uplinks[uplink.0].name
+            ))
         }
-        Event::Policy { group, policy, order, failback, .. } => {
-            team.reconfigure_group(teamster_core::teaming::GroupId(*group), *policy, order.clone(), *failback, now)
-                .map_err(|e| e.to_string())?;
+        Event::Policy {
+            group,
+            policy,
+            order,
+            failback,
+            ..
+        } => {
+            team.reconfigure_group(
+                teamster_core::teaming::GroupId(*group),
+                *policy,
+                order.clone(),
+                *failback,
+                now,
+            )
+            .map_err(|e| e.to_string())?;
             Ok(format!("port group {} policy {policy:?}", s.groups[*group].name))
         }
     }
@@ -251,7 +301,11 @@ fn move_record(
     let name = |u: Option<UplinkId>| u.map(|u| uplinks[u.0].clone());
     MoveRecord {
         t_s: t,
-        port: s.ports.iter().find(|p| p.id == port.0).map_or_else(|| port.to_string(), |p| p.name.clone()),
+        port: s
+            .ports
+            .iter()
+            .find(|p| p.id == port.0)
+            .map_or_else(|| port.to_string(), |p| p.name.clone()),
         from: name(from),
         to: name(to),
         reason: reason.to_string(),

@@ -4,7 +4,7 @@
 //! `<uplink>_rx_bps`, then per port `<port>_offered_tx_bps`, `<port>_delivered_tx_bps`,
 //! `<port>_offered_rx_bps`, `<port>_delivered_rx_bps`. `moves.csv` lists every port move.
 //! `throughput.svg` plots per-uplink send throughput over time with Load-Based Teaming moves
-//! marked, like the LBT study's figure.
+//! marked and, when a port group uses LBT, the threshold drawn, like the LBT study's figure.
 
 use crate::expect::Verdict;
 use crate::fluid::RunOutput;
@@ -40,7 +40,13 @@ impl Summary {
             moves: run
                 .moves
                 .iter()
-                .map(|m| MoveSummary { t_s: m.t_s, port: m.port.clone(), from: m.from.clone(), to: m.to.clone(), reason: m.reason.clone() })
+                .map(|m| MoveSummary {
+                    t_s: m.t_s,
+                    port: m.port.clone(),
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                    reason: m.reason.clone(),
+                })
                 .collect(),
             series_csv: series_csv.display().to_string(),
         }
@@ -83,7 +89,13 @@ pub fn write_moves(run: &RunOutput, path: &Path) -> std::io::Result<()> {
     w.write_record(["t_s", "port", "from", "to", "reason"])?;
     for m in &run.moves {
         let t = format!("{}", m.t_s);
-        w.write_record([t.as_str(), &m.port, m.from.as_deref().unwrap_or(""), m.to.as_deref().unwrap_or(""), &m.reason])?;
+        w.write_record([
+            t.as_str(),
+            &m.port,
+            m.from.as_deref().unwrap_or(""),
+            m.to.as_deref().unwrap_or(""),
+            &m.reason,
+        ])?;
     }
     w.flush()
 }
@@ -94,7 +106,10 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
     let top = run
         .rows
         .iter()
-        .map(|r| r.total_offered_tx().max(r.uplink_tx.iter().cloned().fold(0.0, f64::max)))
+        .map(|r| {
+            r.total_offered_tx()
+                .max(r.uplink_tx.iter().cloned().fold(0.0, f64::max))
+        })
         .fold(0.0, f64::max)
         .max(1.0)
         / 1e9
@@ -119,23 +134,61 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
     for (u, name) in run.uplinks.iter().enumerate() {
         let color = palette[u % palette.len()];
         chart
-            .draw_series(LineSeries::new(run.rows.iter().map(|r| (r.t_s, r.uplink_tx[u] / 1e9)), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                run.rows.iter().map(|r| (r.t_s, r.uplink_tx[u] / 1e9)),
+                color.stroke_width(2),
+            ))
             .map_err(|x| x.to_string())?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart
-        .draw_series(DashedLineSeries::new(run.rows.iter().map(|r| (r.t_s, r.total_offered_tx() / 1e9)), 6, 4, BLACK.mix(0.5).stroke_width(1)))
+        .draw_series(DashedLineSeries::new(
+            run.rows.iter().map(|r| (r.t_s, r.total_offered_tx() / 1e9)),
+            6,
+            4,
+            BLACK.mix(0.5).stroke_width(1),
+        ))
         .map_err(|x| x.to_string())?
         .label("total offered")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5)));
+    if let Some(threshold) = run.lbt_threshold {
+        let mut caps = run.capacities.clone();
+        caps.dedup();
+        for cap in caps {
+            let y = threshold * cap / 1e9;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, y), (end, y)],
+                    3,
+                    5,
+                    RED.mix(0.6).stroke_width(1),
+                ))
+                .map_err(|x| x.to_string())?;
+            let label = format!("LBT threshold {:.0}% of {}", threshold * 100.0, crate::fluid::gbps(cap));
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (end * 0.01, y + top * 0.01),
+                    ("sans-serif", 12).into_font().color(&RED),
+                )))
+                .map_err(|x| x.to_string())?;
+        }
+    }
     for (n, m) in run.moves.iter().filter(|m| m.lbt.is_some()).enumerate() {
         chart
-            .draw_series(std::iter::once(PathElement::new(vec![(m.t_s, 0.0), (m.t_s, top)], RED.stroke_width(1))))
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(m.t_s, 0.0), (m.t_s, top)],
+                RED.stroke_width(1),
+            )))
             .map_err(|x| x.to_string())?;
         let label = format!("move {}: {} → {}", n + 1, m.port, m.to.as_deref().unwrap_or("-"));
         chart
-            .draw_series(std::iter::once(Text::new(label, (m.t_s, top * (0.97 - 0.05 * n as f64)), ("sans-serif", 13).into_font().color(&RED))))
+            .draw_series(std::iter::once(Text::new(
+                label,
+                (m.t_s, top * (0.97 - 0.05 * n as f64)),
+                ("sans-serif", 13).into_font().color(&RED),
+            )))
             .map_err(|x| x.to_string())?;
     }
     chart

@@ -66,7 +66,11 @@ fn default_threshold() -> f64 {
 
 impl Default for LbtFile {
     fn default() -> Self {
-        LbtFile { window_s: 30.0, threshold: 0.75, period_s: 30.0 }
+        LbtFile {
+            window_s: 30.0,
+            threshold: 0.75,
+            period_s: 30.0,
+        }
     }
 }
 
@@ -149,8 +153,14 @@ fn one_flow() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum EventFile {
-    LinkDown { at_s: f64, uplink: String },
-    LinkUp { at_s: f64, uplink: String },
+    LinkDown {
+        at_s: f64,
+        uplink: String,
+    },
+    LinkUp {
+        at_s: f64,
+        uplink: String,
+    },
     /// Change a group's policy (and optionally its failover order and failback).
     Policy {
         at_s: f64,
@@ -216,8 +226,18 @@ pub struct GroupPlan {
 /// A resolved timeline event.
 #[derive(Debug, Clone)]
 pub enum Event {
-    Link { at_s: f64, uplink: UplinkId, up: bool },
-    Policy { at_s: f64, group: usize, policy: Policy, order: FailoverOrder, failback: bool },
+    Link {
+        at_s: f64,
+        uplink: UplinkId,
+        up: bool,
+    },
+    Policy {
+        at_s: f64,
+        group: usize,
+        policy: Policy,
+        order: FailoverOrder,
+        failback: bool,
+    },
 }
 
 impl Event {
@@ -232,14 +252,19 @@ impl Scenario {
     /// Reads and checks a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ScenarioError { file: name.clone(), message: format!("cannot read: {e}") })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: name.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
         Scenario::from_str(&text, path)
     }
 
     /// Parses and checks scenario text; `path` names it in errors and anchors relative files.
     pub fn from_str(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
-        let err = |message: String| ScenarioError { file: path.display().to_string(), message };
+        let err = |message: String| ScenarioError {
+            file: path.display().to_string(),
+            message,
+        };
         let file: ScenarioFile = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         resolve(file, path, &dir).map_err(err)
@@ -254,10 +279,16 @@ impl Scenario {
 /// Checks the numbers and resolves every name; errors carry the key path.
 fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, String> {
     if !(file.duration_s.is_finite() && file.duration_s > 0.0) {
-        return Err(format!("duration_s = {}: expected a positive number of seconds", file.duration_s));
+        return Err(format!(
+            "duration_s = {}: expected a positive number of seconds",
+            file.duration_s
+        ));
     }
     if !(file.step_s.is_finite() && file.step_s >= 0.001 && file.step_s <= file.duration_s) {
-        return Err(format!("step_s = {}: expected seconds between 0.001 and duration_s", file.step_s));
+        return Err(format!(
+            "step_s = {}: expected seconds between 0.001 and duration_s",
+            file.step_s
+        ));
     }
     if file.duration_s / file.step_s > 1e8 {
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
@@ -287,16 +318,27 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         }
     }
     let uplink = |key: &str, name: &str| {
-        file.uplinks.iter().position(|u| u.name == name).map(UplinkId).ok_or_else(|| {
-            let known: Vec<&str> = file.uplinks.iter().map(|u| u.name.as_str()).collect();
-            format!("{key}: no uplink named `{name}` (uplinks: {})", known.join(", "))
-        })
+        file.uplinks
+            .iter()
+            .position(|u| u.name == name)
+            .map(UplinkId)
+            .ok_or_else(|| {
+                let known: Vec<&str> = file.uplinks.iter().map(|u| u.name.as_str()).collect();
+                format!("{key}: no uplink named `{name}` (uplinks: {})", known.join(", "))
+            })
     };
     let order = |key: &str, active: &[String], standby: &[String]| -> Result<FailoverOrder, String> {
         let list = |k: &str, names: &[String]| {
-            names.iter().enumerate().map(|(j, n)| uplink(&format!("{key}.{k}[{j}]"), n)).collect::<Result<Vec<_>, _>>()
+            names
+                .iter()
+                .enumerate()
+                .map(|(j, n)| uplink(&format!("{key}.{k}[{j}]"), n))
+                .collect::<Result<Vec<_>, _>>()
         };
-        Ok(FailoverOrder { active: list("active", active)?, standby: list("standby", standby)? })
+        Ok(FailoverOrder {
+            active: list("active", active)?,
+            standby: list("standby", standby)?,
+        })
     };
     let mut groups = Vec::new();
     for (i, g) in file.port_groups.iter().enumerate() {
@@ -322,7 +364,10 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     let group = |key: &str, name: &str| {
         file.port_groups.iter().position(|g| g.name == name).ok_or_else(|| {
             let known: Vec<&str> = file.port_groups.iter().map(|g| g.name.as_str()).collect();
-            format!("{key}: no port group named `{name}` (port groups: {})", known.join(", "))
+            format!(
+                "{key}: no port group named `{name}` (port groups: {})",
+                known.join(", ")
+            )
         })
     };
     if file.ports.is_empty() {
@@ -344,7 +389,11 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
             None => None,
         };
         if let Some(o) = ports.iter().find(|o| mac.is_some() && o.mac == mac) {
-            return Err(format!("{key}.mac: {} is already the MAC of port `{}`", mac.unwrap_or_default(), o.name));
+            return Err(format!(
+                "{key}.mac: {} is already the MAC of port `{}`",
+                mac.unwrap_or_default(),
+                o.name
+            ));
         }
         if p.flows == 0 || p.flows > 65_536 {
             return Err(format!("{key}.flows: {} is out of range 1-65536", p.flows));
@@ -373,12 +422,29 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         let key = format!("events[{i}]");
         let at_s = e.at_s();
         if !(at_s.is_finite() && at_s >= 0.0) {
-            return Err(format!("{key}.at_s = {at_s}: expected a non-negative number of seconds"));
+            return Err(format!(
+                "{key}.at_s = {at_s}: expected a non-negative number of seconds"
+            ));
         }
         events.push(match e {
-            EventFile::LinkDown { uplink: u, .. } => Event::Link { at_s, uplink: uplink(&format!("{key}.uplink"), u)?, up: false },
-            EventFile::LinkUp { uplink: u, .. } => Event::Link { at_s, uplink: uplink(&format!("{key}.uplink"), u)?, up: true },
-            EventFile::Policy { group: g, policy, active, standby, failback, .. } => {
+            EventFile::LinkDown { uplink: u, .. } => Event::Link {
+                at_s,
+                uplink: uplink(&format!("{key}.uplink"), u)?,
+                up: false,
+            },
+            EventFile::LinkUp { uplink: u, .. } => Event::Link {
+                at_s,
+                uplink: uplink(&format!("{key}.uplink"), u)?,
+                up: true,
+            },
+            EventFile::Policy {
+                group: g,
+                policy,
+                active,
+                standby,
+                failback,
+                ..
+            } => {
                 let gi = group(&format!("{key}.group"), g)?;
                 let mut o = groups[gi].order.clone();
                 if let Some(a) = active {
@@ -390,7 +456,13 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
                 if o.active.is_empty() {
                     return Err(format!("{key}.active: expected at least one active uplink"));
                 }
-                Event::Policy { at_s, group: gi, policy: policy.policy(), order: o, failback: failback.unwrap_or(groups[gi].failback) }
+                Event::Policy {
+                    at_s,
+                    group: gi,
+                    policy: policy.policy(),
+                    order: o,
+                    failback: failback.unwrap_or(groups[gi].failback),
+                }
             }
         });
     }
@@ -398,5 +470,12 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     for (i, x) in file.expect.iter().enumerate() {
         x.check(&file, dir).map_err(|e| format!("expect[{i}]: {e}"))?;
     }
-    Ok(Scenario { file, path: path.to_path_buf(), lbt, ports, groups, events })
+    Ok(Scenario {
+        file,
+        path: path.to_path_buf(),
+        lbt,
+        ports,
+        groups,
+        events,
+    })
 }

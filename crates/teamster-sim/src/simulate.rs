@@ -61,13 +61,21 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
         .expect
         .iter()
         .map(|spec| {
-            let b = spec.baseline().and_then(|n| baseline_runs.iter().find(|(m, _)| m == n)).map(|(_, r)| r);
+            let b = spec
+                .baseline()
+                .and_then(|n| baseline_runs.iter().find(|(m, _)| m == n))
+                .map(|(_, r)| r);
             expect::evaluate(spec, &run, b)
         })
         .collect();
     let summary = Summary::new(&scenario.file.name, &run, verdicts, &out_dir.join("series.csv"));
     write_folder(&scenario, &run, &summary, out_dir)?;
-    Ok(Outcome { scenario, run, summary, out_dir: out_dir.to_path_buf() })
+    Ok(Outcome {
+        scenario,
+        run,
+        summary,
+        out_dir: out_dir.to_path_buf(),
+    })
 }
 
 /// Writes the run's files into a fresh sibling folder, then swaps it into `out_dir`.
@@ -76,9 +84,15 @@ fn write_folder(scenario: &Scenario, run: &RunOutput, summary: &Summary, out_dir
         let path = p.display().to_string();
         move |message: String| SimulateError::Output { path, message }
     };
-    let parent = out_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = out_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| err(parent)(e.to_string()))?;
-    let name = out_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "run".into());
+    let name = out_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "run".into());
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| err(&tmp)(e.to_string()))?;
@@ -87,7 +101,8 @@ fn write_folder(scenario: &Scenario, run: &RunOutput, summary: &Summary, out_dir
         report::write_moves(run, &tmp.join("moves.csv")).map_err(|e| err(&tmp.join("moves.csv"))(e.to_string()))?;
         let title = format!("{}: per-uplink send throughput", scenario.file.name);
         report::write_plot(run, &title, &tmp.join("throughput.svg")).map_err(err(&tmp.join("throughput.svg")))?;
-        report::write_summary(summary, &tmp.join("summary.json")).map_err(|e| err(&tmp.join("summary.json"))(e.to_string()))?;
+        report::write_summary(summary, &tmp.join("summary.json"))
+            .map_err(|e| err(&tmp.join("summary.json"))(e.to_string()))?;
         if out_dir.exists() {
             std::fs::remove_dir_all(out_dir).map_err(|e| err(out_dir)(e.to_string()))?;
         }

@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use teamster_sim::fluid::gbps;
 
 #[derive(Parser)]
-#[command(name = "teamster", version, about = "Teamster: NIC teaming, load-based teaming and bandwidth control for Linux/KVM hosts")]
+#[command(
+    name = "teamster",
+    version,
+    about = "Teamster: NIC teaming, load-based teaming and bandwidth control for Linux/KVM hosts"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,7 +44,10 @@ fn main() -> ExitCode {
 
 /// Runs one scenario and reports it; see the module documentation for the exit status.
 fn simulate(scenario: PathBuf, out: Option<PathBuf>, json: bool) -> ExitCode {
-    let stem = scenario.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "run".into());
+    let stem = scenario
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "run".into());
     let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
     let outcome = match teamster_sim::simulate(&scenario, &out) {
         Ok(o) => o,
@@ -92,13 +99,32 @@ fn print_text(o: &teamster_sim::Outcome) {
         );
     }
     if let Some(last) = o.run.rows.last() {
-        let per: Vec<String> = o.run.uplinks.iter().zip(&last.uplink_tx).map(|(n, v)| format!("{n} {}", gbps(*v))).collect();
-        println!("  at the end: {}; delivered {}", per.join(", "), gbps(last.total_delivered()));
+        let per: Vec<String> = o
+            .run
+            .uplinks
+            .iter()
+            .zip(&last.uplink_tx)
+            .map(|(n, v)| format!("{n} {}", gbps(*v)))
+            .collect();
+        println!(
+            "  at the end: {}; delivered {}",
+            per.join(", "),
+            gbps(last.total_delivered())
+        );
     }
     println!("expectations:");
     for v in &o.summary.expectations {
-        println!("  [{}] {}: {}", if v.held { "held" } else { "FAILED" }, v.name, v.detail);
+        println!(
+            "  [{}] {}: {}",
+            if v.held { "held" } else { "FAILED" },
+            v.name,
+            v.detail
+        );
     }
     let held = o.summary.expectations.iter().filter(|v| v.held).count();
-    println!("{held} of {} expectations held; output in {}", o.summary.expectations.len(), o.out_dir.display());
+    println!(
+        "{held} of {} expectations held; output in {}",
+        o.summary.expectations.len(),
+        o.out_dir.display()
+    );
 }

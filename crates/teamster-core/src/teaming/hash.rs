@@ -51,9 +51,12 @@ fn fold(ip: IpAddr) -> u32 {
 /// Picks, among `candidates`, the one with the highest mixed score for `key` (rendezvous, or
 /// highest-random-weight, hashing): removing a candidate only moves the keys that chose it.
 pub fn rendezvous_pick<I: IntoIterator<Item = usize>>(key: u64, candidates: I) -> Option<usize> {
-    candidates
-        .into_iter()
-        .max_by_key(|&c| (mix(key ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)), core::cmp::Reverse(c)))
+    candidates.into_iter().max_by_key(|&c| {
+        (
+            mix(key ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            core::cmp::Reverse(c),
+        )
+    })
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread 64-bit mix.

@@ -51,7 +51,10 @@ impl LbtConfig {
     /// Checks the knobs' ranges, naming the one that is out of range.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.threshold > 0.0 && self.threshold <= 1.0) {
-            return Err(format!("lbt threshold {} must be in (0, 1] (0.75 = 75% of capacity)", self.threshold));
+            return Err(format!(
+                "lbt threshold {} must be in (0, 1] (0.75 = 75% of capacity)",
+                self.threshold
+            ));
         }
         if self.window < Duration::from_millis(30) {
             return Err(format!("lbt window {:?} must be at least 30 ms", self.window));
@@ -130,7 +133,11 @@ pub fn evaluate(threshold: f64, uplinks: &[UplinkLoad], ports: &[PortLoad<'_>]) 
     saturated.sort_by(|&a, &b| measured(b).max().total_cmp(&measured(a).max()).then(a.cmp(&b)));
 
     for s in saturated {
-        let direction = if measured(s).tx >= measured(s).rx { Direction::Tx } else { Direction::Rx };
+        let direction = if measured(s).tx >= measured(s).rx {
+            Direction::Tx
+        } else {
+            Direction::Rx
+        };
         // (port index, target, target load after) for the best relieving and the best other port.
         let mut relieving: Option<(usize, usize, Utilisation)> = None;
         let mut partial: Option<(usize, usize, Utilisation)> = None;

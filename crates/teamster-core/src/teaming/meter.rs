@@ -66,12 +66,23 @@ impl RateMeter {
     pub fn mean_bps(&self, now: Instant) -> f64 {
         let cur = now.as_nanos() / self.bucket_ns;
         let len = self.ring.len() as u64;
-        let first = cur.saturating_sub(Self::BUCKETS);
         let oldest_held = (self.head + 1).saturating_sub(len);
-        let mut bytes: u64 = 0;
-        for i in first.max(oldest_held)..cur.min(self.head + 1) {
-            bytes = bytes.saturating_add(self.ring[(i % len) as usize]);
-        }
+        let (first, end) = (
+            cur.saturating_sub(Self::BUCKETS).max(oldest_held),
+            cur.min(self.head + 1),
+        );
+        let bytes = if first >= end {
+            0
+        } else {
+            // Absolute buckets [first, end) are at most `len` consecutive slots: one or two slices.
+            let (a, b) = ((first % len) as usize, (end % len) as usize);
+            let sum = |s: &[u64]| s.iter().fold(0u64, |acc, &x| acc.saturating_add(x));
+            if a < b {
+                sum(&self.ring[a..b])
+            } else {
+                sum(&self.ring[a..]).saturating_add(sum(&self.ring[..b]))
+            }
+        };
         bytes as f64 * 8.0 / (Self::BUCKETS as f64 * self.bucket_ns as f64 / 1e9)
     }
 }
@@ -99,6 +110,28 @@ mod tests {
         m.record(5, Instant::from_secs(100));
         m.record(999, Instant::from_secs(1));
         assert_eq!(m.mean_bps(Instant::from_secs(101)), 5.0 * 8.0 / 30.0);
+    }
+
+    proptest::proptest! {
+        /// The ring agrees with a naive model that keeps every sample.
+        #[test]
+        fn agrees_with_a_naive_model(samples in proptest::collection::vec((0u64..200, 0u64..1_000_000), 0..200), probe in 0u64..260) {
+            let mut m = RateMeter::new(Duration::from_secs(30));
+            let mut sorted = samples.clone();
+            sorted.sort_by_key(|s| s.0);
+            let mut kept: Vec<(u64, u64)> = Vec::new();
+            let mut newest = 0;
+            for (t, b) in sorted {
+                m.record(b, Instant::from_secs(t));
+                newest = newest.max(t);
+                kept.push((t, b));
+            }
+            // The model: buckets [probe - 30, probe) that the ring still holds (newest - 30 ..= newest).
+            let lo = probe.saturating_sub(30).max((newest + 1).saturating_sub(31));
+            let want: u64 = kept.iter().filter(|(t, _)| *t >= lo && *t < probe && *t <= newest).map(|(_, b)| b).sum();
+            let got = m.mean_bps(Instant::from_secs(probe));
+            proptest::prop_assert!((got - want as f64 * 8.0 / 30.0).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -86,7 +86,12 @@ impl Team {
             next_lbt_check: meter.next_boundary(Instant::ZERO),
             uplinks: uplinks
                 .into_iter()
-                .map(|spec| UplinkState { spec, link: LinkState::Up, tx: meter.clone(), rx: meter.clone() })
+                .map(|spec| UplinkState {
+                    spec,
+                    link: LinkState::Up,
+                    tx: meter.clone(),
+                    rx: meter.clone(),
+                })
                 .collect(),
             groups: Vec::new(),
             ports: Vec::new(),
@@ -106,7 +111,10 @@ impl Team {
 
     /// Rejects a group whose order is empty, names an unknown uplink or lists one twice.
     fn check_group(&self, spec: &PortGroupSpec) -> Result<(), TeamError> {
-        let err = |what: String| TeamError::Group { group: spec.name.clone(), what };
+        let err = |what: String| TeamError::Group {
+            group: spec.name.clone(),
+            what,
+        };
         if spec.order.active.is_empty() {
             return Err(err("the failover order needs at least one active uplink".into()));
         }
@@ -116,7 +124,10 @@ impl Team {
                 return Err(err(format!("uplink index {} does not exist", u.0)));
             }
             if listed[..i].contains(u) {
-                return Err(err(format!("uplink `{}` is listed twice in the failover order", self.uplinks[u.0].spec.name)));
+                return Err(err(format!(
+                    "uplink `{}` is listed twice in the failover order",
+                    self.uplinks[u.0].spec.name
+                )));
             }
         }
         if let Some(v) = spec.vlan.filter(|v| !(1..=4094).contains(v)) {
@@ -131,12 +142,25 @@ impl Team {
             return Err(TeamError::DuplicatePort(spec.id));
         }
         if let Some(other) = self.ports.iter().find(|p| p.spec.mac == spec.mac) {
-            return Err(TeamError::DuplicateMac { port: spec.id, mac: spec.mac.to_string(), other: other.spec.id });
+            return Err(TeamError::DuplicateMac {
+                port: spec.id,
+                mac: spec.mac.to_string(),
+                other: other.spec.id,
+            });
         }
-        let group = self.groups.get(spec.group.0).ok_or(TeamError::UnknownGroup(spec.group.0))?;
+        let group = self
+            .groups
+            .get(spec.group.0)
+            .ok_or(TeamError::UnknownGroup(spec.group.0))?;
         let home = home_of(group, &spec);
         let meter = RateMeter::new(self.lbt.window);
-        self.ports.push(PortState { spec, home, current: None, tx: meter.clone(), rx: meter });
+        self.ports.push(PortState {
+            spec,
+            home,
+            current: None,
+            tx: meter.clone(),
+            rx: meter,
+        });
         let i = self.ports.len() - 1;
         self.ports[i].current = self.placement(i);
         self.index.insert(self.ports[i].spec.id, i);
@@ -178,9 +202,18 @@ impl Team {
         self.ports[i].current = to;
         let p = &self.ports[i];
         let group = &self.groups[p.spec.group.0];
-        self.effects.push_back(Effect::PortMoved(PortMove { at: now, port: p.spec.id, from, to, reason }));
+        self.effects.push_back(Effect::PortMoved(PortMove {
+            at: now,
+            port: p.spec.id,
+            from,
+            to,
+            reason,
+        }));
         if let (Some(uplink), true) = (to, group.notify_switches) {
-            self.effects.push_back(Effect::Transmit { uplink, frame: build_rarp(p.spec.mac, group.vlan) });
+            self.effects.push_back(Effect::Transmit {
+                uplink,
+                frame: build_rarp(p.spec.mac, group.vlan),
+            });
         }
     }
 
@@ -232,7 +265,12 @@ impl Team {
         now: Instant,
     ) -> Result<(), TeamError> {
         let old = self.groups.get(group.0).ok_or(TeamError::UnknownGroup(group.0))?;
-        let spec = PortGroupSpec { policy, order, failback, ..old.clone() };
+        let spec = PortGroupSpec {
+            policy,
+            order,
+            failback,
+            ..old.clone()
+        };
         self.check_group(&spec)?;
         self.groups[group.0] = spec;
         for i in 0..self.ports.len() {
@@ -291,7 +329,10 @@ impl Team {
 
     /// When [`Team::handle_timeout`] next has work: the next LBT check, if a group uses LBT.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.groups.iter().any(|g| g.policy == Policy::LoadBased).then_some(self.next_lbt_check)
+        self.groups
+            .iter()
+            .any(|g| g.policy == Policy::LoadBased)
+            .then_some(self.next_lbt_check)
     }
 
     /// Runs the timers due at `now`: the Load-Based Teaming check.
@@ -333,7 +374,11 @@ impl Team {
                     current: p.current,
                     tx_bps: p.tx.mean_bps(now),
                     rx_bps: p.rx.mean_bps(now),
-                    movable_to: if group.policy == Policy::LoadBased { &group.order.active } else { &[] },
+                    movable_to: if group.policy == Policy::LoadBased {
+                        &group.order.active
+                    } else {
+                        &[]
+                    },
                 }
             })
             .collect();
@@ -364,7 +409,10 @@ impl Team {
     pub fn utilisation(&self, u: UplinkId, now: Instant) -> Option<Utilisation> {
         let s = self.uplinks.get(u.0)?;
         let cap = s.spec.capacity.bps_f64();
-        Some(Utilisation { tx: s.tx.mean_bps(now) / cap, rx: s.rx.mean_bps(now) / cap })
+        Some(Utilisation {
+            tx: s.tx.mean_bps(now) / cap,
+            rx: s.rx.mean_bps(now) / cap,
+        })
     }
 
     /// The uplink a port's traffic uses now (its home or failover choice), if any.

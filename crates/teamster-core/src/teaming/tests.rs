@@ -15,7 +15,10 @@ fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
     caps_gbps
         .iter()
         .enumerate()
-        .map(|(i, c)| UplinkSpec { name: format!("uplink{}", i + 1), capacity: Bandwidth::from_bps_f64(c * 1e9) })
+        .map(|(i, c)| UplinkSpec {
+            name: format!("uplink{}", i + 1),
+            capacity: Bandwidth::from_bps_f64(c * 1e9),
+        })
         .collect()
 }
 
@@ -38,7 +41,12 @@ fn team(caps: &[f64], g: PortGroupSpec, ids: impl IntoIterator<Item = u32>) -> T
     let mut t = Team::new(uplinks(caps), LbtConfig::default()).unwrap();
     let gid = t.add_group(g).unwrap();
     for id in ids {
-        t.add_port(PortSpec { id: PortId(id), mac: mac(id), group: gid }).unwrap();
+        t.add_port(PortSpec {
+            id: PortId(id),
+            mac: mac(id),
+            group: gid,
+        })
+        .unwrap();
     }
     t
 }
@@ -60,13 +68,21 @@ fn map(t: &Team, ids: impl IntoIterator<Item = u32>) -> Vec<Option<usize>> {
 
 #[test]
 fn originating_port_id_places_by_id_modulo_active() {
-    let t = team(&[10.0, 10.0, 10.0], group(Policy::OriginatingPortId, &[0, 1, 2], &[], true), 0..6);
+    let t = team(
+        &[10.0, 10.0, 10.0],
+        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
+        0..6,
+    );
     assert_eq!(map(&t, 0..6), [Some(0), Some(1), Some(2), Some(0), Some(1), Some(2)]);
 }
 
 #[test]
 fn failover_moves_only_the_failed_uplinks_ports_and_notifies() {
-    let mut t = team(&[10.0, 10.0, 10.0], group(Policy::OriginatingPortId, &[0, 1, 2], &[], true), 0..300);
+    let mut t = team(
+        &[10.0, 10.0, 10.0],
+        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
+        0..300,
+    );
     let before = map(&t, 0..300);
     t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(5)).unwrap();
     let after = map(&t, 0..300);
@@ -83,20 +99,29 @@ fn failover_moves_only_the_failed_uplinks_ports_and_notifies() {
     // Disruption vs perfect: exactly the 100 ports of uplink 2 moved, spread evenly (ideal 50/50).
     assert_eq!(moves.len(), 100);
     assert!(moved_to[0].abs_diff(moved_to[2]) <= 20, "spread {moved_to:?}");
-    assert!(moves.iter().all(|m| m.reason == MoveReason::LinkDown && m.from == Some(UplinkId(1))));
+    assert!(moves
+        .iter()
+        .all(|m| m.reason == MoveReason::LinkDown && m.from == Some(UplinkId(1))));
     // One RARP per moved MAC, on its new uplink, tagged with the group's VLAN.
     assert_eq!(frames.len(), 100);
     for (m, (uplink, frame)) in moves.iter().zip(&frames) {
         assert_eq!(Some(*uplink), m.to);
         let k = parse(frame).unwrap();
-        assert_eq!((k.ether_type, k.vlan, k.src_mac), (ETHERTYPE_RARP, Some(10), mac(m.port.0)));
+        assert_eq!(
+            (k.ether_type, k.vlan, k.src_mac),
+            (ETHERTYPE_RARP, Some(10), mac(m.port.0))
+        );
     }
 }
 
 #[test]
 fn failback_on_returns_ports_home_and_off_leaves_them() {
     for failback in [true, false] {
-        let mut t = team(&[10.0, 10.0], group(Policy::OriginatingPortId, &[0, 1], &[], failback), 0..4);
+        let mut t = team(
+            &[10.0, 10.0],
+            group(Policy::OriginatingPortId, &[0, 1], &[], failback),
+            0..4,
+        );
         t.set_link(UplinkId(0), LinkState::Down, Instant::from_secs(1)).unwrap();
         assert_eq!(map(&t, 0..4), [Some(1); 4]);
         drain(&mut t);
@@ -175,20 +200,32 @@ fn ip_hash_spreads_flows_and_fails_over_resiliently() {
                 moved += 1;
             }
         }
-        assert_eq!(moved, per[3], "disruption equals the ideal: only the failed uplink's flows");
+        assert_eq!(
+            moved, per[3],
+            "disruption equals the ideal: only the failed uplink's flows"
+        );
     }
     // Non-IP frames use the port's source-MAC home.
-    let t = team(&[10.0; 2], group(Policy::IpHash(IpHashMode::L3), &[0, 1], &[], true), [9]);
+    let t = team(
+        &[10.0; 2],
+        group(Policy::IpHash(IpHashMode::L3), &[0, 1], &[], true),
+        [9],
+    );
     assert_eq!(t.select(PortId(9), Some(&FlowKey::default())), t.port_uplink(PortId(9)));
 }
 
 #[test]
 fn policy_change_rehomes_ports() {
-    let mut t = team(&[10.0; 2], group(Policy::OriginatingPortId, &[0, 1], &[], true), [0, 2, 4]);
+    let mut t = team(
+        &[10.0; 2],
+        group(Policy::OriginatingPortId, &[0, 1], &[], true),
+        [0, 2, 4],
+    );
     assert_eq!(map(&t, [0, 2, 4]), [Some(0); 3]);
     let g = GroupId(0);
     let order = t.group(g).unwrap().order.clone();
-    t.reconfigure_group(g, Policy::SourceMacHash, order, true, Instant::from_secs(3)).unwrap();
+    t.reconfigure_group(g, Policy::SourceMacHash, order, true, Instant::from_secs(3))
+        .unwrap();
     let (moves, _) = drain(&mut t);
     for id in [0u32, 2, 4] {
         let expect = UplinkId((source_mac_hash(mac(id)) % 2) as usize);
@@ -196,28 +233,68 @@ fn policy_change_rehomes_ports() {
     }
     assert!(moves.iter().all(|m| m.reason == MoveReason::PolicyChange));
     // An invalid order is refused and nothing changes.
-    let bad = FailoverOrder { active: vec![UplinkId(0), UplinkId(0)], standby: vec![] };
-    assert!(t.reconfigure_group(g, Policy::LoadBased, bad, true, Instant::ZERO).is_err());
+    let bad = FailoverOrder {
+        active: vec![UplinkId(0), UplinkId(0)],
+        standby: vec![],
+    };
+    assert!(t
+        .reconfigure_group(g, Policy::LoadBased, bad, true, Instant::ZERO)
+        .is_err());
     assert_eq!(t.group(g).unwrap().policy, Policy::SourceMacHash);
 }
 
 #[test]
 fn bad_configuration_is_refused() {
-    assert_eq!(Team::new(vec![], LbtConfig::default()).unwrap_err(), TeamError::NoUplinks);
+    assert_eq!(
+        Team::new(vec![], LbtConfig::default()).unwrap_err(),
+        TeamError::NoUplinks
+    );
     let mut two = uplinks(&[1.0, 1.0]);
     two[1].name = "uplink1".into();
-    assert!(matches!(Team::new(two, LbtConfig::default()), Err(TeamError::DuplicateUplink(_))));
-    let lbt = LbtConfig { threshold: 1.5, ..Default::default() };
+    assert!(matches!(
+        Team::new(two, LbtConfig::default()),
+        Err(TeamError::DuplicateUplink(_))
+    ));
+    let lbt = LbtConfig {
+        threshold: 1.5,
+        ..Default::default()
+    };
     assert!(matches!(Team::new(uplinks(&[1.0]), lbt), Err(TeamError::Lbt(_))));
     let mut t = Team::new(uplinks(&[1.0, 1.0]), LbtConfig::default()).unwrap();
     assert!(t.add_group(group(Policy::LoadBased, &[], &[0], true)).is_err());
     assert!(t.add_group(group(Policy::LoadBased, &[0, 5], &[], true)).is_err());
     assert!(t.add_group(group(Policy::LoadBased, &[0], &[0], true)).is_err());
     let g = t.add_group(group(Policy::LoadBased, &[0, 1], &[], true)).unwrap();
-    t.add_port(PortSpec { id: PortId(1), mac: mac(1), group: g }).unwrap();
-    assert!(matches!(t.add_port(PortSpec { id: PortId(1), mac: mac(2), group: g }), Err(TeamError::DuplicatePort(_))));
-    assert!(matches!(t.add_port(PortSpec { id: PortId(2), mac: mac(1), group: g }), Err(TeamError::DuplicateMac { .. })));
-    assert!(matches!(t.add_port(PortSpec { id: PortId(3), mac: mac(3), group: GroupId(7) }), Err(TeamError::UnknownGroup(7))));
+    t.add_port(PortSpec {
+        id: PortId(1),
+        mac: mac(1),
+        group: g,
+    })
+    .unwrap();
+    assert!(matches!(
+        t.add_port(PortSpec {
+            id: PortId(1),
+            mac: mac(2),
+            group: g
+        }),
+        Err(TeamError::DuplicatePort(_))
+    ));
+    assert!(matches!(
+        t.add_port(PortSpec {
+            id: PortId(2),
+            mac: mac(1),
+            group: g
+        }),
+        Err(TeamError::DuplicateMac { .. })
+    ));
+    assert!(matches!(
+        t.add_port(PortSpec {
+            id: PortId(3),
+            mac: mac(3),
+            group: GroupId(7)
+        }),
+        Err(TeamError::UnknownGroup(7))
+    ));
 }
 
 // ---- Load-Based Teaming ----
@@ -257,10 +334,15 @@ fn lbt_moves_one_port_when_an_uplink_passes_the_threshold() {
     let moves = drive(&mut t, &|_, _| 2.0, &ports, 120, 120);
     assert_eq!(moves.len(), 1, "{moves:?}");
     let m = &moves[0];
-    let MoveReason::LoadBased(d) = &m.reason else { panic!("{m:?}") };
+    let MoveReason::LoadBased(d) = &m.reason else {
+        panic!("{m:?}")
+    };
     assert_eq!((m.from, m.to), (Some(UplinkId(0)), Some(UplinkId(1))));
     assert_eq!(d.direction, Direction::Tx);
-    assert!(d.from_before.tx > 0.75 && d.from_after.tx <= 0.75 && d.to_after.tx <= 0.75, "{d:?}");
+    assert!(
+        d.from_before.tx > 0.75 && d.from_after.tx <= 0.75 && d.to_after.tx <= 0.75,
+        "{d:?}"
+    );
     // k s after the step the mean is (7.2 (30 - k) + 8 k) / 30, over 7.5 once k > 11.25.
     assert_eq!(m.at, Instant::from_secs(132));
     assert_eq!(d.port, PortId(0), "equal ports: the lowest ID");
@@ -269,11 +351,20 @@ fn lbt_moves_one_port_when_an_uplink_passes_the_threshold() {
 #[test]
 fn lbt_moves_at_most_once_per_period_and_never_over_threshold() {
     let ports: Vec<u32> = (0..8).map(|i| i * 2).collect(); // all on uplink1
-    let mut t = team(&[10.0, 10.0], group(Policy::LoadBased, &[0, 1], &[], true), ports.clone());
+    let mut t = team(
+        &[10.0, 10.0],
+        group(Policy::LoadBased, &[0, 1], &[], true),
+        ports.clone(),
+    );
     let moves = drive(&mut t, &|_, _| 1.5, &ports, 0, 400); // 12 Gbit/s offered
     assert!(moves.len() >= 2);
     for w in moves.windows(2) {
-        assert!(w[1].at - w[0].at >= Duration::from_secs(30), "{:?} then {:?}", w[0].at, w[1].at);
+        assert!(
+            w[1].at - w[0].at >= Duration::from_secs(30),
+            "{:?} then {:?}",
+            w[0].at,
+            w[1].at
+        );
     }
     for m in &moves {
         let MoveReason::LoadBased(d) = &m.reason else { panic!() };
@@ -300,10 +391,15 @@ fn lbt_respects_mixed_link_speeds() {
     let moves = drive(&mut t, &rate, &ports, 0, 200);
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!((moves[0].port, moves[0].to), (PortId(2), Some(UplinkId(1))));
-    let MoveReason::LoadBased(d) = &moves[0].reason else { panic!() };
+    let MoveReason::LoadBased(d) = &moves[0].reason else {
+        panic!()
+    };
     // It moved while its mean was still rising towards 0.5 Gbit/s; 1 GbE stays under 75%.
     assert!(d.to_after.tx > 0.4 && d.to_after.tx <= 0.75, "{d:?}");
-    assert!(drive(&mut t, &rate, &ports, 200, 200).is_empty(), "the 6 and 1.5 Gbit/s ports never fit on 1 GbE");
+    assert!(
+        drive(&mut t, &rate, &ports, 200, 200).is_empty(),
+        "the 6 and 1.5 Gbit/s ports never fit on 1 GbE"
+    );
 }
 
 #[test]
@@ -321,10 +417,18 @@ fn lbt_relieves_a_saturated_slow_uplink() {
 fn link_failure_in_the_middle_of_an_lbt_window() {
     // Three uplinks; ports 0,3,6 on uplink1, 1,4,7 on uplink2, 2,5,8 on uplink3; 2 Gbit/s each.
     let ports: Vec<u32> = (0..9).collect();
-    let mut t = team(&[10.0; 3], group(Policy::LoadBased, &[0, 1, 2], &[], true), ports.clone());
-    assert!(drive(&mut t, &|_, _| 2.0, &ports, 0, 45).is_empty(), "6 Gbit/s per uplink: balanced");
+    let mut t = team(
+        &[10.0; 3],
+        group(Policy::LoadBased, &[0, 1, 2], &[], true),
+        ports.clone(),
+    );
+    assert!(
+        drive(&mut t, &|_, _| 2.0, &ports, 0, 45).is_empty(),
+        "6 Gbit/s per uplink: balanced"
+    );
     // uplink2 fails 15 s into a window: its three ports fail over at once (not an LBT move).
-    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(45)).unwrap();
+    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(45))
+        .unwrap();
     let (failover, _) = drain(&mut t);
     assert_eq!(failover.len(), 3);
     assert!(failover.iter().all(|m| m.reason == MoveReason::LinkDown));
@@ -337,10 +441,14 @@ fn link_failure_in_the_middle_of_an_lbt_window() {
     t.set_link(UplinkId(1), LinkState::Up, Instant::from_secs(165)).unwrap();
     let (failback, _) = drain(&mut t);
     assert_eq!(failback.len(), 3);
-    assert!(failback.iter().all(|m| m.reason == MoveReason::Failback && m.to == Some(UplinkId(1))));
+    assert!(failback
+        .iter()
+        .all(|m| m.reason == MoveReason::Failback && m.to == Some(UplinkId(1))));
     let moves = drive(&mut t, &|_, _| 2.0, &ports, 165, 120);
     assert!(moves.is_empty(), "{moves:?}");
-    let per: Vec<usize> = (0..3).map(|u| map(&t, ports.iter().copied()).iter().filter(|x| **x == Some(u)).count()).collect();
+    let per: Vec<usize> = (0..3)
+        .map(|u| map(&t, ports.iter().copied()).iter().filter(|x| **x == Some(u)).count())
+        .collect();
     assert_eq!(per, [3, 3, 3]);
 }
 
@@ -351,7 +459,8 @@ fn lbt_on_a_dead_uplinks_stale_window_does_not_move_ports_to_it() {
     let ports = [0, 2, 4, 6];
     let mut t = team(&[10.0; 2], group(Policy::LoadBased, &[0, 1], &[], false), ports);
     assert!(drive(&mut t, &|_, _| 2.2, &ports, 0, 20).is_empty());
-    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(20)).unwrap();
+    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(20))
+        .unwrap();
     assert!(drive(&mut t, &|_, _| 2.2, &ports, 20, 60).is_empty());
     t.set_link(UplinkId(1), LinkState::Up, Instant::from_secs(80)).unwrap();
     let moves = drive(&mut t, &|_, _| 2.2, &ports, 80, 5);
@@ -366,27 +475,61 @@ fn lbt_is_deterministic_and_its_knobs_apply() {
         let mut t = Team::new(uplinks(&[10.0, 10.0]), lbt).unwrap();
         let g = t.add_group(group(Policy::LoadBased, &[0, 1], &[], true)).unwrap();
         for &p in &ports {
-            t.add_port(PortSpec { id: PortId(p), mac: mac(p), group: g }).unwrap();
+            t.add_port(PortSpec {
+                id: PortId(p),
+                mac: mac(p),
+                group: g,
+            })
+            .unwrap();
         }
-        drive(&mut t, &|p, s| 0.5 + 0.01 * f64::from(p) + (s as f64) * 0.002, &ports, 0, 600)
+        drive(
+            &mut t,
+            &|p, s| 0.5 + 0.01 * f64::from(p) + (s as f64) * 0.002,
+            &ports,
+            0,
+            600,
+        )
     };
     let a = run(LbtConfig::default());
     assert_eq!(a, run(LbtConfig::default()));
     assert!(!a.is_empty());
-    let fast = run(LbtConfig { window: Duration::from_secs(3), period: Duration::from_secs(5), threshold: 0.5 });
+    let fast = run(LbtConfig {
+        window: Duration::from_secs(3),
+        period: Duration::from_secs(5),
+        threshold: 0.5,
+    });
     assert!(fast[0].at < a[0].at, "lower threshold and shorter window fire earlier");
     assert!(fast.windows(2).all(|w| w[1].at - w[0].at >= Duration::from_secs(5)));
-    let MoveReason::LoadBased(d) = &fast[0].reason else { panic!() };
+    let MoveReason::LoadBased(d) = &fast[0].reason else {
+        panic!()
+    };
     assert_eq!(d.threshold, 0.5);
 }
 
 #[test]
 fn only_lbt_groups_are_moved() {
     let mut t = Team::new(uplinks(&[10.0, 10.0]), LbtConfig::default()).unwrap();
-    let fixed = t.add_group(group(Policy::OriginatingPortId, &[0, 1], &[], true)).unwrap();
-    let lbt = t.add_group(PortGroupSpec { name: "lbt".into(), ..group(Policy::LoadBased, &[0, 1], &[], true) }).unwrap();
-    t.add_port(PortSpec { id: PortId(0), mac: mac(0), group: fixed }).unwrap();
-    t.add_port(PortSpec { id: PortId(2), mac: mac(2), group: lbt }).unwrap();
+    let fixed = t
+        .add_group(group(Policy::OriginatingPortId, &[0, 1], &[], true))
+        .unwrap();
+    let lbt = t
+        .add_group(PortGroupSpec {
+            name: "lbt".into(),
+            ..group(Policy::LoadBased, &[0, 1], &[], true)
+        })
+        .unwrap();
+    t.add_port(PortSpec {
+        id: PortId(0),
+        mac: mac(0),
+        group: fixed,
+    })
+    .unwrap();
+    t.add_port(PortSpec {
+        id: PortId(2),
+        mac: mac(2),
+        group: lbt,
+    })
+    .unwrap();
     // The static port is the big one; only the LBT port may move.
     let moves = drive(&mut t, &|p, _| if p == 0 { 7.0 } else { 1.0 }, &[0, 2], 0, 100);
     assert_eq!(moves.len(), 1);

@@ -46,7 +46,12 @@ pub fn build_gratuitous_arp(mac: MacAddr, ip: Ipv4Addr, vlan: Option<u16>) -> Ve
 }
 
 /// Wraps an ARP body in a broadcast Ethernet header (and 802.1Q tag) and pads it.
-fn frame(src: MacAddr, vlan: Option<u16>, ether_type: u16, arp: Result<ArpPacket, etherparse::err::arp::ArpNewError>) -> Vec<u8> {
+fn frame(
+    src: MacAddr,
+    vlan: Option<u16>,
+    ether_type: u16,
+    arp: Result<ArpPacket, etherparse::err::arp::ArpNewError>,
+) -> Vec<u8> {
     // Lengths are fixed above (6-byte MACs, 4-byte IPv4), so construction cannot fail.
     let arp = arp.expect("ARP with Ethernet/IPv4 address sizes is always valid");
     let mut out = Vec::with_capacity(MIN_FRAME);
@@ -54,7 +59,11 @@ fn frame(src: MacAddr, vlan: Option<u16>, ether_type: u16, arp: Result<ArpPacket
     let eth = Ethernet2Header {
         source: src.0,
         destination: MacAddr::BROADCAST.0,
-        ether_type: if vlan_id.is_some() { EtherType::VLAN_TAGGED_FRAME } else { EtherType(ether_type) },
+        ether_type: if vlan_id.is_some() {
+            EtherType::VLAN_TAGGED_FRAME
+        } else {
+            EtherType(ether_type)
+        },
     };
     out.extend_from_slice(&eth.to_bytes());
     if let Some(vlan_id) = vlan_id {

@@ -39,7 +39,11 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     }
 }
 
@@ -56,14 +60,17 @@ impl core::str::FromStr for MacAddr {
         let mut out = [0u8; 6];
         let parts: Vec<&str> = s.split([':', '-']).collect();
         if parts.len() != 6 {
-            return Err(format!("`{s}` is not a MAC address: expected six hex octets like 02:00:00:00:00:01"));
+            return Err(format!(
+                "`{s}` is not a MAC address: expected six hex octets like 02:00:00:00:00:01"
+            ));
         }
         for (o, p) in out.iter_mut().zip(parts) {
             if p.len() != 2 {
-                return Err(format!("`{s}` is not a MAC address: octet `{p}` must be two hex digits"));
+                return Err(format!(
+                    "`{s}` is not a MAC address: octet `{p}` must be two hex digits"
+                ));
             }
-            *o = u8::from_str_radix(p, 16)
-                .map_err(|_| format!("`{s}` is not a MAC address: `{p}` is not hex"))?;
+            *o = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address: `{p}` is not hex"))?;
         }
         Ok(MacAddr(out))
     }

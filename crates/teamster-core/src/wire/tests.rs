@@ -195,11 +195,20 @@ fn vxlan_inner_frame() {
     // No I flag: malformed. Short header or inner frame: truncated.
     let mut bad = payload.clone();
     bad[0] = 0;
-    assert!(matches!(parse(&udp_frame(VXLAN_PORT, &bad)), Err(ParseError::Malformed { layer: "VXLAN", .. })));
-    assert!(matches!(parse(&udp_frame(VXLAN_PORT, &payload[..5])), Err(ParseError::Truncated { layer: "VXLAN", .. })));
+    assert!(matches!(
+        parse(&udp_frame(VXLAN_PORT, &bad)),
+        Err(ParseError::Malformed { layer: "VXLAN", .. })
+    ));
+    assert!(matches!(
+        parse(&udp_frame(VXLAN_PORT, &payload[..5])),
+        Err(ParseError::Truncated { layer: "VXLAN", .. })
+    ));
     assert!(matches!(
         parse(&udp_frame(VXLAN_PORT, &payload[..20])),
-        Err(ParseError::Truncated { layer: "VXLAN inner frame", .. })
+        Err(ParseError::Truncated {
+            layer: "VXLAN inner frame",
+            ..
+        })
     ));
     // Other UDP ports are not VXLAN.
     assert!(parse(&udp_frame(4790, &payload)).unwrap().vxlan.is_none());
@@ -224,7 +233,10 @@ fn every_truncation_of_valid_frames_is_an_error_or_a_shorter_key() {
             }
         }
     }
-    assert!(matches!(parse(&[0u8; 13]), Err(ParseError::Truncated { layer: "Ethernet", .. })));
+    assert!(matches!(
+        parse(&[0u8; 13]),
+        Err(ParseError::Truncated { layer: "Ethernet", .. })
+    ));
 }
 
 #[test]

@@ -1,0 +1,117 @@
+//! The `teamster` binary: `simulate` output, `--json` shape and exit statuses.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn teamster(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn simulate_json_has_the_documented_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = teamster(&[
+        "simulate",
+        &scenario("lbt-specweb.toml"),
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["scenario"], "lbt-specweb");
+    let exps = v["expectations"].as_array().unwrap();
+    assert_eq!(exps.len(), 7);
+    for e in exps {
+        assert!(e["name"].is_string() && e["detail"].is_string());
+        assert_eq!(e["held"], true, "{e}");
+    }
+    let moves = v["moves"].as_array().unwrap();
+    assert_eq!(moves.len(), 2);
+    for m in moves {
+        assert!(m["t_s"].is_number());
+        assert_eq!(
+            (m["from"].as_str(), m["to"].as_str()),
+            (Some("uplink1"), Some("uplink2"))
+        );
+        assert!(m["port"].as_str().unwrap().starts_with("vm"));
+    }
+    let csv = PathBuf::from(v["series_csv"].as_str().unwrap());
+    assert_eq!(csv, out.join("series.csv"));
+    let header = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(header.starts_with("t_s,uplink1_tx_bps,uplink1_rx_bps,uplink2_tx_bps,uplink2_rx_bps,vm1_offered_tx_bps"));
+    assert!(out.join("throughput.svg").is_file() && out.join("moves.csv").is_file());
+}
+
+#[test]
+fn simulate_text_prints_each_expectation() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = teamster(&[
+        "simulate",
+        &scenario("lbt-static.toml"),
+        "--out",
+        dir.path().join("s").to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("[held] the static policy delivers at most one uplink's capacity"),
+        "{text}"
+    );
+    assert!(text.contains("3 of 3 expectations held"), "{text}");
+}
+
+#[test]
+fn a_failed_expectation_exits_1_and_bad_input_exits_2_writing_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The static scenario, expected to move ports: it will not.
+    let text = std::fs::read_to_string(scenario("lbt-static.toml"))
+        .unwrap()
+        .replace("max = 0", "max = 9")
+        .replace("min = 0", "min = 1");
+    let failing = dir.path().join("failing.toml");
+    std::fs::write(&failing, text).unwrap();
+    let o = teamster(&[
+        "simulate",
+        failing.to_str().unwrap(),
+        "--out",
+        dir.path().join("f").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("[FAILED] between 1 and 9 moves"));
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\nduration_s = -1\n").unwrap();
+    let out = dir.path().join("never");
+    let o = teamster(&["simulate", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.toml") && err.contains("uplinks"), "{err}");
+    assert!(!out.exists());
+
+    let o = teamster(&["simulate", "/nonexistent/scenario.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/scenario.toml: cannot read"));
+
+    let o = teamster(&["simulate"]);
+    assert_eq!(o.status.code(), Some(2), "clap: missing argument");
+    let o = teamster(&["simulate", "x.toml", "--frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+}
