@@ -14,6 +14,8 @@
 //! | `moves-spaced` | no two moves are less than `min_s` apart |
 //! | `delivered-at-most` | no row delivers more than `limit` in total (send) |
 //! | `move-count` | the number of moves is between `min` and `max` |
+//! | `uplink-utilisation-at-most` | from `from_s` (default 0) to `to_s` (default the end), `uplink`'s send and receive stay at or under `max` of its capacity in every row |
+//! | `delivered-fraction-at-least` | from `from_s` to `to_s` (defaults: the whole run), every row delivers at least `fraction` of what was offered (send + receive) |
 
 use crate::fluid::{gbps, RunOutput};
 use crate::scenario::ScenarioFile;
@@ -71,6 +73,19 @@ pub enum ExpectSpec {
         max: usize,
         name: Option<String>,
     },
+    UplinkUtilisationAtMost {
+        uplink: String,
+        max: f64,
+        from_s: Option<f64>,
+        to_s: Option<f64>,
+        name: Option<String>,
+    },
+    DeliveredFractionAtLeast {
+        fraction: f64,
+        from_s: Option<f64>,
+        to_s: Option<f64>,
+        name: Option<String>,
+    },
 }
 
 /// The verdict on one expectation.
@@ -103,6 +118,14 @@ impl ExpectSpec {
                 Ok(())
             } else {
                 Err(format!("{k} = {v}: expected a non-negative number of seconds"))
+            }
+        };
+        let span = |from: Option<f64>, to: Option<f64>| {
+            from.map_or(Ok(()), |v| seconds("from_s", v))?;
+            to.map_or(Ok(()), |v| seconds("to_s", v))?;
+            match (from, to) {
+                (Some(a), Some(b)) if b <= a => Err(format!("to_s ({b}) must be after from_s ({a})")),
+                _ => Ok(()),
             }
         };
         let nth = |n: usize| {
@@ -150,6 +173,26 @@ impl ExpectSpec {
             }
             ExpectSpec::MovesSpaced { min_s, .. } => seconds("min_s", *min_s),
             ExpectSpec::DeliveredAtMost { .. } => Ok(()),
+            ExpectSpec::UplinkUtilisationAtMost {
+                uplink: u,
+                max,
+                from_s,
+                to_s,
+                ..
+            } => {
+                uplink(u)?;
+                fraction("max", *max)?;
+                span(*from_s, *to_s)
+            }
+            ExpectSpec::DeliveredFractionAtLeast {
+                fraction: f,
+                from_s,
+                to_s,
+                ..
+            } => {
+                fraction("fraction", *f)?;
+                span(*from_s, *to_s)
+            }
             ExpectSpec::MoveCount { min, max, .. } => {
                 if min <= max {
                     Ok(())
@@ -365,8 +408,76 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
             (*min..=*max).contains(&lbt_moves.len()),
             format!("{} load-based move(s)", lbt_moves.len()),
         ),
+        ExpectSpec::UplinkUtilisationAtMost {
+            uplink,
+            max,
+            from_s,
+            to_s,
+            name,
+        } => {
+            let u = uplink_index(uplink);
+            let rows: Vec<_> = run.rows.iter().filter(|r| in_span(r.t_s, *from_s, *to_s)).collect();
+            let peak = rows
+                .iter()
+                .map(|r| r.uplink_tx[u].max(r.uplink_rx[u]) / run.capacities[u])
+                .fold(0.0, f64::max);
+            (
+                name.clone().unwrap_or(format!(
+                    "{uplink} stays at or under {:.0}%{}",
+                    max * 100.0,
+                    span_text(*from_s, *to_s)
+                )),
+                !rows.is_empty() && peak <= *max + 1e-12,
+                format!("{uplink} peaked at {:.1}% over {} s", peak * 100.0, rows.len()),
+            )
+        }
+        ExpectSpec::DeliveredFractionAtLeast {
+            fraction,
+            from_s,
+            to_s,
+            name,
+        } => {
+            let rows: Vec<_> = run.rows.iter().filter(|r| in_span(r.t_s, *from_s, *to_s)).collect();
+            let worst = rows
+                .iter()
+                .map(|r| {
+                    let offered = r.offered_tx.iter().sum::<f64>() + r.offered_rx.iter().sum::<f64>();
+                    if offered > 0.0 {
+                        r.total_delivered() / offered
+                    } else {
+                        1.0
+                    }
+                })
+                .fold(1.0, f64::min);
+            (
+                name.clone().unwrap_or(format!(
+                    "delivers at least {:.1}% of the offered load{}",
+                    fraction * 100.0,
+                    span_text(*from_s, *to_s)
+                )),
+                !rows.is_empty() && worst >= *fraction - 1e-9,
+                format!(
+                    "worst second delivered {:.2}% of its offered load over {} s",
+                    worst * 100.0,
+                    rows.len()
+                ),
+            )
+        }
     };
     Verdict { name, held, detail }
+}
+
+fn in_span(t: f64, from: Option<f64>, to: Option<f64>) -> bool {
+    from.is_none_or(|f| t >= f) && to.is_none_or(|e| t < e)
+}
+
+fn span_text(from: Option<f64>, to: Option<f64>) -> String {
+    match (from, to) {
+        (None, None) => String::new(),
+        (Some(f), None) => format!(" from {f:.0} s"),
+        (None, Some(e)) => format!(" until {e:.0} s"),
+        (Some(f), Some(e)) => format!(" from {f:.0} to {e:.0} s"),
+    }
 }
 
 fn found(yes: bool) -> &'static str {

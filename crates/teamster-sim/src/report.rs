@@ -4,7 +4,8 @@
 //! `<uplink>_rx_bps`, then per port `<port>_offered_tx_bps`, `<port>_delivered_tx_bps`,
 //! `<port>_offered_rx_bps`, `<port>_delivered_rx_bps`. `moves.csv` lists every port move.
 //! `throughput.svg` plots per-uplink send throughput over time with Load-Based Teaming moves
-//! marked and, when a port group uses LBT, the threshold drawn, like the LBT study's figure.
+//! marked, timeline events as grey lines and, when a port group uses LBT, the threshold drawn, like the
+//! LBT study's figure.
 
 use crate::expect::Verdict;
 use crate::fluid::RunOutput;
@@ -113,7 +114,7 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
         .fold(0.0, f64::max)
         .max(1.0)
         / 1e9
-        * 1.1;
+        * 1.3;
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     let e = |x: DrawingAreaErrorKind<_>| x.to_string();
     root.fill(&WHITE).map_err(e)?;
@@ -175,6 +176,24 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
                 .map_err(|x| x.to_string())?;
         }
     }
+    for (n, (t, what)) in run.events.iter().enumerate() {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(*t, 0.0), (*t, top)],
+                4,
+                4,
+                BLACK.mix(0.4).stroke_width(1),
+            ))
+            .map_err(|x| x.to_string())?;
+        let pos = (*t + end * 0.005, top * (0.03 + 0.04 * (n % 3) as f64));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                what.clone(),
+                pos,
+                ("sans-serif", 12).into_font().color(&BLACK),
+            )))
+            .map_err(|x| x.to_string())?;
+    }
     for (n, m) in run.moves.iter().filter(|m| m.lbt.is_some()).enumerate() {
         chart
             .draw_series(std::iter::once(PathElement::new(
@@ -193,7 +212,7 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()

@@ -265,7 +265,7 @@ impl Scenario {
             file: path.display().to_string(),
             message,
         };
-        let file: ScenarioFile = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let file = parse_toml(text).map_err(err)?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         resolve(file, path, &dir).map_err(err)
     }
@@ -274,6 +274,21 @@ impl Scenario {
     pub fn uplink_index(&self, name: &str) -> Option<usize> {
         self.file.uplinks.iter().position(|u| u.name == name)
     }
+}
+
+/// Parses the TOML into the file model; a shape error leads with the key path (`ports[0].tx`)
+/// and keeps the TOML parser's line, column and caret.
+fn parse_toml(text: &str) -> Result<ScenarioFile, String> {
+    let de = toml::Deserializer::parse(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            inner.trim_end().to_string()
+        } else {
+            format!("{path}: {}", inner.trim_end())
+        }
+    })
 }
 
 /// Checks the numbers and resolves every name; errors carry the key path.

@@ -85,18 +85,20 @@ fn print_text(o: &teamster_sim::Outcome) {
         f.step_s,
         f.seed
     );
-    for (t, e) in &o.run.events {
-        println!("  {t:>7.1} s  event: {e}");
-    }
+    // The timeline: events and moves in time order (an event before the moves it caused).
+    let mut lines: Vec<(f64, u8, String)> = o
+        .run
+        .events
+        .iter()
+        .map(|(t, e)| (*t, 0, format!("event: {e}")))
+        .collect();
     for m in &o.run.moves {
-        println!(
-            "  {:>7.1} s  move: {} {} -> {} ({})",
-            m.t_s,
-            m.port,
-            m.from.as_deref().unwrap_or("none"),
-            m.to.as_deref().unwrap_or("none"),
-            m.reason
-        );
+        let (from, to) = (m.from.as_deref().unwrap_or("none"), m.to.as_deref().unwrap_or("none"));
+        lines.push((m.t_s, 1, format!("move: {} {from} -> {to} ({})", m.port, m.reason)));
+    }
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for (t, _, line) in lines {
+        println!("  {t:>7.1} s  {line}");
     }
     if let Some(last) = o.run.rows.last() {
         let per: Vec<String> = o

@@ -12,8 +12,10 @@
 //! spread over the active uplinks per flow, and the home carries its non-IP frames.
 //!
 //! Failover. When an uplink goes down, only the ports currently on it move: to one of the group's
-//! remaining live active uplinks (chosen by rendezvous hashing on the port, so the choice is
-//! deterministic and spread), or else to the first live standby in order. Ports on healthy
+//! remaining live active uplinks, or else to the first live standby in order. Under static
+//! policies the active uplink is chosen by rendezvous hashing on the port, so the choice is
+//! deterministic and spread; under Load-Based Teaming, which is capacity-aware, the moved ports
+//! are placed largest first where their resulting utilisation is lowest. Ports on healthy
 //! uplinks never move. When an uplink comes up, a port with nowhere to go attaches at once; with
 //! failback on, ports whose home it is return to it, and ports parked on a standby return to an
 //! active uplink. With failback off, ports stay where they are until their uplink fails.
@@ -180,7 +182,7 @@ impl fmt::Display for MoveReason {
             MoveReason::PolicyChange => f.write_str("policy change"),
             MoveReason::LoadBased(d) => write!(
                 f,
-                "load-based: {} mean {:.1}% > {:.0}%",
+                "load-based: {} mean {:.2}% > {:.0}%",
                 d.direction,
                 100.0 * d.from_before.get(d.direction),
                 100.0 * d.threshold

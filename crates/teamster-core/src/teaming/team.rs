@@ -227,31 +227,72 @@ impl Team {
             return Ok(());
         }
         self.uplinks[uplink.0].link = state;
+        if state == LinkState::Down {
+            self.fail_over(uplink, now);
+            return Ok(());
+        }
         for i in 0..self.ports.len() {
             let p = &self.ports[i];
             let order = &self.groups[p.spec.group.0].order;
-            let failback = self.groups[p.spec.group.0].failback;
-            match state {
-                LinkState::Down if p.current == Some(uplink) => {
-                    let to = self.failover_choice(i, Some(uplink));
-                    self.move_port(i, to, MoveReason::LinkDown, now);
-                }
-                LinkState::Up if p.current.is_none() => {
+            if p.current.is_none() {
+                let to = self.placement(i);
+                self.move_port(i, to, MoveReason::LinkUp, now);
+            } else if self.groups[p.spec.group.0].failback {
+                let on_standby = p.current.is_some_and(|c| !order.active.contains(&c));
+                let returns_home = p.home == uplink && p.current != Some(uplink);
+                if returns_home || (on_standby && order.active.contains(&uplink)) {
                     let to = self.placement(i);
-                    self.move_port(i, to, MoveReason::LinkUp, now);
+                    self.move_port(i, to, MoveReason::Failback, now);
                 }
-                LinkState::Up if failback => {
-                    let on_standby = p.current.is_some_and(|c| !order.active.contains(&c));
-                    let returns_home = p.home == uplink && p.current != Some(uplink);
-                    if returns_home || (on_standby && order.active.contains(&uplink)) {
-                        let to = self.placement(i);
-                        self.move_port(i, to, MoveReason::Failback, now);
-                    }
-                }
-                _ => {}
             }
         }
         Ok(())
+    }
+
+    /// Moves every port off the failed `uplink`. Ports of static policies go to their
+    /// [`Team::failover_choice`]. Ports of Load-Based Teaming groups are placed by load, largest
+    /// first, each on the live active uplink where its resulting utilisation is lowest (their
+    /// policy is capacity-aware, so a failover must not park a 4 Gbit/s port on a 1 GbE uplink
+    /// while a 10 GbE one has room); an idle port falls back to the rendezvous choice.
+    fn fail_over(&mut self, uplink: UplinkId, now: Instant) {
+        let on_failed: Vec<usize> = (0..self.ports.len())
+            .filter(|&i| self.ports[i].current == Some(uplink))
+            .collect();
+        let load = |p: &PortState| (p.tx.mean_bps(now), p.rx.mean_bps(now));
+        let mut mapped = vec![(0.0f64, 0.0f64); self.uplinks.len()];
+        for p in &self.ports {
+            if let Some(c) = p.current.filter(|&c| c != uplink) {
+                let (tx, rx) = load(p);
+                mapped[c.0].0 += tx;
+                mapped[c.0].1 += rx;
+            }
+        }
+        let mut by_load: Vec<(usize, (f64, f64))> = on_failed.iter().map(|&i| (i, load(&self.ports[i]))).collect();
+        by_load.sort_by(|a, b| (b.1 .0 + b.1 .1).total_cmp(&(a.1 .0 + a.1 .1)).then(a.0.cmp(&b.0)));
+        for (i, (tx, rx)) in by_load {
+            let group = &self.groups[self.ports[i].spec.group.0];
+            let by_headroom = (group.policy == Policy::LoadBased && tx + rx > 0.0)
+                .then(|| {
+                    let util = |u: &UplinkId| {
+                        let cap = self.uplinks[u.0].spec.capacity.bps_f64();
+                        ((mapped[u.0].0 + tx) / cap).max((mapped[u.0].1 + rx) / cap)
+                    };
+                    group
+                        .order
+                        .active
+                        .iter()
+                        .filter(|u| **u != uplink && self.is_up(**u))
+                        .min_by(|a, b| util(a).total_cmp(&util(b)).then(a.cmp(b)))
+                        .copied()
+                })
+                .flatten();
+            let to = by_headroom.or_else(|| self.failover_choice(i, Some(uplink)));
+            if let Some(t) = to {
+                mapped[t.0].0 += tx;
+                mapped[t.0].1 += rx;
+            }
+            self.move_port(i, to, MoveReason::LinkDown, now);
+        }
     }
 
     /// Changes a group's policy, failover order and failback; its ports are re-homed by the new

@@ -535,3 +535,38 @@ fn only_lbt_groups_are_moved() {
     assert_eq!(moves.len(), 1);
     assert_eq!(moves[0].port, PortId(2));
 }
+
+#[test]
+fn lbt_failover_places_ports_by_headroom_on_mixed_speeds() {
+    // uplink1 and uplink2 10 GbE, uplink3 1 GbE. Ports 0 and 3 (4 and 0.3 Gbit/s) live on uplink1,
+    // port 1 (2 Gbit/s) on uplink2, port 2 (0.2 Gbit/s) on uplink3.
+    let ports = [0, 1, 2, 3];
+    let rate = |p: u32, _| [4.0, 2.0, 0.2, 0.3][p as usize];
+    let mut t = team(
+        &[10.0, 10.0, 1.0],
+        group(Policy::LoadBased, &[0, 1, 2], &[], true),
+        ports,
+    );
+    assert!(drive(&mut t, &rate, &ports, 0, 40).is_empty());
+    t.set_link(UplinkId(0), LinkState::Down, Instant::from_secs(40))
+        .unwrap();
+    let (moves, _) = drain(&mut t);
+    // The 4 Gbit/s port goes to the 10 GbE uplink2 (60%), never to 1 GbE (420%). The 0.3 Gbit/s
+    // port then fits best on 1 GbE (50%) rather than uplink2 (63%).
+    assert_eq!(moves.len(), 2);
+    assert_eq!((moves[0].port, moves[0].to), (PortId(0), Some(UplinkId(1))));
+    assert_eq!((moves[1].port, moves[1].to), (PortId(3), Some(UplinkId(2))));
+    assert!(moves.iter().all(|m| m.reason == MoveReason::LinkDown));
+    // Static policies keep the load-blind rendezvous choice (predictable for upstream configs).
+    let mut s = team(
+        &[10.0, 10.0, 1.0],
+        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
+        [0, 3],
+    );
+    let expect: Vec<Option<UplinkId>> = [0u64, 3]
+        .iter()
+        .map(|&k| rendezvous_pick(k, [1usize, 2]).map(UplinkId))
+        .collect();
+    s.set_link(UplinkId(0), LinkState::Down, Instant::ZERO).unwrap();
+    assert_eq!(vec![s.port_uplink(PortId(0)), s.port_uplink(PortId(3))], expect);
+}
