@@ -18,7 +18,7 @@ use core::net::Ipv4Addr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use teamster_core::teaming::{
-    Direction, Effect, LbtDecision, LinkState, MoveReason, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+    Direction, Effect, LbtDecision, LinkState, MoveReason, PortId, PortSpec, Team, UplinkId, UplinkSpec,
 };
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -94,15 +94,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         .collect();
     let mut team = Team::new(specs, s.lbt).map_err(|e| e.to_string())?;
     for g in &s.groups {
-        team.add_group(PortGroupSpec {
-            name: g.name.clone(),
-            policy: g.policy,
-            order: g.order.clone(),
-            failback: g.failback,
-            notify_switches: g.notify_switches,
-            vlan: g.vlan,
-        })
-        .map_err(|e| e.to_string())?;
+        team.add_group(g.clone()).map_err(|e| e.to_string())?;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(f.seed);
     let mut traffic = Vec::new();

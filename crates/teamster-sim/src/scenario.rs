@@ -8,7 +8,7 @@ use crate::demand::{Demand, DemandSpec};
 use crate::expect::ExpectSpec;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use teamster_core::teaming::{FailoverOrder, IpHashMode, LbtConfig, Policy, UplinkId};
+use teamster_core::teaming::{FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -195,7 +195,7 @@ pub struct Scenario {
     pub path: PathBuf,
     pub lbt: LbtConfig,
     pub ports: Vec<PortPlan>,
-    pub groups: Vec<GroupPlan>,
+    pub groups: Vec<PortGroupSpec>,
     pub events: Vec<Event>,
 }
 
@@ -210,17 +210,6 @@ pub struct PortPlan {
     pub rx: Demand,
     pub flows: u32,
     pub jitter: f64,
-}
-
-/// A port group ready to simulate.
-#[derive(Debug, Clone)]
-pub struct GroupPlan {
-    pub name: String,
-    pub policy: Policy,
-    pub order: FailoverOrder,
-    pub failback: bool,
-    pub notify_switches: bool,
-    pub vlan: Option<u16>,
 }
 
 /// A resolved timeline event.
@@ -367,7 +356,7 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
             return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
         }
-        groups.push(GroupPlan {
+        groups.push(PortGroupSpec {
             name: g.name.clone(),
             policy: g.policy.policy(),
             order: order(&key, &g.active, &g.standby)?,
