@@ -18,7 +18,7 @@ use core::net::Ipv4Addr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use teamster_core::teaming::{
-    Direction, Effect, LbtDecision, LinkState, MoveReason, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortSpec, Team, UplinkId, UplinkSpec,
 };
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -145,7 +145,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         moves: Vec::new(),
         events: Vec::new(),
         notifications: 0,
-        lbt_threshold: team.poll_at().map(|_| s.lbt.threshold),
+        lbt_threshold: uses_lbt(s).then_some(s.lbt.threshold),
     };
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;
@@ -235,6 +235,20 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         }
     }
     Ok(out)
+}
+
+/// True if a port group uses Load-Based Teaming at the start or after a policy event.
+fn uses_lbt(s: &Scenario) -> bool {
+    s.groups.iter().any(|g| g.policy == Policy::LoadBased)
+        || s.events.iter().any(|e| {
+            matches!(
+                e,
+                Event::Policy {
+                    policy: Policy::LoadBased,
+                    ..
+                }
+            )
+        })
 }
 
 fn empty_row(t_s: f64, nu: usize, np: usize) -> Row {

@@ -139,3 +139,13 @@ fn policy_event_rehomes_and_ip_hash_spreads_flows() {
         r.uplink_tx
     );
 }
+
+#[test]
+fn the_plot_threshold_follows_lbt_even_when_switched_on_later() {
+    let static_only = GOOD.replace("policy = \"load-based\"", "policy = \"port-id\"");
+    let run = fluid::run(&Scenario::from_str(&static_only, Path::new("s.toml")).unwrap()).unwrap();
+    assert_eq!(run.lbt_threshold, None);
+    let later = static_only + "[[events]]\nkind = \"policy\"\nat_s = 5\ngroup = \"g\"\npolicy = \"load-based\"\n";
+    let run = fluid::run(&Scenario::from_str(&later, Path::new("l.toml")).unwrap()).unwrap();
+    assert_eq!(run.lbt_threshold, Some(0.75));
+}
