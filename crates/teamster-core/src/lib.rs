@@ -6,10 +6,13 @@
 //!
 //! - [`wire`]: parse frames into a [`wire::FlowKey`] and build the frames the engine sends.
 //! - [`units`]: [`units::Bandwidth`], bits per second, parsed from and printed as "10G".
+//! - [`ioc`]: Network I/O Control: the reservation/shares/limit tree, admission control and the
+//!   exact fluid allocator.
 //! - [`teaming`]: a team of uplinks, failover order, failback, notify-switch frames and the
 //!   load-balancing policies, Load-Based Teaming among them.
 #![forbid(unsafe_code)]
 
+pub mod ioc;
 pub mod teaming;
 pub mod time;
 pub mod units;

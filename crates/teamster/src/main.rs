@@ -3,6 +3,10 @@
 //! `teamster simulate SCENARIO` runs a scenario in the simulator, prints each expectation and
 //! whether it held, and writes the run's folder (CSV series, moves, SVG plot, summary.json).
 //! Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input.
+//! `teamster ioc allocate FILE` and `teamster ioc admit FILE` script Network I/O Control
+//! (see [`ioc_cmd`]).
+
+mod ioc_cmd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -33,12 +37,43 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Network I/O Control: allocate bandwidth over a tree, or check admission.
+    Ioc {
+        #[command(subcommand)]
+        command: IocCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IocCommand {
+    /// Print each node's allocation: reservations first, then the excess by shares, under limits and demands.
+    Allocate {
+        /// The tree: a .json or .toml file with capacity and nodes.
+        file: PathBuf,
+        /// Print {"allocations": {"<node>": bits/s, ...}}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the tree against admission control; exit 1 if it is rejected.
+    Admit {
+        /// The tree: a .json or .toml file with capacity, nodes and optionally reservation_cap.
+        file: PathBuf,
+        /// Print {"admitted": true} or {"admitted": false, "error": "..."}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
+        Command::Ioc {
+            command: IocCommand::Allocate { file, json },
+        } => ioc_cmd::allocate_cmd(&file, json),
+        Command::Ioc {
+            command: IocCommand::Admit { file, json },
+        } => ioc_cmd::admit_cmd(&file, json),
     }
 }
 
