@@ -21,15 +21,19 @@
 pub mod admission;
 mod allocate;
 mod class;
+pub mod sched;
 mod shares;
 pub mod spec;
 mod tree;
 
+#[cfg(test)]
+mod sched_tests;
 #[cfg(test)]
 mod tests;
 
 pub use admission::{AdmissionError, ReservationCap};
 pub use allocate::{allocate, waterfill, Allocation};
 pub use class::TrafficClass;
+pub use sched::{LimitId, Scheduler, SharedLimits};
 pub use shares::{Shares, SharesError};
 pub use tree::{Node, NodeId, NodeSpec, Tree, TreeError};
