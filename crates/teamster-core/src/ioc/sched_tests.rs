@@ -114,6 +114,13 @@ fn check(tree: &Tree, cap: f64, sources: &[(NodeId, Source)], packets: usize) ->
     Ok(())
 }
 
+/// A leaf of a flat test tree: reservation, shares, limit (Gbit/s) and its source.
+type Leaf = (f64, u32, Option<f64>, Source);
+
+/// A random test tree: capacity, nodes (parent, reservation fraction, shares, limit fraction),
+/// and per-leaf CBR rates as fractions of the capacity (None: greedy).
+type RandomCase = (f64, Vec<(usize, f64, u32, Option<f64>)>, Vec<Option<f64>>);
+
 fn spec(name: &str, r: f64, s: u32, l: Option<f64>) -> NodeSpec {
     NodeSpec {
         name: name.into(),
@@ -124,7 +131,7 @@ fn spec(name: &str, r: f64, s: u32, l: Option<f64>) -> NodeSpec {
 }
 
 /// A flat tree of (R, S, L) leaves with sources.
-fn flat(children: &[(f64, u32, Option<f64>, Source)]) -> (Tree, Vec<(NodeId, Source)>) {
+fn flat(children: &[Leaf]) -> (Tree, Vec<(NodeId, Source)>) {
     let mut t = Tree::new("uplink");
     let sources = children
         .iter()
@@ -139,7 +146,7 @@ const G: f64 = 1e9;
 #[test]
 fn public_vectors_at_packet_level() {
     use Source::*;
-    let vectors: Vec<(f64, Vec<(f64, u32, Option<f64>, Source)>)> = vec![
+    let vectors: Vec<(f64, Vec<Leaf>)> = vec![
         (
             9.4,
             vec![
@@ -268,7 +275,7 @@ fn a_vnic_limit_is_shared_across_uplinks() {
 }
 
 /// A random tree of up to 12 nodes, with sources on its leaves.
-fn random_case() -> impl Strategy<Value = (f64, Vec<(usize, f64, u32, Option<f64>)>, Vec<Option<f64>>)> {
+fn random_case() -> impl Strategy<Value = RandomCase> {
     (
         1.0f64..10.0,
         proptest::collection::vec(
