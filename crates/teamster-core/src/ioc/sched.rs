@@ -18,12 +18,17 @@
 //! tag to its parent's virtual time (the S tag of the last shares-phase pick there), so it banks
 //! no credit for its idle time.
 //!
+//! Each inner node keeps its backlogged children in three heaps, as mClock does: ready by R tag,
+//! ready by S tag, and held (by limit, or because every leaf below is held) by release time.
+//! Entries are invalidated lazily by a per-node version, so a dequeue costs O(depth · log n).
+//!
 //! A leaf's limit may instead be a [`SharedLimits`] bucket, shared by the schedulers of every
 //! uplink the port uses: a vNIC's limit is one cap across its uplinks.
 
 use super::{NodeId, Tree};
 use crate::Instant;
-use std::collections::VecDeque;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Limit buckets shared between the schedulers of several uplinks, one per limited vNIC.
 #[derive(Debug, Clone, Default)]
@@ -44,10 +49,39 @@ impl SharedLimits {
     }
 }
 
+/// A heap entry: a key (a tag or a time), the child, and the child's version when pushed.
+#[derive(Debug, Clone, Copy)]
+struct Entry(f64, u32, u32);
+
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+    }
+}
+
+type MinHeap = BinaryHeap<Reverse<Entry>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Ready,
+    Held,
+}
+
 #[derive(Debug, Clone)]
 struct SNode {
     parent: Option<usize>,
-    children: Vec<usize>,
     /// Nanoseconds per bit under the reservation; 0 = no reservation.
     r_cost: f64,
     /// Shares-clock units per bit: 1 / shares.
@@ -62,6 +96,14 @@ struct SNode {
     vtime: f64,
     /// Backlogged leaves in this subtree.
     backlog: u32,
+    state: State,
+    version: u32,
+    /// Children ready, by R tag (only children with a reservation).
+    by_r: MinHeap,
+    /// Children ready, by S tag.
+    by_s: MinHeap,
+    /// Children held back, by the time they may be released.
+    held: MinHeap,
 }
 
 /// Which phase a node was picked in.
@@ -77,8 +119,6 @@ pub struct Scheduler<T> {
     nodes: Vec<SNode>,
     queues: Vec<VecDeque<(u32, T)>>,
     path: Vec<(usize, Phase)>,
-    /// Children found without an eligible leaf during the current dequeue.
-    blocked: Vec<bool>,
 }
 
 impl<T> Scheduler<T> {
@@ -86,16 +126,15 @@ impl<T> Scheduler<T> {
     /// granularity does not lose throughput to rounding.
     pub const LIMIT_BURST_BYTES: f64 = 3000.0;
 
-    /// A scheduler for `tree`; `shared[i]`, if given, replaces leaf `i`'s own limit.
+    /// A scheduler for `tree`; a `(leaf, bucket)` pair in `shared` replaces that leaf's own limit.
     pub fn new(tree: &Tree, shared: &[(NodeId, LimitId)]) -> Scheduler<T> {
+        let per_bit = |bps: f64| if bps > 0.0 { 1e9 / bps } else { 0.0 };
         let nodes: Vec<SNode> = tree
             .ids()
             .map(|id| {
                 let n = tree.node(id);
-                let per_bit = |bps: f64| if bps > 0.0 { 1e9 / bps } else { 0.0 };
                 SNode {
                     parent: n.parent.map(|p| p.0),
-                    children: n.children.iter().map(|c| c.0).collect(),
                     r_cost: per_bit(n.spec.reservation.bps_f64()),
                     s_cost: 1.0 / f64::from(n.spec.shares.get()),
                     l_cost: n.spec.limit.map_or(0.0, |l| per_bit(l.bps_f64())),
@@ -105,12 +144,16 @@ impl<T> Scheduler<T> {
                     l_tag: f64::NEG_INFINITY,
                     vtime: 0.0,
                     backlog: 0,
+                    state: State::Idle,
+                    version: 0,
+                    by_r: MinHeap::new(),
+                    by_s: MinHeap::new(),
+                    held: MinHeap::new(),
                 }
             })
             .collect();
         Scheduler {
             queues: (0..nodes.len()).map(|_| VecDeque::new()).collect(),
-            blocked: vec![false; nodes.len()],
             nodes,
             path: Vec::new(),
         }
@@ -120,26 +163,74 @@ impl<T> Scheduler<T> {
     pub fn enqueue(&mut self, leaf: NodeId, len: u32, item: T, now: Instant) {
         let was_empty = self.queues[leaf.0].is_empty();
         self.queues[leaf.0].push_back((len, item));
-        if was_empty {
-            let now = now.as_nanos() as f64;
-            let mut at = Some(leaf.0);
-            while let Some(i) = at {
-                if self.nodes[i].backlog == 0 {
-                    self.wake(i, now);
-                }
-                self.nodes[i].backlog += 1;
-                at = self.nodes[i].parent;
-            }
+        if !was_empty {
+            return;
         }
+        let t = now.as_nanos() as f64;
+        let mut at = leaf.0;
+        while let Some(parent) = self.nodes[at].parent {
+            self.nodes[at].backlog += 1;
+            match self.nodes[at].state {
+                State::Idle => {
+                    self.wake(at, t);
+                    self.place(at, parent, t, None);
+                }
+                // Held only because nothing below could send: the new packet may change that.
+                State::Held if self.limit_ok(at, t, None) => self.place(at, parent, t, None),
+                _ => {}
+            }
+            at = parent;
+        }
+        self.nodes[at].backlog += 1;
     }
 
     /// Re-synchronises an idle node's tags so that it banks no credit.
-    fn wake(&mut self, i: usize, now: f64) {
+    fn wake(&mut self, i: usize, t: f64) {
         let vt = self.nodes[i].parent.map_or(0.0, |p| self.nodes[p].vtime);
         let n = &mut self.nodes[i];
-        n.r_tag = n.r_tag.max(now);
-        n.l_tag = n.l_tag.max(now - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost);
+        n.r_tag = n.r_tag.max(t);
+        n.l_tag = n.l_tag.max(t - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost);
         n.s_tag = n.s_tag.max(vt);
+    }
+
+    /// Files backlogged node `i` in its parent's heaps: ready if its limit allows sending at `t`
+    /// (and nothing below is known to be held until later), else held until its release time.
+    fn place(&mut self, i: usize, parent: usize, t: f64, held_below_until: Option<f64>) {
+        let own = self.release_time(i);
+        let release = held_below_until.map_or(own, |b| b.max(own));
+        let n = &mut self.nodes[i];
+        n.version = n.version.wrapping_add(1);
+        let (v, c) = (n.version, i as u32);
+        let (r_cost, r_tag, s_tag) = (n.r_cost, n.r_tag, n.s_tag);
+        if release <= t {
+            n.state = State::Ready;
+            let p = &mut self.nodes[parent];
+            if r_cost > 0.0 {
+                p.by_r.push(Reverse(Entry(r_tag, c, v)));
+            }
+            p.by_s.push(Reverse(Entry(s_tag, c, v)));
+        } else {
+            n.state = State::Held;
+            self.nodes[parent].held.push(Reverse(Entry(release, c, v)));
+        }
+    }
+
+    /// The time node `i`'s own limit next lets it send. A shared bucket is read through the
+    /// `SharedLimits` passed to `dequeue`, so here it counts as released; `pick` checks it.
+    fn release_time(&self, i: usize) -> f64 {
+        match self.nodes[i].shared_limit {
+            Some(_) => f64::NEG_INFINITY,
+            None => self.nodes[i].l_tag,
+        }
+    }
+
+    /// Whether node `i`'s own limit lets it send at `t`.
+    fn limit_ok(&self, i: usize, t: f64, shared: Option<&SharedLimits>) -> bool {
+        match (self.nodes[i].shared_limit, shared) {
+            (Some(LimitId(b)), Some(s)) => s.buckets[b].1 <= t,
+            (Some(_), None) => true,
+            (None, _) => self.nodes[i].l_tag <= t,
+        }
     }
 
     /// Packets queued on `leaf`.
@@ -151,11 +242,13 @@ impl<T> Scheduler<T> {
     /// leaf is held back by a limit (see [`Scheduler::next_eligible`]).
     pub fn dequeue(&mut self, now: Instant, shared: &mut SharedLimits) -> Option<(NodeId, u32, T)> {
         let t = now.as_nanos() as f64;
+        if self.nodes[0].backlog == 0 {
+            return None;
+        }
         self.path.clear();
         let mut at = 0;
-        let mut touched_blocked = Vec::new();
         let leaf = loop {
-            if self.nodes[at].children.is_empty() {
+            if self.nodes[at].backlog > 0 && self.queues[at].front().is_some() && self.nodes[at].parent.is_some() {
                 break at;
             }
             match self.pick(at, t, shared) {
@@ -163,36 +256,30 @@ impl<T> Scheduler<T> {
                     self.path.push(step);
                     at = step.0;
                 }
+                None if at == 0 => return None,
                 None => {
-                    // Nothing eligible below `at`: mark it and retry from the root.
-                    if at == 0 {
-                        for b in touched_blocked {
-                            self.blocked[b] = false;
-                        }
-                        return None;
-                    }
-                    self.blocked[at] = true;
-                    touched_blocked.push(at);
+                    // Everything below `at` is held: hold `at` in its parent until the earliest
+                    // release below, and look again from the root.
+                    let below = self.earliest_held(at);
+                    let parent = self.nodes[at].parent.expect("not the root");
+                    self.place(at, parent, t, Some(below));
                     self.path.clear();
                     at = 0;
                 }
             }
         };
-        for b in touched_blocked {
-            self.blocked[b] = false;
-        }
         let (len, item) = self.queues[leaf].pop_front().expect("picked leaves have backlog");
         let bits = f64::from(len) * 8.0;
         let emptied = self.queues[leaf].is_empty();
-        for k in 0..self.path.len() {
+        // Charge every node on the path by its phase, deepest first, and refile it.
+        for k in (0..self.path.len()).rev() {
             let (i, phase) = self.path[k];
             let parent = self.nodes[i].parent.expect("path nodes are children");
-            let n = &mut self.nodes[i];
             match phase {
-                Phase::Reservation => n.r_tag += bits * n.r_cost,
+                Phase::Reservation => self.nodes[i].r_tag += bits * self.nodes[i].r_cost,
                 Phase::Shares => {
-                    let start = n.s_tag;
-                    n.s_tag += bits * n.s_cost;
+                    let start = self.nodes[i].s_tag;
+                    self.nodes[i].s_tag += bits * self.nodes[i].s_cost;
                     self.nodes[parent].vtime = start;
                 }
             }
@@ -210,6 +297,16 @@ impl<T> Scheduler<T> {
             if emptied {
                 n.backlog -= 1;
             }
+            if n.backlog == 0 {
+                n.state = State::Idle;
+                n.version = n.version.wrapping_add(1);
+            } else {
+                let held_until = match n.shared_limit {
+                    Some(LimitId(b)) => Some(shared.buckets[b].1),
+                    None => None,
+                };
+                self.place(i, parent, t, held_until);
+            }
         }
         if emptied {
             self.nodes[0].backlog -= 1;
@@ -217,33 +314,60 @@ impl<T> Scheduler<T> {
         Some((NodeId(leaf), len, item))
     }
 
-    /// Whether node `i`'s limit lets it send at `t`.
-    fn limit_ok(&self, i: usize, t: f64, shared: &SharedLimits) -> bool {
-        match self.nodes[i].shared_limit {
-            Some(LimitId(b)) => shared.buckets[b].1 <= t,
-            None => self.nodes[i].l_tag <= t,
+    /// Picks the child of `p` to serve at `t`: the earliest due R tag, else the smallest S tag,
+    /// after releasing held children whose time has come.
+    fn pick(&mut self, p: usize, t: f64, shared: &SharedLimits) -> Option<(usize, Phase)> {
+        while let Some(&Reverse(Entry(when, c, v))) = self.nodes[p].held.peek() {
+            let c = c as usize;
+            if v != self.nodes[c].version {
+                self.nodes[p].held.pop();
+            } else if when <= t {
+                self.nodes[p].held.pop();
+                let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.buckets[b].1);
+                self.place(c, p, t, until);
+            } else {
+                break;
+            }
         }
+        for phase in [Phase::Reservation, Phase::Shares] {
+            loop {
+                let top = match phase {
+                    Phase::Reservation => self.nodes[p].by_r.peek().copied(),
+                    Phase::Shares => self.nodes[p].by_s.peek().copied(),
+                };
+                let Some(Reverse(Entry(tag, c, v))) = top else { break };
+                let c = c as usize;
+                if v != self.nodes[c].version || self.nodes[c].state != State::Ready {
+                    match phase {
+                        Phase::Reservation => self.nodes[p].by_r.pop(),
+                        Phase::Shares => self.nodes[p].by_s.pop(),
+                    };
+                    continue;
+                }
+                if phase == Phase::Reservation && tag > t {
+                    break;
+                }
+                if !self.limit_ok(c, t, Some(shared)) {
+                    // A shared bucket was drained by another uplink: hold it here too.
+                    let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.buckets[b].1);
+                    self.place(c, p, t, until);
+                    continue;
+                }
+                return Some((c, phase));
+            }
+        }
+        None
     }
 
-    /// Picks the child of `parent` to serve: the earliest due R tag, else the smallest S tag,
-    /// among backlogged, limit-eligible, unblocked children.
-    fn pick(&self, parent: usize, t: f64, shared: &SharedLimits) -> Option<(usize, Phase)> {
-        let mut due: Option<(f64, usize)> = None;
-        let mut share: Option<(f64, usize)> = None;
-        for &c in &self.nodes[parent].children {
-            let n = &self.nodes[c];
-            if n.backlog == 0 || self.blocked[c] || !self.limit_ok(c, t, shared) {
-                continue;
+    /// The earliest release time among the held children of `i`.
+    fn earliest_held(&mut self, i: usize) -> f64 {
+        while let Some(&Reverse(Entry(when, c, v))) = self.nodes[i].held.peek() {
+            if v == self.nodes[c as usize].version {
+                return when;
             }
-            if n.r_cost > 0.0 && n.r_tag <= t && due.is_none_or(|(tag, _)| n.r_tag < tag) {
-                due = Some((n.r_tag, c));
-            }
-            if share.is_none_or(|(tag, _)| n.s_tag < tag) {
-                share = Some((n.s_tag, c));
-            }
+            self.nodes[i].held.pop();
         }
-        due.map(|(_, c)| (c, Phase::Reservation))
-            .or(share.map(|(_, c)| (c, Phase::Shares)))
+        f64::INFINITY
     }
 
     /// The earliest time after `now` at which a backlogged node's limit clock releases it.
