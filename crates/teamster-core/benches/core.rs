@@ -1,6 +1,7 @@
 //! Core benchmarks: flow-key parsing (report as Mpps: criterion's elements/s), uplink selection
-//! per policy (ns per decision), and one Load-Based Teaming evaluation for 1,000 ports on 4
-//! uplinks (µs).
+//! per policy (ns per decision), one Load-Based Teaming evaluation for 1,000 ports on 4 uplinks
+//! (µs), and the NetIOC scheduler's enqueue + dequeue (elements/s = packets/s; `teamster bench
+//! sched` runs the full matrix against the rte_sched peer's workload).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use etherparse::{PacketBuilder, VlanId};
@@ -134,5 +135,52 @@ fn bench_lbt(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_parse, bench_select, bench_lbt);
+fn bench_sched(c: &mut Criterion) {
+    use teamster_core::ioc::{NodeId, NodeSpec, Scheduler, SharedLimits, Shares, Tree};
+    let mut g = c.benchmark_group("sched");
+    g.throughput(Throughput::Elements(32));
+    for leaves in [16usize, 1024, 4096] {
+        for (kind, reserve) in [("limits", false), ("reservations", true)] {
+            let mut t = Tree::new("uplink");
+            for i in 0..leaves {
+                let spec = NodeSpec {
+                    name: format!("p{i}"),
+                    reservation: if reserve && i % 2 == 0 {
+                        Bandwidth::from_bps_f64(50e9 / (leaves as f64 / 2.0).ceil())
+                    } else {
+                        Bandwidth::ZERO
+                    },
+                    shares: Shares::new(1 + (i as u32 * 37) % 100).unwrap(),
+                    limit: (!reserve).then(|| Bandwidth::from_gbps(800)),
+                };
+                t.add(NodeId::ROOT, spec).unwrap();
+            }
+            let mut s: Scheduler<u32> = Scheduler::new(&t, &[]);
+            let mut shared = SharedLimits::default();
+            let (mut clock, mut x) = (0u64, 0x1234567u64);
+            g.bench_function(BenchmarkId::new(kind, leaves), |bn| {
+                bn.iter(|| {
+                    // A burst of 32 packets in (uniform leaves, 64 per leaf at most), 32 out.
+                    for _ in 0..32 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let leaf = NodeId(1 + (x % leaves as u64) as usize);
+                        if s.queued(leaf) < 64 {
+                            s.enqueue(leaf, 88, x as u32, Instant::from_nanos(clock));
+                        }
+                    }
+                    for _ in 0..32 {
+                        if s.dequeue(Instant::from_nanos(clock), &mut shared).is_some() {
+                            clock += 7; // 88 B at 100 Gbit/s
+                        }
+                    }
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_parse, bench_select, bench_lbt, bench_sched);
 criterion_main!(benches);

@@ -6,6 +6,7 @@
 //! `teamster ioc allocate FILE` and `teamster ioc admit FILE` script Network I/O Control
 //! (see [`ioc_cmd`]).
 
+mod bench_cmd;
 mod ioc_cmd;
 
 use clap::{Parser, Subcommand};
@@ -37,10 +38,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmarks of the engine.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Network I/O Control: allocate bandwidth over a tree, or check admission.
     Ioc {
         #[command(subcommand)]
         command: IocCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// NetIOC scheduler: enqueue + dequeue Mpps on one core (closed loop, bursts of 32).
+    Sched {
+        /// Tree kinds to run.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["limits", "reservations"])]
+        tree: Vec<bench_cmd::TreeKind>,
+        /// Leaf port counts.
+        #[arg(long, value_delimiter = ',', default_values_t = [16, 256, 1024, 4096])]
+        leaves: Vec<usize>,
+        /// Packet sizes in bytes.
+        #[arg(long = "pkt-len", value_delimiter = ',', default_values_t = [64, 1500])]
+        pkt_len: Vec<u32>,
+        /// Packets to time per configuration.
+        #[arg(long, default_value_t = 10_000_000)]
+        packets: u64,
+        /// Packets pre-loaded per leaf before timing (a standing backlog).
+        #[arg(long, default_value_t = 0)]
+        backlog: u64,
+        /// One JSON line per configuration.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -68,6 +99,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
+        Command::Bench {
+            command:
+                BenchCommand::Sched {
+                    tree,
+                    leaves,
+                    pkt_len,
+                    packets,
+                    backlog,
+                    json,
+                },
+        } => bench_cmd::sched_cmd(&tree, &leaves, &pkt_len, packets, backlog, json),
         Command::Ioc {
             command: IocCommand::Allocate { file, json },
         } => ioc_cmd::allocate_cmd(&file, json),

@@ -28,7 +28,7 @@
 use super::{NodeId, Tree};
 use crate::Instant;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 /// Limit buckets shared between the schedulers of several uplinks, one per limited vNIC.
 #[derive(Debug, Clone, Default)]
@@ -49,28 +49,59 @@ impl SharedLimits {
     }
 }
 
-/// A heap entry: a key (a tag or a time), the child, and the child's version when pushed.
+/// A heap entry: a key (a tag or a time, see [`Entry::new`]), the child, and the child's
+/// version when pushed. Ordered by key alone, as a plain integer: equal keys come out in the
+/// heap's own (deterministic) order.
 #[derive(Debug, Clone, Copy)]
-struct Entry(f64, u32, u32);
+struct Entry(u64, u32, u32);
+
+impl Entry {
+    /// An entry keyed by `key`, mapped to a u64 whose unsigned order is the float's order.
+    #[inline]
+    fn new(key: f64, child: u32, version: u32) -> Entry {
+        Entry(ord_key(key), child, version)
+    }
+
+    /// The key as the float it was made from.
+    #[inline]
+    fn key(self) -> f64 {
+        let b = self.0;
+        f64::from_bits(if b >> 63 == 1 { b & !(1 << 63) } else { !b })
+    }
+}
+
+/// Maps a float to a u64 with the same order (negative numbers flipped, positives offset).
+#[inline]
+fn ord_key(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | (1 << 63)
+    }
+}
 
 impl PartialEq for Entry {
+    #[inline]
     fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
+        self.0 == o.0
     }
 }
 impl Eq for Entry {}
 impl PartialOrd for Entry {
+    #[inline]
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
 impl Ord for Entry {
+    #[inline]
     fn cmp(&self, o: &Self) -> Ordering {
-        self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+        self.0.cmp(&o.0)
     }
 }
 
-type MinHeap = BinaryHeap<Reverse<Entry>>;
+type MinHeap = std::collections::BinaryHeap<Reverse<Entry>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -206,12 +237,12 @@ impl<T> Scheduler<T> {
             n.state = State::Ready;
             let p = &mut self.nodes[parent];
             if r_cost > 0.0 {
-                p.by_r.push(Reverse(Entry(r_tag, c, v)));
+                p.by_r.push(Reverse(Entry::new(r_tag, c, v)));
             }
-            p.by_s.push(Reverse(Entry(s_tag, c, v)));
+            p.by_s.push(Reverse(Entry::new(s_tag, c, v)));
         } else {
             n.state = State::Held;
-            self.nodes[parent].held.push(Reverse(Entry(release, c, v)));
+            self.nodes[parent].held.push(Reverse(Entry::new(release, c, v)));
         }
     }
 
@@ -297,15 +328,34 @@ impl<T> Scheduler<T> {
             if emptied {
                 n.backlog -= 1;
             }
+            let release = match n.shared_limit {
+                Some(LimitId(b)) => shared.buckets[b].1,
+                None => n.l_tag,
+            };
             if n.backlog == 0 {
                 n.state = State::Idle;
                 n.version = n.version.wrapping_add(1);
-            } else {
-                let held_until = match n.shared_limit {
-                    Some(LimitId(b)) => Some(shared.buckets[b].1),
-                    None => None,
+            } else if release <= t {
+                // Still ready: only the tag of the phase it was served in moved, and its entry is
+                // the top of that heap, so re-key it in place; the other heap's entry stays right.
+                let key = match phase {
+                    Phase::Reservation => n.r_tag,
+                    Phase::Shares => n.s_tag,
                 };
-                self.place(i, parent, t, held_until);
+                let heap = match phase {
+                    Phase::Reservation => &mut self.nodes[parent].by_r,
+                    Phase::Shares => &mut self.nodes[parent].by_s,
+                };
+                // pop + push: std's pop sinks the hole with one compare per level, and the new,
+                // larger key rarely climbs far; cheaper than re-sifting the top in place.
+                let Some(Reverse(mut top)) = heap.pop() else {
+                    unreachable!("the picked entry is on top")
+                };
+                debug_assert_eq!(top.1 as usize, i, "the picked entry is on top");
+                top.0 = ord_key(key);
+                heap.push(Reverse(top));
+            } else {
+                self.place(i, parent, t, Some(release));
             }
         }
         if emptied {
@@ -317,8 +367,8 @@ impl<T> Scheduler<T> {
     /// Picks the child of `p` to serve at `t`: the earliest due R tag, else the smallest S tag,
     /// after releasing held children whose time has come.
     fn pick(&mut self, p: usize, t: f64, shared: &SharedLimits) -> Option<(usize, Phase)> {
-        while let Some(&Reverse(Entry(when, c, v))) = self.nodes[p].held.peek() {
-            let c = c as usize;
+        while let Some(&Reverse(e)) = self.nodes[p].held.peek() {
+            let (when, c, v) = (e.key(), e.1 as usize, e.2);
             if v != self.nodes[c].version {
                 self.nodes[p].held.pop();
             } else if when <= t {
@@ -335,8 +385,8 @@ impl<T> Scheduler<T> {
                     Phase::Reservation => self.nodes[p].by_r.peek().copied(),
                     Phase::Shares => self.nodes[p].by_s.peek().copied(),
                 };
-                let Some(Reverse(Entry(tag, c, v))) = top else { break };
-                let c = c as usize;
+                let Some(Reverse(e)) = top else { break };
+                let (tag, c, v) = (e.key(), e.1 as usize, e.2);
                 if v != self.nodes[c].version || self.nodes[c].state != State::Ready {
                     match phase {
                         Phase::Reservation => self.nodes[p].by_r.pop(),
@@ -361,7 +411,8 @@ impl<T> Scheduler<T> {
 
     /// The earliest release time among the held children of `i`.
     fn earliest_held(&mut self, i: usize) -> f64 {
-        while let Some(&Reverse(Entry(when, c, v))) = self.nodes[i].held.peek() {
+        while let Some(&Reverse(e)) = self.nodes[i].held.peek() {
+            let (when, c, v) = (e.key(), e.1, e.2);
             if v == self.nodes[c as usize].version {
                 return when;
             }
@@ -383,5 +434,30 @@ impl<T> Scheduler<T> {
             .filter(|&tag| tag > t && tag.is_finite())
             .fold(None, |acc: Option<f64>, tag| Some(acc.map_or(tag, |a| a.min(tag))))
             .map(|tag| Instant::from_nanos(tag.ceil() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn heap_keys_keep_the_float_order(a in proptest::num::f64::ANY, b in proptest::num::f64::ANY) {
+            prop_assume!(!a.is_nan() && !b.is_nan());
+            let (ea, eb) = (Entry::new(a, 0, 0), Entry::new(b, 0, 0));
+            prop_assert_eq!(ea.key().to_bits(), a.to_bits());
+            if a < b { prop_assert!(ea < eb); }
+            if a > b { prop_assert!(ea > eb); }
+        }
+    }
+
+    #[test]
+    fn infinities_and_zero_order() {
+        let keys = [f64::NEG_INFINITY, -1e18, -1.0, 0.0, 1e-9, 1.0, 1e18, f64::INFINITY];
+        for w in keys.windows(2) {
+            assert!(Entry::new(w[0], 0, 0) < Entry::new(w[1], 0, 0), "{} < {}", w[0], w[1]);
+        }
     }
 }
