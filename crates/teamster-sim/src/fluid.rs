@@ -73,6 +73,12 @@ pub struct RunOutput {
     pub notifications: usize,
     /// The LBT threshold, if any port group uses Load-Based Teaming.
     pub lbt_threshold: Option<f64>,
+    /// Packet mode: per port, each TCP_RR transaction's (completion time in s, latency in µs).
+    pub latencies: Vec<Vec<(f64, f64)>>,
+    /// Packet mode: changes refused by admission control, as (time in s, error).
+    pub rejections: Vec<(f64, String)>,
+    /// Packet mode: packets sent.
+    pub packets: u64,
 }
 
 /// A port's traffic: its flows' keys and its own jitter generator.
@@ -146,6 +152,9 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         events: Vec::new(),
         notifications: 0,
         lbt_threshold: uses_lbt(s).then_some(s.lbt.threshold),
+        latencies: Vec::new(),
+        rejections: Vec::new(),
+        packets: 0,
     };
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;

@@ -264,6 +264,23 @@ impl<T> Scheduler<T> {
         }
     }
 
+    /// Applies new controls to node `id` from `now` on: its R and L clocks restart at `now` (no
+    /// credit from before), and it is re-filed in its parent so a new reservation is seen at
+    /// once. Admission control is the caller's: see [`super::admission::set_controls`].
+    pub fn set_controls(&mut self, id: NodeId, spec: &super::NodeSpec, now: Instant) {
+        let per_bit = |bps: f64| if bps > 0.0 { 1e9 / bps } else { 0.0 };
+        let t = now.as_nanos() as f64;
+        let n = &mut self.nodes[id.0];
+        n.r_cost = per_bit(spec.reservation.bps_f64());
+        n.s_cost = 1.0 / f64::from(spec.shares.get());
+        n.l_cost = spec.limit.map_or(0.0, |l| per_bit(l.bps_f64()));
+        n.r_tag = n.r_tag.max(t);
+        n.l_tag = n.l_tag.min(t).max(t - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost);
+        if let (Some(parent), true) = (n.parent, n.state != State::Idle) {
+            self.place(id.0, parent, t, None);
+        }
+    }
+
     /// Packets queued on `leaf`.
     pub fn queued(&self, leaf: NodeId) -> usize {
         self.queues[leaf.0].len()

@@ -1,0 +1,556 @@
+//! The packet-mode engine: every packet of every port through the real team and scheduler.
+//!
+//! Events, in time order (ties in the order they were scheduled): a source emits, an uplink
+//! finishes sending a packet, a TCP ACK, loss signal or RR response comes back, a timeline event
+//! applies, a one-second row is recorded. A packet goes to the uplink [`Team::select`] gives its
+//! port's flow, into that uplink's queueing discipline: the NetIOC [`Scheduler`] (a queue per
+//! port, `queue_packets` deep) or a FIFO (`fifo_packets` deep, for comparison). A full queue drops
+//! the packet. Each uplink sends one packet at a time at its effective rate.
+
+use super::source::{SourceSpec, Stream};
+use crate::fluid::{MoveRecord, Row, RunOutput};
+use core::net::Ipv4Addr;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use teamster_core::ioc::admission::{self, ReservationCap};
+use teamster_core::ioc::{NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
+use teamster_core::teaming::{
+    Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+};
+use teamster_core::units::Bandwidth;
+use teamster_core::wire::{FlowKey, MacAddr};
+use teamster_core::Instant;
+
+/// How an uplink queues packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Discipline {
+    /// The NetIOC scheduler.
+    Netioc,
+    /// One first-in first-out queue: no NetIOC.
+    Fifo,
+}
+
+/// An uplink in packet mode.
+#[derive(Debug, Clone)]
+pub struct UplinkPlan {
+    pub name: String,
+    /// Nominal capacity: what admission control counts against.
+    pub capacity: Bandwidth,
+    /// Effective rate packets leave at (e.g. 9.4 Gbit/s of TCP payload on 10 GbE).
+    pub rate_bps: f64,
+}
+
+/// A port in packet mode.
+#[derive(Debug, Clone)]
+pub struct PortPlan {
+    pub name: String,
+    pub id: u32,
+    pub mac: MacAddr,
+    pub group: usize,
+    /// Its leaf in the NetIOC tree.
+    pub leaf: NodeId,
+    pub source: SourceSpec,
+    pub start_s: f64,
+    pub stop_s: Option<f64>,
+}
+
+/// A timeline event in packet mode.
+#[derive(Debug, Clone)]
+pub enum PlanEvent {
+    /// Change a node's reservation/shares/limit, through admission control.
+    SetControls { node: NodeId, spec: NodeSpec },
+    /// Switch every uplink's queueing discipline.
+    Discipline(Discipline),
+}
+
+/// A whole host, ready to run.
+#[derive(Debug, Clone)]
+pub struct HostPlan {
+    pub uplinks: Vec<UplinkPlan>,
+    pub groups: Vec<PortGroupSpec>,
+    pub lbt: LbtConfig,
+    pub tree: Tree,
+    pub reservation_cap: ReservationCap,
+    pub ports: Vec<PortPlan>,
+    pub discipline: Discipline,
+    pub queue_packets: usize,
+    pub fifo_packets: usize,
+    pub events: Vec<(f64, PlanEvent)>,
+    pub duration_s: f64,
+}
+
+/// A packet in a queue.
+#[derive(Debug, Clone, Copy)]
+struct Pkt {
+    port: u32,
+    stream: u32,
+    bytes: u32,
+    born: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Start(usize),
+    Stop(usize),
+    CbrTick(usize),
+    TxDone(usize, Pkt),
+    Wake(usize),
+    Ack(usize, u32),
+    Loss(usize, u32),
+    Response(usize, f64),
+    Timeline(usize),
+    Record,
+}
+
+enum Queueing {
+    Netioc(Scheduler<Pkt>),
+    Fifo { queue: VecDeque<Pkt>, per_port: Vec<usize> },
+}
+
+/// Time-ordered events; the sequence number keeps equal times in scheduling order.
+struct Agenda {
+    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    events: Vec<Option<Ev>>,
+    free: Vec<usize>,
+    seq: u64,
+}
+
+impl Agenda {
+    fn push(&mut self, t_ns: f64, ev: Ev) {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.events[i] = Some(ev);
+                i
+            }
+            None => {
+                self.events.push(Some(ev));
+                self.events.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((t_ns.max(0.0) as u64, self.seq, slot)));
+    }
+
+    fn pop(&mut self) -> Option<(f64, Ev)> {
+        let Reverse((t, _, slot)) = self.heap.pop()?;
+        let ev = self.events[slot].take().expect("each slot is popped once");
+        self.free.push(slot);
+        Some((t as f64, ev))
+    }
+}
+
+struct Sim<'a> {
+    plan: &'a HostPlan,
+    team: Team,
+    tree: Tree,
+    queues: Vec<Queueing>,
+    shared: SharedLimits,
+    busy: Vec<bool>,
+    agenda: Agenda,
+    active: Vec<bool>,
+    streams: Vec<Vec<Stream>>,
+    flows: Vec<Vec<FlowKey>>,
+    // Per-second counters.
+    offered: Vec<f64>,
+    delivered: Vec<f64>,
+    uplink_bits: Vec<f64>,
+    out: RunOutput,
+}
+
+/// Runs a host plan to its end.
+pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
+    let specs = plan
+        .uplinks
+        .iter()
+        .map(|u| UplinkSpec {
+            name: u.name.clone(),
+            capacity: u.capacity,
+        })
+        .collect();
+    let mut team = Team::new(specs, plan.lbt).map_err(|e| e.to_string())?;
+    for g in &plan.groups {
+        team.add_group(g.clone()).map_err(|e| e.to_string())?;
+    }
+    let mut flows = Vec::new();
+    for (i, p) in plan.ports.iter().enumerate() {
+        team.add_port(PortSpec {
+            id: PortId(p.id),
+            mac: p.mac,
+            group: GroupId(p.group),
+        })
+        .map_err(|e| format!("ports[{i}]: {e}"))?;
+        let streams = match p.source {
+            SourceSpec::TcpStream { streams, .. } => streams,
+            _ => 1,
+        };
+        flows.push(
+            (0..streams)
+                .map(|s| FlowKey {
+                    src_mac: p.mac,
+                    src_ip: Some(Ipv4Addr::from(0x0a00_0000 + i as u32).into()),
+                    dst_ip: Some(Ipv4Addr::new(172, 16, 0, 1).into()),
+                    ip_proto: Some(6),
+                    src_port: Some(40_000 + s as u16),
+                    dst_port: Some(5001),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+    }
+    let np = plan.ports.len();
+    let queues = (0..plan.uplinks.len())
+        .map(|_| new_queueing(plan.discipline, &plan.tree, np))
+        .collect();
+    let mut sim = Sim {
+        plan,
+        team,
+        tree: plan.tree.clone(),
+        queues,
+        shared: SharedLimits::default(),
+        busy: vec![false; plan.uplinks.len()],
+        agenda: Agenda {
+            heap: BinaryHeap::new(),
+            events: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+        },
+        active: vec![false; np],
+        streams: plan
+            .ports
+            .iter()
+            .map(|p| match p.source {
+                SourceSpec::TcpStream { streams, .. } => vec![Stream::new(); streams as usize],
+                _ => Vec::new(),
+            })
+            .collect(),
+        flows,
+        offered: vec![0.0; np],
+        delivered: vec![0.0; np],
+        uplink_bits: vec![0.0; plan.uplinks.len()],
+        out: RunOutput {
+            uplinks: plan.uplinks.iter().map(|u| u.name.clone()).collect(),
+            capacities: plan.uplinks.iter().map(|u| u.rate_bps).collect(),
+            ports: plan.ports.iter().map(|p| p.name.clone()).collect(),
+            rows: Vec::new(),
+            moves: Vec::new(),
+            events: Vec::new(),
+            notifications: 0,
+            lbt_threshold: None,
+            latencies: vec![Vec::new(); np],
+            rejections: Vec::new(),
+            packets: 0,
+        },
+    };
+    let end = plan.duration_s * 1e9;
+    for (i, p) in plan.ports.iter().enumerate() {
+        sim.agenda.push(p.start_s * 1e9, Ev::Start(i));
+        if let Some(stop) = p.stop_s {
+            sim.agenda.push(stop * 1e9, Ev::Stop(i));
+        }
+    }
+    for (k, (at, _)) in plan.events.iter().enumerate() {
+        sim.agenda.push(at * 1e9, Ev::Timeline(k));
+    }
+    sim.agenda.push(1e9, Ev::Record);
+    while let Some((t, ev)) = sim.agenda.pop() {
+        if t > end {
+            break;
+        }
+        sim.handle(t, ev)?;
+    }
+    Ok(sim.out)
+}
+
+fn new_queueing(d: Discipline, tree: &Tree, ports: usize) -> Queueing {
+    match d {
+        Discipline::Netioc => Queueing::Netioc(Scheduler::new(tree, &[])),
+        Discipline::Fifo => Queueing::Fifo {
+            queue: VecDeque::new(),
+            per_port: vec![0; ports],
+        },
+    }
+}
+
+impl Sim<'_> {
+    fn handle(&mut self, t: f64, ev: Ev) -> Result<(), String> {
+        match ev {
+            Ev::Start(i) => self.start(i, t),
+            Ev::Stop(i) => self.active[i] = false,
+            Ev::CbrTick(i) => {
+                if let (true, SourceSpec::Cbr { rate, bytes }) = (self.active[i], &self.plan.ports[i].source) {
+                    let (rate, bytes) = (rate.bps_f64(), *bytes);
+                    self.offer(i, 0, bytes, t);
+                    self.agenda
+                        .push(t + f64::from(bytes) * 8.0 / rate * 1e9, Ev::CbrTick(i));
+                }
+            }
+            Ev::TxDone(u, pkt) => self.tx_done(u, pkt, t),
+            Ev::Wake(u) => {
+                if !self.busy[u] {
+                    self.start_tx(u, t);
+                }
+            }
+            Ev::Ack(i, s) => {
+                if let SourceSpec::TcpStream { max_window, .. } = self.plan.ports[i].source {
+                    self.streams[i][s as usize].on_ack(max_window);
+                    self.try_send(i, s, t);
+                }
+            }
+            Ev::Loss(i, s) => {
+                if let SourceSpec::TcpStream { rtt_us, .. } = self.plan.ports[i].source {
+                    self.streams[i][s as usize].on_loss(t, rtt_us * 1e3);
+                    self.try_send(i, s, t);
+                }
+            }
+            Ev::Response(i, born) => {
+                self.out.latencies[i].push((t / 1e9, (t - born) / 1e3));
+                if let (true, SourceSpec::TcpRr { request, .. }) = (self.active[i], &self.plan.ports[i].source) {
+                    let request = *request;
+                    self.offer(i, 0, request, t);
+                }
+            }
+            Ev::Timeline(k) => self.timeline(k, t),
+            Ev::Record => self.record(t),
+        }
+        Ok(())
+    }
+
+    /// Starts port `i`'s source.
+    fn start(&mut self, i: usize, t: f64) {
+        self.active[i] = true;
+        match self.plan.ports[i].source {
+            SourceSpec::Greedy { bytes } => {
+                for _ in 0..self.plan.queue_packets {
+                    if !self.offer(i, 0, bytes, t) {
+                        break;
+                    }
+                }
+            }
+            SourceSpec::Cbr { .. } => self.agenda.push(t, Ev::CbrTick(i)),
+            SourceSpec::TcpStream { streams, .. } => {
+                for s in 0..streams {
+                    self.try_send(i, s, t);
+                }
+            }
+            SourceSpec::TcpRr { request, .. } => {
+                self.offer(i, 0, request, t);
+            }
+        }
+    }
+
+    /// Sends what stream `s` of port `i` may; a drop is a loss the sender sees one RTT later.
+    fn try_send(&mut self, i: usize, s: u32, t: f64) {
+        let SourceSpec::TcpStream { bytes, rtt_us, .. } = self.plan.ports[i].source else {
+            return;
+        };
+        while self.active[i] && self.streams[i][s as usize].may_send() {
+            self.streams[i][s as usize].in_flight += 1;
+            if !self.offer(i, s, bytes, t) {
+                self.agenda.push(t + rtt_us * 1e3, Ev::Loss(i, s));
+                break;
+            }
+        }
+    }
+
+    /// Queues a packet of port `i` on the uplink its flow maps to; false if it was dropped.
+    fn offer(&mut self, i: usize, stream: u32, bytes: u32, t: f64) -> bool {
+        self.offered[i] += f64::from(bytes) * 8.0;
+        let p = &self.plan.ports[i];
+        let flow = &self.flows[i][stream as usize % self.flows[i].len()];
+        let Some(UplinkId(u)) = self.team.select(PortId(p.id), Some(flow)) else {
+            return false;
+        };
+        let pkt = Pkt {
+            port: i as u32,
+            stream,
+            bytes,
+            born: t,
+        };
+        let now = Instant::from_nanos(t as u64);
+        match &mut self.queues[u] {
+            Queueing::Netioc(s) => {
+                if s.queued(p.leaf) >= self.plan.queue_packets {
+                    return false;
+                }
+                s.enqueue(p.leaf, bytes, pkt, now);
+            }
+            Queueing::Fifo { queue, per_port } => {
+                if queue.len() >= self.plan.fifo_packets || per_port[i] >= self.plan.queue_packets {
+                    return false;
+                }
+                queue.push_back(pkt);
+                per_port[i] += 1;
+            }
+        }
+        if !self.busy[u] {
+            self.start_tx(u, t);
+        }
+        true
+    }
+
+    /// Starts sending the next packet on uplink `u`, or waits for a limit to release one.
+    fn start_tx(&mut self, u: usize, t: f64) {
+        let now = Instant::from_nanos(t as u64);
+        let next = match &mut self.queues[u] {
+            Queueing::Netioc(s) => match s.dequeue(now, &mut self.shared) {
+                Some((_, _, pkt)) => Some(pkt),
+                None => {
+                    if let Some(at) = s.next_eligible(now, &self.shared) {
+                        self.agenda.push(at.as_nanos() as f64, Ev::Wake(u));
+                    }
+                    None
+                }
+            },
+            Queueing::Fifo { queue, per_port } => queue.pop_front().inspect(|p| per_port[p.port as usize] -= 1),
+        };
+        self.busy[u] = next.is_some();
+        if let Some(pkt) = next {
+            let done = t + f64::from(pkt.bytes) * 8.0 / self.plan.uplinks[u].rate_bps * 1e9;
+            self.agenda.push(done, Ev::TxDone(u, pkt));
+        }
+    }
+
+    /// A packet has left uplink `u`: count it, let its source react, send the next one.
+    fn tx_done(&mut self, u: usize, pkt: Pkt, t: f64) {
+        let i = pkt.port as usize;
+        let bits = f64::from(pkt.bytes) * 8.0;
+        self.delivered[i] += bits;
+        self.uplink_bits[u] += bits;
+        self.out.packets += 1;
+        let now = Instant::from_nanos(t as u64);
+        self.team.account(
+            PortId(self.plan.ports[i].id),
+            UplinkId(u),
+            Direction::Tx,
+            u64::from(pkt.bytes),
+            now,
+        );
+        match self.plan.ports[i].source {
+            SourceSpec::Greedy { bytes } if self.active[i] => {
+                self.offer(i, 0, bytes, t);
+            }
+            SourceSpec::TcpStream { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Ack(i, pkt.stream)),
+            SourceSpec::TcpRr { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Response(i, pkt.born)),
+            _ => {}
+        }
+        self.start_tx(u, t);
+    }
+
+    /// Applies timeline event `k`.
+    fn timeline(&mut self, k: usize, t: f64) {
+        let (_, ev) = &self.plan.events[k];
+        let first = &self.plan.uplinks[0];
+        match ev {
+            PlanEvent::SetControls { node, spec } => {
+                let name = self.tree.node(*node).spec.name.clone();
+                let what = format!(
+                    "{name}: reservation {}, shares {}, limit {}",
+                    spec.reservation,
+                    spec.shares,
+                    spec.limit.map_or("unlimited".to_string(), |l| l.to_string())
+                );
+                // Admission control counts against the smallest uplink, as NetIOC does.
+                let smallest = self
+                    .plan
+                    .uplinks
+                    .iter()
+                    .map(|u| u.capacity)
+                    .min()
+                    .unwrap_or(first.capacity);
+                match admission::set_controls(&mut self.tree, *node, spec.clone(), smallest, self.plan.reservation_cap)
+                {
+                    Ok(()) => {
+                        let now = Instant::from_nanos(t as u64);
+                        for q in &mut self.queues {
+                            if let Queueing::Netioc(s) = q {
+                                s.set_controls(*node, spec, now);
+                            }
+                        }
+                        self.out.events.push((t / 1e9, format!("set {what}")));
+                    }
+                    Err(e) => {
+                        self.out.events.push((t / 1e9, format!("rejected {what}: {e}")));
+                        self.out.rejections.push((t / 1e9, e.to_string()));
+                    }
+                }
+            }
+            PlanEvent::Discipline(d) => {
+                // Requeue what is waiting, in order, into the new discipline.
+                let now = Instant::from_nanos(t as u64);
+                for u in 0..self.queues.len() {
+                    let old =
+                        std::mem::replace(&mut self.queues[u], new_queueing(*d, &self.tree, self.plan.ports.len()));
+                    let mut waiting = Vec::new();
+                    match old {
+                        Queueing::Fifo { queue, .. } => waiting.extend(queue),
+                        Queueing::Netioc(mut s) => {
+                            let mut none = SharedLimits::default();
+                            while let Some((_, _, p)) = s.dequeue(Instant::from_nanos(u64::MAX / 2), &mut none) {
+                                waiting.push(p);
+                            }
+                        }
+                    }
+                    for p in waiting {
+                        let leaf = self.plan.ports[p.port as usize].leaf;
+                        match &mut self.queues[u] {
+                            Queueing::Netioc(s) => s.enqueue(leaf, p.bytes, p, now),
+                            Queueing::Fifo { queue, per_port } => {
+                                per_port[p.port as usize] += 1;
+                                queue.push_back(p);
+                            }
+                        }
+                    }
+                    if !self.busy[u] {
+                        self.start_tx(u, t);
+                    }
+                }
+                self.out.events.push((t / 1e9, format!("queueing: {d:?}")));
+            }
+        }
+    }
+
+    /// Records the second that just ended, and runs the team's timers.
+    fn record(&mut self, t: f64) {
+        let np = self.plan.ports.len();
+        self.out.rows.push(Row {
+            t_s: t / 1e9 - 1.0,
+            uplink_tx: std::mem::replace(&mut self.uplink_bits, vec![0.0; self.plan.uplinks.len()]),
+            uplink_rx: vec![0.0; self.plan.uplinks.len()],
+            offered_tx: std::mem::replace(&mut self.offered, vec![0.0; np]),
+            delivered_tx: std::mem::replace(&mut self.delivered, vec![0.0; np]),
+            offered_rx: vec![0.0; np],
+            delivered_rx: vec![0.0; np],
+        });
+        let now = Instant::from_nanos(t as u64);
+        if self.team.poll_at().is_some_and(|at| at <= now) {
+            self.team.handle_timeout(now);
+        }
+        while let Some(e) = self.team.poll_effect() {
+            if let Effect::PortMoved(m) = e {
+                let name = |u: Option<UplinkId>| u.map(|u| self.plan.uplinks[u.0].name.clone());
+                let port = self
+                    .plan
+                    .ports
+                    .iter()
+                    .find(|p| p.id == m.port.0)
+                    .map_or(m.port.to_string(), |p| p.name.clone());
+                let lbt = match &m.reason {
+                    teamster_core::teaming::MoveReason::LoadBased(d) => Some(*d),
+                    _ => None,
+                };
+                self.out.moves.push(MoveRecord {
+                    t_s: t / 1e9,
+                    port,
+                    from: name(m.from),
+                    to: name(m.to),
+                    reason: m.reason.to_string(),
+                    lbt,
+                });
+            }
+        }
+        if t + 1e9 <= self.plan.duration_s * 1e9 + 1.0 {
+            self.agenda.push(t + 1e9, Ev::Record);
+        }
+    }
+}

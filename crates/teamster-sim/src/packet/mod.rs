@@ -1,0 +1,8 @@
+//! Packet mode: the simulator at packet granularity, for fairness, latency and scheduler checks.
+//! [`engine`] runs a host; [`source`] holds the traffic sources.
+
+pub mod engine;
+pub mod source;
+
+#[cfg(test)]
+mod tests;
