@@ -21,4 +21,4 @@ pub mod scenario;
 pub mod simulate;
 
 pub use scenario::{Scenario, ScenarioError};
-pub use simulate::{simulate, Outcome, SimulateError};
+pub use simulate::{simulate, Outcome, RunInfo, SimulateError};

@@ -101,8 +101,44 @@ pub fn write_moves(run: &RunOutput, path: &Path) -> std::io::Result<()> {
     w.flush()
 }
 
-/// Plots per-uplink send throughput (Gbps) over time, total offered dashed, moves as red lines.
-pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), String> {
+/// Reads one series' value (bits/s) from a row.
+type RowValue = fn(&crate::fluid::Row, usize) -> f64;
+
+/// Which lines a plot draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotSeries {
+    /// One line per uplink (send).
+    Uplinks,
+    /// One line per port (delivered send).
+    Ports,
+}
+
+/// Writes per-second TCP_RR latency percentiles: `t_s,port,transactions,p50_us,p99_us`.
+pub fn write_latency(run: &RunOutput, path: &Path) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record(["t_s", "port", "transactions", "p50_us", "p99_us"])?;
+    for (i, samples) in run.latencies.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
+        let last = samples.iter().map(|(t, _)| *t).fold(0.0, f64::max).floor() as u64;
+        for s in 0..=last {
+            let (p50, n) = crate::expect::latency(run, i, 50.0, s as f64, s as f64 + 1.0);
+            let (p99, _) = crate::expect::latency(run, i, 99.0, s as f64, s as f64 + 1.0);
+            if n > 0 {
+                w.write_record([
+                    s.to_string(),
+                    run.ports[i].clone(),
+                    n.to_string(),
+                    format!("{p50:.2}"),
+                    format!("{p99:.2}"),
+                ])?;
+            }
+        }
+    }
+    w.flush()
+}
+
+/// Plots throughput (Gbps) over time: per uplink or per port, total offered dashed, LBT moves as
+/// red lines, timeline events as grey ones.
+pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path) -> Result<(), String> {
     let end = run.rows.last().map_or(1.0, |r| r.t_s + 1.0);
     let top = run
         .rows
@@ -128,15 +164,28 @@ pub fn write_plot(run: &RunOutput, title: &str, path: &Path) -> Result<(), Strin
     chart
         .configure_mesh()
         .x_desc("time (s)")
-        .y_desc("send throughput (Gbps)")
+        .y_desc("throughput (Gbps)")
         .draw()
         .map_err(|x| x.to_string())?;
-    let palette = [BLUE, GREEN, MAGENTA, CYAN, BLACK];
-    for (u, name) in run.uplinks.iter().enumerate() {
+    let palette = [
+        BLUE,
+        GREEN,
+        MAGENTA,
+        CYAN,
+        BLACK,
+        RGBColor(230, 120, 0),
+        RGBColor(120, 60, 160),
+        RGBColor(0, 128, 128),
+    ];
+    let (names, pick): (&[String], RowValue) = match series {
+        PlotSeries::Uplinks => (&run.uplinks, |r, i| r.uplink_tx[i]),
+        PlotSeries::Ports => (&run.ports, |r, i| r.delivered_tx[i]),
+    };
+    for (u, name) in names.iter().enumerate() {
         let color = palette[u % palette.len()];
         chart
             .draw_series(LineSeries::new(
-                run.rows.iter().map(|r| (r.t_s, r.uplink_tx[u] / 1e9)),
+                run.rows.iter().map(|r| (r.t_s, pick(r, u) / 1e9)),
                 color.stroke_width(2),
             ))
             .map_err(|x| x.to_string())?

@@ -1,19 +1,37 @@
 //! One `teamster simulate` run: load and check everything, run, judge, then write the folder.
 //!
-//! All input (the scenario and any baseline it names) is checked before anything runs, and the
-//! output folder is written beside its final place and renamed into it at the end, so a failed
-//! run leaves no partial output and an earlier run's folder intact.
+//! The scenario's `mode` (default `fluid`) picks the model: [`crate::fluid`] or
+//! [`crate::packet`]. All input (the scenario and any baseline it names) is checked before
+//! anything runs, and the output folder is written beside its final place and renamed into it at
+//! the end, so a failed run leaves no partial output and an earlier run's folder intact.
 
-use crate::expect::{self, Verdict};
+use crate::expect::{self, Names, Verdict};
 use crate::fluid::{self, RunOutput};
-use crate::report::{self, Summary};
-use crate::scenario::{Scenario, ScenarioError};
+use crate::packet::{engine, scenario as packet_scenario};
+use crate::report::{self, PlotSeries, Summary};
+use crate::scenario::{parse_toml, Scenario, ScenarioError};
 use std::path::{Path, PathBuf};
+
+/// What was run, for the report.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub name: String,
+    pub description: String,
+    pub mode: &'static str,
+    pub uplinks: usize,
+    pub ports: usize,
+    pub duration_s: f64,
+    /// The clock step (fluid mode).
+    pub step_s: Option<f64>,
+    pub seed: u64,
+    /// Wall-clock seconds the model took to run (not part of any output file).
+    pub wall_s: f64,
+}
 
 /// A finished run and where it was written.
 #[derive(Debug)]
 pub struct Outcome {
-    pub scenario: Scenario,
+    pub info: RunInfo,
     pub run: RunOutput,
     pub summary: Summary,
     pub out_dir: PathBuf,
@@ -39,6 +57,25 @@ pub enum SimulateError {
 
 /// Runs the scenario at `path` and writes its folder at `out_dir`.
 pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
+    let file = path.display().to_string();
+    let err = |message: String| {
+        SimulateError::Scenario(ScenarioError {
+            file: file.clone(),
+            message,
+        })
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let mode = toml::from_str::<toml::Table>(&text)
+        .ok()
+        .and_then(|t| t.get("mode").and_then(|m| m.as_str().map(String::from)));
+    match mode.as_deref() {
+        None | Some("fluid") => simulate_fluid(path, out_dir),
+        Some("packet") => simulate_packet(path, &text, out_dir),
+        Some(other) => Err(err(format!("mode = \"{other}\": expected \"fluid\" or \"packet\""))),
+    }
+}
+
+fn simulate_fluid(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
     let scenario = Scenario::load(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut baselines = Vec::new();
@@ -47,11 +84,9 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
             baselines.push((b.to_string(), Scenario::load(&dir.join(b))?));
         }
     }
-    let run_err = |file: &Path| {
-        let file = file.display().to_string();
-        move |message: String| SimulateError::Run { file, message }
-    };
+    let started = std::time::Instant::now();
     let run = fluid::run(&scenario).map_err(run_err(path))?;
+    let wall_s = started.elapsed().as_secs_f64();
     let mut baseline_runs = Vec::new();
     for (name, b) in &baselines {
         baseline_runs.push((name.clone(), fluid::run(b).map_err(run_err(&b.path))?));
@@ -68,10 +103,92 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
             expect::evaluate(spec, &run, b)
         })
         .collect();
-    let summary = Summary::new(&scenario.file.name, &run, verdicts, &out_dir.join("series.csv"));
-    write_folder(&scenario, &run, &summary, out_dir)?;
+    let f = &scenario.file;
+    let info = RunInfo {
+        name: f.name.clone(),
+        description: f.description.clone(),
+        mode: "fluid",
+        uplinks: f.uplinks.len(),
+        ports: f.ports.len(),
+        duration_s: f.duration_s,
+        step_s: Some(f.step_s),
+        seed: f.seed,
+        wall_s,
+    };
+    finish(info, run, verdicts, out_dir, PlotSeries::Uplinks)
+}
+
+fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
+    let file = path.display().to_string();
+    let err = |message: String| {
+        SimulateError::Scenario(ScenarioError {
+            file: file.clone(),
+            message,
+        })
+    };
+    let f: packet_scenario::PacketFile = parse_toml(text).map_err(err)?;
+    let plan = packet_scenario::resolve(&f).map_err(err)?;
+    let names = Names {
+        uplinks: f.uplinks.iter().map(|u| u.name.clone()).collect(),
+        ports: f.ports.iter().map(|p| p.name.clone()).collect(),
+        nodes: plan
+            .tree
+            .ids()
+            .skip(1)
+            .map(|id| plan.tree.node(id).spec.name.clone())
+            .collect(),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for (i, x) in f.expect.iter().enumerate() {
+        if x.baseline().is_some() {
+            return Err(err(format!(
+                "expect[{i}]: delivered-matches-baseline is for fluid scenarios"
+            )));
+        }
+        x.check(&names, dir).map_err(|e| err(format!("expect[{i}]: {e}")))?;
+    }
+    let started = std::time::Instant::now();
+    let run = engine::run(&plan).map_err(run_err(path))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let verdicts = f.expect.iter().map(|spec| expect::evaluate(spec, &run, None)).collect();
+    let info = RunInfo {
+        name: f.name.clone(),
+        description: f.description.clone(),
+        mode: "packet",
+        uplinks: f.uplinks.len(),
+        ports: f.ports.len(),
+        duration_s: f.duration_s,
+        step_s: None,
+        seed: f.seed,
+        wall_s,
+    };
+    finish(info, run, verdicts, out_dir, PlotSeries::Ports)
+}
+
+fn run_err(file: &Path) -> impl Fn(String) -> SimulateError {
+    let file = file.display().to_string();
+    move |message: String| SimulateError::Run {
+        file: file.clone(),
+        message,
+    }
+}
+
+/// Summarises and writes a finished run.
+fn finish(
+    info: RunInfo,
+    run: RunOutput,
+    verdicts: Vec<Verdict>,
+    out_dir: &Path,
+    plot: PlotSeries,
+) -> Result<Outcome, SimulateError> {
+    let summary = Summary::new(&info.name, &run, verdicts, &out_dir.join("series.csv"));
+    let title = match plot {
+        PlotSeries::Uplinks => format!("{}: per-uplink send throughput", info.name),
+        PlotSeries::Ports => format!("{}: per-port throughput", info.name),
+    };
+    write_folder(&title, plot, &run, &summary, out_dir)?;
     Ok(Outcome {
-        scenario,
+        info,
         run,
         summary,
         out_dir: out_dir.to_path_buf(),
@@ -79,7 +196,13 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
 }
 
 /// Writes the run's files into a fresh sibling folder, then swaps it into `out_dir`.
-fn write_folder(scenario: &Scenario, run: &RunOutput, summary: &Summary, out_dir: &Path) -> Result<(), SimulateError> {
+fn write_folder(
+    title: &str,
+    plot: PlotSeries,
+    run: &RunOutput,
+    summary: &Summary,
+    out_dir: &Path,
+) -> Result<(), SimulateError> {
     let err = |p: &Path| {
         let path = p.display().to_string();
         move |message: String| SimulateError::Output { path, message }
@@ -99,8 +222,11 @@ fn write_folder(scenario: &Scenario, run: &RunOutput, summary: &Summary, out_dir
     let result = (|| {
         report::write_series(run, &tmp.join("series.csv")).map_err(|e| err(&tmp.join("series.csv"))(e.to_string()))?;
         report::write_moves(run, &tmp.join("moves.csv")).map_err(|e| err(&tmp.join("moves.csv"))(e.to_string()))?;
-        let title = format!("{}: per-uplink send throughput", scenario.file.name);
-        report::write_plot(run, &title, &tmp.join("throughput.svg")).map_err(err(&tmp.join("throughput.svg")))?;
+        if run.latencies.iter().any(|l| !l.is_empty()) {
+            report::write_latency(run, &tmp.join("latency.csv"))
+                .map_err(|e| err(&tmp.join("latency.csv"))(e.to_string()))?;
+        }
+        report::write_plot(run, title, plot, &tmp.join("throughput.svg")).map_err(err(&tmp.join("throughput.svg")))?;
         report::write_summary(summary, &tmp.join("summary.json"))
             .map_err(|e| err(&tmp.join("summary.json"))(e.to_string()))?;
         if out_dir.exists() {

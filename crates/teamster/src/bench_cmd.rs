@@ -8,7 +8,8 @@
 //! scheduling decision, not pacing. Each packet carries a `u32` buffer index, as a data plane's
 //! would. `--backlog K` pre-loads K packets per leaf before timing (the peer's `--backlog`).
 //!
-//! Trees: `limits` (every leaf: no reservation, equal shares, a limit of 800 Gbit/s that never
+//! Trees: `fifo` (no scheduler: one first-in first-out queue, tail drop at 64 per leaf, the
+//! baseline), `limits` (every leaf: no reservation, equal shares, a limit of 800 Gbit/s that never
 //! binds: rte_sched's own semantics) and `reservations` (half the leaves reserve together half
 //! the port, shares 1-100 spread over the leaves, no limits).
 
@@ -28,6 +29,8 @@ const PORT_BPS: f64 = 100e9;
 pub enum TreeKind {
     Limits,
     Reservations,
+    /// No scheduler: one FIFO queue, the baseline the scheduler's cost is compared with.
+    Fifo,
 }
 
 /// Builds a flat tree of `leaves` ports of the given kind.
@@ -35,7 +38,7 @@ fn tree(kind: TreeKind, leaves: usize) -> Tree {
     let mut t = Tree::new("uplink");
     for i in 0..leaves {
         let spec = match kind {
-            TreeKind::Limits => NodeSpec {
+            TreeKind::Limits | TreeKind::Fifo => NodeSpec {
                 name: format!("p{i}"),
                 reservation: Bandwidth::ZERO,
                 shares: Shares::NORMAL,
@@ -71,6 +74,9 @@ fn thread_cpu_s() -> f64 {
 
 /// Runs one configuration and returns its JSON result line.
 pub fn run(kind: TreeKind, leaves: usize, pkt_len: u32, packets: u64, backlog: u64) -> serde_json::Value {
+    if kind == TreeKind::Fifo {
+        return run_fifo(leaves, pkt_len, packets, backlog);
+    }
     let t = tree(kind, leaves);
     let mut s: Scheduler<u32> = Scheduler::new(&t, &[]);
     let mut shared = SharedLimits::default();
@@ -121,7 +127,7 @@ pub fn run(kind: TreeKind, leaves: usize, pkt_len: u32, packets: u64, backlog: u
     let (wall, cpu) = (w0.elapsed().as_secs_f64(), thread_cpu_s() - c0);
     json!({
         "impl": "teamster",
-        "tree": match kind { TreeKind::Limits => "limits", TreeKind::Reservations => "reservations" },
+        "tree": match kind { TreeKind::Limits => "limits", TreeKind::Reservations => "reservations", TreeKind::Fifo => "fifo" },
         "leaves": leaves,
         "pkt_len": pkt_len,
         "burst": BURST,
@@ -133,6 +139,61 @@ pub fn run(kind: TreeKind, leaves: usize, pkt_len: u32, packets: u64, backlog: u
         "cpu_share": cpu / wall,
         "dropped": dropped,
         "backlog": backlog,
+    })
+}
+
+/// The same closed loop through one FIFO queue (per-leaf counts for the tail drop): the cost of
+/// queueing without scheduling.
+fn run_fifo(leaves: usize, pkt_len: u32, packets: u64, backlog: u64) -> serde_json::Value {
+    let mut seed = 0x1234567u64;
+    let table: Vec<u32> = (0..1 << 20)
+        .map(|_| (splitmix64(&mut seed) % leaves as u64) as u32)
+        .collect();
+    let mut queue: std::collections::VecDeque<(u32, u32)> = std::collections::VecDeque::new();
+    let mut per_leaf = vec![0usize; leaves];
+    let (mut pick, mut dropped) = (0usize, 0u64);
+    let push = |queue: &mut std::collections::VecDeque<(u32, u32)>,
+                per_leaf: &mut Vec<usize>,
+                pick: &mut usize,
+                dropped: &mut u64| {
+        let leaf = table[*pick & ((1 << 20) - 1)];
+        *pick += 1;
+        if per_leaf[leaf as usize] < QUEUE {
+            per_leaf[leaf as usize] += 1;
+            queue.push_back((leaf, pkt_len + 24));
+        } else {
+            *dropped += 1;
+        }
+    };
+    for _ in 0..backlog {
+        push(&mut queue, &mut per_leaf, &mut pick, &mut dropped);
+    }
+    let mut step = |target: u64, queue: &mut std::collections::VecDeque<(u32, u32)>, per_leaf: &mut Vec<usize>| {
+        let mut done = 0u64;
+        while done < target {
+            for _ in 0..BURST {
+                push(queue, per_leaf, &mut pick, &mut dropped);
+            }
+            for _ in 0..BURST {
+                match queue.pop_front() {
+                    Some((leaf, _)) => {
+                        per_leaf[leaf as usize] -= 1;
+                        done += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        done
+    };
+    step(packets / 50 + 100_000, &mut queue, &mut per_leaf);
+    let (w0, c0) = (std::time::Instant::now(), thread_cpu_s());
+    let done = step(packets, &mut queue, &mut per_leaf);
+    let (wall, cpu) = (w0.elapsed().as_secs_f64(), thread_cpu_s() - c0);
+    json!({
+        "impl": "teamster", "tree": "fifo", "leaves": leaves, "pkt_len": pkt_len, "burst": BURST, "qsize": QUEUE,
+        "packets": done, "mpps": done as f64 / wall / 1e6, "ns_per_pkt": wall * 1e9 / done as f64,
+        "cpu_ns_per_pkt": cpu * 1e9 / done as f64, "cpu_share": cpu / wall, "backlog": backlog,
     })
 }
 

@@ -54,7 +54,7 @@ enum Command {
 enum BenchCommand {
     /// NetIOC scheduler: enqueue + dequeue Mpps on one core (closed loop, bursts of 32).
     Sched {
-        /// Tree kinds to run.
+        /// Tree kinds to run (fifo: no scheduler, the baseline).
         #[arg(long, value_enum, value_delimiter = ',', default_values = ["limits", "reservations"])]
         tree: Vec<bench_cmd::TreeKind>,
         /// Leaf port counts.
@@ -152,16 +152,30 @@ fn simulate(scenario: PathBuf, out: Option<PathBuf>, json: bool) -> ExitCode {
 }
 
 fn print_text(o: &teamster_sim::Outcome) {
-    let f = &o.scenario.file;
-    println!("scenario {}: {}", f.name, f.description.trim());
+    let f = &o.info;
+    println!("scenario {} ({} mode): {}", f.name, f.mode, f.description.trim());
+    let step = f.step_s.map_or(String::new(), |s| format!(" in steps of {s} s"));
     println!(
-        "  {} uplinks, {} ports, {:.0} s in steps of {} s, seed {}",
-        f.uplinks.len(),
-        f.ports.len(),
-        f.duration_s,
-        f.step_s,
-        f.seed
+        "  {} uplinks, {} ports, {:.0} s{step}, seed {}",
+        f.uplinks, f.ports, f.duration_s, f.seed
     );
+    if o.run.packets > 0 {
+        println!(
+            "  simulated {} packets in {:.2} s of wall time: {:.2} M packets per wall second",
+            o.run.packets,
+            f.wall_s,
+            o.run.packets as f64 / f.wall_s.max(1e-9) / 1e6
+        );
+    }
+    for (i, l) in o.run.latencies.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
+        let (p50, n) = teamster_sim::expect::latency(&o.run, i, 50.0, 0.0, f64::INFINITY);
+        let (p99, _) = teamster_sim::expect::latency(&o.run, i, 99.0, 0.0, f64::INFINITY);
+        println!(
+            "  {}: {n} TCP_RR transactions, p50 {p50:.1} µs, p99 {p99:.1} µs over the run",
+            o.run.ports[i],
+            n = l.len().min(n)
+        );
+    }
     // The timeline: events and moves in time order (an event before the moves it caused).
     let mut lines: Vec<(f64, u8, String)> = o
         .run

@@ -15,12 +15,19 @@
 //! | `delivered-at-most` | no row delivers more than `limit` in total (send) |
 //! | `move-count` | the number of moves is between `min` and `max` |
 //! | `uplink-utilisation-at-most` | from `from_s` (default 0) to `to_s` (default the end), `uplink`'s send and receive stay at or under `max` of its capacity in every row |
+//! | `port-rate-near` | packet mode: `port`'s mean delivered rate over [`from_s`, `to_s`) is within `tolerance` (a fraction) of `rate` |
+//! | `port-rate-at-least` | packet mode: each of `ports` delivers at least `min` in every row from `from_s` (to `to_s`) |
+//! | `admission-rejected` | packet mode: a change to `node` at `at_s` was refused by admission control |
+//! | `latency-at-most` | packet mode: the `percentile` (0-100) of `port`'s TCP_RR latency over [`from_s`, `to_s`) is at most `max_us` |
+//! | `latency-ratio` | packet mode: `port`'s `percentile` latency over `slower` ([from, to]) is at least `factor` times that over `faster` |
 //! | `delivered-fraction-at-least` | from `from_s` to `to_s` (defaults: the whole run), every row delivers at least `fraction` of what was offered (send + receive) |
 
 use crate::fluid::{gbps, RunOutput};
-use crate::scenario::ScenarioFile;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+mod packet;
+pub use packet::latency;
 use teamster_core::units::Bandwidth;
 
 /// An expectation as written in a scenario.
@@ -86,6 +93,42 @@ pub enum ExpectSpec {
         to_s: Option<f64>,
         name: Option<String>,
     },
+    PortRateNear {
+        port: String,
+        from_s: f64,
+        to_s: f64,
+        rate: Bandwidth,
+        tolerance: f64,
+        name: Option<String>,
+    },
+    PortRateAtLeast {
+        ports: Vec<String>,
+        from_s: f64,
+        to_s: Option<f64>,
+        min: Bandwidth,
+        name: Option<String>,
+    },
+    AdmissionRejected {
+        node: String,
+        at_s: f64,
+        name: Option<String>,
+    },
+    LatencyAtMost {
+        port: String,
+        percentile: f64,
+        from_s: f64,
+        to_s: f64,
+        max_us: f64,
+        name: Option<String>,
+    },
+    LatencyRatio {
+        port: String,
+        percentile: f64,
+        faster: [f64; 2],
+        slower: [f64; 2],
+        factor: f64,
+        name: Option<String>,
+    },
 }
 
 /// The verdict on one expectation.
@@ -96,14 +139,37 @@ pub struct Verdict {
     pub detail: String,
 }
 
+/// The names a scenario defines, for checking expectations before anything runs.
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    pub uplinks: Vec<String>,
+    pub ports: Vec<String>,
+    /// NetIOC classes, pools and ports (packet mode).
+    pub nodes: Vec<String>,
+}
+
 impl ExpectSpec {
     /// Checks names and numbers against the scenario before anything runs.
-    pub fn check(&self, file: &ScenarioFile, dir: &Path) -> Result<(), String> {
+    pub fn check(&self, names: &Names, dir: &Path) -> Result<(), String> {
         let uplink = |name: &str| {
-            if file.uplinks.iter().any(|u| u.name == *name) {
+            if names.uplinks.iter().any(|u| u == name) {
                 Ok(())
             } else {
                 Err(format!("uplink: no uplink named `{name}`"))
+            }
+        };
+        let port = |k: &str, name: &str| {
+            if names.ports.iter().any(|p| p == name) {
+                Ok(())
+            } else {
+                Err(format!("{k}: no port named `{name}`"))
+            }
+        };
+        let percentile = |p: f64| {
+            if (0.0..=100.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(format!("percentile = {p}: expected 0 to 100"))
             }
         };
         let fraction = |k: &str, v: f64| {
@@ -192,6 +258,67 @@ impl ExpectSpec {
             } => {
                 fraction("fraction", *f)?;
                 span(*from_s, *to_s)
+            }
+            ExpectSpec::PortRateNear {
+                port: p,
+                from_s,
+                to_s,
+                tolerance,
+                ..
+            } => {
+                port("port", p)?;
+                span(Some(*from_s), Some(*to_s))?;
+                fraction("tolerance", *tolerance)
+            }
+            ExpectSpec::PortRateAtLeast {
+                ports, from_s, to_s, ..
+            } => {
+                if ports.is_empty() {
+                    return Err("ports: expected at least one port".into());
+                }
+                for (i, p) in ports.iter().enumerate() {
+                    port(&format!("ports[{i}]"), p)?;
+                }
+                span(Some(*from_s), *to_s)
+            }
+            ExpectSpec::AdmissionRejected { node, at_s, .. } => {
+                seconds("at_s", *at_s)?;
+                if names.nodes.iter().any(|n| n == node) {
+                    Ok(())
+                } else {
+                    Err(format!("node: no class, pool or port named `{node}`"))
+                }
+            }
+            ExpectSpec::LatencyAtMost {
+                port: p,
+                percentile: q,
+                from_s,
+                to_s,
+                max_us,
+                ..
+            } => {
+                port("port", p)?;
+                percentile(*q)?;
+                span(Some(*from_s), Some(*to_s))?;
+                seconds("max_us", *max_us)
+            }
+            ExpectSpec::LatencyRatio {
+                port: p,
+                percentile: q,
+                faster,
+                slower,
+                factor,
+                ..
+            } => {
+                port("port", p)?;
+                percentile(*q)?;
+                span(Some(faster[0]), Some(faster[1])).map_err(|e| format!("faster: {e}"))?;
+                span(Some(slower[0]), Some(slower[1])).map_err(|e| format!("slower: {e}"))?;
+                if factor.is_finite() && *factor > 0.0 {
+                    Ok(())
+                } else {
+                    Err(format!("factor = {factor}: expected a positive number"))
+                }
             }
             ExpectSpec::MoveCount { min, max, .. } => {
                 if min <= max {
@@ -463,6 +590,7 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
                 ),
             )
         }
+        other => return packet::evaluate(other, run),
     };
     Verdict { name, held, detail }
 }
