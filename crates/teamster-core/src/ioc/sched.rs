@@ -47,6 +47,11 @@ impl SharedLimits {
         self.buckets.push((1e9 / bps.max(1.0), f64::NEG_INFINITY));
         LimitId(self.buckets.len() - 1)
     }
+
+    /// Changes a bucket's cap to `bps` bits per second (None: unlimited) from now on.
+    pub fn set(&mut self, id: LimitId, bps: Option<f64>) {
+        self.buckets[id.0].0 = bps.map_or(0.0, |b| 1e9 / b.max(1.0));
+    }
 }
 
 /// A heap entry: a key (a tag or a time, see [`Entry::new`]), the child, and the child's

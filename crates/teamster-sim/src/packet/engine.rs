@@ -13,7 +13,7 @@ use core::net::Ipv4Addr;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use teamster_core::ioc::admission::{self, ReservationCap};
-use teamster_core::ioc::{NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
+use teamster_core::ioc::{LimitId, NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
 use teamster_core::teaming::{
     Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
 };
@@ -142,6 +142,8 @@ impl Agenda {
 
 struct Sim<'a> {
     plan: &'a HostPlan,
+    /// Ports whose limit is one bucket shared by every uplink's scheduler.
+    limits: Vec<(NodeId, LimitId)>,
     team: Team,
     tree: Tree,
     queues: Vec<Queueing>,
@@ -199,15 +201,28 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
         );
     }
     let np = plan.ports.len();
+    // A vNIC's limit caps it across all its uplinks: one shared bucket per port, limited or not
+    // (a limit may be set later).
+    let mut shared = SharedLimits::default();
+    let limits: Vec<(NodeId, LimitId)> = plan
+        .ports
+        .iter()
+        .map(|p| {
+            let id = shared.add(1.0);
+            shared.set(id, plan.tree.node(p.leaf).spec.limit.map(|l| l.bps_f64()));
+            (p.leaf, id)
+        })
+        .collect();
     let queues = (0..plan.uplinks.len())
-        .map(|_| new_queueing(plan.discipline, &plan.tree, np))
+        .map(|_| new_queueing(plan.discipline, &plan.tree, np, &limits))
         .collect();
     let mut sim = Sim {
         plan,
+        limits,
         team,
         tree: plan.tree.clone(),
         queues,
-        shared: SharedLimits::default(),
+        shared,
         busy: vec![false; plan.uplinks.len()],
         agenda: Agenda {
             heap: BinaryHeap::new(),
@@ -262,9 +277,9 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
     Ok(sim.out)
 }
 
-fn new_queueing(d: Discipline, tree: &Tree, ports: usize) -> Queueing {
+fn new_queueing(d: Discipline, tree: &Tree, ports: usize, limits: &[(NodeId, LimitId)]) -> Queueing {
     match d {
-        Discipline::Netioc => Queueing::Netioc(Scheduler::new(tree, &[])),
+        Discipline::Netioc => Queueing::Netioc(Scheduler::new(tree, limits)),
         Discipline::Fifo => Queueing::Fifo {
             queue: VecDeque::new(),
             per_port: vec![0; ports],
@@ -462,6 +477,9 @@ impl Sim<'_> {
                 {
                     Ok(()) => {
                         let now = Instant::from_nanos(t as u64);
+                        if let Some(&(_, bucket)) = self.limits.iter().find(|(leaf, _)| leaf == node) {
+                            self.shared.set(bucket, spec.limit.map(|l| l.bps_f64()));
+                        }
                         for q in &mut self.queues {
                             if let Queueing::Netioc(s) = q {
                                 s.set_controls(*node, spec, now);
@@ -479,8 +497,10 @@ impl Sim<'_> {
                 // Requeue what is waiting, in order, into the new discipline.
                 let now = Instant::from_nanos(t as u64);
                 for u in 0..self.queues.len() {
-                    let old =
-                        std::mem::replace(&mut self.queues[u], new_queueing(*d, &self.tree, self.plan.ports.len()));
+                    let old = std::mem::replace(
+                        &mut self.queues[u],
+                        new_queueing(*d, &self.tree, self.plan.ports.len(), &self.limits),
+                    );
                     let mut waiting = Vec::new();
                     match old {
                         Queueing::Fifo { queue, .. } => waiting.extend(queue),

@@ -215,3 +215,60 @@ fn runs_are_deterministic() {
     );
     assert_eq!(run(&plan).unwrap(), run(&plan).unwrap());
 }
+
+#[test]
+fn a_vnic_limit_spans_its_uplinks() {
+    // Two uplinks under IP hash (L3+L4): one vNIC's 8 TCP streams spread over both, but its
+    // 1 Gbit/s limit caps the vNIC as a whole.
+    let mut plan = host(
+        0.0,
+        vec![(
+            SourceSpec::TcpStream {
+                streams: 8,
+                bytes: 9000,
+                rtt_us: 100.0,
+                max_window: 256,
+            },
+            0.0,
+        )],
+        4.0,
+    );
+    plan.uplinks.push(UplinkPlan {
+        name: "uplink2".into(),
+        capacity: Bandwidth::from_gbps(10),
+        rate_bps: 9.4e9,
+    });
+    plan.groups[0].policy = Policy::IpHash(teamster_core::teaming::IpHashMode::L3L4);
+    plan.groups[0].order.active = vec![UplinkId(0), UplinkId(1)];
+    let mut tree = Tree::new("uplink1");
+    let vm = tree
+        .add(
+            NodeId::ROOT,
+            NodeSpec {
+                name: "vm".into(),
+                reservation: Bandwidth::ZERO,
+                shares: Shares::HIGH,
+                limit: None,
+            },
+        )
+        .unwrap();
+    let limited = NodeSpec {
+        name: "vm1".into(),
+        reservation: Bandwidth::ZERO,
+        shares: Shares::NORMAL,
+        limit: Some(Bandwidth::from_gbps(1)),
+    };
+    plan.ports[0].leaf = tree.add(vm, limited).unwrap();
+    plan.tree = tree;
+    let out = run(&plan).unwrap();
+    let rows: Vec<_> = out.rows.iter().filter(|r| r.t_s >= 1.0).collect();
+    let per_uplink: Vec<f64> = (0..2)
+        .map(|u| rows.iter().map(|r| r.uplink_tx[u]).sum::<f64>() / rows.len() as f64)
+        .collect();
+    let total = per_uplink[0] + per_uplink[1];
+    assert!(
+        per_uplink.iter().all(|&u| u > 0.1e9),
+        "both uplinks carry the vNIC: {per_uplink:?}"
+    );
+    assert!((0.95e9..=1.02e9).contains(&total), "the limit spans uplinks: {total}");
+}
