@@ -18,7 +18,7 @@ use core::net::Ipv4Addr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use teamster_core::teaming::{
-    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortSpec, Team, UplinkId,
 };
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -90,18 +90,8 @@ struct PortTraffic {
 /// Runs `s` to its end. Errors only if the team refuses the scenario's configuration.
 pub fn run(s: &Scenario) -> Result<RunOutput, String> {
     let f = &s.file;
-    let specs = f
-        .uplinks
-        .iter()
-        .map(|u| UplinkSpec {
-            name: u.name.clone(),
-            capacity: u.capacity,
-        })
-        .collect();
-    let mut team = Team::new(specs, s.lbt).map_err(|e| e.to_string())?;
-    for g in &s.groups {
-        team.add_group(g.clone()).map_err(|e| e.to_string())?;
-    }
+    let mut team =
+        crate::scenario::build_team(f.uplinks.iter().map(|u| (u.name.clone(), u.capacity)), s.lbt, &s.groups)?;
     let mut rng = ChaCha8Rng::seed_from_u64(f.seed);
     let mut traffic = Vec::new();
     let mut used_macs: Vec<MacAddr> = s.ports.iter().filter_map(|p| p.mac).collect();

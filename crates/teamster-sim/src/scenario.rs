@@ -265,6 +265,96 @@ impl Scenario {
     }
 }
 
+/// The `[lbt]` table as the team's knobs, checked.
+pub(crate) fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
+    let secs = |k: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(core::time::Duration::from_secs_f64(v))
+        } else {
+            Err(format!("lbt.{k} = {v}: expected a positive number of seconds"))
+        }
+    };
+    let lbt = LbtConfig {
+        window: secs("window_s", f.window_s)?,
+        threshold: f.threshold,
+        period: secs("period_s", f.period_s)?,
+    };
+    lbt.validate().map_err(|e| format!("[lbt]: {e}"))?;
+    Ok(lbt)
+}
+
+/// The index of the uplink named `name`; the error, under `key`, lists the known ones.
+pub(crate) fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<UplinkId, String> {
+    uplinks
+        .iter()
+        .position(|u| *u == name)
+        .map(UplinkId)
+        .ok_or_else(|| format!("{key}: no uplink named `{name}` (uplinks: {})", uplinks.join(", ")))
+}
+
+/// A failover order from uplink names, under `key`.
+pub(crate) fn failover_order(
+    uplinks: &[&str],
+    key: &str,
+    active: &[String],
+    standby: &[String],
+) -> Result<FailoverOrder, String> {
+    let list = |k: &str, names: &[String]| {
+        names
+            .iter()
+            .enumerate()
+            .map(|(j, n)| uplink_index(uplinks, &format!("{key}.{k}[{j}]"), n))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(FailoverOrder {
+        active: list("active", active)?,
+        standby: list("standby", standby)?,
+    })
+}
+
+/// Resolves `[[port_groups]]` against the uplinks' names; errors carry the key path.
+pub(crate) fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<Vec<PortGroupSpec>, String> {
+    let mut out = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
+        let key = format!("port_groups[{i}]");
+        if groups[..i].iter().any(|o| o.name == g.name) {
+            return Err(format!("{key}.name: `{}` is used twice", g.name));
+        }
+        if g.active.is_empty() {
+            return Err(format!("{key}.active: expected at least one active uplink"));
+        }
+        if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
+            return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
+        }
+        out.push(PortGroupSpec {
+            name: g.name.clone(),
+            policy: g.policy.policy(),
+            order: failover_order(uplinks, &key, &g.active, &g.standby)?,
+            failback: g.failback,
+            notify_switches: g.notify_switches,
+            vlan: g.vlan,
+        });
+    }
+    Ok(out)
+}
+
+/// A team of these uplinks with these port groups (ports are added by the caller).
+pub(crate) fn build_team(
+    uplinks: impl IntoIterator<Item = (String, teamster_core::units::Bandwidth)>,
+    lbt: LbtConfig,
+    groups: &[PortGroupSpec],
+) -> Result<teamster_core::teaming::Team, String> {
+    let specs = uplinks
+        .into_iter()
+        .map(|(name, capacity)| teamster_core::teaming::UplinkSpec { name, capacity })
+        .collect();
+    let mut team = teamster_core::teaming::Team::new(specs, lbt).map_err(|e| e.to_string())?;
+    for g in groups {
+        team.add_group(g.clone()).map_err(|e| e.to_string())?;
+    }
+    Ok(team)
+}
+
 /// Parses the TOML into the file model; a shape error leads with the key path (`ports[0].tx`)
 /// and keeps the TOML parser's line, column and caret.
 pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
@@ -297,19 +387,7 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     if file.duration_s / file.step_s > 1e8 {
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
     }
-    let secs = |k: &str, v: f64| {
-        if v.is_finite() && v > 0.0 {
-            Ok(core::time::Duration::from_secs_f64(v))
-        } else {
-            Err(format!("lbt.{k} = {v}: expected a positive number of seconds"))
-        }
-    };
-    let lbt = LbtConfig {
-        window: secs("window_s", file.lbt.window_s)?,
-        threshold: file.lbt.threshold,
-        period: secs("period_s", file.lbt.period_s)?,
-    };
-    lbt.validate().map_err(|e| format!("[lbt]: {e}"))?;
+    let lbt = lbt_config(&file.lbt)?;
     if file.uplinks.is_empty() {
         return Err("uplinks: expected at least one [[uplinks]] table".into());
     }
@@ -321,50 +399,10 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
             return Err(format!("uplinks[{i}].capacity: must be greater than zero"));
         }
     }
-    let uplink = |key: &str, name: &str| {
-        file.uplinks
-            .iter()
-            .position(|u| u.name == name)
-            .map(UplinkId)
-            .ok_or_else(|| {
-                let known: Vec<&str> = file.uplinks.iter().map(|u| u.name.as_str()).collect();
-                format!("{key}: no uplink named `{name}` (uplinks: {})", known.join(", "))
-            })
-    };
-    let order = |key: &str, active: &[String], standby: &[String]| -> Result<FailoverOrder, String> {
-        let list = |k: &str, names: &[String]| {
-            names
-                .iter()
-                .enumerate()
-                .map(|(j, n)| uplink(&format!("{key}.{k}[{j}]"), n))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        Ok(FailoverOrder {
-            active: list("active", active)?,
-            standby: list("standby", standby)?,
-        })
-    };
-    let mut groups = Vec::new();
-    for (i, g) in file.port_groups.iter().enumerate() {
-        let key = format!("port_groups[{i}]");
-        if file.port_groups[..i].iter().any(|o| o.name == g.name) {
-            return Err(format!("{key}.name: `{}` is used twice", g.name));
-        }
-        if g.active.is_empty() {
-            return Err(format!("{key}.active: expected at least one active uplink"));
-        }
-        if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
-            return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
-        }
-        groups.push(PortGroupSpec {
-            name: g.name.clone(),
-            policy: g.policy.policy(),
-            order: order(&key, &g.active, &g.standby)?,
-            failback: g.failback,
-            notify_switches: g.notify_switches,
-            vlan: g.vlan,
-        });
-    }
+    let names: Vec<&str> = file.uplinks.iter().map(|u| u.name.as_str()).collect();
+    let uplink = |key: &str, name: &str| uplink_index(&names, key, name);
+    let order = |key: &str, active: &[String], standby: &[String]| failover_order(&names, key, active, standby);
+    let groups = resolve_groups(&file.port_groups, &names)?;
     let group = |key: &str, name: &str| {
         file.port_groups.iter().position(|g| g.name == name).ok_or_else(|| {
             let known: Vec<&str> = file.port_groups.iter().map(|g| g.name.as_str()).collect();

@@ -26,7 +26,6 @@ use crate::scenario::{GroupFile, LbtFile};
 use serde::Deserialize;
 use teamster_core::ioc::admission::{admit, ReservationCap};
 use teamster_core::ioc::{NodeId, NodeSpec, Shares, TrafficClass, Tree, TreeError};
-use teamster_core::teaming::{FailoverOrder, LbtConfig, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -167,12 +166,7 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
         Some(c) => ReservationCap::new(c).map_err(|e| format!("reservation_cap: {e}"))?,
         None => ReservationCap::default(),
     };
-    let lbt = LbtConfig {
-        window: secs("lbt.window_s", f.lbt.window_s)?,
-        threshold: f.lbt.threshold,
-        period: secs("lbt.period_s", f.lbt.period_s)?,
-    };
-    lbt.validate().map_err(|e| format!("[lbt]: {e}"))?;
+    let lbt = crate::scenario::lbt_config(&f.lbt)?;
     if f.uplinks.is_empty() {
         return Err("uplinks: expected at least one [[uplinks]] table".into());
     }
@@ -193,42 +187,8 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
             rate_bps: rate.bps_f64(),
         });
     }
-    let uplink = |key: &str, name: &str| {
-        f.uplinks
-            .iter()
-            .position(|u| u.name == name)
-            .map(UplinkId)
-            .ok_or_else(|| format!("{key}: no uplink named `{name}`"))
-    };
-    let mut groups = Vec::new();
-    for (i, g) in f.port_groups.iter().enumerate() {
-        let key = format!("port_groups[{i}]");
-        if f.port_groups[..i].iter().any(|o| o.name == g.name) {
-            return Err(format!("{key}.name: `{}` is used twice", g.name));
-        }
-        let list = |k: &str, names: &[String]| {
-            names
-                .iter()
-                .enumerate()
-                .map(|(j, n)| uplink(&format!("{key}.{k}[{j}]"), n))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let order = FailoverOrder {
-            active: list("active", &g.active)?,
-            standby: list("standby", &g.standby)?,
-        };
-        if order.active.is_empty() {
-            return Err(format!("{key}.active: expected at least one active uplink"));
-        }
-        groups.push(PortGroupSpec {
-            name: g.name.clone(),
-            policy: g.policy.policy(),
-            order,
-            failback: g.failback,
-            notify_switches: g.notify_switches,
-            vlan: g.vlan,
-        });
-    }
+    let names: Vec<&str> = f.uplinks.iter().map(|u| u.name.as_str()).collect();
+    let groups = crate::scenario::resolve_groups(&f.port_groups, &names)?;
 
     // The NetIOC tree: classes under the root, pools under `vm`, ports under a pool or class.
     let mut tree = Tree::new(&f.uplinks[0].name);
@@ -409,12 +369,4 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
         events,
         duration_s: f.duration_s,
     })
-}
-
-fn secs(k: &str, v: f64) -> Result<core::time::Duration, String> {
-    if v.is_finite() && v > 0.0 {
-        Ok(core::time::Duration::from_secs_f64(v))
-    } else {
-        Err(format!("{k} = {v}: expected a positive number of seconds"))
-    }
 }
