@@ -466,6 +466,29 @@ impl Team {
         self.index.get(&port).map(|&i| self.ports[i].home)
     }
 
+    /// The group a port belongs to.
+    pub fn port_group(&self, port: PortId) -> Option<GroupId> {
+        self.index.get(&port).map(|&i| self.ports[i].spec.group)
+    }
+
+    /// Every port's configuration, in the order they were added.
+    pub fn ports(&self) -> impl Iterator<Item = &PortSpec> {
+        self.ports.iter().map(|p| &p.spec)
+    }
+
+    /// The uplink a group receives broadcast, multicast and unknown unicast on: its first live
+    /// active uplink, else its first live standby. One per group, so that frames a physical
+    /// switch floods to every member are taken in once.
+    pub fn group_receive_uplink(&self, g: GroupId) -> Option<UplinkId> {
+        let order = &self.groups.get(g.0)?.order;
+        order
+            .active
+            .iter()
+            .chain(&order.standby)
+            .find(|u| self.is_up(**u))
+            .copied()
+    }
+
     /// A group's configuration.
     pub fn group(&self, g: GroupId) -> Option<&PortGroupSpec> {
         self.groups.get(g.0)

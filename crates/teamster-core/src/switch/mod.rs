@@ -1,0 +1,304 @@
+//! The switch: ports, port groups, VLANs, the MAC table, forwarding and loop prevention, over a
+//! NIC team.
+//!
+//! Model. VM ports are access ports: their frames are untagged, and the port group's VLAN (if
+//! any) is the frame's broadcast domain. Uplinks are trunks: a frame carries its group's VLAN
+//! tag there. A frame from a port is:
+//! - delivered to a local port if its destination MAC is known there (same VLAN);
+//! - sent out of the uplink the team selects for the port and flow if the destination is known
+//!   to be remote;
+//! - flooded, if broadcast, multicast or unknown, to the other local ports of its VLAN and to the
+//!   sending port's home uplink only (so physical switches see each MAC on one uplink).
+//!
+//! A frame from an uplink is never sent to another uplink. It is dropped if its source MAC is a
+//! local port's (our own frame reflected back by the physical network). A known unicast
+//! destination behind a local port is delivered from any uplink; broadcast, multicast and
+//! unknown unicast are taken in by each port group only from its receive uplink (its first live
+//! uplink in failover order), since a physical switch floods them to every team member.
+//!
+//! Every frame in or out is counted per port and per uplink; every drop is counted with its
+//! [`DropReason`]. Malformed frames are dropped and counted, never a panic.
+
+mod counters;
+mod mac_table;
+
+#[cfg(test)]
+mod tests;
+
+pub use counters::{Counters, DropReason};
+pub use mac_table::{Location, MacTable};
+
+use crate::teaming::{Direction, Effect, GroupId, PortId, Team, UplinkId};
+use crate::wire::{parse, FlowKey};
+use crate::Instant;
+use core::time::Duration;
+use std::collections::HashMap;
+
+/// Where a frame came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ingress {
+    Port(PortId),
+    Uplink(UplinkId),
+}
+
+/// Where a frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Egress {
+    Port(PortId),
+    Uplink(UplinkId),
+}
+
+/// A frame to send, VLAN tag already added or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub to: Egress,
+    pub frame: Vec<u8>,
+}
+
+/// A switch over a team; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Switch {
+    team: Team,
+    macs: MacTable,
+    /// VLAN (or none) -> the ports in it, with their group.
+    domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>>,
+    ports: HashMap<PortId, Counters>,
+    uplinks: Vec<Counters>,
+    /// Frames from interfaces the switch does not know.
+    unattributed: Counters,
+    next_sweep: Instant,
+}
+
+impl Switch {
+    /// A switch over `team`, whose ports' MACs become static MAC-table entries.
+    pub fn new(team: Team, ageing: Duration) -> Switch {
+        let mut macs = MacTable::new(ageing);
+        let mut domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>> = HashMap::new();
+        let mut ports = HashMap::new();
+        for p in team.ports() {
+            let vlan = team.group(p.group).and_then(|g| g.vlan);
+            macs.add_static(vlan, p.mac, p.id);
+            domains.entry(vlan).or_default().push((p.id, p.group));
+            ports.insert(p.id, Counters::default());
+        }
+        Switch {
+            uplinks: vec![Counters::default(); team.uplink_count()],
+            team,
+            macs,
+            domains,
+            ports,
+            unattributed: Counters::default(),
+            next_sweep: Instant::ZERO + ageing / 10,
+        }
+    }
+
+    /// Switches one frame that arrived at `from`, returning what to send where.
+    pub fn ingress(&mut self, from: Ingress, frame: &[u8], now: Instant) -> Vec<Output> {
+        match from {
+            Ingress::Port(p) => self.from_port(p, frame, now),
+            Ingress::Uplink(u) => self.from_uplink(u, frame, now),
+        }
+    }
+
+    /// A frame from local port `p`.
+    fn from_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
+        let Some(group) = self.team.port_group(p) else {
+            self.unattributed.rx(frame.len());
+            self.unattributed.drop(DropReason::UnknownPort);
+            return Vec::new();
+        };
+        self.port(p).rx(frame.len());
+        let key = match parse(frame) {
+            Ok(k) => k,
+            Err(_) => return self.dropped(Ingress::Port(p), DropReason::Malformed),
+        };
+        if key.vlan.is_some() {
+            return self.dropped(Ingress::Port(p), DropReason::TaggedOnAccessPort);
+        }
+        let vlan = self.team.group(group).and_then(|g| g.vlan);
+        self.macs.learn(vlan, key.src_mac, Location::Port(p), now);
+        let known = if key.dst_mac.is_multicast() {
+            None
+        } else {
+            self.macs.lookup(vlan, key.dst_mac, now)
+        };
+        match known {
+            Some(Location::Port(q)) if q == p => self.dropped(Ingress::Port(p), DropReason::Hairpin),
+            Some(Location::Port(q)) => self.send(vec![(Egress::Port(q), frame.to_vec())], now, p),
+            Some(Location::Remote(_)) => match self.team.select(p, Some(&key)) {
+                Some(u) => self.send(vec![(Egress::Uplink(u), push_tag(frame, vlan))], now, p),
+                None => self.dropped(Ingress::Port(p), DropReason::NoUplink),
+            },
+            None => {
+                let mut out: Vec<(Egress, Vec<u8>)> = self.domains[&vlan]
+                    .iter()
+                    .filter(|(q, _)| *q != p)
+                    .map(|(q, _)| (Egress::Port(*q), frame.to_vec()))
+                    .collect();
+                if let Some(u) = self.team.select(p, Some(&key)) {
+                    out.push((Egress::Uplink(u), push_tag(frame, vlan)));
+                }
+                self.send(out, now, p)
+            }
+        }
+    }
+
+    /// A frame from uplink `u`.
+    fn from_uplink(&mut self, u: UplinkId, frame: &[u8], now: Instant) -> Vec<Output> {
+        if u.0 >= self.uplinks.len() {
+            self.unattributed.rx(frame.len());
+            self.unattributed.drop(DropReason::UnknownPort);
+            return Vec::new();
+        }
+        self.uplinks[u.0].rx(frame.len());
+        let key: FlowKey = match parse(frame) {
+            Ok(k) => k,
+            Err(_) => return self.dropped(Ingress::Uplink(u), DropReason::Malformed),
+        };
+        let vlan = key.vlan;
+        let Some(members) = self.domains.get(&vlan) else {
+            return self.dropped(Ingress::Uplink(u), DropReason::UnknownVlan);
+        };
+        if let Some(Location::Port(_)) = self.macs.lookup(vlan, key.src_mac, now) {
+            return self.dropped(Ingress::Uplink(u), DropReason::Reflection);
+        }
+        let known = if key.dst_mac.is_multicast() {
+            None
+        } else {
+            self.macs.lookup(vlan, key.dst_mac, now)
+        };
+        let targets: Vec<PortId> = match known {
+            Some(Location::Port(q)) => vec![q],
+            _ => members
+                .iter()
+                .filter(|(_, g)| self.team.group_receive_uplink(*g) == Some(u))
+                .map(|(q, _)| *q)
+                .collect(),
+        };
+        self.macs.learn(vlan, key.src_mac, Location::Remote(u), now);
+        if targets.is_empty() {
+            return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
+        }
+        let untagged = pop_tag(frame, vlan);
+        let mut out = Vec::with_capacity(targets.len());
+        for q in targets {
+            self.team.account(q, u, Direction::Rx, frame.len() as u64, now);
+            out.push((Egress::Port(q), untagged.clone()));
+        }
+        self.count_out(&out);
+        out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
+    }
+
+    /// Counts and returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters).
+    fn send(&mut self, out: Vec<(Egress, Vec<u8>)>, now: Instant, p: PortId) -> Vec<Output> {
+        for (to, frame) in &out {
+            if let Egress::Uplink(u) = to {
+                self.team.account(p, *u, Direction::Tx, frame.len() as u64, now);
+            }
+        }
+        self.count_out(&out);
+        out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
+    }
+
+    fn count_out(&mut self, out: &[(Egress, Vec<u8>)]) {
+        for (to, frame) in out {
+            match to {
+                Egress::Port(q) => self.port(*q).tx(frame.len()),
+                Egress::Uplink(u) => self.uplinks[u.0].tx(frame.len()),
+            }
+        }
+    }
+
+    fn dropped(&mut self, at: Ingress, why: DropReason) -> Vec<Output> {
+        match at {
+            Ingress::Port(p) => self.port(p).drop(why),
+            Ingress::Uplink(u) => self.uplinks[u.0].drop(why),
+        }
+        Vec::new()
+    }
+
+    fn port(&mut self, p: PortId) -> &mut Counters {
+        self.ports.entry(p).or_default()
+    }
+
+    /// The next time [`Switch::handle_timeout`] has work: the team's timers or a MAC-table sweep.
+    pub fn poll_at(&self) -> Instant {
+        self.team.poll_at().map_or(self.next_sweep, |t| t.min(self.next_sweep))
+    }
+
+    /// Runs the timers due at `now`: Load-Based Teaming, and ageing of the MAC table.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.team.handle_timeout(now);
+        if now >= self.next_sweep {
+            self.macs.expire(now);
+            self.next_sweep = now + self.macs.ageing() / 10;
+        }
+    }
+
+    /// The next frame the team asks to send (notify-switch RARPs), counted as sent; port moves
+    /// are passed on as they are.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        let e = self.team.poll_effect()?;
+        if let Effect::Transmit { uplink, frame } = &e {
+            self.uplinks[uplink.0].tx(frame.len());
+        }
+        Some(e)
+    }
+
+    /// The team, for link state and policy changes.
+    pub fn team_mut(&mut self) -> &mut Team {
+        &mut self.team
+    }
+
+    /// The team.
+    pub fn team(&self) -> &Team {
+        &self.team
+    }
+
+    /// A port's counters.
+    pub fn port_counters(&self, p: PortId) -> Option<&Counters> {
+        self.ports.get(&p)
+    }
+
+    /// An uplink's counters.
+    pub fn uplink_counters(&self, u: UplinkId) -> Option<&Counters> {
+        self.uplinks.get(u.0)
+    }
+
+    /// Frames from ports or uplinks the switch does not know (all dropped).
+    pub fn unattributed_counters(&self) -> &Counters {
+        &self.unattributed
+    }
+
+    /// The MAC table.
+    pub fn mac_table(&self) -> &MacTable {
+        &self.macs
+    }
+}
+
+/// The frame with an 802.1Q tag for `vlan` inserted after the MACs (unchanged if none).
+fn push_tag(frame: &[u8], vlan: Option<u16>) -> Vec<u8> {
+    match vlan {
+        None => frame.to_vec(),
+        Some(v) => {
+            let mut out = Vec::with_capacity(frame.len() + 4);
+            out.extend_from_slice(&frame[..12]);
+            out.extend_from_slice(&[0x81, 0x00, (v >> 8) as u8 & 0x0f, v as u8]);
+            out.extend_from_slice(&frame[12..]);
+            out
+        }
+    }
+}
+
+/// The frame without its outer tag, if it had one (the parser has checked the length).
+fn pop_tag(frame: &[u8], vlan: Option<u16>) -> Vec<u8> {
+    match vlan {
+        None => frame.to_vec(),
+        Some(_) => {
+            let mut out = Vec::with_capacity(frame.len() - 4);
+            out.extend_from_slice(&frame[..12]);
+            out.extend_from_slice(&frame[16..]);
+            out
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Forwarding, VLANs, flooding, loop prevention, ageing and counters.
+
+use super::*;
+use crate::teaming::{FailoverOrder, LbtConfig, LinkState, Policy, PortGroupSpec, PortSpec, UplinkSpec};
+use crate::units::Bandwidth;
+use crate::wire::{build_gratuitous_arp, MacAddr};
+use core::net::Ipv4Addr;
+use etherparse::{PacketBuilder, VlanId};
+use proptest::prelude::*;
+
+const REMOTE: [u8; 6] = [0x0a, 0, 0, 0, 0, 0x99];
+
+fn mac(n: u8) -> MacAddr {
+    MacAddr([0x02, 0, 0, 0, 0, n])
+}
+
+/// Two 10G uplinks; group "a" (VLAN 10) with ports 1, 2 and group "b" (VLAN 20) with port 3,
+/// all port-ID over both uplinks.
+fn switch() -> Switch {
+    let uplinks = (1..=2)
+        .map(|i| UplinkSpec {
+            name: format!("uplink{i}"),
+            capacity: Bandwidth::from_gbps(10),
+        })
+        .collect();
+    let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
+    for (name, vlan) in [("a", 10), ("b", 20)] {
+        t.add_group(PortGroupSpec {
+            name: name.into(),
+            policy: Policy::OriginatingPortId,
+            order: FailoverOrder {
+                active: vec![UplinkId(0), UplinkId(1)],
+                standby: vec![],
+            },
+            failback: true,
+            notify_switches: true,
+            vlan: Some(vlan),
+        })
+        .unwrap();
+    }
+    for (id, g) in [(1, 0), (2, 0), (3, 1)] {
+        t.add_port(PortSpec {
+            id: PortId(id),
+            mac: mac(id as u8),
+            group: GroupId(g),
+        })
+        .unwrap();
+    }
+    Switch::new(t, Duration::from_secs(300))
+}
+
+fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
+    let mut f = Vec::new();
+    let b = PacketBuilder::ethernet2(src, dst);
+    match vlan {
+        Some(v) => b
+            .single_vlan(VlanId::try_new(v).unwrap())
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1, 2)
+            .write(&mut f, &[7; 20]),
+        None => b
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1, 2)
+            .write(&mut f, &[7; 20]),
+    }
+    .unwrap();
+    f
+}
+
+fn targets(out: &[Output]) -> Vec<Egress> {
+    out.iter().map(|o| o.to).collect()
+}
+
+#[test]
+fn local_unicast_stays_in_its_vlan() {
+    let mut s = switch();
+    let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(2).0, None), Instant::ZERO);
+    assert_eq!(targets(&out), [Egress::Port(PortId(2))]);
+    assert_eq!(
+        out[0].frame,
+        udp(mac(1).0, mac(2).0, None),
+        "untouched between access ports"
+    );
+    // Port 3 is in VLAN 20: port 1 cannot reach it directly; the frame floods in VLAN 10 instead.
+    let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(3).0, None), Instant::ZERO);
+    assert!(!targets(&out).contains(&Egress::Port(PortId(3))));
+    assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 2);
+}
+
+#[test]
+fn to_remote_tags_with_the_group_vlan_on_the_port_uplink() {
+    let mut s = switch();
+    // Learn the remote MAC first (from port 1's... any uplink, as a reply would come).
+    let reply = udp(REMOTE, mac(1).0, Some(10));
+    let out = s.ingress(Ingress::Uplink(UplinkId(1)), &reply, Instant::ZERO);
+    assert_eq!(
+        targets(&out),
+        [Egress::Port(PortId(1))],
+        "known unicast is taken from any uplink"
+    );
+    assert_eq!(
+        out[0].frame,
+        udp(REMOTE, mac(1).0, None),
+        "tag removed toward the access port"
+    );
+    let out = s.ingress(
+        Ingress::Port(PortId(1)),
+        &udp(mac(1).0, REMOTE, None),
+        Instant::from_secs(1),
+    );
+    let home = s.team().port_uplink(PortId(1)).unwrap();
+    assert_eq!(targets(&out), [Egress::Uplink(home)]);
+    assert_eq!(
+        out[0].frame,
+        udp(mac(1).0, REMOTE, Some(10)),
+        "tagged with VLAN 10 on the trunk"
+    );
+    assert_eq!(s.uplink_counters(home).unwrap().tx_packets, 1);
+}
+
+#[test]
+fn broadcast_from_a_port_floods_its_vlan_and_one_uplink() {
+    let mut s = switch();
+    let arp = build_gratuitous_arp(mac(2), Ipv4Addr::new(10, 0, 0, 2), None);
+    let out = s.ingress(Ingress::Port(PortId(2)), &arp, Instant::ZERO);
+    let home = s.team().port_uplink(PortId(2)).unwrap();
+    assert_eq!(targets(&out), [Egress::Port(PortId(1)), Egress::Uplink(home)]);
+    assert_eq!(home, UplinkId(0), "port 2: active[2 mod 2]");
+}
+
+#[test]
+fn broadcast_from_uplinks_is_taken_once_and_never_reflected_to_uplinks() {
+    let mut s = switch();
+    let bcast = udp(REMOTE, [0xff; 6], Some(10));
+    // The physical switch floods it to both members; only the group's receive uplink (uplink1) counts.
+    let a = s.ingress(Ingress::Uplink(UplinkId(0)), &bcast, Instant::ZERO);
+    let b = s.ingress(Ingress::Uplink(UplinkId(1)), &bcast, Instant::ZERO);
+    assert_eq!(targets(&a), [Egress::Port(PortId(1)), Egress::Port(PortId(2))]);
+    assert!(b.is_empty());
+    assert_eq!(
+        s.uplink_counters(UplinkId(1))
+            .unwrap()
+            .drops(DropReason::NotReceiveUplink),
+        1
+    );
+    // When uplink1 fails, uplink2 becomes the receive uplink.
+    s.team_mut()
+        .set_link(UplinkId(0), LinkState::Down, Instant::ZERO)
+        .unwrap();
+    let b = s.ingress(Ingress::Uplink(UplinkId(1)), &bcast, Instant::from_secs(1));
+    assert_eq!(b.len(), 2);
+}
+
+#[test]
+fn our_own_frames_reflected_back_are_dropped() {
+    let mut s = switch();
+    let echo = udp(mac(1).0, [0xff; 6], Some(10));
+    assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &echo, Instant::ZERO).is_empty());
+    assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Reflection), 1);
+    // A learned (not configured) MAC behind a port is protected too.
+    let guest_second_mac = [0x02, 0, 0, 0, 0, 0x42];
+    s.ingress(
+        Ingress::Port(PortId(1)),
+        &udp(guest_second_mac, mac(2).0, None),
+        Instant::ZERO,
+    );
+    assert!(s
+        .ingress(
+            Ingress::Uplink(UplinkId(1)),
+            &udp(guest_second_mac, mac(1).0, Some(10)),
+            Instant::ZERO
+        )
+        .is_empty());
+    assert_eq!(s.uplink_counters(UplinkId(1)).unwrap().drops(DropReason::Reflection), 1);
+}
+
+#[test]
+fn bad_frames_are_counted_not_forwarded() {
+    let mut s = switch();
+    assert!(s
+        .ingress(Ingress::Port(PortId(1)), &[1, 2, 3], Instant::ZERO)
+        .is_empty());
+    assert!(s
+        .ingress(
+            Ingress::Port(PortId(1)),
+            &udp(mac(1).0, mac(2).0, Some(10)),
+            Instant::ZERO
+        )
+        .is_empty());
+    assert!(s
+        .ingress(
+            Ingress::Uplink(UplinkId(0)),
+            &udp(REMOTE, [0xff; 6], Some(99)),
+            Instant::ZERO
+        )
+        .is_empty());
+    assert!(s
+        .ingress(Ingress::Port(PortId(9)), &udp(mac(9).0, mac(1).0, None), Instant::ZERO)
+        .is_empty());
+    let c = s.port_counters(PortId(1)).unwrap();
+    assert_eq!(
+        (
+            c.drops(DropReason::Malformed),
+            c.drops(DropReason::TaggedOnAccessPort),
+            c.rx_packets
+        ),
+        (1, 1, 2)
+    );
+    assert_eq!(
+        s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::UnknownVlan),
+        1
+    );
+    assert_eq!(s.unattributed_counters().drops(DropReason::UnknownPort), 1);
+    let hairpin = s.ingress(Ingress::Port(PortId(1)), &udp(mac(2).0, mac(1).0, None), Instant::ZERO);
+    assert!(hairpin.is_empty(), "dst behind the same port");
+}
+
+#[test]
+fn learned_remote_macs_age_out() {
+    let mut s = switch();
+    s.ingress(
+        Ingress::Uplink(UplinkId(1)),
+        &udp(REMOTE, mac(1).0, Some(10)),
+        Instant::ZERO,
+    );
+    assert_eq!(
+        s.mac_table().lookup(Some(10), MacAddr(REMOTE), Instant::from_secs(299)),
+        Some(Location::Remote(UplinkId(1)))
+    );
+    assert_eq!(
+        s.mac_table().lookup(Some(10), MacAddr(REMOTE), Instant::from_secs(300)),
+        None
+    );
+    let static_entries = 3;
+    assert_eq!(s.mac_table().len(), static_entries + 1);
+    s.handle_timeout(Instant::from_secs(301));
+    assert_eq!(s.mac_table().len(), static_entries, "swept; configured port MACs stay");
+    // Unknown again: a frame to it floods locally and to the port's uplink.
+    let out = s.ingress(
+        Ingress::Port(PortId(1)),
+        &udp(mac(1).0, REMOTE, None),
+        Instant::from_secs(302),
+    );
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn switched_traffic_feeds_load_based_teaming() {
+    let mut s = switch();
+    let f = udp(mac(1).0, REMOTE, None);
+    s.ingress(
+        Ingress::Uplink(UplinkId(0)),
+        &udp(REMOTE, mac(1).0, Some(10)),
+        Instant::ZERO,
+    );
+    for k in 0..31u64 {
+        s.ingress(Ingress::Port(PortId(1)), &f, Instant::from_secs(k));
+    }
+    let u = s.team().port_uplink(PortId(1)).unwrap();
+    assert!(s.team().utilisation(u, Instant::from_secs(31)).unwrap().tx > 0.0);
+}
+
+#[test]
+fn failover_rarp_is_counted_on_the_new_uplink() {
+    let mut s = switch();
+    let before = s.team().port_uplink(PortId(1)).unwrap();
+    s.team_mut().set_link(before, LinkState::Down, Instant::ZERO).unwrap();
+    let mut rarps = 0;
+    while let Some(e) = s.poll_effect() {
+        if let Effect::Transmit { uplink, .. } = e {
+            assert_ne!(uplink, before);
+            rarps += 1;
+        }
+    }
+    assert!(rarps >= 1);
+    let other = UplinkId(1 - before.0);
+    assert_eq!(s.uplink_counters(other).unwrap().tx_packets, rarps);
+}
+
+proptest! {
+    /// Whatever arrives on an uplink, nothing goes out of an uplink, and nothing panics.
+    #[test]
+    fn never_uplink_to_uplink(bytes in proptest::collection::vec(any::<u8>(), 0..120), dst in 0usize..4, vlan in proptest::option::of(0u16..30), u in 0usize..2) {
+        let mut s = switch();
+        let dsts = [[0xff; 6], mac(1).0, REMOTE, [0x01, 0, 0x5e, 0, 0, 1]];
+        let mut frame = udp(REMOTE, dsts[dst], vlan.map(|v| v % 25 + 1));
+        frame.extend_from_slice(&bytes);
+        let out = s.ingress(Ingress::Uplink(UplinkId(u)), &frame, Instant::ZERO);
+        prop_assert!(out.iter().all(|o| matches!(o.to, Egress::Port(_))));
+        let raw = s.ingress(Ingress::Uplink(UplinkId(u)), &bytes, Instant::ZERO);
+        prop_assert!(raw.iter().all(|o| matches!(o.to, Egress::Port(_))));
+    }
+}
