@@ -95,13 +95,13 @@ impl Switch {
     /// Switches one frame that arrived at `from`, returning what to send where.
     pub fn ingress(&mut self, from: Ingress, frame: &[u8], now: Instant) -> Vec<Output> {
         match from {
-            Ingress::Port(p) => self.from_port(p, frame, now),
-            Ingress::Uplink(u) => self.from_uplink(u, frame, now),
+            Ingress::Port(p) => self.ingress_port(p, frame, now),
+            Ingress::Uplink(u) => self.ingress_uplink(u, frame, now),
         }
     }
 
     /// A frame from local port `p`.
-    fn from_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
+    fn ingress_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
         let Some(group) = self.team.port_group(p) else {
             self.unattributed.rx(frame.len());
             self.unattributed.drop(DropReason::UnknownPort);
@@ -144,7 +144,7 @@ impl Switch {
     }
 
     /// A frame from uplink `u`.
-    fn from_uplink(&mut self, u: UplinkId, frame: &[u8], now: Instant) -> Vec<Output> {
+    fn ingress_uplink(&mut self, u: UplinkId, frame: &[u8], now: Instant) -> Vec<Output> {
         if u.0 >= self.uplinks.len() {
             self.unattributed.rx(frame.len());
             self.unattributed.drop(DropReason::UnknownPort);
