@@ -1,14 +1,32 @@
 //! Teamster's live Linux data plane.
 //!
-//! This crate is a skeleton until the data-plane issue lands; it holds no I/O code yet and
-//! nothing depends on it but the workspace. Its model, from the design:
+//! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (TPACKET_V3 receive ring,
+//!   batched transmit) is the first, AF_XDP can follow behind the same trait.
+//! - [`caps`]: the capabilities the data plane needs, checked up front.
+//! - [`netlink`]: link state changes from the kernel, for failover.
+//! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
+//!   rate.
 //!
-//! - A backend trait for frame I/O on an interface, with AF_PACKET (TPACKET_V3 receive rings,
-//!   batched transmit) first and AF_XDP later.
-//! - A poll loop that feeds every received frame to the `teamster-core` engine with the monotonic
-//!   time as `now`, carries out the effects it returns (transmit on an uplink, a port moved), and
-//!   sleeps until the engine's `poll_at()` deadline or the next frame.
-//! - A pacer per uplink that grants bytes at the uplink's configured capacity, while the engine's
-//!   scheduler decides the order.
-//! - Link state from netlink, turned into `Team::set_link` calls.
-#![forbid(unsafe_code)]
+//! The poll loop that ties these to the `teamster-core` switch lives with the daemon in the
+//! `teamster` binary, which owns configuration and signals.
+
+pub mod afpacket;
+pub mod caps;
+pub mod netlink;
+pub mod pacer;
+
+use std::os::fd::RawFd;
+
+/// Frame I/O on one interface.
+pub trait Backend: Send {
+    /// The interface name.
+    fn name(&self) -> &str;
+    /// A descriptor that becomes readable when frames arrive.
+    fn raw_fd(&self) -> RawFd;
+    /// Hands every frame received so far to `sink`; returns how many.
+    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize;
+    /// Queues a frame for transmission.
+    fn send(&mut self, frame: &[u8]);
+    /// Sends what is queued; returns the frames the device refused.
+    fn flush(&mut self) -> usize;
+}

@@ -1,0 +1,47 @@
+//! The capabilities the data plane needs: CAP_NET_RAW (packet sockets) and CAP_NET_ADMIN
+//! (promiscuous mode, link state). Checked before anything is opened, so a missing one is one
+//! clear error rather than a failure halfway through attaching interfaces.
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_RAW: u32 = 13;
+
+/// Which of the needed capabilities the effective set `cap_eff` lacks.
+pub fn missing_from(cap_eff: u64) -> Vec<&'static str> {
+    [(CAP_NET_RAW, "CAP_NET_RAW"), (CAP_NET_ADMIN, "CAP_NET_ADMIN")]
+        .into_iter()
+        .filter(|(bit, _)| cap_eff & (1u64 << bit) == 0)
+        .map(|(_, name)| name)
+        .collect()
+}
+
+/// Checks this process's effective capabilities (from /proc/self/status).
+pub fn check() -> Result<(), String> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .ok_or("no CapEff line in /proc/self/status")?;
+    let missing = missing_from(eff);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "teamster run needs {} (run as root, or grant them with `setcap cap_net_raw,cap_net_admin+ep` on the binary)",
+            missing.join(" and ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_what_is_missing() {
+        assert_eq!(missing_from(0), ["CAP_NET_RAW", "CAP_NET_ADMIN"]);
+        assert_eq!(missing_from(1 << 13), ["CAP_NET_ADMIN"]);
+        assert!(missing_from((1 << 12) | (1 << 13)).is_empty());
+    }
+}
