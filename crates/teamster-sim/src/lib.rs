@@ -14,6 +14,7 @@
 pub mod demand;
 pub mod expect;
 pub mod fluid;
+pub mod host;
 pub mod maxmin;
 pub mod packet;
 pub mod report;

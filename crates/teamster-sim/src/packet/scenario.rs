@@ -2,7 +2,7 @@
 //!
 //! The file says `mode = "packet"`. Beside the fluid scenario's `uplinks` (with an optional
 //! `effective` rate) and `port_groups`, it has:
-//! - `[[traffic_classes]]`: `class` (management, vm, nfs, iscsi, storage, live-migration,
+//! - `[[traffic_classes]]` and `[[pools]]` as in [`crate::host`]: `class` (management, vm, nfs, iscsi, storage, live-migration,
 //!   replication, fault-tolerance, backup), `reservation`, `shares` (1-100 or low/normal/high,
 //!   default the class's: vm high, others normal), `limit`;
 //! - `[[pools]]`: network resource pools under the `vm` class: `name`, `reservation`, `shares`,
@@ -22,10 +22,11 @@
 use super::engine::{Discipline, HostPlan, PlanEvent, PortPlan, UplinkPlan};
 use super::source::SourceSpec;
 use crate::expect::ExpectSpec;
+use crate::host::{build_tree, ClassFile, PoolFile, PortControls};
 use crate::scenario::{GroupFile, LbtFile};
 use serde::Deserialize;
 use teamster_core::ioc::admission::{admit, ReservationCap};
-use teamster_core::ioc::{NodeId, NodeSpec, Shares, TrafficClass, Tree, TreeError};
+use teamster_core::ioc::{NodeSpec, Shares};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -77,26 +78,6 @@ pub struct UplinkFile {
     pub name: String,
     pub capacity: Bandwidth,
     pub effective: Option<Bandwidth>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClassFile {
-    pub class: String,
-    #[serde(default)]
-    pub reservation: Bandwidth,
-    pub shares: Option<Shares>,
-    pub limit: Option<Bandwidth>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolFile {
-    pub name: String,
-    #[serde(default)]
-    pub reservation: Bandwidth,
-    pub shares: Option<Shares>,
-    pub limit: Option<Bandwidth>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -190,91 +171,28 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
     let names: Vec<&str> = f.uplinks.iter().map(|u| u.name.as_str()).collect();
     let groups = crate::scenario::resolve_groups(&f.port_groups, &names)?;
 
-    // The NetIOC tree: classes under the root, pools under `vm`, ports under a pool or class.
-    let mut tree = Tree::new(&f.uplinks[0].name);
-    let node_err = |key: String| {
-        move |e: TreeError| match e {
-            TreeError::DuplicateName(n) => {
-                format!("{key}: the name `{n}` is already used by another class, pool or port")
-            }
-            TreeError::LimitBelowReservation { limit, reservation, .. } => {
-                format!("{key}.limit: {limit} is below the reservation {reservation}")
-            }
-            other => format!("{key}: {other}"),
-        }
-    };
-    for (i, c) in f.traffic_classes.iter().enumerate() {
-        let key = format!("traffic_classes[{i}]");
-        let class: TrafficClass = c.class.parse().map_err(|e| format!("{key}.class: {e}"))?;
-        let spec = NodeSpec {
-            name: class.name().into(),
-            reservation: c.reservation,
-            shares: c.shares.unwrap_or(class.default_shares()),
-            limit: c.limit,
-        };
-        tree.add(NodeId::ROOT, spec).map_err(node_err(key))?;
-    }
-    let vm_class = |tree: &mut Tree| -> NodeId {
-        tree.find("vm").unwrap_or_else(|| {
-            let spec = NodeSpec {
-                name: "vm".into(),
-                reservation: Bandwidth::ZERO,
-                shares: Shares::HIGH,
-                limit: None,
-            };
-            tree.add(NodeId::ROOT, spec).expect("`vm` is not taken: find() said so")
-        })
-    };
-    for (i, p) in f.pools.iter().enumerate() {
-        let key = format!("pools[{i}]");
-        let vm = vm_class(&mut tree);
-        let spec = NodeSpec {
-            name: p.name.clone(),
-            reservation: p.reservation,
-            shares: p.shares.unwrap_or_default(),
-            limit: p.limit,
-        };
-        tree.add(vm, spec).map_err(node_err(key))?;
-    }
     if f.ports.is_empty() {
         return Err("ports: expected at least one [[ports]] table".into());
     }
+    let controls: Vec<PortControls> = f
+        .ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PortControls {
+            key: format!("ports[{i}]"),
+            name: &p.name,
+            pool: p.pool.as_deref(),
+            class: p.class.as_deref(),
+            reservation: p.reservation,
+            shares: p.shares,
+            limit: p.limit,
+        })
+        .collect();
+    let (tree, leaves) = build_tree(&f.uplinks[0].name, &f.traffic_classes, &f.pools, &controls)?;
     let mut ports: Vec<PortPlan> = Vec::new();
     for (i, p) in f.ports.iter().enumerate() {
         let key = format!("ports[{i}]");
-        let parent = match (&p.pool, &p.class) {
-            (Some(_), Some(_)) => return Err(format!("{key}: give `pool` or `class`, not both")),
-            (Some(pool), None) => f
-                .pools
-                .iter()
-                .any(|x| &x.name == pool)
-                .then(|| tree.find(pool))
-                .flatten()
-                .ok_or_else(|| format!("{key}.pool: no pool named `{pool}`"))?,
-            (None, Some(class)) => {
-                let c: TrafficClass = class.parse().map_err(|e| format!("{key}.class: {e}"))?;
-                match tree.find(c.name()) {
-                    Some(n) => n,
-                    None => {
-                        let spec = NodeSpec {
-                            name: c.name().into(),
-                            reservation: Bandwidth::ZERO,
-                            shares: c.default_shares(),
-                            limit: None,
-                        };
-                        tree.add(NodeId::ROOT, spec).map_err(node_err(format!("{key}.class")))?
-                    }
-                }
-            }
-            (None, None) => vm_class(&mut tree),
-        };
-        let spec = NodeSpec {
-            name: p.name.clone(),
-            reservation: p.reservation,
-            shares: p.shares.unwrap_or_default(),
-            limit: p.limit,
-        };
-        let leaf = tree.add(parent, spec).map_err(node_err(key.clone()))?;
+        let leaf = leaves[i];
         p.source.check().map_err(|e| format!("{key}.source.{e}"))?;
         let id = p.id.unwrap_or(i as u32 + 1);
         if let Some(o) = ports.iter().find(|o| o.id == id) {
