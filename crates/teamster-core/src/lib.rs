@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ioc;
+pub mod offload;
 pub mod switch;
 pub mod teaming;
 pub mod time;

@@ -5,7 +5,9 @@
 //! frame's metadata (VLAN offload) is put back into the frame, so the switch sees what was on the
 //! wire. Frames this socket itself sent are ignored (PACKET_IGNORE_OUTGOING). The interface is
 //! made promiscuous through a packet-socket membership, which the kernel drops with the socket:
-//! closing restores the interface as it was.
+//! closing restores the interface as it was. A frame whose TCP/UDP checksum the sender left to
+//! hardware (TP_STATUS_CSUMNOTREADY, as veth and virtio pass them) has it completed in software
+//! before the switch sees it, since it will leave through another interface.
 //!
 //! Transmit: frames are queued and sent with sendmmsg, up to [`AfPacket::TX_BATCH`] per call.
 //!
@@ -24,6 +26,7 @@ const FRAME_SIZE: u32 = 2048;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// enum tpacket_versions: TPACKET_V1, V2, V3.
 const TPACKET_V3: libc::c_int = 2;
+const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
@@ -227,19 +230,28 @@ impl Backend for AfPacket {
                 let data = unsafe {
                     std::slice::from_raw_parts(bd.cast::<u8>().add(off + hdr.tp_mac as usize), hdr.tp_snaplen as usize)
                 };
-                if hdr.tp_status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12 {
-                    // Put the tag the kernel took out (VLAN offload) back in.
-                    let tpid = if hdr.tp_status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                        hdr.hv1.tp_vlan_tpid
-                    } else {
-                        0x8100
-                    };
-                    let tci = hdr.hv1.tp_vlan_tci as u16;
+                let vlan = hdr.tp_status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12;
+                let csum = hdr.tp_status & TP_STATUS_CSUMNOTREADY != 0;
+                if vlan || csum {
                     scratch.clear();
-                    scratch.extend_from_slice(&data[..12]);
-                    scratch.extend_from_slice(&tpid.to_be_bytes());
-                    scratch.extend_from_slice(&tci.to_be_bytes());
-                    scratch.extend_from_slice(&data[12..]);
+                    if vlan {
+                        // Put the tag the kernel took out (VLAN offload) back in.
+                        let tpid = if hdr.tp_status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                            hdr.hv1.tp_vlan_tpid
+                        } else {
+                            0x8100
+                        };
+                        let tci = hdr.hv1.tp_vlan_tci as u16;
+                        scratch.extend_from_slice(&data[..12]);
+                        scratch.extend_from_slice(&tpid.to_be_bytes());
+                        scratch.extend_from_slice(&tci.to_be_bytes());
+                        scratch.extend_from_slice(&data[12..]);
+                    } else {
+                        scratch.extend_from_slice(data);
+                    }
+                    if csum {
+                        teamster_core::offload::fill_l4_checksum(&mut scratch);
+                    }
                     sink(&scratch);
                 } else {
                     sink(data);

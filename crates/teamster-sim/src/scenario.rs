@@ -266,7 +266,7 @@ impl Scenario {
 }
 
 /// The `[lbt]` table as the team's knobs, checked.
-pub(crate) fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
+pub fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
     let secs = |k: &str, v: f64| {
         if v.is_finite() && v > 0.0 {
             Ok(core::time::Duration::from_secs_f64(v))
@@ -284,7 +284,7 @@ pub(crate) fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
 }
 
 /// The index of the uplink named `name`; the error, under `key`, lists the known ones.
-pub(crate) fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<UplinkId, String> {
+pub fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<UplinkId, String> {
     uplinks
         .iter()
         .position(|u| *u == name)
@@ -293,7 +293,7 @@ pub(crate) fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<Up
 }
 
 /// A failover order from uplink names, under `key`.
-pub(crate) fn failover_order(
+pub fn failover_order(
     uplinks: &[&str],
     key: &str,
     active: &[String],
@@ -313,7 +313,7 @@ pub(crate) fn failover_order(
 }
 
 /// Resolves `[[port_groups]]` against the uplinks' names; errors carry the key path.
-pub(crate) fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<Vec<PortGroupSpec>, String> {
+pub fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<Vec<PortGroupSpec>, String> {
     let mut out = Vec::new();
     for (i, g) in groups.iter().enumerate() {
         let key = format!("port_groups[{i}]");
@@ -339,7 +339,7 @@ pub(crate) fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<V
 }
 
 /// A team of these uplinks with these port groups (ports are added by the caller).
-pub(crate) fn build_team(
+pub fn build_team(
     uplinks: impl IntoIterator<Item = (String, teamster_core::units::Bandwidth)>,
     lbt: LbtConfig,
     groups: &[PortGroupSpec],
@@ -357,7 +357,7 @@ pub(crate) fn build_team(
 
 /// Parses the TOML into the file model; a shape error leads with the key path (`ports[0].tx`)
 /// and keeps the TOML parser's line, column and caret.
-pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     let de = toml::Deserializer::parse(text).map_err(|e| e.to_string().trim_end().to_string())?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

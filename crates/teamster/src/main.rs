@@ -8,6 +8,7 @@
 
 mod bench_cmd;
 mod ioc_cmd;
+mod live;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -37,6 +38,17 @@ enum Command {
         /// Print the summary as JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Run the switch on real interfaces (needs CAP_NET_RAW and CAP_NET_ADMIN).
+    Run {
+        /// The switch configuration (TOML): uplinks, port groups, ports, NetIOC (see the README).
+        config: PathBuf,
+        /// Rewrite this JSON file every second with counters, link states and moves.
+        #[arg(long)]
+        status_file: Option<PathBuf>,
+        /// Check the configuration and exit without attaching.
+        #[arg(long)]
+        check: bool,
     },
     /// Benchmarks of the engine.
     Bench {
@@ -99,6 +111,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
+        Command::Run {
+            config,
+            status_file,
+            check,
+        } => run_switch(config, status_file, check),
         Command::Bench {
             command:
                 BenchCommand::Sched {
@@ -117,6 +134,43 @@ fn main() -> ExitCode {
             command: IocCommand::Admit { file, json },
         } => ioc_cmd::admit_cmd(&file, json),
     }
+}
+
+/// Checks the configuration and capabilities, attaches, and runs until SIGTERM or SIGINT.
+fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool) -> ExitCode {
+    let plan = match live::config::load(&config, &live::config::Sysfs) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if check_only {
+        println!("{}: configuration is valid", config.display());
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = teamster_dp::caps::check() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            eprintln!("error: cannot handle signal {sig}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let mut daemon = match live::daemon::Daemon::attach(plan, status_file) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!("teamster: switching; SIGTERM or Ctrl-C stops");
+    daemon.run(&stop);
+    eprintln!("teamster: stopped");
+    ExitCode::SUCCESS
 }
 
 /// Runs one scenario and reports it; see the module documentation for the exit status.
