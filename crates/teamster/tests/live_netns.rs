@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
 
+/// The tests share one topology's names: one at a time.
+static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn sh(args: &[&str]) -> bool {
     Command::new(args[0])
         .args(&args[1..])
@@ -27,6 +30,35 @@ fn must(args: &[&str]) {
 struct Topology;
 
 impl Topology {
+    /// The topology with every uplink capped at `mbit` in both directions by tc htb: on the
+    /// switch's side for traffic leaving it, on the physical switch's side for traffic to it.
+    fn shaped(mbit: u32) -> Topology {
+        let t = Topology::up();
+        let rate = format!("{mbit}mbit");
+        for (ns, dev) in [
+            (None, "tmt-u1"),
+            (None, "tmt-u2"),
+            (Some("tmt-phys"), "p1"),
+            (Some("tmt-phys"), "p2"),
+        ] {
+            let mut cmd: Vec<&str> = match ns {
+                Some(n) => vec!["ip", "netns", "exec", n, "tc"],
+                None => vec!["tc"],
+            };
+            let base = cmd.len();
+            cmd.extend([
+                "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
+            ]);
+            must(&cmd);
+            cmd.truncate(base);
+            cmd.extend([
+                "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", &rate, "ceil", &rate,
+            ]);
+            must(&cmd);
+        }
+        t
+    }
+
     fn up() -> Topology {
         Topology::clean();
         let t = Topology;
@@ -213,28 +245,91 @@ fn received(ping_output: &str) -> usize {
     ping_output.matches("icmp_seq=").count()
 }
 
+/// Starts the daemon on `config` text; returns it and its status file path.
+fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
+    let path = dir.join("switch.toml");
+    std::fs::write(&path, config).unwrap();
+    let status_path = dir.join("status.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--status-file",
+            status_path.to_str().unwrap(),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon(child);
+    status(&status_path);
+    (daemon, status_path)
+}
+
+/// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`)
+/// and returns what the receiver got, in Mbit/s.
+fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<f64> {
+    std::thread::spawn(move || {
+        let p = port.to_string();
+        let mut server = Command::new("timeout")
+            .args([
+                &(secs + 8).to_string(),
+                "ip",
+                "netns",
+                "exec",
+                "tmt-remote",
+                "iperf3",
+                "-s",
+                "-1",
+                "-p",
+                &p,
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let args = [
+            &(secs + 6).to_string(),
+            "ip",
+            "netns",
+            "exec",
+            vm,
+            "iperf3",
+            "-c",
+            "10.77.0.100",
+            "-p",
+            &p,
+            "-u",
+            "-b",
+            &format!("{mbit}M"),
+            "-l",
+            "1400",
+            "-t",
+            &secs.to_string(),
+            "-J",
+        ];
+        let out = Command::new("timeout").args(args).output().unwrap();
+        let _ = server.wait();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let end = &v["end"];
+        // The receiver's figure: sum_received where this iperf3 has it, else sent less loss.
+        let received = end["sum_received"]["bits_per_second"].as_f64().unwrap_or_else(|| {
+            let sum = &end["sum"];
+            sum["bits_per_second"].as_f64().unwrap_or(0.0)
+                * (1.0 - sum["lost_percent"].as_f64().unwrap_or(100.0) / 100.0)
+        });
+        received / 1e6
+    })
+}
+
 #[test]
 fn live_switch_end_to_end() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !ready() {
         return;
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("switch.toml");
-    std::fs::write(&config, SWITCH).unwrap();
-    let status_path = dir.path().join("status.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args([
-            "run",
-            config.to_str().unwrap(),
-            "--status-file",
-            status_path.to_str().unwrap(),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut daemon = Daemon(child);
-    status(&status_path);
+    let (mut daemon, status_path) = start(dir.path(), SWITCH);
 
     // Every VM reaches the remote host, and each other.
     assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
@@ -362,4 +457,134 @@ fn live_switch_end_to_end() {
         let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
         assert_eq!(flags & 0x100, 0, "{dev} left promiscuous");
     }
+}
+
+/// Both VMs pinned to uplink1 (100 Mbit/s), sending UDP flat out: vm1's reservation holds and
+/// vm2's limit caps it.
+const PINNED: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "100M"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "100M"
+
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1"]
+standby = ["uplink2"]
+
+[[traffic_classes]]
+class = "vm"
+reservation = "75M"
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+reservation = "60M"
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+limit = "20M"
+"#;
+
+#[test]
+fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let (_daemon, _status) = start(dir.path(), PINNED);
+    ping("tmt-vm1", "10.77.0.100", "2", "0.2");
+    ping("tmt-vm2", "10.77.0.100", "2", "0.2");
+    let a = udp_stream("tmt-vm1", 5201, 100, 6);
+    let b = udp_stream("tmt-vm2", 5202, 100, 6);
+    let (vm1, vm2) = (a.join().unwrap(), b.join().unwrap());
+    eprintln!("saturated 100 Mbit/s uplink: vm1 (R 60M) {vm1:.1} Mbit/s, vm2 (L 20M) {vm2:.1} Mbit/s");
+    assert!(vm1 >= 0.9 * 60.0, "reservation: vm1 got {vm1:.1} Mbit/s of its 60");
+    assert!(vm2 <= 1.05 * 20.0, "limit: vm2 got {vm2:.1} Mbit/s over its 20");
+    assert!(vm2 > 10.0, "vm2 still gets its share: {vm2:.1}");
+}
+
+/// Both VMs hashed to uplink1 under LBT with a short window: when uplink1 passes 75%, one moves.
+const LBT: &str = r#"
+[lbt]
+window_s = 3
+period_s = 3
+
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "100M"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "100M"
+
+[[port_groups]]
+name = "vms"
+policy = "load-based"
+active = ["uplink1", "uplink2"]
+
+[[ports]]
+name = "vm1"
+id = 2
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+
+[[ports]]
+name = "vm2"
+id = 4
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+"#;
+
+#[test]
+fn lbt_moves_a_port_off_a_saturated_uplink() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let (_daemon, status_path) = start(dir.path(), LBT);
+    ping("tmt-vm1", "10.77.0.100", "2", "0.2");
+    ping("tmt-vm2", "10.77.0.100", "2", "0.2");
+    // 70 Mbit/s each: 140 offered on one 100 Mbit/s uplink until LBT moves one of them.
+    let a = udp_stream("tmt-vm1", 5201, 70, 12);
+    let b = udp_stream("tmt-vm2", 5202, 70, 12);
+    let (vm1, vm2) = (a.join().unwrap(), b.join().unwrap());
+    let s = status(&status_path);
+    let moves: Vec<&serde_json::Value> = s["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["reason"].as_str().unwrap().starts_with("load-based"))
+        .collect();
+    eprintln!(
+        "LBT: moves {moves:?}; vm1 {vm1:.1} + vm2 {vm2:.1} = {:.1} Mbit/s over 12 s",
+        vm1 + vm2
+    );
+    assert_eq!(moves.len(), 1, "one LBT move");
+    // Before the move the pair shares 100; after it each gets its 70: over 12 s the total
+    // must clearly exceed one uplink's capacity.
+    assert!(
+        vm1 + vm2 > 110.0,
+        "aggregate {:.1} Mbit/s did not rise above one uplink",
+        vm1 + vm2
+    );
 }

@@ -5,7 +5,7 @@
 //! - R, its reservation clock: advanced by `bits / reservation` only when the node is served in
 //!   the *reservation phase*; a node is due while its R tag is at or before `now`;
 //! - L, its limit clock: advanced by `bits / limit` on every service; the node is eligible while
-//!   its L tag is at or before `now` (plus a burst of [`Scheduler::LIMIT_BURST_BYTES`]);
+//!   its L tag is at or before `now` (allowed to lag by [`Scheduler::LIMIT_LAG_NS`] while busy);
 //! - S, its shares clock: advanced by `bits / shares` only when served in the *shares phase*.
 //!
 //! A dequeue walks from the root. At each node it picks, among children with backlog and an
@@ -158,9 +158,21 @@ pub struct Scheduler<T> {
 }
 
 impl<T> Scheduler<T> {
-    /// Bytes a limited node may send ahead of its limit clock, so that pacing at packet
-    /// granularity does not lose throughput to rounding.
-    pub const LIMIT_BURST_BYTES: f64 = 3000.0;
+    /// How far a busy node's limit clock may lag behind `now` and still be caught up: 1 ms (at
+    /// least two 1500-byte frames at its limit). A limited node is not always picked the moment
+    /// its limit allows (its parent competes at its own level); without this slack the service
+    /// it missed would be lost for good (and go to its siblings), and with unbounded slack a node
+    /// held back for a long time could then exceed its limit for as long. The slack is never
+    /// credit: a waking node's limit clock starts at `now`, and the clock never moves back, so
+    /// over any span a node sends at most one packet more than its limit allows.
+    pub const LIMIT_LAG_NS: f64 = 1e6;
+    /// The least slack, in bytes.
+    pub const LIMIT_MIN_BURST_BYTES: f64 = 3000.0;
+
+    /// The lag allowed for a limit clock costing `cost` nanoseconds per bit.
+    fn limit_slack(cost: f64) -> f64 {
+        Self::LIMIT_LAG_NS.max(Self::LIMIT_MIN_BURST_BYTES * 8.0 * cost)
+    }
 
     /// A scheduler for `tree`; a `(leaf, bucket)` pair in `shared` replaces that leaf's own limit.
     pub fn new(tree: &Tree, shared: &[(NodeId, LimitId)]) -> Scheduler<T> {
@@ -225,7 +237,7 @@ impl<T> Scheduler<T> {
         let vt = self.nodes[i].parent.map_or(0.0, |p| self.nodes[p].vtime);
         let n = &mut self.nodes[i];
         n.r_tag = n.r_tag.max(t);
-        n.l_tag = n.l_tag.max(t - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost);
+        n.l_tag = n.l_tag.max(t);
         n.s_tag = n.s_tag.max(vt);
     }
 
@@ -280,7 +292,7 @@ impl<T> Scheduler<T> {
         n.s_cost = 1.0 / f64::from(spec.shares.get());
         n.l_cost = spec.limit.map_or(0.0, |l| per_bit(l.bps_f64()));
         n.r_tag = n.r_tag.max(t);
-        n.l_tag = n.l_tag.min(t).max(t - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost);
+        n.l_tag = t;
         if let (Some(parent), true) = (n.parent, n.state != State::Idle) {
             self.place(id.0, parent, t, None);
         }
@@ -340,10 +352,15 @@ impl<T> Scheduler<T> {
             match n.shared_limit {
                 Some(LimitId(b)) => {
                     let (cost, tag) = &mut shared.buckets[b];
-                    *tag = tag.max(t - Self::LIMIT_BURST_BYTES * 8.0 * *cost) + bits * *cost;
+                    let start = if tag.is_finite() {
+                        tag.max(t - Self::limit_slack(*cost))
+                    } else {
+                        t
+                    };
+                    *tag = start + bits * *cost;
                 }
                 None if n.l_cost > 0.0 => {
-                    n.l_tag = n.l_tag.max(t - Self::LIMIT_BURST_BYTES * 8.0 * n.l_cost) + bits * n.l_cost;
+                    n.l_tag = n.l_tag.max(t - Self::limit_slack(n.l_cost)) + bits * n.l_cost;
                 }
                 None => {}
             }

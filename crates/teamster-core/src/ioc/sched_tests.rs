@@ -293,11 +293,20 @@ fn random_case() -> impl Strategy<Value = RandomCase> {
 
 #[test]
 fn matches_the_allocator_on_a_thousand_random_trees() {
-    let mut runner = TestRunner::new(Config {
+    // (See a_limited_node_picked_late_keeps_its_limit for what an earlier run of this found.)
+    // A fixed seed keeps CI reproducible; TEAMSTER_RANDOM_TREES=N explores N fresh trees instead.
+    let config = Config {
         cases: 1000,
         failure_persistence: None,
         ..Config::default()
-    });
+    };
+    let mut runner = match std::env::var("TEAMSTER_RANDOM_TREES").ok().and_then(|n| n.parse().ok()) {
+        Some(n) => TestRunner::new(Config { cases: n, ..config }),
+        None => TestRunner::new_with_rng(
+            config,
+            proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha),
+        ),
+    };
     runner
         .run(&random_case(), |(cap, raw, cbr)| {
             // Reservations are fractions of the capacity, scaled to fit at each level; limits are
@@ -329,4 +338,24 @@ fn matches_the_allocator_on_a_thousand_random_trees() {
             check(&t, cap * G, &sources, 40_000).map_err(|e| TestCaseError::fail(format!("{e}\ntree: {t:#?}")))
         })
         .unwrap();
+}
+
+/// Found by the random trees: n2 is capped by its limit and competes with n1 under n0, which in
+/// turn competes at the root. When n2's limit clock could lag `now` by only two frames, service
+/// it missed while n0 waited its turn was lost for good and went to n1 (+1.2% over the fluid
+/// figure). The limit clock may now lag by 1 ms while busy.
+#[test]
+fn a_limited_node_picked_late_keeps_its_limit() {
+    let mut t = Tree::new("uplink");
+    let n0 = t.add(NodeId::ROOT, spec("n0", 0.041456310, 89, None)).unwrap();
+    let n1 = t.add(n0, spec("n1", 0.0, 1, None)).unwrap();
+    let n2 = t.add(n0, spec("n2", 0.041456310, 31, Some(0.416622668))).unwrap();
+    let n3 = t.add(NodeId::ROOT, spec("n3", 0.090027219, 3, None)).unwrap();
+    let n4 = t.add(n1, spec("n4", 0.0, 1, None)).unwrap();
+    let n5 = t.add(n2, spec("n5", 0.0, 1, None)).unwrap();
+    let n6 = t.add(NodeId::ROOT, spec("n6", 0.308681902, 18, None)).unwrap();
+    let n7 = t.add(n1, spec("n7", 0.0, 1, None)).unwrap();
+    let n8 = t.add(n1, spec("n8", 0.0, 1, None)).unwrap();
+    let sources: Vec<(NodeId, Source)> = [n3, n4, n5, n6, n7, n8].iter().map(|&n| (n, Source::Greedy)).collect();
+    check(&t, 1e9, &sources, 400_000).unwrap();
 }
