@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Teamster's side of the live comparison with the Open vSwitch peer (shared/peers/ovs/run.sh):
+# the same topology and parameters, with `teamster run` as the switch.
+#
+#   tmb-vm1..4 --veth--> teamster (root namespace): ports tmb-v1..4, uplinks tmb-u0/tmb-u1
+#                         tmb-u0/u1 --veth--> tmb-psw: Linux bridge pbr (STP off), htb RATE both
+#                         directions on the pswitch side (egress htb, ingress via ifb), QLEN queue
+#                         pbr --veth--> tmb-peer1..4 (iperf3 -s)
+#
+# Scenarios: `bond` (VM i starts iperf3 TCP at (i-1)*RAMP s, all run together DURATION s;
+# steady window = the last DURATION-2.5 s), `failover-udp` (UDP_RATE per VM; at FAIL_AT s the
+# pswitch side of the uplink carrying most VMs goes down for FAIL_HOLD s; gap = the longest run
+# of missing 10 ms pings per VM). Writes OUTDIR/summary.json and prints a summary.
+# Runs as root; removes everything it made (names tmb-*) on exit.
+set -euo pipefail
+UPLINK_RATE=${UPLINK_RATE:-100mbit}
+QLEN=${QLEN:-300}
+NVM=${NVM:-4}
+DURATION=${DURATION:-20}
+RAMP=${RAMP:-5}
+UDP_RATE=${UDP_RATE:-20M}
+FAIL_AT=${FAIL_AT:-8}
+FAIL_HOLD=${FAIL_HOLD:-10}
+FAIL_TOTAL=${FAIL_TOTAL:-30}
+POLICY=${POLICY:-load-based}
+OUT=${1:?usage: bench/live/run.sh OUTDIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+TEAMSTER=${TEAMSTER:-$REPO/target/release/teamster}
+[ -x "$TEAMSTER" ] || cargo build -q --release -p teamster --manifest-path "$REPO/Cargo.toml"
+for t in ip:iproute2 tc:iproute2 iperf3:iperf3 ping:iputils-ping ethtool:ethtool; do
+  command -v "${t%%:*}" >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${t#*:}"; }
+done
+NS=(tmb-psw); for i in $(seq 1 "$NVM"); do NS+=("tmb-vm$i" "tmb-peer$i"); done
+DAEMON=""
+cleanup() {
+  [ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
+  for i in $(seq 1 "$NVM"); do ip link del "tmb-v$i" 2>/dev/null || true; done
+  ip link del tmb-u0 2>/dev/null || true; ip link del tmb-u1 2>/dev/null || true
+  for n in "${NS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+cleanup
+vm_ip() { echo "198.18.0.$((10 + $1))"; }
+peer_ip() { echo "198.18.0.$((100 + $1))"; }
+offload_off() { ip netns exec "$1" ethtool -K "$2" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true; }
+for n in "${NS[@]}"; do ip netns add "$n"; ip -n "$n" link set lo up; done
+ip -n tmb-psw link add pbr type bridge stp_state 0; ip -n tmb-psw link set pbr up
+shape() {   # dev in tmb-psw: htb both directions on the pswitch side, as the peer does
+  local dev=$1 ifb=ifb-$1 d
+  ip -n tmb-psw link add "$ifb" type ifb; ip -n tmb-psw link set "$ifb" up
+  for d in "$dev" "$ifb"; do
+    ip netns exec tmb-psw tc qdisc add dev "$d" root handle 1: htb default 10
+    ip netns exec tmb-psw tc class add dev "$d" parent 1: classid 1:10 htb rate "$UPLINK_RATE" ceil "$UPLINK_RATE" quantum 60000
+    ip netns exec tmb-psw tc qdisc add dev "$d" parent 1:10 handle 10: pfifo limit "$QLEN"
+  done
+  ip netns exec tmb-psw tc qdisc add dev "$dev" handle ffff: ingress
+  ip netns exec tmb-psw tc filter add dev "$dev" parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev "$ifb"
+}
+for j in 0 1; do
+  ip link add "tmb-u$j" type veth peer name "up$j-p" netns tmb-psw
+  ip link set "tmb-u$j" up; ethtool -K "tmb-u$j" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+  ip -n tmb-psw link set "up$j-p" master pbr; ip -n tmb-psw link set "up$j-p" up; offload_off tmb-psw "up$j-p"
+  [ "$UPLINK_RATE" = none ] || shape "up$j-p"
+done
+CONF=$OUT/switch.toml
+cat > "$CONF" <<TOML
+[[uplinks]]
+name = "up0"
+interface = "tmb-u0"
+capacity = "${UPLINK_RATE%bit}"
+[[uplinks]]
+name = "up1"
+interface = "tmb-u1"
+capacity = "${UPLINK_RATE%bit}"
+[[port_groups]]
+name = "vms"
+policy = "$POLICY"
+active = ["up0", "up1"]
+TOML
+for i in $(seq 1 "$NVM"); do
+  ip link add "tmb-v$i" type veth peer name eth0 netns "tmb-vm$i"; ip link set "tmb-v$i" up
+  ethtool -K "tmb-v$i" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+  ip -n "tmb-vm$i" link set eth0 address "02:00:00:00:01:0$i"
+  ip -n "tmb-vm$i" addr add "$(vm_ip "$i")/24" dev eth0; ip -n "tmb-vm$i" link set eth0 up; offload_off "tmb-vm$i" eth0
+  ip -n tmb-psw link add "pe$i" type veth peer name eth0 netns "tmb-peer$i"
+  ip -n tmb-psw link set "pe$i" master pbr; ip -n tmb-psw link set "pe$i" up; offload_off tmb-psw "pe$i"
+  ip -n "tmb-peer$i" addr add "$(peer_ip "$i")/24" dev eth0; ip -n "tmb-peer$i" link set eth0 up; offload_off "tmb-peer$i" eth0
+  printf '[[ports]]\nname = "vm%s"\nid = %s\ninterface = "tmb-v%s"\nmac = "02:00:00:00:01:0%s"\ngroup = "vms"\n' "$i" "$i" "$i" "$i" >> "$CONF"
+done
+ip -n tmb-psw link set dev ifb-up0-p up 2>/dev/null || true
+"$TEAMSTER" run "$CONF" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
+DAEMON=$!
+sleep 1.5
+for i in $(seq 1 "$NVM"); do ip netns exec "tmb-vm$i" ping -c 1 -W 2 "$(peer_ip "$i")" >/dev/null || true; done
+cpu_s() { awk '{print ($14 + $15) / 100}' "/proc/$DAEMON/stat"; }
+up_bytes() { ip netns exec tmb-psw cat "/sys/class/net/up$1-p/statistics/rx_bytes"; }
+
+# ---- bond: TCP ramp ----
+for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done
+sleep 0.5
+pids=()
+for i in $(seq 1 "$NVM"); do
+  ip netns exec "tmb-vm$i" iperf3 -c "$(peer_ip "$i")" -t $((DURATION + (NVM - i) * RAMP)) -J > "$OUT/iperf3-vm$i.json" 2>/dev/null &
+  pids+=($!)
+  [ "$i" -lt "$NVM" ] && sleep "$RAMP"
+done
+sleep 2.5
+b0=$(up_bytes 0); b1=$(up_bytes 1); c0=$(cpu_s); t0=$(date +%s.%N)
+sleep $((DURATION - 3))
+b0e=$(up_bytes 0); b1e=$(up_bytes 1); c1=$(cpu_s); t1=$(date +%s.%N)
+for p in "${pids[@]}"; do wait "$p" || true; done
+cp "$OUT/status.json" "$OUT/status-bond.json" 2>/dev/null || true
+
+# ---- failover-udp ----
+for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done
+sleep 0.5
+for i in $(seq 1 "$NVM"); do
+  ip netns exec "tmb-peer$i" python3 "$HERE/arrivals.py" eth0 $((FAIL_TOTAL + 2)) "$OUT/arrivals-vm$i.txt" &
+done
+sleep 0.3
+for i in $(seq 1 "$NVM"); do
+  ip netns exec "tmb-vm$i" iperf3 -c "$(peer_ip "$i")" -u -b "$UDP_RATE" -t "$FAIL_TOTAL" -J > "$OUT/udp-vm$i.json" 2>/dev/null &
+  ip netns exec "tmb-vm$i" ping -n -i 0.01 -W 1 -c $((FAIL_TOTAL * 100 - 200)) "$(peer_ip "$i")" > "$OUT/ping-vm$i.txt" 2>&1 &
+done
+sleep "$FAIL_AT"
+busiest=$(python3 -c "
+import json, collections
+d = json.load(open('$OUT/status.json'))
+c = collections.Counter(p['uplink'] for p in d['ports'])
+print(max(['tmb-u0', 'tmb-u1'], key=lambda u: c[u])[-1])")
+t_fail=$(date +%s.%N)
+ip -n tmb-psw link set "up$busiest-p" down
+sleep "$FAIL_HOLD"
+ip -n tmb-psw link set "up$busiest-p" up
+wait $(jobs -p | grep -v "^$DAEMON$") 2>/dev/null || true
+cp "$OUT/status.json" "$OUT/status-end.json" 2>/dev/null || true
+
+python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" <<'PY'
+import json, re, sys
+out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail = sys.argv[1:]
+t_fail = float(t_fail)
+dt = float(t1) - float(t0)
+up = [(int(b0e) - int(b0)) * 8 / dt / 1e6, (int(b1e) - int(b1)) * 8 / dt / 1e6]
+cap = float(re.sub(r"[a-z]+", "", rate)) * {"mbit": 1, "gbit": 1000}.get(re.sub(r"[0-9.]+", "", rate), 1)
+gbit = sum(up) * dt / 1e3
+gaps, lost = {}, {}
+for i in range(1, int(nvm) + 1):
+    seqs = [int(m) for m in re.findall(r"icmp_seq=(\d+)", open(f"{out}/ping-vm{i}.txt").read())]
+    gaps[f"vm{i}"] = max([(b - a - 1) * 10 for a, b in zip(seqs, seqs[1:])] or [0])
+    try:
+        s = json.load(open(f"{out}/udp-vm{i}.json"))["end"]["sum"]
+        lost[f"vm{i}"] = s.get("lost_packets")
+    except Exception:
+        lost[f"vm{i}"] = None
+def arrival_gaps(i):
+    """Largest inter-arrival gap (ms) within 300 ms after the failure, and the noise floor: the
+    largest gap in the 2 s before it."""
+    try:
+        ts = [float(x) for x in open(f"{out}/arrivals-vm{i}.txt").read().split()]
+    except Exception:
+        return None, None
+    def biggest(a, b):
+        sel = [t for t in ts if a <= t <= b]
+        return round(max([(y - x) * 1e3 for x, y in zip(sel, sel[1:])] or [0.0]), 1)
+    return biggest(t_fail - 0.05, t_fail + 0.3), biggest(t_fail - 2.0, t_fail - 0.05)
+
+at_fail, floor = {}, {}
+for i in range(1, int(nvm) + 1):
+    at_fail[f"vm{i}"], floor[f"vm{i}"] = arrival_gaps(i)
+retrans, vm = 0, {}
+for i in range(1, int(nvm) + 1):
+    try:
+        retrans += json.load(open(f"{out}/iperf3-vm{i}.json"))["end"]["sum_sent"]["retransmits"]
+    except Exception:
+        pass
+for i in range(1, int(nvm) + 1):
+    try:
+        ivs = json.load(open(f"{out}/iperf3-vm{i}.json"))["intervals"]
+        vm[f"vm{i}"] = round(sum(x["sum"]["bits_per_second"] for x in ivs[-int(dt):]) / max(1, len(ivs[-int(dt):])) / 1e6, 1)
+    except Exception:
+        vm[f"vm{i}"] = None
+s = {
+    "aggregate_mbps_steady": round(sum(up), 1),
+    "uplinks_mbps_steady": [round(u, 1) for u in up],
+    "uplinks_util_steady": [round(u / cap, 3) for u in up],
+    "vm_mbps_steady": vm,
+    "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 else None,
+    "tcp_retransmits": retrans,
+    "switch_queue_drops_bond": sum(u.get("queue_drops", 0) for u in json.load(open(f"{out}/status-bond.json"))["uplinks"]),
+    "failover_member": failed,
+    "failover_max_interarrival_gap_ms_at_fail": at_fail,
+    "failover_interarrival_noise_floor_ms": floor,
+    "failover_longest_ping_gap_ms": gaps,
+    "failover_udp_lost_packets": lost,
+}
+json.dump(s, open(f"{out}/summary.json", "w"), indent=1)
+print(json.dumps(s, indent=1))
+PY
