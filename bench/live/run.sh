@@ -9,8 +9,10 @@
 #
 # Scenarios: `bond` (VM i starts iperf3 TCP at (i-1)*RAMP s, all run together DURATION s;
 # steady window = the last DURATION-2.5 s), `failover-udp` (UDP_RATE per VM; at FAIL_AT s the
-# pswitch side of the uplink carrying most VMs goes down for FAIL_HOLD s; gap = the longest run
-# of missing 10 ms pings per VM). Writes OUTDIR/summary.json and prints a summary.
+# pswitch side of the uplink carrying most VMs goes down for FAIL_HOLD s; receiver inter-arrival
+# gaps from captures at each peer). Writes OUTDIR/summary.json and prints a summary.
+# MODE=soak instead runs every VM's TCP stream for SOAK_S seconds (default 600) and samples the
+# daemon's RSS every 30 s into OUTDIR/soak.json.
 # Runs as root; removes everything it made (names tmb-*) on exit.
 set -euo pipefail
 UPLINK_RATE=${UPLINK_RATE:-100mbit}
@@ -23,6 +25,8 @@ FAIL_AT=${FAIL_AT:-8}
 FAIL_HOLD=${FAIL_HOLD:-10}
 FAIL_TOTAL=${FAIL_TOTAL:-30}
 POLICY=${POLICY:-load-based}
+MODE=${MODE:-compare}
+SOAK_S=${SOAK_S:-600}
 OUT=${1:?usage: bench/live/run.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -91,12 +95,41 @@ for i in $(seq 1 "$NVM"); do
   printf '[[ports]]\nname = "vm%s"\nid = %s\ninterface = "tmb-v%s"\nmac = "02:00:00:00:01:0%s"\ngroup = "vms"\n' "$i" "$i" "$i" "$i" >> "$CONF"
 done
 ip -n tmb-psw link set dev ifb-up0-p up 2>/dev/null || true
+up_bytes() { ip netns exec tmb-psw cat "/sys/class/net/up$1-p/statistics/rx_bytes"; }
 "$TEAMSTER" run "$CONF" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
 DAEMON=$!
 sleep 1.5
 for i in $(seq 1 "$NVM"); do ip netns exec "tmb-vm$i" ping -c 1 -W 2 "$(peer_ip "$i")" >/dev/null || true; done
 cpu_s() { awk '{print ($14 + $15) / 100}' "/proc/$DAEMON/stat"; }
-up_bytes() { ip netns exec tmb-psw cat "/sys/class/net/up$1-p/statistics/rx_bytes"; }
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON/status"; }
+
+if [ "$MODE" = soak ]; then
+  for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done
+  sleep 0.5
+  for i in $(seq 1 "$NVM"); do
+    ip netns exec "tmb-vm$i" iperf3 -c "$(peer_ip "$i")" -t "$SOAK_S" -J > "$OUT/soak-vm$i.json" 2>/dev/null &
+  done
+  sleep 5
+  samples="[$(date +%s),$(rss_kb),$(up_bytes 0),$(up_bytes 1)]"
+  for _ in $(seq 1 $(( (SOAK_S - 10) / 30 ))); do
+    sleep 30
+    samples="$samples,[$(date +%s),$(rss_kb),$(up_bytes 0),$(up_bytes 1)]"
+  done
+  wait $(jobs -p | grep -v "^$DAEMON$") 2>/dev/null || true
+  python3 - "$OUT" "$samples" <<'PY'
+import json, sys
+out, raw = sys.argv[1], json.loads("[" + sys.argv[2] + "]")
+t0 = raw[0][0]
+rows = [{"t_s": t - t0, "rss_kb": r, "mbps_since_last": None} for t, r, _, _ in raw]
+for k in range(1, len(raw)):
+    dt = raw[k][0] - raw[k - 1][0]
+    rows[k]["mbps_since_last"] = round(((raw[k][2] - raw[k - 1][2]) + (raw[k][3] - raw[k - 1][3])) * 8 / dt / 1e6, 1)
+s = {"rss_kb_first": rows[0]["rss_kb"], "rss_kb_last": rows[-1]["rss_kb"], "rss_kb_max": max(r["rss_kb"] for r in rows), "samples": rows}
+json.dump(s, open(f"{out}/soak.json", "w"), indent=1)
+print(json.dumps({k: v for k, v in s.items() if k != "samples"}), "mean Mbit/s", round(sum(r["mbps_since_last"] for r in rows[1:]) / max(1, len(rows) - 1), 1))
+PY
+  exit 0
+fi
 
 # ---- bond: TCP ramp ----
 for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done

@@ -273,6 +273,27 @@ impl Backend for AfPacket {
         }
     }
 
+    fn ring_drops(&mut self) -> u64 {
+        // tpacket_stats_v3: packets, drops, freeze_q_cnt (u32 each); reading resets them.
+        let mut stats = [0u32; 3];
+        let mut len = std::mem::size_of_val(&stats) as libc::socklen_t;
+        // SAFETY: `stats` is a buffer of `len` bytes that the kernel fills.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                stats.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r < 0 {
+            0
+        } else {
+            u64::from(stats[1])
+        }
+    }
+
     fn flush(&mut self) -> usize {
         let mut dropped = 0;
         while !self.tx.is_empty() {

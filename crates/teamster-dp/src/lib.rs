@@ -29,4 +29,9 @@ pub trait Backend: Send {
     fn send(&mut self, frame: &[u8]);
     /// Sends what is queued; returns the frames the device refused.
     fn flush(&mut self) -> usize;
+    /// Frames the kernel dropped before this backend could read them (receive ring full),
+    /// since the last call.
+    fn ring_drops(&mut self) -> u64 {
+        0
+    }
 }

@@ -26,6 +26,7 @@ struct Port {
     leaf: NodeId,
     mtu: usize,
     oversize_drops: u64,
+    ring_drops: u64,
 }
 
 struct Uplink {
@@ -33,6 +34,7 @@ struct Uplink {
     ifindex: i32,
     mtu: usize,
     oversize_drops: u64,
+    ring_drops: u64,
     sched: Scheduler<Vec<u8>>,
     pacer: Pacer,
     queue_drops: u64,
@@ -51,6 +53,20 @@ pub struct Daemon {
     started: std::time::Instant,
     moves: Vec<Value>,
     status_file: Option<PathBuf>,
+}
+
+/// Lets one uplink's scheduler send what its pacer allows at `now`.
+fn pace_one(u: &mut Uplink, shared: &mut SharedLimits, now: Instant) {
+    u.pacer.refill(now);
+    while u.pacer.may_send() {
+        match u.sched.dequeue(now, shared) {
+            Some((_, len, frame)) => {
+                u.backend.send(&frame);
+                u.pacer.charge(len as usize);
+            }
+            None => break,
+        }
+    }
 }
 
 /// An interface's MTU (1500 if sysfs does not say).
@@ -96,6 +112,7 @@ impl Daemon {
                 leaf,
                 mtu,
                 oversize_drops: 0,
+                ring_drops: 0,
             });
         }
         let mut uplinks = Vec::new();
@@ -111,6 +128,7 @@ impl Daemon {
                 ifindex,
                 mtu: mtu_of(iface),
                 oversize_drops: 0,
+                ring_drops: 0,
                 sched: Scheduler::new(&plan.tree, &[]),
                 pacer: Pacer::new(capacity.bps_f64(), now),
                 queue_drops: 0,
@@ -210,6 +228,12 @@ impl Daemon {
                 u.tx_errors += u.backend.flush() as u64;
             }
             if now >= next_status {
+                for p in &mut self.ports {
+                    p.ring_drops += p.backend.ring_drops();
+                }
+                for u in &mut self.uplinks {
+                    u.ring_drops += u.backend.ring_drops();
+                }
                 self.write_status(now);
                 next_status = now + core::time::Duration::from_secs(1);
             }
@@ -271,7 +295,10 @@ impl Daemon {
                     for piece in pieces {
                         match leaf {
                             Some(leaf) if up.sched.queued(leaf) < LEAF_QUEUE => {
-                                up.sched.enqueue(leaf, piece.len() as u32, piece, now)
+                                up.sched.enqueue(leaf, piece.len() as u32, piece, now);
+                                // Send what the pacer allows at once, so the queue fills only
+                                // when the uplink itself is the bottleneck.
+                                pace_one(up, &mut self.shared, now);
                             }
                             Some(_) => up.queue_drops += 1,
                             None => up.backend.send(&piece),
@@ -285,16 +312,7 @@ impl Daemon {
     /// Lets each uplink's scheduler send what its pacer allows.
     fn pace(&mut self, now: Instant) {
         for u in &mut self.uplinks {
-            u.pacer.refill(now);
-            while u.pacer.may_send() {
-                match u.sched.dequeue(now, &mut self.shared) {
-                    Some((_, len, frame)) => {
-                        u.backend.send(&frame);
-                        u.pacer.charge(len as usize);
-                    }
-                    None => break,
-                }
-            }
+            pace_one(u, &mut self.shared, now);
         }
     }
 
@@ -321,6 +339,7 @@ impl Daemon {
                     "counters": counters(&c),
                     "queue_drops": u.queue_drops,
                     "oversize_drops": u.oversize_drops,
+                    "ring_drops": u.ring_drops,
                     "tx_errors": u.tx_errors,
                     "tx_utilisation": util.tx,
                     "rx_utilisation": util.rx,
@@ -332,7 +351,7 @@ impl Daemon {
             .iter()
             .map(|p| {
                 let c = self.switch.port_counters(p.id).cloned().unwrap_or_default();
-                json!({"id": p.id.0, "interface": p.backend.name(), "uplink": team.port_uplink(p.id).map(|u| self.names[u.0].clone()), "counters": counters(&c), "oversize_drops": p.oversize_drops})
+                json!({"id": p.id.0, "interface": p.backend.name(), "uplink": team.port_uplink(p.id).map(|u| self.names[u.0].clone()), "counters": counters(&c), "oversize_drops": p.oversize_drops, "ring_drops": p.ring_drops})
             })
             .collect();
         json!({"t_s": now.as_secs_f64(), "uplinks": uplinks, "ports": ports, "moves": self.moves})

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Packets per second through the switch, next to a Linux bridge in the same run.
+#
+#   tmq-vm --veth--> [ teamster | Linux bridge tmq-br ] --veth tmq-u0--> tmq-psw bridge --> tmq-peer
+#
+# iperf3 UDP, unthrottled (-b 0), 64-byte frames (18-byte payload) and 1500-byte IP packets
+# (1472-byte payload), VM to uplink and uplink to VM (-R), DURATION s each; the figure is the
+# packets the receiver got per second. Offloads off, no shaping; the Teamster uplink is
+# configured at 100 Gbit/s so its pacer is not the limit. One iperf3 stream per run: on a
+# 2-core machine the generator and the switch share the CPU, so read the ratios, not the absolutes.
+set -euo pipefail
+DURATION=${DURATION:-5}
+OUT=${1:?usage: bench/live/pps.sh OUTDIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+TEAMSTER=${TEAMSTER:-$REPO/target/release/teamster}
+[ -x "$TEAMSTER" ] || cargo build -q --release -p teamster --manifest-path "$REPO/Cargo.toml"
+DAEMON=""
+cleanup() {
+  [ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
+  ip link del tmq-br 2>/dev/null || true
+  for l in tmq-v1 tmq-u0; do ip link del "$l" 2>/dev/null || true; done
+  for n in tmq-vm tmq-psw tmq-peer; do ip netns del "$n" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+cleanup
+off() { ethtool -K "$@" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true; }
+for n in tmq-vm tmq-psw tmq-peer; do ip netns add "$n"; ip -n "$n" link set lo up; done
+ip link add tmq-v1 type veth peer name eth0 netns tmq-vm; ip link set tmq-v1 up; off tmq-v1
+ip -n tmq-vm addr add 198.18.1.1/24 dev eth0; ip -n tmq-vm link set eth0 up; ip netns exec tmq-vm bash -c "$(declare -f off); off eth0"
+ip -n tmq-psw link add pbr type bridge stp_state 0; ip -n tmq-psw link set pbr up
+ip link add tmq-u0 type veth peer name up0 netns tmq-psw; ip link set tmq-u0 up; off tmq-u0
+ip -n tmq-psw link set up0 master pbr; ip -n tmq-psw link set up0 up
+ip -n tmq-psw link add pe type veth peer name eth0 netns tmq-peer
+ip -n tmq-psw link set pe master pbr; ip -n tmq-psw link set pe up
+ip -n tmq-peer addr add 198.18.1.2/24 dev eth0; ip -n tmq-peer link set eth0 up
+for ns in tmq-psw; do ip netns exec $ns bash -c "$(declare -f off); off up0; off pe"; done
+ip netns exec tmq-peer bash -c "$(declare -f off); off eth0"
+MAC=$(ip -n tmq-vm link show eth0 | awk '/ether/ {print $2}')
+cat > "$OUT/switch.toml" <<TOML
+[[uplinks]]
+name = "up0"
+interface = "tmq-u0"
+capacity = "100G"
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["up0"]
+[[ports]]
+name = "vm1"
+interface = "tmq-v1"
+mac = "$MAC"
+group = "vms"
+TOML
+measure() {   # label; prints "label dir bytes pps loss%"
+  local label=$1 dir len args
+  for dir in vm-to-uplink uplink-to-vm; do
+    for len in 18 1472; do
+      args=(); [ "$dir" = uplink-to-vm ] && args=(-R)
+      timeout $((DURATION + 15)) ip netns exec tmq-peer iperf3 -s -1 >/dev/null 2>&1 &
+      local server=$!
+      sleep 0.4
+      timeout $((DURATION + 10)) ip netns exec tmq-vm iperf3 -c 198.18.1.2 -u -b 0 -l "$len" -t "$DURATION" --connect-timeout 3000 "${args[@]}" -J > "$OUT/$label-$dir-$len.json" 2>/dev/null || true
+      wait "$server" || true
+      python3 - "$OUT/$label-$dir-$len.json" "$label" "$dir" "$len" <<'PY'
+import json, sys
+path, label, d, ln = sys.argv[1:]
+try:
+    s = json.load(open(path))["end"]["sum"]
+    got = (s["packets"] - s["lost_packets"]) / s["seconds"]
+    print(f"{label} {d} {'64B' if ln == '18' else '1500B'} {got / 1e3:.1f} kpps received, {s['lost_percent']:.1f}% lost")
+except Exception as e:
+    print(f"{label} {d} {ln}: no result ({e})")
+PY
+    done
+  done
+}
+ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
+# Linux bridge baseline.
+ip link add tmq-br type bridge stp_state 0; ip link set tmq-br up
+ip link set tmq-v1 master tmq-br; ip link set tmq-u0 master tmq-br
+sleep 1; ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
+measure linux-bridge | tee "$OUT/pps.txt"
+ip link set tmq-v1 nomaster; ip link set tmq-u0 nomaster; ip link del tmq-br
+# Teamster.
+"$TEAMSTER" run "$OUT/switch.toml" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
+DAEMON=$!
+sleep 1.5
+kill -0 "$DAEMON" 2>/dev/null || { echo "teamster did not start:"; cat "$OUT/teamster.log"; exit 1; }
+ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
+measure teamster | tee -a "$OUT/pps.txt"
