@@ -267,7 +267,11 @@ impl Backend for AfPacket {
     }
 
     fn send(&mut self, frame: &[u8]) {
-        self.tx.push(frame.to_vec());
+        self.send_owned(frame.to_vec());
+    }
+
+    fn send_owned(&mut self, frame: Vec<u8>) {
+        self.tx.push(frame);
         if self.tx.len() >= Self::TX_BATCH {
             self.flush();
         }

@@ -27,6 +27,10 @@ pub trait Backend: Send {
     fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize;
     /// Queues a frame for transmission.
     fn send(&mut self, frame: &[u8]);
+    /// Queues a frame the caller no longer needs, without copying it where the backend can.
+    fn send_owned(&mut self, frame: Vec<u8>) {
+        self.send(&frame);
+    }
     /// Sends what is queued; returns the frames the device refused.
     fn flush(&mut self) -> usize;
     /// Frames the kernel dropped before this backend could read them (receive ring full),

@@ -61,7 +61,7 @@ fn pace_one(u: &mut Uplink, shared: &mut SharedLimits, now: Instant) {
     while u.pacer.may_send() {
         match u.sched.dequeue(now, shared) {
             Some((_, len, frame)) => {
-                u.backend.send(&frame);
+                u.backend.send_owned(frame);
                 u.pacer.charge(len as usize);
             }
             None => break,
@@ -74,18 +74,21 @@ fn mtu_of(iface: &str) -> usize {
     sysfs(iface, "mtu").and_then(|m| m.parse().ok()).unwrap_or(1500)
 }
 
-/// Fits a frame to an interface's MTU: as is, segmented in software (a TCP super-frame a stack
-/// handed over for offload), or None if it is too large and cannot be split.
-fn fit(frame: Vec<u8>, mtu: usize) -> Option<Vec<Vec<u8>>> {
+/// Fits a frame to an interface's MTU and hands each resulting frame to `out`: the frame as is,
+/// or its pieces when it is a TCP super-frame a stack handed over for offload. Returns false
+/// (handing over nothing) if it is too large and cannot be split.
+fn fit(frame: Vec<u8>, mtu: usize, out: &mut dyn FnMut(Vec<u8>)) -> bool {
     if frame.len() <= mtu + 14 {
-        return Some(vec![frame]);
+        out(frame);
+        return true;
     }
     match teamster_core::offload::segment_tcp(&frame, mtu) {
-        Some(pieces) => Some(pieces),
+        Some(pieces) => pieces.into_iter().for_each(out),
         // Up to two VLAN tags may sit on top of a packet that fits.
-        None if frame.len() <= mtu + 22 => Some(vec![frame]),
-        None => None,
+        None if frame.len() <= mtu + 22 => out(frame),
+        None => return false,
     }
+    true
 }
 
 fn sysfs(iface: &str, file: &str) -> Option<String> {
@@ -205,7 +208,7 @@ impl Daemon {
             }
             while let Some(effect) = self.switch.poll_effect() {
                 match effect {
-                    Effect::Transmit { uplink, frame } => self.uplinks[uplink.0].backend.send(&frame),
+                    Effect::Transmit { uplink, frame } => self.uplinks[uplink.0].backend.send_owned(frame),
                     Effect::PortMoved(m) => {
                         let name = |u: Option<UplinkId>| u.map_or("none".to_string(), |u| self.names[u.0].clone());
                         eprintln!(
@@ -280,29 +283,28 @@ impl Daemon {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
                     let port = &mut self.ports[i];
-                    match fit(out.frame, port.mtu) {
-                        Some(pieces) => pieces.iter().for_each(|f| port.backend.send(f)),
-                        None => port.oversize_drops += 1,
+                    let backend = &mut port.backend;
+                    if !fit(out.frame, port.mtu, &mut |f| backend.send_owned(f)) {
+                        port.oversize_drops += 1;
                     }
                 }
                 Egress::Uplink(u) => {
                     let leaf = from.and_then(|p| self.index.get(&p)).map(|&i| self.ports[i].leaf);
                     let up = &mut self.uplinks[u.0];
-                    let Some(pieces) = fit(out.frame, up.mtu) else {
-                        up.oversize_drops += 1;
-                        continue;
-                    };
-                    for piece in pieces {
-                        match leaf {
-                            Some(leaf) if up.sched.queued(leaf) < LEAF_QUEUE => {
-                                up.sched.enqueue(leaf, piece.len() as u32, piece, now);
-                                // Send what the pacer allows at once, so the queue fills only
-                                // when the uplink itself is the bottleneck.
-                                pace_one(up, &mut self.shared, now);
-                            }
-                            Some(_) => up.queue_drops += 1,
-                            None => up.backend.send(&piece),
+                    let shared = &mut self.shared;
+                    let mtu = up.mtu;
+                    let fitted = fit(out.frame, mtu, &mut |piece| match leaf {
+                        Some(leaf) if up.sched.queued(leaf) < LEAF_QUEUE => {
+                            up.sched.enqueue(leaf, piece.len() as u32, piece, now);
+                            // Send what the pacer allows at once, so the queue fills only when
+                            // the uplink itself is the bottleneck.
+                            pace_one(up, shared, now);
                         }
+                        Some(_) => up.queue_drops += 1,
+                        None => up.backend.send_owned(piece),
+                    });
+                    if !fitted {
+                        up.oversize_drops += 1;
                     }
                 }
             }
