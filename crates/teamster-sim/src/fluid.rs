@@ -18,7 +18,7 @@ use core::net::Ipv4Addr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use teamster_core::teaming::{
-    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortSpec, Team, UplinkId,
+    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortMove, PortSpec, Team, UplinkId,
 };
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -163,9 +163,10 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         }
         while let Some(effect) = team.poll_effect() {
             match effect {
-                Effect::PortMoved(m) => out
-                    .moves
-                    .push(move_record(s, &out.uplinks, t, m.port, m.from, m.to, m.reason)),
+                Effect::PortMoved(m) => out.moves.push({
+                    let port = s.ports.iter().find(|p| p.id == m.port.0).map(|p| p.name.as_str());
+                    MoveRecord::new(t, m, &out.uplinks, port)
+                }),
                 Effect::Transmit { .. } => out.notifications += 1,
             }
         }
@@ -294,30 +295,22 @@ fn apply_event(team: &mut Team, s: &Scenario, e: &Event, now: Instant) -> Result
     }
 }
 
-fn move_record(
-    s: &Scenario,
-    uplinks: &[String],
-    t: f64,
-    port: PortId,
-    from: Option<UplinkId>,
-    to: Option<UplinkId>,
-    reason: MoveReason,
-) -> MoveRecord {
-    let name = |u: Option<UplinkId>| u.map(|u| uplinks[u.0].clone());
-    MoveRecord {
-        t_s: t,
-        port: s
-            .ports
-            .iter()
-            .find(|p| p.id == port.0)
-            .map_or_else(|| port.to_string(), |p| p.name.clone()),
-        from: name(from),
-        to: name(to),
-        reason: reason.to_string(),
-        lbt: match reason {
-            MoveReason::LoadBased(d) => Some(d),
-            _ => None,
-        },
+impl MoveRecord {
+    /// The record of team move `m` at `t_s`, naming uplinks from `uplinks` and the port by
+    /// `port_name` (its ID if it has none).
+    pub fn new(t_s: f64, m: PortMove, uplinks: &[String], port_name: Option<&str>) -> MoveRecord {
+        let name = |u: Option<UplinkId>| u.map(|u| uplinks[u.0].clone());
+        MoveRecord {
+            t_s,
+            port: port_name.map_or_else(|| m.port.to_string(), str::to_string),
+            from: name(m.from),
+            to: name(m.to),
+            reason: m.reason.to_string(),
+            lbt: match m.reason {
+                MoveReason::LoadBased(d) => Some(d),
+                _ => None,
+            },
+        }
     }
 }
 

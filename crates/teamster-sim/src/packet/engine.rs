@@ -539,25 +539,15 @@ impl Sim<'_> {
         }
         while let Some(e) = self.team.poll_effect() {
             if let Effect::PortMoved(m) = e {
-                let name = |u: Option<UplinkId>| u.map(|u| self.plan.uplinks[u.0].name.clone());
                 let port = self
                     .plan
                     .ports
                     .iter()
                     .find(|p| p.id == m.port.0)
-                    .map_or(m.port.to_string(), |p| p.name.clone());
-                let lbt = match &m.reason {
-                    teamster_core::teaming::MoveReason::LoadBased(d) => Some(*d),
-                    _ => None,
-                };
-                self.out.moves.push(MoveRecord {
-                    t_s: t / 1e9,
-                    port,
-                    from: name(m.from),
-                    to: name(m.to),
-                    reason: m.reason.to_string(),
-                    lbt,
-                });
+                    .map(|p| p.name.as_str());
+                self.out
+                    .moves
+                    .push(MoveRecord::new(t / 1e9, m, &self.out.uplinks, port));
             }
         }
         if t + 1e9 <= self.plan.duration_s * 1e9 + 1.0 {

@@ -53,6 +53,8 @@ pub struct Daemon {
     started: std::time::Instant,
     moves: Vec<Value>,
     status_file: Option<PathBuf>,
+    /// Every descriptor the loop waits on (ports, uplinks, netlink), built once at attach.
+    pollfds: Vec<libc::pollfd>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`.
@@ -140,7 +142,19 @@ impl Daemon {
             names.push(iface.clone());
         }
         let index = ports.iter().enumerate().map(|(i, p)| (p.id, i)).collect();
+        let pollfds = ports
+            .iter()
+            .map(|p| p.backend.raw_fd())
+            .chain(uplinks.iter().map(|u| u.backend.raw_fd()))
+            .chain(std::iter::once(links.raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         Ok(Daemon {
+            pollfds,
             switch,
             ports,
             index,
@@ -246,18 +260,6 @@ impl Daemon {
 
     /// Sleeps until a frame, a link change, or the next timer (at most 10 ms).
     fn wait(&mut self) {
-        let mut fds: Vec<libc::pollfd> = self
-            .ports
-            .iter()
-            .map(|p| p.backend.raw_fd())
-            .chain(self.uplinks.iter().map(|u| u.backend.raw_fd()))
-            .chain(std::iter::once(self.links.raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
         let now = self.now();
         let mut deadline = self.switch.poll_at();
         for u in &self.uplinks {
@@ -271,6 +273,8 @@ impl Daemon {
         } else {
             (deadline - now).as_millis().min(MAX_WAIT_MS as u128) as i32
         };
+        let fds = &mut self.pollfds;
+        fds.iter_mut().for_each(|f| f.revents = 0);
         // SAFETY: `fds` is a live array of pollfd of the length passed.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
