@@ -84,14 +84,17 @@ impl AfPacket {
                 format!("{name}: no such interface"),
             ));
         }
-        let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
+        // Protocol 0: the socket receives nothing until it is bound to the interface below. A
+        // socket opened with ETH_P_ALL would queue frames from every interface in the meantime,
+        // and one of those (a remote host's broadcast seen on an uplink, read as if it came
+        // from a port) would teach the MAC table that the remote host is local.
         // SAFETY: plain socket creation; the result is checked before use.
         let raw = check(
             unsafe {
                 libc::socket(
                     libc::AF_PACKET,
                     libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                    proto,
+                    0,
                 )
             },
             "socket",

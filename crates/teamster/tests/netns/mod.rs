@@ -1,0 +1,294 @@
+//! The namespace topology and helpers the live tests share. The tests need root, iproute2, ping
+//! and iperf3 (CI installs them and runs as root) and are skipped with a message otherwise. Everything it creates is named `tmt…` and removed by name
+//! when the test ends, whatever happens; every command is bounded in time.
+
+#![allow(dead_code)] // each test binary uses its own part of these helpers
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
+
+/// The tests share one topology's names: one at a time.
+pub static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn must(args: &[&str]) {
+    assert!(sh(args), "command failed: {}", args.join(" "));
+}
+
+/// The topology: two VM namespaces on switch ports tmt-v1/2, two uplinks tmt-u1/2 into a bridge
+/// in tmt-phys (the physical switch), and a remote host 10.77.0.100 behind it.
+pub struct Topology;
+
+impl Topology {
+    /// The topology with every uplink capped at `mbit` in both directions by tc htb: on the
+    /// switch's side for traffic leaving it, on the physical switch's side for traffic to it.
+    pub fn shaped(mbit: u32) -> Topology {
+        let t = Topology::up();
+        let rate = format!("{mbit}mbit");
+        for (ns, dev) in [
+            (None, "tmt-u1"),
+            (None, "tmt-u2"),
+            (Some("tmt-phys"), "p1"),
+            (Some("tmt-phys"), "p2"),
+        ] {
+            let mut cmd: Vec<&str> = match ns {
+                Some(n) => vec!["ip", "netns", "exec", n, "tc"],
+                None => vec!["tc"],
+            };
+            let base = cmd.len();
+            cmd.extend([
+                "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
+            ]);
+            must(&cmd);
+            cmd.truncate(base);
+            cmd.extend([
+                "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", &rate, "ceil", &rate,
+            ]);
+            must(&cmd);
+        }
+        t
+    }
+
+    pub fn up() -> Topology {
+        Topology::clean();
+        let t = Topology;
+        for n in NAMESPACES {
+            must(&["ip", "netns", "add", n]);
+            must(&["ip", "-n", n, "link", "set", "lo", "up"]);
+        }
+        for i in ["1", "2"] {
+            let (port, ns) = (format!("tmt-v{i}"), format!("tmt-vm{i}"));
+            must(&[
+                "ip", "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ]);
+            must(&["ip", "link", "set", &port, "up"]);
+            must(&[
+                "ip",
+                "-n",
+                &ns,
+                "link",
+                "set",
+                "eth0",
+                "address",
+                &format!("02:00:00:00:00:0{i}"),
+            ]);
+            must(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.77.0.{i}/24"),
+                "dev",
+                "eth0",
+            ]);
+            must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        }
+        must(&[
+            "ip",
+            "-n",
+            "tmt-phys",
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+        ]);
+        must(&["ip", "-n", "tmt-phys", "link", "set", "br0", "up"]);
+        for i in ["1", "2"] {
+            let (up, peer) = (format!("tmt-u{i}"), format!("p{i}"));
+            must(&[
+                "ip", "link", "add", &up, "type", "veth", "peer", "name", &peer, "netns", "tmt-phys",
+            ]);
+            must(&["ip", "link", "set", &up, "up"]);
+            must(&["ip", "-n", "tmt-phys", "link", "set", &peer, "master", "br0"]);
+            must(&["ip", "-n", "tmt-phys", "link", "set", &peer, "up"]);
+        }
+        must(&[
+            "ip",
+            "-n",
+            "tmt-phys",
+            "link",
+            "add",
+            "r0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            "tmt-remote",
+        ]);
+        must(&["ip", "-n", "tmt-phys", "link", "set", "r0", "master", "br0"]);
+        must(&["ip", "-n", "tmt-phys", "link", "set", "r0", "up"]);
+        must(&["ip", "-n", "tmt-remote", "addr", "add", "10.77.0.100/24", "dev", "eth0"]);
+        must(&["ip", "-n", "tmt-remote", "link", "set", "eth0", "up"]);
+        t
+    }
+
+    pub fn clean() {
+        for l in ["tmt-v1", "tmt-v2", "tmt-t1", "tmt-u1", "tmt-u2"] {
+            sh(&["ip", "link", "del", l]);
+        }
+        for n in NAMESPACES {
+            sh(&["ip", "netns", "del", n]);
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        Topology::clean();
+    }
+}
+
+/// The daemon, stopped with SIGTERM when dropped.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        signal(&self.0, libc::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends `signal` to a child process.
+pub fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on our own child's pid; no memory is shared.
+    unsafe { libc::kill(child.id() as i32, signal) };
+}
+
+pub fn ready() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().next() == Some("0"))
+        })
+        .unwrap_or(false);
+    let tools = ["ip", "ping", "iperf3", "timeout"]
+        .iter()
+        .all(|t| sh(&["sh", "-c", &format!("command -v {t}")]));
+    if !(root && tools) {
+        eprintln!("skipped: needs root with ip, ping, iperf3 and timeout");
+    }
+    root && tools
+}
+
+pub fn status(path: &Path) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(v) = std::fs::read_to_string(path)
+            .map_err(|_| ())
+            .and_then(|t| serde_json::from_str(&t).map_err(|_| ()))
+        {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "no status file");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn ping(ns: &str, to: &str, count: &str, interval: &str) -> String {
+    let out = Command::new("timeout")
+        .args([
+            "20", "ip", "netns", "exec", ns, "ping", "-n", "-c", count, "-i", interval, "-W", "1", to,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+pub fn received(ping_output: &str) -> usize {
+    ping_output.matches("icmp_seq=").count()
+}
+
+/// Starts the daemon on `config` text; returns it and its status file path.
+pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
+    let path = dir.join("switch.toml");
+    std::fs::write(&path, config).unwrap();
+    let status_path = dir.join("status.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--status-file",
+            status_path.to_str().unwrap(),
+        ])
+        .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon(child);
+    status(&status_path);
+    (daemon, status_path)
+}
+
+/// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`)
+/// and returns what the receiver got, in Mbit/s.
+pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<f64> {
+    std::thread::spawn(move || {
+        let p = port.to_string();
+        let mut server = Command::new("timeout")
+            .args([
+                &(secs + 8).to_string(),
+                "ip",
+                "netns",
+                "exec",
+                "tmt-remote",
+                "iperf3",
+                "-s",
+                "-1",
+                "-p",
+                &p,
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let args = [
+            &(secs + 6).to_string(),
+            "ip",
+            "netns",
+            "exec",
+            vm,
+            "iperf3",
+            "-c",
+            "10.77.0.100",
+            "-p",
+            &p,
+            "-u",
+            "-b",
+            &format!("{mbit}M"),
+            "-l",
+            "1400",
+            "-t",
+            &secs.to_string(),
+            "-J",
+        ];
+        let out = Command::new("timeout").args(args).output().unwrap();
+        let _ = server.wait();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let end = &v["end"];
+        // The receiver's figure: sum_received where this iperf3 has it, else sent less loss.
+        let received = end["sum_received"]["bits_per_second"].as_f64().unwrap_or_else(|| {
+            let sum = &end["sum"];
+            sum["bits_per_second"].as_f64().unwrap_or(0.0)
+                * (1.0 - sum["lost_percent"].as_f64().unwrap_or(100.0) / 100.0)
+        });
+        received / 1e6
+    })
+}
