@@ -10,6 +10,9 @@
 //! before the switch sees it, since it will leave through another interface.
 //!
 //! Transmit: frames are queued and sent with sendmmsg, up to [`AfPacket::TX_BATCH`] per call.
+//! When the device is busy (send buffer or device queue full) the frames stay queued for the
+//! next flush, so the caller can hold back instead of losing them; only frames the kernel
+//! refuses for good, or more than [`AfPacket::TX_PENDING_MAX`] waiting, are dropped and counted.
 //!
 //! No crate offers TPACKET_V3 rings over safe types, so the ring is read by hand here; every
 //! `unsafe` block says why it is sound.
@@ -37,6 +40,8 @@ pub struct AfPacket {
     ring_len: usize,
     next_block: u32,
     tx: Vec<Vec<u8>>,
+    /// Frames dropped on transmit since the last [`Backend::flush`] reported them.
+    tx_dropped: u64,
     name: String,
 }
 
@@ -71,6 +76,11 @@ fn set_opt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T, what: &s
 impl AfPacket {
     /// Frames sent per sendmmsg call at most.
     pub const TX_BATCH: usize = 64;
+    /// Frames held while the device is busy; beyond this the oldest are dropped (and counted).
+    pub const TX_PENDING_MAX: usize = 4096;
+    /// The send buffer asked for: room for the device queue (1000 frames on veth) to fill
+    /// before the socket pushes back.
+    const SNDBUF: libc::c_int = 4 << 20;
 
     /// Opens interface `name`: socket, TPACKET_V3 ring, promiscuous membership, bind.
     pub fn open(name: &str) -> io::Result<AfPacket> {
@@ -128,6 +138,19 @@ impl AfPacket {
             "PACKET_RX_RING",
             name,
         )?;
+        // Best effort: SO_SNDBUFFORCE needs CAP_NET_ADMIN, SO_SNDBUF is capped by wmem_max.
+        if set_opt(
+            raw,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            &Self::SNDBUF,
+            "SO_SNDBUFFORCE",
+            name,
+        )
+        .is_err()
+        {
+            let _ = set_opt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &Self::SNDBUF, "SO_SNDBUF", name);
+        }
         let one: libc::c_int = 1;
         // Best effort: older kernels lack it, and then our own frames are filtered by type below.
         let _ = set_opt(
@@ -163,6 +186,7 @@ impl AfPacket {
             ring_len,
             next_block: 0,
             tx: Vec::new(),
+            tx_dropped: 0,
             name: name.to_string(),
         };
         // SAFETY: packet_mreq is plain data; zeroed is a valid value.
@@ -275,8 +299,11 @@ impl Backend for AfPacket {
 
     fn send_owned(&mut self, frame: Vec<u8>) {
         self.tx.push(frame);
-        if self.tx.len() >= Self::TX_BATCH {
-            self.flush();
+        // A full batch goes at once (one attempt per batch while the device is busy); what
+        // flush drops is kept in `tx_dropped` for the caller's next flush to report.
+        if self.tx.len() % Self::TX_BATCH == 0 {
+            let dropped = self.flush();
+            self.tx_dropped += dropped as u64;
         }
     }
 
@@ -302,7 +329,6 @@ impl Backend for AfPacket {
     }
 
     fn flush(&mut self) -> usize {
-        let mut dropped = 0;
         while !self.tx.is_empty() {
             let n = self.tx.len().min(Self::TX_BATCH);
             let mut iov: Vec<libc::iovec> = self.tx[..n]
@@ -321,17 +347,31 @@ impl Backend for AfPacket {
             }
             // SAFETY: `msgs` holds `n` initialised headers for this bound socket.
             let sent = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
-            let done = if sent <= 0 {
-                // The device queue is full or the link is down: count the first frame as lost
-                // and go on, rather than spin.
-                dropped += 1;
-                1
-            } else {
-                sent as usize
-            };
-            self.tx.drain(..done);
+            if sent > 0 {
+                self.tx.drain(..sent as usize);
+                continue;
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                // The socket's send buffer or the device queue is full: the frame was not sent
+                // (or the qdisc dropped it), so keep it and the rest for the next flush.
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
+                // Refused for good (link down, too big): drop that frame and go on.
+                _ => {
+                    self.tx.drain(..1);
+                    self.tx_dropped += 1;
+                }
+            }
         }
-        dropped
+        if self.tx.len() > Self::TX_PENDING_MAX {
+            let excess = self.tx.len() - Self::TX_PENDING_MAX;
+            self.tx.drain(..excess);
+            self.tx_dropped += excess as u64;
+        }
+        std::mem::take(&mut self.tx_dropped) as usize
+    }
+
+    fn tx_pending(&self) -> usize {
+        self.tx.len()
     }
 }
 

@@ -31,8 +31,14 @@ pub trait Backend: Send {
     fn send_owned(&mut self, frame: Vec<u8>) {
         self.send(&frame);
     }
-    /// Sends what is queued; returns the frames the device refused.
+    /// Sends what is queued. Frames the device cannot take yet stay queued for the next flush;
+    /// returns the frames dropped since the last flush (refused for good, or too many waiting).
     fn flush(&mut self) -> usize;
+    /// Frames queued and not yet sent: more than zero after a flush means the device is busy,
+    /// and a caller with its own queue (an uplink's scheduler) should hold back.
+    fn tx_pending(&self) -> usize {
+        0
+    }
     /// Frames the kernel dropped before this backend could read them (receive ring full),
     /// since the last call.
     fn ring_drops(&mut self) -> u64 {

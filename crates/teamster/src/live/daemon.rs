@@ -27,6 +27,7 @@ struct Port {
     mtu: usize,
     oversize_drops: u64,
     ring_drops: u64,
+    tx_errors: u64,
 }
 
 struct Uplink {
@@ -57,16 +58,24 @@ pub struct Daemon {
     pollfds: Vec<libc::pollfd>,
 }
 
-/// Lets one uplink's scheduler send what its pacer allows at `now`.
+/// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
+/// stops while the device is busy: frames then wait in the scheduler, where NetIOC decides whose
+/// are dropped if the wait grows, rather than in the kernel's FIFO.
 fn pace_one(u: &mut Uplink, shared: &mut SharedLimits, now: Instant) {
     u.pacer.refill(now);
-    while u.pacer.may_send() {
-        match u.sched.dequeue(now, shared) {
-            Some((_, len, frame)) => {
-                u.backend.send_owned(frame);
-                u.pacer.charge(len as usize);
-            }
-            None => break,
+    loop {
+        let mut batch = 0;
+        while batch < AfPacket::TX_BATCH && u.pacer.may_send() {
+            let Some((_, len, frame)) = u.sched.dequeue(now, shared) else {
+                break;
+            };
+            u.backend.send_owned(frame);
+            u.pacer.charge(len as usize);
+            batch += 1;
+        }
+        u.tx_errors += u.backend.flush() as u64;
+        if batch < AfPacket::TX_BATCH || u.backend.tx_pending() > 0 {
+            return;
         }
     }
 }
@@ -118,6 +127,7 @@ impl Daemon {
                 mtu,
                 oversize_drops: 0,
                 ring_drops: 0,
+                tx_errors: 0,
             });
         }
         let mut uplinks = Vec::new();
@@ -239,7 +249,7 @@ impl Daemon {
             }
             self.pace(now);
             for p in &mut self.ports {
-                p.backend.flush();
+                p.tx_errors += p.backend.flush() as u64;
             }
             for u in &mut self.uplinks {
                 u.tx_errors += u.backend.flush() as u64;
@@ -267,7 +277,20 @@ impl Daemon {
                 deadline = deadline.min(t);
             }
         }
-        let backlog = self.uplinks.iter().any(|u| !u.pacer.may_send());
+        let first_uplink = self.ports.len();
+        for (i, u) in self.uplinks.iter().enumerate() {
+            // A busy device: wake when it can take frames again.
+            let busy = u.backend.tx_pending() > 0;
+            self.pollfds[first_uplink + i].events = if busy {
+                libc::POLLIN | libc::POLLOUT
+            } else {
+                libc::POLLIN
+            };
+        }
+        let backlog = self
+            .uplinks
+            .iter()
+            .any(|u| !u.pacer.may_send() || u.backend.tx_pending() > 0);
         let ms = if backlog {
             1
         } else {
@@ -357,7 +380,7 @@ impl Daemon {
             .iter()
             .map(|p| {
                 let c = self.switch.port_counters(p.id).cloned().unwrap_or_default();
-                json!({"id": p.id.0, "interface": p.backend.name(), "uplink": team.port_uplink(p.id).map(|u| self.names[u.0].clone()), "counters": counters(&c), "oversize_drops": p.oversize_drops, "ring_drops": p.ring_drops})
+                json!({"id": p.id.0, "interface": p.backend.name(), "uplink": team.port_uplink(p.id).map(|u| self.names[u.0].clone()), "counters": counters(&c), "oversize_drops": p.oversize_drops, "ring_drops": p.ring_drops, "tx_errors": p.tx_errors})
             })
             .collect();
         json!({"t_s": now.as_secs_f64(), "uplinks": uplinks, "ports": ports, "moves": self.moves})
