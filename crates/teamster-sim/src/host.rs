@@ -7,11 +7,11 @@
 //! shares); each port under its pool, or its class (system traffic), or else directly under
 //! `vm`. Every name is unique across classes, pools and ports.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use teamster_core::ioc::{NodeId, NodeSpec, Shares, TrafficClass, Tree, TreeError};
 use teamster_core::units::Bandwidth;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassFile {
     pub class: String,
@@ -21,7 +21,7 @@ pub struct ClassFile {
     pub limit: Option<Bandwidth>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolFile {
     pub name: String,

@@ -6,7 +6,7 @@
 
 use crate::demand::{Demand, DemandSpec};
 use crate::expect::ExpectSpec;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use teamster_core::teaming::{FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
@@ -46,7 +46,7 @@ fn yes() -> bool {
 }
 
 /// Load-Based Teaming knobs (defaults as vSphere: 30 s, 0.75, 30 s).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LbtFile {
     #[serde(default = "default_window")]
@@ -82,7 +82,7 @@ pub struct UplinkFile {
 }
 
 /// A load-balancing policy's name in a scenario or switch config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyName {
     /// Route based on originating virtual port ID.
@@ -109,7 +109,7 @@ impl PolicyName {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupFile {
     pub name: String,

@@ -6,7 +6,9 @@
 //! `teamster ioc allocate FILE` and `teamster ioc admit FILE` script Network I/O Control
 //! (see [`ioc_cmd`]).
 
+mod api;
 mod bench_cmd;
+mod ctl;
 mod ioc_cmd;
 mod live;
 
@@ -49,7 +51,11 @@ enum Command {
         /// Check the configuration and exit without attaching.
         #[arg(long)]
         check: bool,
+        #[command(flatten)]
+        api: ApiArgs,
     },
+    /// Show and change a running switch through its API (see `teamster ctl --help`).
+    Ctl(ctl::CtlArgs),
     /// Benchmarks of the engine.
     Bench {
         #[command(subcommand)]
@@ -60,6 +66,58 @@ enum Command {
         #[command(subcommand)]
         command: IocCommand,
     },
+}
+
+/// Where the control-plane API listens.
+#[derive(clap::Args)]
+struct ApiArgs {
+    /// The API's unix socket (mode 0600).
+    #[arg(long, default_value = ctl::DEFAULT_SOCKET)]
+    api_socket: PathBuf,
+    /// Do not serve the API at all.
+    #[arg(long, conflicts_with_all = ["api_listen"])]
+    no_api: bool,
+    /// Also serve the API (and the dashboard) on this loopback TCP address, e.g. 127.0.0.1:9180;
+    /// every request must then carry the bearer token.
+    #[arg(long)]
+    api_listen: Option<std::net::SocketAddr>,
+    /// A file holding the bearer token for --api-listen (or set TEAMSTER_API_TOKEN).
+    #[arg(long)]
+    api_token_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    /// The API's listeners, or why they cannot be had.
+    fn config(&self) -> Result<Option<api::ApiConfig>, String> {
+        if self.no_api {
+            return Ok(None);
+        }
+        let tcp = match self.api_listen {
+            None => None,
+            Some(addr) if !addr.ip().is_loopback() => {
+                return Err(format!(
+                    "--api-listen {addr}: only a loopback address (127.0.0.1, ::1) is allowed; use the unix socket or a proxy"
+                ))
+            }
+            Some(addr) => {
+                let token = match &self.api_token_file {
+                    Some(f) => std::fs::read_to_string(f)
+                        .map_err(|e| format!("--api-token-file {}: {e}", f.display()))?
+                        .trim()
+                        .to_string(),
+                    None => std::env::var("TEAMSTER_API_TOKEN").unwrap_or_default(),
+                };
+                if token.len() < 16 {
+                    return Err("--api-listen needs a bearer token of at least 16 characters: --api-token-file FILE or TEAMSTER_API_TOKEN".into());
+                }
+                Some((addr, token))
+            }
+        };
+        Ok(Some(api::ApiConfig {
+            socket: Some(self.api_socket.clone()),
+            tcp,
+        }))
+    }
 }
 
 #[derive(Subcommand)]
@@ -115,7 +173,9 @@ fn main() -> ExitCode {
             config,
             status_file,
             check,
-        } => run_switch(config, status_file, check),
+            api,
+        } => run_switch(config, status_file, check, api),
+        Command::Ctl(args) => ctl::run(args),
         Command::Bench {
             command:
                 BenchCommand::Sched {
@@ -137,9 +197,16 @@ fn main() -> ExitCode {
 }
 
 /// Checks the configuration and capabilities, attaches, and runs until SIGTERM or SIGINT.
-fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool) -> ExitCode {
+fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, api_args: ApiArgs) -> ExitCode {
     let plan = match live::config::load(&config, &live::config::Sysfs) {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let api_config = match api_args.config() {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
@@ -160,15 +227,37 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool) -
             return ExitCode::from(1);
         }
     }
-    let mut daemon = match live::daemon::Daemon::attach(plan, status_file) {
+    let file = plan.file.clone();
+    let (snap_tx, snap_rx) = tokio::sync::watch::channel(std::sync::Arc::new(live::snapshot::Snapshot::default()));
+    let (change_tx, change_rx) = std::sync::mpsc::channel();
+    let link = live::daemon::ControlLink {
+        changes: change_rx,
+        snapshots: snap_tx,
+    };
+    let mut daemon = match live::daemon::Daemon::attach(plan, status_file, Some(link)) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(1);
         }
     };
+    if let Some(api) = &api_config {
+        if let Err(e) = api::start(api.clone(), file, config.clone(), snap_rx, change_tx) {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+        if let Some(sock) = &api.socket {
+            eprintln!("teamster: API on {}", sock.display());
+        }
+        if let Some((addr, _)) = &api.tcp {
+            eprintln!("teamster: API and dashboard on http://{addr}/");
+        }
+    }
     eprintln!("teamster: switching; SIGTERM or Ctrl-C stops");
     daemon.run(&stop);
+    if let Some(sock) = api_config.as_ref().and_then(|a| a.socket.as_ref()) {
+        let _ = std::fs::remove_file(sock);
+    }
     eprintln!("teamster: stopped");
     ExitCode::SUCCESS
 }

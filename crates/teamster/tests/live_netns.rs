@@ -89,12 +89,21 @@ fn live_switch_end_to_end() {
 
     // Failover under TCP: vm1's uplink goes down while iperf3 runs; no reset, gap measured by a
     // 10 ms ping.
-    let vm1_uplink = s["ports"]
+    let vm1_uplink_name = s["ports"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["interface"] == "tmt-v1")
         .unwrap()["uplink"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vm1_uplink = s["uplinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == vm1_uplink_name.as_str())
+        .unwrap()["interface"]
         .as_str()
         .unwrap()
         .to_string();
@@ -146,11 +155,11 @@ fn live_switch_end_to_end() {
         String::from_utf8_lossy(&iperf.stdout)
     );
     let s = status(&status_path);
-    let moves = s["moves"].as_array().unwrap();
+    let moves = s["lbt"]["moves"].as_array().unwrap();
     assert!(
         moves
             .iter()
-            .any(|m| m["reason"] == "link down" && m["from"] == vm1_uplink.as_str()),
+            .any(|m| m["reason"] == "link down" && m["from"] == vm1_uplink_name.as_str()),
         "{moves:?}"
     );
 

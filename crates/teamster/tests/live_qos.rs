@@ -114,7 +114,7 @@ fn lbt_moves_a_port_off_a_saturated_uplink() {
     let b = udp_stream("tmt-vm2", 5202, 70, 12);
     let (vm1, vm2) = (a.join().unwrap(), b.join().unwrap());
     let s = status(&status_path);
-    let moves: Vec<&serde_json::Value> = s["moves"]
+    let moves: Vec<&serde_json::Value> = s["lbt"]["moves"]
         .as_array()
         .unwrap()
         .iter()

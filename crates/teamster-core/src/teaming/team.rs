@@ -456,6 +456,21 @@ impl Team {
         })
     }
 
+    /// A port's mean send (`tx`) and receive (`rx`) rate in bits/s over the LBT window ending
+    /// before `now` (rates, not fractions: a port has no capacity of its own).
+    pub fn port_rates(&self, port: PortId, now: Instant) -> Option<Utilisation> {
+        let p = &self.ports[*self.index.get(&port)?];
+        Some(Utilisation {
+            tx: p.tx.mean_bps(now),
+            rx: p.rx.mean_bps(now),
+        })
+    }
+
+    /// When Load-Based Teaming last moved a port, and the earliest it may move one again.
+    pub fn lbt_timing(&self) -> (Option<Instant>, Option<Instant>) {
+        (self.last_lbt_move, self.last_lbt_move.map(|t| t + self.lbt.period))
+    }
+
     /// The uplink a port's traffic uses now (its home or failover choice), if any.
     pub fn port_uplink(&self, port: PortId) -> Option<UplinkId> {
         self.index.get(&port).and_then(|&i| self.ports[i].current)

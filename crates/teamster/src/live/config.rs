@@ -24,7 +24,7 @@
 //! path), names, that every interface exists, that no interface or MAC is used twice, that each
 //! uplink has a capacity, and admission control.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use teamster_core::ioc::admission::{admit, ReservationCap};
 use teamster_core::ioc::{NodeId, Shares, Tree};
@@ -34,7 +34,7 @@ use teamster_core::wire::MacAddr;
 use teamster_sim::host::{build_tree, ClassFile, PoolFile, PortControls};
 use teamster_sim::scenario::{GroupFile, LbtFile};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchFile {
     pub mac_ageing_s: Option<f64>,
@@ -43,22 +43,40 @@ pub struct SwitchFile {
     pub lbt: LbtFile,
     pub uplinks: Vec<UplinkFile>,
     pub port_groups: Vec<GroupFile>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traffic_classes: Vec<ClassFile>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolFile>,
     pub ports: Vec<PortFile>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UplinkFile {
     pub name: String,
     pub interface: String,
     pub capacity: Option<Bandwidth>,
+    /// Administrative state: `down` keeps the uplink out of use whatever its carrier says.
+    #[serde(default, skip_serializing_if = "AdminState::is_up")]
+    pub admin: AdminState,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// An uplink's administrative state, set by the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    #[default]
+    Up,
+    Down,
+}
+
+impl AdminState {
+    pub fn is_up(&self) -> bool {
+        *self == AdminState::Up
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortFile {
     pub name: String,
@@ -83,6 +101,8 @@ pub struct SwitchPlan {
     /// Per uplink (in file order): its interface and capacity.
     pub uplinks: Vec<(String, Bandwidth)>,
     pub mac_ageing: core::time::Duration,
+    /// The file this plan was built from (names, MACs, administrative states).
+    pub file: SwitchFile,
 }
 
 /// Where interfaces are looked up: `/sys/class/net` normally, a folder of fakes in tests.
@@ -114,7 +134,23 @@ pub fn load(path: &Path, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
 
 /// Parses and checks switch-file text.
 pub fn parse(text: &str, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
-    let f: SwitchFile = teamster_sim::scenario::parse_toml(text)?;
+    check(&parse_file(text)?, ifs)
+}
+
+/// Parses switch-file text without checking it against the host.
+pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
+    teamster_sim::scenario::parse_toml(text)
+}
+
+/// The file as TOML, as the daemon saves it after a change made through the API.
+pub fn render(f: &SwitchFile) -> String {
+    let body = toml::to_string(f).expect("a switch file always serialises");
+    format!("# Teamster switch configuration. The daemon rewrites this file when a change is made\n# through its API (`teamster ctl`); edit it while the daemon is stopped.\n\n{body}")
+}
+
+/// Checks a switch file against the host (interfaces, capacities) and admission control, and
+/// builds the switch it describes.
+pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
     let lbt = teamster_sim::scenario::lbt_config(&f.lbt)?;
     let cap = match f.reservation_cap {
         Some(c) => ReservationCap::new(c).map_err(|e| format!("reservation_cap: {e}"))?,
@@ -217,6 +253,7 @@ pub fn parse(text: &str, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
         ports,
         uplinks,
         mac_ageing: ageing,
+        file: f.clone(),
     })
 }
 

@@ -217,19 +217,36 @@ pub fn received(ping_output: &str) -> usize {
     ping_output.matches("icmp_seq=").count()
 }
 
-/// Starts the daemon on `config` text; returns it and its status file path.
+/// Starts the daemon on `config` text; returns it and its status file path. Its API listens on
+/// `api.sock` in `dir`.
 pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
+    start_with(dir, config, &[])
+}
+
+/// Starts the daemon on `config` text with extra arguments.
+pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
     std::fs::write(&path, config).unwrap();
     let status_path = dir.join("status.json");
+    let _ = std::fs::remove_file(&status_path);
+    let socket = dir.join("api.sock");
     let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
         .args([
             "run",
             path.to_str().unwrap(),
             "--status-file",
             status_path.to_str().unwrap(),
+            "--api-socket",
+            socket.to_str().unwrap(),
         ])
-        .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+        .args(extra)
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("daemon.log"))
+                .unwrap(),
+        )
         .spawn()
         .unwrap();
     let daemon = Daemon(child);

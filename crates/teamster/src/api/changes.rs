@@ -1,0 +1,208 @@
+//! The changes an operator may make to a running switch, and how each edits the configuration.
+//!
+//! A change edits a copy of the [`SwitchFile`]; the copy is then checked whole (names,
+//! interfaces, admission control) exactly as at start-up, saved, and only then handed to the
+//! data plane. So a change is all or nothing, and what runs is always what a restart would load.
+
+use crate::live::config::{AdminState, SwitchFile};
+use serde::{Deserialize, Deserializer};
+use teamster_core::ioc::Shares;
+use teamster_core::units::Bandwidth;
+use teamster_sim::scenario::PolicyName;
+use utoipa::ToSchema;
+
+/// New NetIOC controls for a port; fields left out keep their value.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortChange {
+    /// Minimum guaranteed send rate, e.g. "500M" (bits per second; "MB" is refused).
+    #[schema(value_type = Option<String>, example = "500M")]
+    pub reservation: Option<Bandwidth>,
+    /// Share of the excess: 1-100, or "low" (25), "normal" (50), "high" (100).
+    #[schema(value_type = Option<String>, example = "high")]
+    pub shares: Option<Shares>,
+    /// Cap on the send rate, e.g. "1G"; null removes the limit.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "1G")]
+    pub limit: Option<Option<Bandwidth>>,
+}
+
+/// A port group's teaming; fields left out keep their value.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupChange {
+    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    #[schema(value_type = Option<String>, example = "load-based")]
+    pub policy: Option<PolicyName>,
+    /// Active uplinks, by name, in failover order.
+    pub active: Option<Vec<String>>,
+    /// Standby uplinks, by name, in failover order.
+    pub standby: Option<Vec<String>>,
+    /// Return ports to their home uplink when it recovers.
+    pub failback: Option<bool>,
+}
+
+/// An uplink's administrative state.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkChange {
+    /// "down" takes the uplink out of use (its ports fail over); "up" returns it.
+    pub admin: AdminState,
+}
+
+/// Why a change was refused before it was checked against the host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeError {
+    /// No such port, group or uplink.
+    NotFound(String),
+    /// The body asks for nothing, or for something impossible.
+    Invalid(String),
+}
+
+/// Deserialises a field that is present (even as null) into Some, so that `"limit": null`
+/// (remove the limit) differs from leaving `limit` out (keep it).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Bandwidth>>, D::Error> {
+    Option::<Bandwidth>::deserialize(d).map(Some)
+}
+
+/// The configuration with port `name`'s controls changed.
+pub fn change_port(f: &SwitchFile, name: &str, c: &PortChange) -> Result<SwitchFile, ChangeError> {
+    if c.reservation.is_none() && c.shares.is_none() && c.limit.is_none() {
+        return Err(ChangeError::Invalid(
+            "nothing to change: give reservation, shares or limit".into(),
+        ));
+    }
+    let mut new = f.clone();
+    let port = new
+        .ports
+        .iter_mut()
+        .find(|p| p.name == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no port named `{name}`")))?;
+    if let Some(r) = c.reservation {
+        port.reservation = r;
+    }
+    if let Some(s) = c.shares {
+        port.shares = Some(s);
+    }
+    if let Some(l) = c.limit {
+        port.limit = l;
+    }
+    Ok(new)
+}
+
+/// The configuration with port group `name`'s teaming changed.
+pub fn change_group(f: &SwitchFile, name: &str, c: &GroupChange) -> Result<SwitchFile, ChangeError> {
+    if c.policy.is_none() && c.active.is_none() && c.standby.is_none() && c.failback.is_none() {
+        return Err(ChangeError::Invalid(
+            "nothing to change: give policy, active, standby or failback".into(),
+        ));
+    }
+    let mut new = f.clone();
+    let group = new
+        .port_groups
+        .iter_mut()
+        .find(|g| g.name == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no port group named `{name}`")))?;
+    if let Some(p) = c.policy {
+        group.policy = p;
+    }
+    if let Some(a) = &c.active {
+        group.active = a.clone();
+    }
+    if let Some(s) = &c.standby {
+        group.standby = s.clone();
+    }
+    if let Some(b) = c.failback {
+        group.failback = b;
+    }
+    Ok(new)
+}
+
+/// The configuration with uplink `name`'s administrative state changed.
+pub fn change_uplink(f: &SwitchFile, name: &str, c: &UplinkChange) -> Result<SwitchFile, ChangeError> {
+    let mut new = f.clone();
+    let uplink = new
+        .uplinks
+        .iter_mut()
+        .find(|u| u.name == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no uplink named `{name}`")))?;
+    uplink.admin = c.admin;
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::config::parse_file;
+
+    const FILE: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "eth1"
+capacity = "10G"
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1"]
+[[ports]]
+name = "vm1"
+interface = "vnet0"
+mac = "52:54:00:00:00:01"
+group = "vms"
+limit = "2G"
+"#;
+
+    /// Parses a body as the API does (axum's JSON extractor reports the field's path).
+    fn port_change(json: &str) -> Result<PortChange, String> {
+        let de = &mut serde_json::Deserializer::from_str(json);
+        serde_path_to_error::deserialize(de).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_port_change_edits_only_what_it_names() {
+        let f = parse_file(FILE).unwrap();
+        let new = change_port(&f, "vm1", &port_change(r#"{"reservation": "500M"}"#).unwrap()).unwrap();
+        assert_eq!(new.ports[0].reservation, Bandwidth::from_mbps(500));
+        assert_eq!(new.ports[0].limit, Some(Bandwidth::from_gbps(2)));
+        let new = change_port(&f, "vm1", &port_change(r#"{"limit": null}"#).unwrap()).unwrap();
+        assert_eq!(new.ports[0].limit, None);
+        assert_eq!(
+            change_port(&f, "vm9", &port_change(r#"{"shares": 10}"#).unwrap()).unwrap_err(),
+            ChangeError::NotFound("no port named `vm9`".into())
+        );
+        assert!(matches!(
+            change_port(&f, "vm1", &port_change("{}").unwrap()),
+            Err(ChangeError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn bad_bodies_name_the_field() {
+        for (body, want) in [
+            (r#"{"reservation": "5GB"}"#, "bytes"),
+            (r#"{"shares": 500}"#, "1 to 100"),
+            (r#"{"limit": -3}"#, "limit"),
+            (r#"{"reserve": "1G"}"#, "unknown field `reserve`"),
+        ] {
+            let e = port_change(body).unwrap_err();
+            assert!(e.contains(want), "{body}: `{want}` not in {e}");
+        }
+    }
+
+    #[test]
+    fn the_rendered_file_reads_back_the_same() {
+        let f = parse_file(FILE).unwrap();
+        let f = change_uplink(
+            &f,
+            "uplink1",
+            &UplinkChange {
+                admin: AdminState::Down,
+            },
+        )
+        .unwrap();
+        let text = crate::live::config::render(&f);
+        let back = parse_file(&text).unwrap();
+        assert_eq!(back.uplinks[0].admin, AdminState::Down);
+        assert_eq!(crate::live::config::render(&back), text);
+    }
+}

@@ -1,0 +1,176 @@
+//! `GET /metrics`: the latest snapshot in the OpenMetrics text format Prometheus scrapes.
+//!
+//! Names: `teamster_uplink_*{uplink}` and `teamster_port_*{port}` (packets, bytes, drops by
+//! `reason`, utilisation or rate by `direction`), `teamster_netioc_*{node}` (reservation,
+//! limit, allocation, demand in bits/s), `teamster_lbt_moves_total`, `teamster_port_moves_total{reason}`,
+//! `teamster_failovers_total` and `teamster_scheduler_queue_depth{uplink}`.
+
+use super::ApiState;
+use crate::live::snapshot::{CountersView, Snapshot};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Labels as (name, value) pairs: `uplink`, `port` or `node`, with `reason` or `direction`.
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Packet, byte and drop counters of one kind of object (`uplink` or `port`).
+struct Traffic {
+    kind: &'static str,
+    rx_packets: Family<Labels, Counter>,
+    rx_bytes: Family<Labels, Counter>,
+    tx_packets: Family<Labels, Counter>,
+    tx_bytes: Family<Labels, Counter>,
+    drops: Family<Labels, Counter>,
+}
+
+impl Traffic {
+    fn register(reg: &mut Registry, kind: &'static str) -> Traffic {
+        let t = Traffic {
+            kind,
+            rx_packets: Family::default(),
+            rx_bytes: Family::default(),
+            tx_packets: Family::default(),
+            tx_bytes: Family::default(),
+            drops: Family::default(),
+        };
+        let sub = reg.sub_registry_with_prefix(kind);
+        sub.register("rx_packets", "Frames received", t.rx_packets.clone());
+        sub.register("rx_bytes", "Bytes received", t.rx_bytes.clone());
+        sub.register("tx_packets", "Frames sent", t.tx_packets.clone());
+        sub.register("tx_bytes", "Bytes sent", t.tx_bytes.clone());
+        sub.register("drops", "Frames dropped, by reason", t.drops.clone());
+        t
+    }
+
+    fn record(&self, name: &str, c: &CountersView) {
+        let o = labels(&[(self.kind, name)]);
+        self.rx_packets.get_or_create(&o).inc_by(c.rx_packets);
+        self.rx_bytes.get_or_create(&o).inc_by(c.rx_bytes);
+        self.tx_packets.get_or_create(&o).inc_by(c.tx_packets);
+        self.tx_bytes.get_or_create(&o).inc_by(c.tx_bytes);
+        for (reason, n) in &c.drops {
+            self.drops
+                .get_or_create(&labels(&[(self.kind, name), ("reason", reason)]))
+                .inc_by(*n);
+        }
+    }
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, FloatGauge> {
+    let f = Family::<Labels, FloatGauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+/// The snapshot as OpenMetrics text.
+pub fn encode(s: &Snapshot) -> String {
+    let mut reg = Registry::with_prefix("teamster");
+    let uplink = Traffic::register(&mut reg, "uplink");
+    let port = Traffic::register(&mut reg, "port");
+    let util = gauge(
+        &mut reg,
+        "uplink_utilisation",
+        "Mean utilisation over the LBT window, 0-1",
+    );
+    let in_use = gauge(
+        &mut reg,
+        "uplink_in_use",
+        "1 if the team uses the uplink (carrier and admin up)",
+    );
+    let capacity = gauge(&mut reg, "uplink_capacity_bits_per_second", "Configured capacity");
+    let depth = gauge(
+        &mut reg,
+        "scheduler_queue_depth",
+        "Frames waiting in the uplink's NetIOC scheduler",
+    );
+    let rate = gauge(&mut reg, "port_rate_bits_per_second", "Mean rate over the LBT window");
+    let reservation = gauge(
+        &mut reg,
+        "netioc_reservation_bits_per_second",
+        "NetIOC reservation per node",
+    );
+    let limit = gauge(
+        &mut reg,
+        "netioc_limit_bits_per_second",
+        "NetIOC limit per node (limited nodes only)",
+    );
+    let allocation = gauge(
+        &mut reg,
+        "netioc_allocation_bits_per_second",
+        "What NetIOC gives the node at the measured demands",
+    );
+    let demand = gauge(
+        &mut reg,
+        "netioc_demand_bits_per_second",
+        "Offered send rate under the node",
+    );
+    let lbt_moves = Counter::<u64>::default();
+    reg.register("lbt_moves", "Ports moved by Load-Based Teaming", lbt_moves.clone());
+    let moves = Family::<Labels, Counter>::default();
+    reg.register("port_moves", "Ports moved between uplinks, by reason", moves.clone());
+    let failovers = Counter::<u64>::default();
+    reg.register("failovers", "Times an uplink in use went out of use", failovers.clone());
+
+    for u in &s.uplinks {
+        uplink.record(&u.name, &u.counters);
+        let o = labels(&[("uplink", &u.name)]);
+        for (dir, v) in [("tx", u.tx_utilisation), ("rx", u.rx_utilisation)] {
+            util.get_or_create(&labels(&[("uplink", &u.name), ("direction", dir)]))
+                .set(v);
+        }
+        in_use.get_or_create(&o).set(if u.in_use { 1.0 } else { 0.0 });
+        capacity.get_or_create(&o).set(u.capacity_bps as f64);
+        depth.get_or_create(&o).set(u.queue_depth as f64);
+    }
+    for p in &s.ports {
+        port.record(&p.name, &p.counters);
+        for (dir, v) in [("tx", p.tx_bps), ("rx", p.rx_bps)] {
+            rate.get_or_create(&labels(&[("port", &p.name), ("direction", dir)]))
+                .set(v);
+        }
+    }
+    for n in &s.netioc {
+        let o = labels(&[("node", &n.name)]);
+        reservation.get_or_create(&o).set(n.reservation_bps as f64);
+        if let Some(l) = n.limit_bps {
+            limit.get_or_create(&o).set(l as f64);
+        }
+        allocation.get_or_create(&o).set(n.allocation_bps);
+        demand.get_or_create(&o).set(n.demand_bps);
+    }
+    for m in &s.lbt.moves {
+        let reason = m.reason.split(':').next().unwrap_or_default().to_string();
+        if reason == "load-based" {
+            lbt_moves.inc();
+        }
+        moves.get_or_create(&labels(&[("reason", &reason)])).inc();
+    }
+    failovers.inc_by(s.failovers);
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String cannot fail");
+    out
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
+    let snap = s.snapshots.borrow().clone();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        encode(&snap),
+    )
+}

@@ -1,0 +1,167 @@
+//! The control plane: a REST API over the running switch, served by axum on its own thread.
+//!
+//! The data plane never waits for it. Reads are served from the latest [`Snapshot`] the poll
+//! loop published (twice a second, and at once after a change). A change is serialised behind
+//! one lock, applied to a copy of the configuration, checked whole as at start-up (a refusal is
+//! a 4xx and changes nothing), saved atomically, and then handed to the loop, which applies it
+//! between packets and answers with a fresh snapshot.
+//!
+//! It listens on a unix socket (mode 0600: only its owner may connect) and, if asked, on a
+//! loopback TCP address where every request must carry `Authorization: Bearer <token>` (or, for
+//! a browser's page and event stream, `?token=<token>`); without it the answer is 401.
+
+pub mod changes;
+mod dashboard;
+mod metrics;
+mod openapi;
+mod routes;
+
+use crate::live::config::SwitchFile;
+use crate::live::daemon::Apply;
+use crate::live::snapshot::Snapshot;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{watch, Mutex};
+
+/// Where and how the API listens.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The unix socket (created with mode 0600; an old socket file there is replaced).
+    pub socket: Option<PathBuf>,
+    /// A loopback TCP address, and the bearer token it demands.
+    pub tcp: Option<(SocketAddr, String)>,
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The running configuration; held for the whole of a change, so changes are serialised.
+    config: Arc<Mutex<SwitchFile>>,
+    config_path: PathBuf,
+    changes: std::sync::mpsc::Sender<Apply>,
+}
+
+/// An error answer: a status and `{"error": "..."}`.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What was wrong, naming the field or object.
+    pub error: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl ApiError {
+    fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError(StatusCode::NOT_FOUND, what.into())
+    }
+}
+
+/// Starts the API on a thread of its own. Returns once every listener is bound (or with the
+/// error that stopped one), so a bad address fails the start-up, not some later request.
+pub fn start(
+    api: ApiConfig,
+    config: SwitchFile,
+    config_path: PathBuf,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    changes: std::sync::mpsc::Sender<Apply>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let state = ApiState {
+        snapshots,
+        config: Arc::new(Mutex::new(config)),
+        config_path,
+        changes,
+    };
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let handle = std::thread::Builder::new()
+        .name("teamster-api".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("API runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(serve(api, state, ready_tx));
+        })
+        .map_err(|e| format!("API thread: {e}"))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err("the API thread ended before it listened".into()),
+    }
+}
+
+/// Binds the listeners, reports on `ready`, then serves until the process ends.
+async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<Result<(), String>>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(path) = &api.socket {
+        match bind_unix(path) {
+            Ok(listener) => {
+                let app = routes::router(state.clone(), None);
+                tasks.spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+    }
+    if let Some((addr, token)) = &api.tcp {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let app = routes::router(state.clone(), Some(Arc::new(token.clone())));
+                tasks.spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+            }
+            Err(e) => {
+                let _ = ready.send(Err(format!("API listen on {addr}: {e}")));
+                return;
+            }
+        }
+    }
+    let _ = ready.send(Ok(()));
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Binds the unix socket with mode 0600, replacing a stale socket file (never another file).
+fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "API socket {shown}: exists and is not a socket; not replacing it"
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("API socket {shown}: cannot remove the old one: {e}"))?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("API socket {shown}: {e}"))?;
+    }
+    // Created under a tight umask so there is no moment when others may connect.
+    // SAFETY: umask only changes this process's file-creation mask; restored right after.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = tokio::net::UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = bound.map_err(|e| format!("API socket {shown}: {e}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("API socket {shown}: {e}"))?;
+    Ok(listener)
+}

@@ -1,0 +1,256 @@
+//! The API's routes and handlers (the OpenAPI document in [`super::openapi`] lists them all).
+
+use super::changes::{change_group, change_port, change_uplink, ChangeError, GroupChange, PortChange, UplinkChange};
+use super::{ApiError, ApiState, ErrorBody};
+use crate::live::config::{check, render, Sysfs};
+use crate::live::daemon::Apply;
+use crate::live::persist::save_atomically;
+use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// The router; with `token`, every request must present it (the TCP listener).
+pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
+    let app = Router::new()
+        .route("/", get(super::dashboard::page))
+        .route("/openapi.json", get(super::openapi::document))
+        .route("/metrics", get(super::metrics::metrics))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/uplinks", get(uplinks))
+        .route("/api/v1/uplinks/{name}", get(uplink).patch(patch_uplink))
+        .route("/api/v1/ports", get(ports))
+        .route("/api/v1/ports/{name}", get(port).patch(patch_port))
+        .route("/api/v1/port-groups", get(groups))
+        .route("/api/v1/port-groups/{name}", get(group).patch(patch_group))
+        .route("/api/v1/lbt", get(lbt))
+        .route("/api/v1/netioc", get(netioc))
+        .route("/api/v1/events", get(events))
+        .route("/api/v1/stream", get(super::dashboard::stream))
+        .fallback(|| async { ApiError::not_found("no such endpoint: see /openapi.json") })
+        .with_state(state);
+    match token {
+        Some(t) => app.layer(middleware::from_fn_with_state(t, require_token)),
+        None => app,
+    }
+}
+
+/// Refuses a request that does not carry the bearer token (header, or `token` query parameter
+/// for a browser's page and event stream). Compared in constant time.
+async fn require_token(State(token): State<Arc<String>>, req: Request, next: Next) -> Response {
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let query = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
+    let given = header.or(query).unwrap_or("");
+    let same =
+        given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if same && !token.is_empty() {
+        next.run(req).await
+    } else {
+        let mut r = ApiError(StatusCode::UNAUTHORIZED, "missing or wrong bearer token".into()).into_response();
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        r
+    }
+}
+
+/// A JSON body whose rejections are answered as `{"error": ...}`, naming the field.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => {
+                let status = match &e {
+                    JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    JsonRejection::JsonDataError(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                Err(ApiError(status, e.body_text()))
+            }
+        }
+    }
+}
+
+fn latest(state: &ApiState) -> Arc<Snapshot> {
+    state.snapshots.borrow().clone()
+}
+
+fn find<T: Clone>(items: &[T], name: &str, of: impl Fn(&T) -> &str, what: &str) -> Result<Json<T>, ApiError> {
+    items
+        .iter()
+        .find(|i| of(i) == name)
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no {what} named `{name}`")))
+}
+
+/// Makes a change: edit a copy of the configuration, check it whole, save it, apply it, and
+/// answer with the snapshot the loop took right after applying it.
+async fn change(
+    state: &ApiState,
+    edit: impl FnOnce(&crate::live::config::SwitchFile) -> Result<crate::live::config::SwitchFile, ChangeError>,
+) -> Result<Arc<Snapshot>, ApiError> {
+    let mut config = state.config.lock().await;
+    let new = edit(&config).map_err(|e| match e {
+        ChangeError::NotFound(m) => ApiError::not_found(m),
+        ChangeError::Invalid(m) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, m),
+    })?;
+    let plan = check(&new, &Sysfs).map_err(|e| {
+        let status = if e.starts_with("admission control") {
+            StatusCode::CONFLICT
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        ApiError(status, e)
+    })?;
+    let path = state.config_path.clone();
+    let text = render(&new);
+    tokio::task::spawn_blocking(move || save_atomically(&path, &text))
+        .await
+        .map_err(|e| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("saving the configuration: {e}"),
+            )
+        })?
+        .map_err(|e| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "saving the configuration to {}: {e}; nothing changed",
+                    state.config_path.display()
+                ),
+            )
+        })?;
+    let (done, answer) = tokio::sync::oneshot::channel();
+    let sent = state.changes.send(Apply {
+        plan: Box::new(plan),
+        done,
+    });
+    let snapshot = match sent {
+        Ok(()) => answer.await.ok(),
+        Err(_) => None,
+    };
+    *config = new;
+    snapshot.ok_or_else(|| ApiError(StatusCode::SERVICE_UNAVAILABLE, "the switch is stopping".into()))
+}
+
+#[utoipa::path(get, path = "/api/v1/status", responses((status = 200, body = Snapshot)))]
+pub async fn status(State(s): State<ApiState>) -> Json<Snapshot> {
+    Json((*latest(&s)).clone())
+}
+
+#[utoipa::path(get, path = "/api/v1/uplinks", responses((status = 200, body = Vec<UplinkView>)))]
+pub async fn uplinks(State(s): State<ApiState>) -> Json<Vec<UplinkView>> {
+    Json(latest(&s).uplinks.clone())
+}
+
+#[utoipa::path(get, path = "/api/v1/uplinks/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = UplinkView), (status = 404, body = ErrorBody)))]
+pub async fn uplink(State(s): State<ApiState>, Path(name): Path<String>) -> Result<Json<UplinkView>, ApiError> {
+    find(&latest(&s).uplinks, &name, |u| &u.name, "uplink")
+}
+
+#[utoipa::path(patch, path = "/api/v1/uplinks/{name}", params(("name" = String, Path)), request_body = UplinkChange,
+    responses((status = 200, body = UplinkView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn patch_uplink(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Body(c): Body<UplinkChange>,
+) -> Result<Json<UplinkView>, ApiError> {
+    let snap = change(&s, |f| change_uplink(f, &name, &c)).await?;
+    find(&snap.uplinks, &name, |u| &u.name, "uplink")
+}
+
+#[utoipa::path(get, path = "/api/v1/ports", responses((status = 200, body = Vec<PortView>)))]
+pub async fn ports(State(s): State<ApiState>) -> Json<Vec<PortView>> {
+    Json(latest(&s).ports.clone())
+}
+
+#[utoipa::path(get, path = "/api/v1/ports/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = PortView), (status = 404, body = ErrorBody)))]
+pub async fn port(State(s): State<ApiState>, Path(name): Path<String>) -> Result<Json<PortView>, ApiError> {
+    find(&latest(&s).ports, &name, |p| &p.name, "port")
+}
+
+#[utoipa::path(patch, path = "/api/v1/ports/{name}", params(("name" = String, Path)), request_body = PortChange,
+    responses((status = 200, body = PortView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "refused by admission control"),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn patch_port(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Body(c): Body<PortChange>,
+) -> Result<Json<PortView>, ApiError> {
+    let snap = change(&s, |f| change_port(f, &name, &c)).await?;
+    find(&snap.ports, &name, |p| &p.name, "port")
+}
+
+#[utoipa::path(get, path = "/api/v1/port-groups", responses((status = 200, body = Vec<GroupView>)))]
+pub async fn groups(State(s): State<ApiState>) -> Json<Vec<GroupView>> {
+    Json(latest(&s).port_groups.clone())
+}
+
+#[utoipa::path(get, path = "/api/v1/port-groups/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = GroupView), (status = 404, body = ErrorBody)))]
+pub async fn group(State(s): State<ApiState>, Path(name): Path<String>) -> Result<Json<GroupView>, ApiError> {
+    find(&latest(&s).port_groups, &name, |g| &g.name, "port group")
+}
+
+#[utoipa::path(patch, path = "/api/v1/port-groups/{name}", params(("name" = String, Path)), request_body = GroupChange,
+    responses((status = 200, body = GroupView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn patch_group(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Body(c): Body<GroupChange>,
+) -> Result<Json<GroupView>, ApiError> {
+    let snap = change(&s, |f| change_group(f, &name, &c)).await?;
+    find(&snap.port_groups, &name, |g| &g.name, "port group")
+}
+
+#[utoipa::path(get, path = "/api/v1/lbt", responses((status = 200, body = LbtView)))]
+pub async fn lbt(State(s): State<ApiState>) -> Json<LbtView> {
+    Json(latest(&s).lbt.clone())
+}
+
+#[utoipa::path(get, path = "/api/v1/netioc", responses((status = 200, body = Vec<NodeView>)))]
+pub async fn netioc(State(s): State<ApiState>) -> Json<Vec<NodeView>> {
+    Json(latest(&s).netioc.clone())
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct EventsQuery {
+    /// Only events with a sequence number at or above this.
+    pub since: Option<u64>,
+}
+
+#[utoipa::path(get, path = "/api/v1/events", params(EventsQuery),
+    responses((status = 200, body = Vec<EventView>), (status = 400, body = ErrorBody)))]
+pub async fn events(
+    State(s): State<ApiState>,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<EventView>>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let since = q.since.unwrap_or(0);
+    Ok(Json(
+        latest(&s).events.iter().filter(|e| e.seq >= since).cloned().collect(),
+    ))
+}

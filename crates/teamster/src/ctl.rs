@@ -1,0 +1,560 @@
+//! `teamster ctl`: the operator's view of a running switch, through its API.
+//!
+//! Every API endpoint has a command; each prints a table, or the API's JSON with `--json`.
+//! Exit status: 0 on success, 1 if the switch refused (the API's message is printed), 2 if it
+//! could not be reached or the arguments were wrong.
+
+use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
+use clap::{Args, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where `teamster run` puts its API socket unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/teamster/teamster.sock";
+
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The daemon's API socket.
+    #[arg(long, default_value = DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    /// Talk to the API over TCP instead, e.g. http://127.0.0.1:9180.
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// A file holding the bearer token for --url (or set TEAMSTER_API_TOKEN).
+    #[arg(long, global = true)]
+    token_file: Option<PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Everything at once (JSON).
+    Status,
+    /// Uplinks: state, capacity, utilisation, counters.
+    Uplinks,
+    /// One uplink; with `up` or `down`, set its administrative state.
+    Uplink {
+        name: String,
+        #[arg(value_parser = ["up", "down"])]
+        admin: Option<String>,
+    },
+    /// Ports: uplink, allocation against reservation and limit, counters.
+    Ports,
+    /// One port; with options, change its NetIOC controls.
+    Port {
+        name: String,
+        /// Minimum guaranteed send rate, e.g. 500M.
+        #[arg(long)]
+        reservation: Option<String>,
+        /// 1-100, or low, normal, high.
+        #[arg(long)]
+        shares: Option<String>,
+        /// Cap on the send rate, e.g. 1G, or `none` to remove it.
+        #[arg(long)]
+        limit: Option<String>,
+    },
+    /// Port groups: policy and failover order.
+    Groups,
+    /// One port group; with options, change its teaming.
+    Group {
+        name: String,
+        /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Active uplinks in order, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        active: Option<Vec<String>>,
+        /// Standby uplinks in order, comma-separated (an empty string for none).
+        #[arg(long, value_delimiter = ',')]
+        standby: Option<Vec<String>>,
+        /// Return ports to their home uplink when it recovers.
+        #[arg(long)]
+        failback: Option<bool>,
+    },
+    /// Load-Based Teaming: utilisation per uplink, port map and the history of moves.
+    Lbt,
+    /// The NetIOC tree with live allocations.
+    Netioc,
+    /// The event log.
+    Events {
+        /// Only events from this sequence number on.
+        #[arg(long)]
+        since: Option<u64>,
+    },
+    /// The Prometheus metrics text.
+    Metrics,
+}
+
+/// An HTTP answer: status and body.
+struct Answer {
+    status: u16,
+    body: Bytes,
+}
+
+/// Sends one request to the API over the unix socket or TCP.
+async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) -> Result<Answer, String> {
+    let token = match (&args.url, &args.token_file) {
+        (Some(_), Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| format!("--token-file {}: {e}", f.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (Some(_), None) => std::env::var("TEAMSTER_API_TOKEN").ok(),
+        _ => None,
+    };
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "teamster");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let payload = match body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Bytes::from(v.to_string())
+        }
+        None => Bytes::new(),
+    };
+    let req = req.body(Full::new(payload)).map_err(|e| e.to_string())?;
+    let response = match &args.url {
+        Some(url) => {
+            let hostport = url
+                .strip_prefix("http://")
+                .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT"))?
+                .trim_end_matches('/');
+            let stream = tokio::net::TcpStream::connect(hostport)
+                .await
+                .map_err(|e| format!("cannot reach {url}: {e}"))?;
+            send(stream, req).await?
+        }
+        None => {
+            let stream = tokio::net::UnixStream::connect(&args.socket).await.map_err(|e| {
+                format!(
+                    "cannot reach the switch at {}: {e} (is `teamster run` running? --socket PATH)",
+                    args.socket.display()
+                )
+            })?;
+            send(stream, req).await?
+        }
+    };
+    Ok(response)
+}
+
+/// One HTTP/1.1 exchange over `stream`.
+async fn send<S>(stream: S, req: hyper::Request<Full<Bytes>>) -> Result<Answer, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("API handshake: {e}"))?;
+    tokio::spawn(conn);
+    let res = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("API request: {e}"))?;
+    let status = res.status().as_u16();
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("API answer: {e}"))?
+        .to_bytes();
+    Ok(Answer { status, body })
+}
+
+/// Lines up `rows` under `header` in columns. (A table crate would do, but this is all of it.)
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let parts: Vec<String> = cells.iter().zip(&width).map(|(c, w)| format!("{c:<w$}")).collect();
+        parts.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        out += &line(r);
+    }
+    out
+}
+
+fn rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2}G", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1}M", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.1}k", bps / 1e3)
+    } else {
+        format!("{bps:.0}")
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn dropped(c: &crate::live::snapshot::CountersView) -> u64 {
+    c.drops.values().sum()
+}
+
+fn uplink_rows(us: &[UplinkView]) -> String {
+    let rows = us
+        .iter()
+        .map(|u| {
+            vec![
+                u.name.clone(),
+                u.interface.clone(),
+                if u.in_use {
+                    "in use".into()
+                } else {
+                    format!("out (link {}, admin {})", u.link, u.admin)
+                },
+                rate(u.capacity_bps as f64),
+                pct(u.tx_utilisation),
+                pct(u.rx_utilisation),
+                u.queue_depth.to_string(),
+                u.counters.tx_packets.to_string(),
+                u.counters.rx_packets.to_string(),
+                dropped(&u.counters).to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "UPLINK",
+            "INTERFACE",
+            "STATE",
+            "CAPACITY",
+            "TX",
+            "RX",
+            "QUEUE",
+            "TX PKTS",
+            "RX PKTS",
+            "DROPS",
+        ],
+        rows,
+    )
+}
+
+fn port_rows(ps: &[PortView]) -> String {
+    let rows = ps
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                p.interface.clone(),
+                p.uplink.clone().unwrap_or_else(|| "none".into()),
+                rate(p.tx_bps),
+                rate(p.rx_bps),
+                rate(p.allocation_bps),
+                rate(p.reservation_bps as f64),
+                p.shares.to_string(),
+                p.limit_bps.map_or("-".into(), |l| rate(l as f64)),
+                p.counters.tx_packets.to_string(),
+                p.counters.rx_packets.to_string(),
+                dropped(&p.counters).to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "PORT",
+            "INTERFACE",
+            "UPLINK",
+            "TX",
+            "RX",
+            "ALLOCATION",
+            "RESERVATION",
+            "SHARES",
+            "LIMIT",
+            "TX PKTS",
+            "RX PKTS",
+            "DROPS",
+        ],
+        rows,
+    )
+}
+
+fn group_rows(gs: &[GroupView]) -> String {
+    let rows = gs
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                g.policy.clone(),
+                g.active.join(","),
+                g.standby.join(","),
+                g.failback.to_string(),
+                g.vlan.map_or("-".into(), |v| v.to_string()),
+                g.receive_uplink.clone().unwrap_or_else(|| "none".into()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "GROUP",
+            "POLICY",
+            "ACTIVE",
+            "STANDBY",
+            "FAILBACK",
+            "VLAN",
+            "RECEIVES ON",
+        ],
+        rows,
+    )
+}
+
+/// LBT as net-lbt shows it: the knobs, each uplink's load, each port's mapping, the moves.
+fn lbt_text(l: &LbtView, s: &Snapshot) -> String {
+    let mut out = format!(
+        "Load-Based Teaming: threshold {}, window {} s, at most one move per {} s; last move {}, next allowed {}\n\n",
+        pct(l.threshold),
+        l.window_s,
+        l.period_s,
+        l.last_move_s.map_or("never".into(), |t| format!("at {t:.1} s")),
+        l.next_move_allowed_s.map_or("now".into(), |t| format!("at {t:.1} s")),
+    );
+    out += &table(
+        &["UPLINK", "CAPACITY", "TX", "RX"],
+        s.uplinks
+            .iter()
+            .map(|u| {
+                vec![
+                    u.name.clone(),
+                    rate(u.capacity_bps as f64),
+                    pct(u.tx_utilisation),
+                    pct(u.rx_utilisation),
+                ]
+            })
+            .collect(),
+    );
+    out += "\n";
+    out += &table(
+        &["PORT", "UPLINK", "HOME", "TX", "RX"],
+        s.ports
+            .iter()
+            .map(|p| {
+                vec![
+                    p.name.clone(),
+                    p.uplink.clone().unwrap_or_else(|| "none".into()),
+                    p.home.clone().unwrap_or_default(),
+                    rate(p.tx_bps),
+                    rate(p.rx_bps),
+                ]
+            })
+            .collect(),
+    );
+    out += "\n";
+    out += &table(
+        &["TIME", "PORT", "FROM", "TO", "REASON"],
+        l.moves
+            .iter()
+            .map(|m| {
+                vec![
+                    format!("{:.1} s", m.t_s),
+                    m.port.clone(),
+                    m.from.clone().unwrap_or_else(|| "none".into()),
+                    m.to.clone().unwrap_or_else(|| "none".into()),
+                    m.reason.clone(),
+                ]
+            })
+            .collect(),
+    );
+    out
+}
+
+fn netioc_rows(ns: &[NodeView]) -> String {
+    let depth = |n: &NodeView| {
+        let mut d = 0;
+        let mut p = n.parent.clone();
+        while let Some(name) = p {
+            d += 1;
+            p = ns.iter().find(|m| m.name == name).and_then(|m| m.parent.clone());
+        }
+        d
+    };
+    let rows = ns
+        .iter()
+        .map(|n| {
+            vec![
+                format!("{}{}", "  ".repeat(depth(n)), n.name),
+                n.kind.clone(),
+                rate(n.reservation_bps as f64),
+                n.shares.to_string(),
+                n.limit_bps.map_or("-".into(), |l| rate(l as f64)),
+                rate(n.demand_bps),
+                rate(n.allocation_bps),
+            ]
+        })
+        .collect();
+    table(
+        &["NODE", "KIND", "RESERVATION", "SHARES", "LIMIT", "DEMAND", "ALLOCATION"],
+        rows,
+    )
+}
+
+fn event_rows(es: &[EventView]) -> String {
+    let rows = es
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                format!("{:.3} s", e.t_s),
+                e.kind.clone(),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    table(&["SEQ", "TIME", "KIND", "EVENT"], rows)
+}
+
+/// Turns an answer into text (a table, or the JSON), or the API's error.
+fn show(args: &CtlArgs, a: &Answer, render: &dyn Fn(&[u8]) -> Result<String, String>) -> Result<String, String> {
+    if !(200..300).contains(&a.status) {
+        let msg = serde_json::from_slice::<Value>(&a.body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&a.body).to_string());
+        return Err(format!("refused ({}): {msg}", a.status));
+    }
+    if args.json {
+        let v: Value = serde_json::from_slice(&a.body).map_err(|e| format!("bad JSON from the API: {e}"))?;
+        return Ok(serde_json::to_string_pretty(&v).unwrap_or_default() + "\n");
+    }
+    render(&a.body)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(b).map_err(|e| format!("unexpected answer from the API: {e}"))
+}
+
+/// Runs `teamster ctl`.
+pub fn run(args: CtlArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(async {
+        if matches!(args.command, CtlCommand::Metrics) && args.json {
+            return Err((2, "metrics are text; --json does not apply".into()));
+        }
+        let (method, path, body): (&str, String, Option<Value>) = match &args.command {
+            CtlCommand::Status => ("GET", "/api/v1/status".into(), None),
+            CtlCommand::Uplinks => ("GET", "/api/v1/uplinks".into(), None),
+            CtlCommand::Uplink { name, admin: None } => ("GET", format!("/api/v1/uplinks/{name}"), None),
+            CtlCommand::Uplink { name, admin: Some(a) } => {
+                ("PATCH", format!("/api/v1/uplinks/{name}"), Some(json!({ "admin": a })))
+            }
+            CtlCommand::Ports => ("GET", "/api/v1/ports".into(), None),
+            CtlCommand::Port {
+                name,
+                reservation,
+                shares,
+                limit,
+            } => {
+                let mut change = serde_json::Map::new();
+                if let Some(r) = reservation {
+                    change.insert("reservation".into(), json!(r));
+                }
+                if let Some(s) = shares {
+                    change.insert("shares".into(), json!(s));
+                }
+                if let Some(l) = limit {
+                    let v = if l == "none" { Value::Null } else { json!(l) };
+                    change.insert("limit".into(), v);
+                }
+                if change.is_empty() {
+                    ("GET", format!("/api/v1/ports/{name}"), None)
+                } else {
+                    ("PATCH", format!("/api/v1/ports/{name}"), Some(Value::Object(change)))
+                }
+            }
+            CtlCommand::Groups => ("GET", "/api/v1/port-groups".into(), None),
+            CtlCommand::Group {
+                name,
+                policy,
+                active,
+                standby,
+                failback,
+            } => {
+                let mut change = serde_json::Map::new();
+                if let Some(p) = policy {
+                    change.insert("policy".into(), json!(p));
+                }
+                let list = |v: &Vec<String>| json!(v.iter().filter(|s| !s.is_empty()).collect::<Vec<_>>());
+                if let Some(a) = active {
+                    change.insert("active".into(), list(a));
+                }
+                if let Some(s) = standby {
+                    change.insert("standby".into(), list(s));
+                }
+                if let Some(f) = failback {
+                    change.insert("failback".into(), json!(f));
+                }
+                if change.is_empty() {
+                    ("GET", format!("/api/v1/port-groups/{name}"), None)
+                } else {
+                    (
+                        "PATCH",
+                        format!("/api/v1/port-groups/{name}"),
+                        Some(Value::Object(change)),
+                    )
+                }
+            }
+            // The port map and uplink loads come with the status; --json shows the LBT part.
+            CtlCommand::Lbt if args.json => ("GET", "/api/v1/lbt".into(), None),
+            CtlCommand::Lbt => ("GET", "/api/v1/status".into(), None),
+            CtlCommand::Netioc => ("GET", "/api/v1/netioc".into(), None),
+            CtlCommand::Events { since } => (
+                "GET",
+                since.map_or("/api/v1/events".into(), |s| format!("/api/v1/events?since={s}")),
+                None,
+            ),
+            CtlCommand::Metrics => ("GET", "/metrics".into(), None),
+        };
+        let answer = request(&args, method, &path, body).await.map_err(|e| (2u8, e))?;
+        let render = |b: &[u8]| -> Result<String, String> {
+            match &args.command {
+                CtlCommand::Status => Ok(String::from_utf8_lossy(b).to_string() + "\n"),
+                CtlCommand::Uplinks => parse::<Vec<UplinkView>>(b).map(|v| uplink_rows(&v)),
+                CtlCommand::Uplink { .. } => parse::<UplinkView>(b).map(|v| uplink_rows(&[v])),
+                CtlCommand::Ports => parse::<Vec<PortView>>(b).map(|v| port_rows(&v)),
+                CtlCommand::Port { .. } => parse::<PortView>(b).map(|v| port_rows(&[v])),
+                CtlCommand::Groups => parse::<Vec<GroupView>>(b).map(|v| group_rows(&v)),
+                CtlCommand::Group { .. } => parse::<GroupView>(b).map(|v| group_rows(&[v])),
+                CtlCommand::Lbt => parse::<Snapshot>(b).map(|s| lbt_text(&s.lbt, &s)),
+                CtlCommand::Netioc => parse::<Vec<NodeView>>(b).map(|v| netioc_rows(&v)),
+                CtlCommand::Events { .. } => parse::<Vec<EventView>>(b).map(|v| event_rows(&v)),
+                CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
+            }
+        };
+        show(&args, &answer, &render).map_err(|e| (1, e))
+    });
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err((code, e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(code)
+        }
+    }
+}

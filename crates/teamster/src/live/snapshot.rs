@@ -1,0 +1,139 @@
+//! What the running switch shows of itself: a [`Snapshot`] the poll loop publishes a few times a
+//! second, which the API, the metrics, the dashboard and the status file all read. It is a copy,
+//! so readers never hold up the data plane. Rates are means over the Load-Based Teaming window;
+//! counters count from start.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// The whole switch at one instant.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct Snapshot {
+    /// Seconds since the daemon started.
+    pub t_s: f64,
+    pub uplinks: Vec<UplinkView>,
+    pub ports: Vec<PortView>,
+    pub port_groups: Vec<GroupView>,
+    pub lbt: LbtView,
+    /// The NetIOC tree, parents before children.
+    pub netioc: Vec<NodeView>,
+    /// The most recent events, oldest first.
+    pub events: Vec<EventView>,
+    /// Times an uplink in use went out of use (carrier lost or set administratively down).
+    pub failovers: u64,
+}
+
+/// Packets, bytes and drops (by reason) seen by the switch on one port or uplink.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct CountersView {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Frames dropped, by reason (`malformed`, `reflection`, `queue_full`, ...).
+    pub drops: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct UplinkView {
+    pub name: String,
+    pub interface: String,
+    /// Carrier as the kernel reports it: `up` or `down`.
+    pub link: String,
+    /// Administrative state set by the operator: `up` or `down`.
+    pub admin: String,
+    /// Whether the team uses it: carrier up and administratively up.
+    pub in_use: bool,
+    pub capacity_bps: u64,
+    /// Mean send utilisation over the LBT window, 0-1.
+    pub tx_utilisation: f64,
+    /// Mean receive utilisation over the LBT window, 0-1.
+    pub rx_utilisation: f64,
+    /// Frames waiting in the uplink's NetIOC scheduler.
+    pub queue_depth: u64,
+    pub counters: CountersView,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct PortView {
+    pub name: String,
+    pub interface: String,
+    pub mac: String,
+    pub group: String,
+    /// The uplink carrying its traffic now.
+    pub uplink: Option<String>,
+    /// Where it returns on failback.
+    pub home: Option<String>,
+    pub reservation_bps: u64,
+    pub shares: u32,
+    pub limit_bps: Option<u64>,
+    /// What NetIOC gives it at the measured demands, in bits/s.
+    pub allocation_bps: f64,
+    /// Mean offered send rate over the LBT window, bits/s.
+    pub tx_bps: f64,
+    /// Mean receive rate over the LBT window, bits/s.
+    pub rx_bps: f64,
+    pub counters: CountersView,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct GroupView {
+    pub name: String,
+    pub policy: String,
+    pub active: Vec<String>,
+    pub standby: Vec<String>,
+    pub failback: bool,
+    pub vlan: Option<u16>,
+    /// The uplink that receives the group's broadcast and multicast.
+    pub receive_uplink: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct LbtView {
+    /// Utilisation (0-1) above which a port is moved.
+    pub threshold: f64,
+    pub window_s: f64,
+    /// At most one move per this many seconds.
+    pub period_s: f64,
+    pub last_move_s: Option<f64>,
+    /// The earliest the next move may happen.
+    pub next_move_allowed_s: Option<f64>,
+    /// Every port move since start (any reason), oldest first.
+    pub moves: Vec<MoveView>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct MoveView {
+    pub t_s: f64,
+    pub port: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// `link down`, `link up`, `failback`, `policy change` or `load-based: ...`.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct NodeView {
+    pub name: String,
+    pub parent: Option<String>,
+    /// `root`, `class`, `pool` or `port`.
+    pub kind: String,
+    pub reservation_bps: u64,
+    pub shares: u32,
+    pub limit_bps: Option<u64>,
+    /// What NetIOC gives it at the measured demands, summed over uplinks, bits/s.
+    pub allocation_bps: f64,
+    /// Offered send rate of the ports under it, bits/s.
+    pub demand_bps: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct EventView {
+    /// Increases by one per event since start.
+    pub seq: u64,
+    pub t_s: f64,
+    /// `link`, `move`, `config` or `start`.
+    pub kind: String,
+    pub message: String,
+}

@@ -1,0 +1,269 @@
+//! The control plane of a live switch: `teamster ctl` over the unix socket, the TCP listener's
+//! bearer token, live changes (refused ones change nothing), persistence across a restart,
+//! metrics and the OpenAPI document. Topology and helpers: [`netns`].
+
+mod netns;
+use netns::*;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const PORT: u16 = 19_180;
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+const SWITCH: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "1G"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "1G"
+
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1", "uplink2"]
+
+[[traffic_classes]]
+class = "vm"
+reservation = "600M"
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+reservation = "100M"
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+"#;
+
+/// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
+fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let socket = dir.join("api.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["ctl", "--socket", socket.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn ctl_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = ctl(dir, &all);
+    assert_eq!(code, 0, "ctl {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ctl {args:?}: {e}: {out}"))
+}
+
+/// One HTTP/1.1 request over TCP to the API; returns (status, body).
+fn http(method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", PORT)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: teamster\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req += &format!("Authorization: Bearer {t}\r\n");
+    }
+    if let Some(b) = body {
+        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len());
+    }
+    req += "\r\n";
+    req += body.unwrap_or("");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The body of a chunked or plain HTTP answer, as JSON.
+fn json_body(body: &str) -> serde_json::Value {
+    let start = body.find(['{', '[']).unwrap_or(0);
+    let end = body.rfind(['}', ']']).map_or(body.len(), |e| e + 1);
+    serde_json::from_str(&body[start..end]).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[test]
+fn the_api_shows_and_changes_the_switch_and_changes_persist() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let listen = format!("127.0.0.1:{PORT}");
+    let extra = [
+        "--api-listen",
+        &listen,
+        "--api-token-file",
+        token_file.to_str().unwrap(),
+    ];
+    let (daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    let config_path = dir.path().join("switch.toml");
+
+    // The unix socket is its owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("api.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+
+    // Tables and JSON.
+    let (code, table, _) = ctl(dir.path(), &["uplinks"]);
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("UPLINK") && table.contains("uplink1") && table.contains("tmt-u2"),
+        "{table}"
+    );
+    let ports = ctl_json(dir.path(), &["ports"]);
+    assert_eq!(ports.as_array().unwrap().len(), 2);
+    assert_eq!(ports[0]["reservation_bps"], 100_000_000);
+    let (code, tree, _) = ctl(dir.path(), &["netioc"]);
+    assert!(
+        code == 0 && tree.contains("vm1") && tree.contains("RESERVATION"),
+        "{tree}"
+    );
+    let (code, lbt, _) = ctl(dir.path(), &["lbt"]);
+    assert!(code == 0 && lbt.contains("threshold 75.0%"), "{lbt}");
+
+    // TCP: no token or a wrong one is a 401; the right one works.
+    assert_eq!(http("GET", "/api/v1/uplinks", None, None).0, 401);
+    assert_eq!(
+        http("GET", "/api/v1/uplinks", Some("wrong-token-0123456789"), None).0,
+        401
+    );
+    let (status, body) = http("GET", "/api/v1/uplinks", Some(TOKEN), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_body(&body)[0]["name"], "uplink1");
+
+    // A change admission control refuses is a 409 and changes nothing, file included.
+    let before = std::fs::read_to_string(&config_path).unwrap();
+    let (code, _, err) = ctl(dir.path(), &["port", "vm2", "--reservation", "600M"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("409") && err.contains("vm2"), "{err}");
+    assert_eq!(std::fs::read_to_string(&config_path).unwrap(), before);
+    assert_eq!(ctl_json(dir.path(), &["port", "vm2"])["reservation_bps"], 0);
+
+    // Bad bodies: a 4xx naming the field, and nothing changes.
+    for (body, status, names) in [
+        ("{\"reservation\": ", 400, "EOF"),
+        ("{\"reserve\": \"1M\"}", 422, "reserve"),
+        ("{\"shares\": 500}", 422, "shares"),
+        ("{\"limit\": \"5GB\"}", 422, "limit"),
+        ("{\"reservation\": -1}", 422, "reservation"),
+    ] {
+        let (got, answer) = http("PATCH", "/api/v1/ports/vm1", Some(TOKEN), Some(body));
+        assert_eq!(got, status, "{body}: {answer}");
+        assert!(answer.contains(names), "{body}: `{names}` not in {answer}");
+    }
+    assert_eq!(
+        http("PATCH", "/api/v1/ports/vm9", Some(TOKEN), Some("{\"shares\": 10}")).0,
+        404
+    );
+    assert_eq!(std::fs::read_to_string(&config_path).unwrap(), before);
+
+    // Live changes: a port's controls, a group's policy, an uplink's admin state.
+    let vm1 = ctl_json(
+        dir.path(),
+        &[
+            "port",
+            "vm1",
+            "--reservation",
+            "200M",
+            "--limit",
+            "500M",
+            "--shares",
+            "high",
+        ],
+    );
+    assert_eq!(vm1["reservation_bps"], 200_000_000);
+    assert_eq!(vm1["limit_bps"], 500_000_000);
+    assert_eq!(vm1["shares"], 100);
+    let g = ctl_json(dir.path(), &["group", "vms", "--policy", "source-mac"]);
+    assert_eq!(g["policy"], "source-mac");
+    let u = ctl_json(dir.path(), &["uplink", "uplink1", "down"]);
+    assert_eq!(u["admin"], "down");
+    assert_eq!(u["in_use"], false);
+    let ports = ctl_json(dir.path(), &["ports"]);
+    for p in ports.as_array().unwrap() {
+        assert_eq!(p["uplink"], "uplink2", "{p}");
+    }
+    assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "2", "0.2")), 2);
+    let saved = std::fs::read_to_string(&config_path).unwrap();
+    assert!(
+        saved.contains("admin = \"down\"") && saved.contains("200Mbps"),
+        "{saved}"
+    );
+
+    // Metrics and the OpenAPI document.
+    let (code, metrics, _) = ctl(dir.path(), &["metrics"]);
+    assert_eq!(code, 0);
+    for name in [
+        "teamster_uplink_tx_bytes_total",
+        "teamster_port_drops_total",
+        "teamster_uplink_utilisation",
+        "teamster_netioc_allocation_bits_per_second",
+        "teamster_netioc_reservation_bits_per_second",
+        "teamster_lbt_moves_total",
+        "teamster_failovers_total 1\n",
+        "teamster_scheduler_queue_depth",
+    ] {
+        assert!(metrics.contains(name), "{name} not in metrics:\n{metrics}");
+    }
+    let (status, doc) = http("GET", "/openapi.json", Some(TOKEN), None);
+    assert_eq!(status, 200);
+    let doc = json_body(&doc);
+    assert!(doc["paths"]["/api/v1/ports/{name}"]["patch"].is_object(), "{doc}");
+
+    // A restart keeps every change.
+    drop(daemon);
+    let (_daemon, _status) = start_with(dir.path(), &saved, &[]);
+    let vm1 = ctl_json(dir.path(), &["port", "vm1"]);
+    assert_eq!(vm1["reservation_bps"], 200_000_000);
+    let u = ctl_json(dir.path(), &["uplink", "uplink1"]);
+    assert_eq!(u["admin"], "down");
+    assert_eq!(ctl_json(dir.path(), &["group", "vms"])["policy"], "source-mac");
+}
+
+#[test]
+fn a_saved_configuration_naming_a_missing_interface_is_refused() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switch.toml");
+    std::fs::write(&path, SWITCH.replace("tmt-u2", "tmt-gone")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["run", path.to_str().unwrap(), "--no-api"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("uplinks[1].interface") && err.contains("tmt-gone"),
+        "{err}"
+    );
+}
