@@ -227,6 +227,7 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
             return ExitCode::from(1);
         }
     }
+    live::persist::remove_stale_temporaries(&config);
     let file = plan.file.clone();
     let (snap_tx, snap_rx) = tokio::sync::watch::channel(std::sync::Arc::new(live::snapshot::Snapshot::default()));
     let (change_tx, change_rx) = std::sync::mpsc::channel();

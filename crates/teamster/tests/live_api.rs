@@ -267,3 +267,74 @@ fn a_saved_configuration_naming_a_missing_interface_is_refused() {
         "{err}"
     );
 }
+
+/// Kills the daemon with SIGKILL at random moments while changes are being saved: each time the
+/// file must still load, and hold either the last change the API acknowledged or the one in
+/// flight, never anything else.
+#[test]
+fn a_crash_while_saving_leaves_a_whole_configuration() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switch.toml");
+    let mut text = SWITCH.to_string();
+    let mut kills_mid_stream = 0;
+    for round in 0..8u64 {
+        let (daemon, _status) = start_with(dir.path(), &text, &[]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stop2, dir2) = (stop.clone(), dir.path().to_path_buf());
+        // Writer: reservations from 1M to 400M in turn (within vm's 600M, so each is admitted);
+        // remembers the last acknowledged and the one in flight.
+        let writer = std::thread::spawn(move || {
+            let (mut acked, mut sent) = (None, None);
+            let mut m = 1 + round * 37;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                sent = Some(m);
+                let (code, _, _) = ctl(&dir2, &["port", "vm2", "--reservation", &format!("{m}M")]);
+                if code != 0 {
+                    break; // the daemon is gone
+                }
+                acked = Some(m);
+                m = m % 400 + 1;
+            }
+            (acked, sent)
+        });
+        // Kill somewhere between 50 and 400 ms into the writes.
+        std::thread::sleep(Duration::from_millis(50 + (round * 53) % 350));
+        signal(&daemon.0, libc::SIGKILL);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (acked, sent) = writer.join().unwrap();
+        drop(daemon);
+        text = std::fs::read_to_string(&path).unwrap();
+        let check = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .args(["run", path.to_str().unwrap(), "--check", "--no-api"])
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "round {round}: the saved file does not load: {}\n{text}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let saved = text
+            .split("name = \"vm2\"")
+            .nth(1)
+            .and_then(|rest| rest.split("reservation = \"").nth(1))
+            .and_then(|r| r.split("Mbps").next())
+            .and_then(|m| m.parse::<u64>().ok());
+        eprintln!("round {round}: acknowledged {acked:?}, in flight {sent:?}, saved {saved:?}");
+        if acked.is_some() {
+            kills_mid_stream += 1;
+            assert!(
+                saved == acked || saved == sent,
+                "round {round}: saved {saved:?}, acknowledged {acked:?}, in flight {sent:?}"
+            );
+        }
+    }
+    assert!(
+        kills_mid_stream >= 6,
+        "only {kills_mid_stream} of 8 kills landed during writes"
+    );
+}

@@ -36,6 +36,25 @@ pub fn save_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     result
 }
 
+/// Removes temporaries a crashed save of `path` left behind (they are never the live file).
+pub fn remove_stale_temporaries(path: &Path) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let prefix = format!(
+        ".{}.tmp-",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+    );
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +71,22 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["switch.toml"]);
+    }
+
+    #[test]
+    fn stale_temporaries_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switch.toml");
+        std::fs::write(&path, "live").unwrap();
+        std::fs::write(dir.path().join(".switch.toml.tmp-123"), "half").unwrap();
+        std::fs::write(dir.path().join("other"), "x").unwrap();
+        remove_stale_temporaries(&path);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["other", "switch.toml"]);
     }
 
     #[test]
