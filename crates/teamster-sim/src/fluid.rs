@@ -79,6 +79,8 @@ pub struct RunOutput {
     pub rejections: Vec<(f64, String)>,
     /// Packet mode: packets sent.
     pub packets: u64,
+    /// Per port, the uplink it was on when the run ended.
+    pub port_uplinks: Vec<Option<String>>,
 }
 
 /// A port's traffic: its flows' keys and its own jitter generator.
@@ -145,6 +147,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         latencies: Vec::new(),
         rejections: Vec::new(),
         packets: 0,
+        port_uplinks: Vec::new(),
     };
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;
@@ -234,6 +237,11 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
             out.rows.push(row);
         }
     }
+    out.port_uplinks = s
+        .ports
+        .iter()
+        .map(|p| team.port_uplink(PortId(p.id)).map(|u| out.uplinks[u.0].clone()))
+        .collect();
     Ok(out)
 }
 

@@ -20,6 +20,7 @@ pub mod packet;
 pub mod report;
 pub mod scenario;
 pub mod simulate;
+pub mod web;
 
 pub use scenario::{Scenario, ScenarioError};
 pub use simulate::{simulate, Outcome, RunInfo, SimulateError};

@@ -227,6 +227,8 @@ fn write_folder(
                 .map_err(|e| err(&tmp.join("latency.csv"))(e.to_string()))?;
         }
         report::write_plot(run, title, plot, &tmp.join("throughput.svg")).map_err(err(&tmp.join("throughput.svg")))?;
+        crate::web::write_report(run, title, &tmp.join("report.html"))
+            .map_err(|e| err(&tmp.join("report.html"))(e.to_string()))?;
         report::write_summary(summary, &tmp.join("summary.json"))
             .map_err(|e| err(&tmp.join("summary.json"))(e.to_string()))?;
         if out_dir.exists() {

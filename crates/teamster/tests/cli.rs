@@ -58,6 +58,20 @@ fn simulate_json_has_the_documented_shape() {
         .to_string();
     assert!(header.starts_with("t_s,uplink1_tx_bps,uplink1_rx_bps,uplink2_tx_bps,uplink2_rx_bps,vm1_offered_tx_bps"));
     assert!(out.join("throughput.svg").is_file() && out.join("moves.csv").is_file());
+    // report.html: self-contained (chart code and data inline, nothing fetched), with the run's
+    // uplinks and both moves in its data.
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("const TeamsterCharts") && !html.contains("/*DATA*/") && !html.contains("/*CHARTS*/"));
+    assert!(!html.contains("src=\"http") && !html.contains("fetch("));
+    let data = html
+        .split("const D = ")
+        .nth(1)
+        .and_then(|d| d.split(";\nconst C").next())
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(data["uplinks"], serde_json::json!(["uplink1", "uplink2"]));
+    assert_eq!(data["moves"].as_array().unwrap().len(), 2);
+    assert!(data["history"].as_array().unwrap().len() > 100);
 }
 
 #[test]

@@ -246,6 +246,7 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
             latencies: vec![Vec::new(); np],
             rejections: Vec::new(),
             packets: 0,
+            port_uplinks: Vec::new(),
         },
     };
     let end = plan.duration_s * 1e9;
@@ -265,6 +266,11 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
         }
         sim.handle(t, ev)?;
     }
+    sim.out.port_uplinks = plan
+        .ports
+        .iter()
+        .map(|p| sim.team.port_uplink(PortId(p.id)).map(|u| sim.out.uplinks[u.0].clone()))
+        .collect();
     Ok(sim.out)
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 use teamster_core::ioc::Shares;
 use teamster_core::units::Bandwidth;
 use teamster_sim::scenario::PolicyName;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 
 /// New NetIOC controls for a port; fields left out keep their value.
@@ -16,15 +17,93 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct PortChange {
     /// Minimum guaranteed send rate, e.g. "500M" (bits per second; "MB" is refused).
-    #[schema(value_type = Option<String>, example = "500M")]
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
     pub reservation: Option<Bandwidth>,
     /// Share of the excess: 1-100, or "low" (25), "normal" (50), "high" (100).
-    #[schema(value_type = Option<String>, example = "high")]
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = shares_schema, required = false)]
     pub shares: Option<Shares>,
     /// Cap on the send rate, e.g. "1G"; null removes the limit.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, example = "1G")]
+    #[schema(schema_with = limit_schema, required = false)]
     pub limit: Option<Option<Bandwidth>>,
+}
+
+/// The bandwidth strings [`Bandwidth`] accepts, as a regular expression: a decimal number, an
+/// optional k/M/G/T prefix, an optional lower-case-b bit unit, spaces around; the whole part has
+/// at most as many significant digits as keeps the value within u64 bits/s for that prefix
+/// (so a few 20-digit values the parser takes, up to 18446744073709551615, fall outside it).
+fn bandwidth_pattern() -> String {
+    let unit = r"(?:b(?:[iI][tT][sS]?(?:/[sS])?|[pP][sS]|/[sS])?)?";
+    let forms: Vec<String> = [("", 19), ("[kK]", 16), ("[mM]", 13), ("[gG]", 10), ("[tT]", 7)]
+        .iter()
+        .map(|(prefix, digits)| format!(r"(?:0*[0-9]{{1,{digits}}}(?:\.[0-9]*)?|\.[0-9]+)\s*{prefix}\s*{unit}"))
+        .collect();
+    format!(r"^\s*(?:{})\s*$", forms.join("|"))
+}
+
+/// A bandwidth in JSON: a string with units ("10G", "750Mbps", "1.5 Gbit/s") or a number of
+/// bits/s.
+fn bandwidth_schema() -> Schema {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(bandwidth_pattern()))
+                .examples(["500M", "10Gbps"])
+                .description(Some(
+                    "a decimal number with an optional k/M/G/T prefix and bit unit (\"B\", bytes, is refused)",
+                )),
+        )
+        // Up to u64::MAX bits/s; as a float, strictly below 2^64.
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Number)
+                .minimum(Some(0.0))
+                .exclusive_maximum(Some(18_446_744_073_709_551_616.0)),
+        )
+        .into()
+}
+
+/// A bandwidth or null (no limit).
+fn limit_schema() -> Schema {
+    match bandwidth_schema() {
+        Schema::OneOf(mut one) => {
+            one.items.push(ObjectBuilder::new().schema_type(Type::Null).into());
+            Schema::OneOf(one)
+        }
+        other => other,
+    }
+}
+
+/// The share strings [`Shares`] accepts: low, normal, high, or a whole number from 1 to 100
+/// (leading zeros and a plus sign allowed, as Rust's integer parser allows them).
+const SHARES_PATTERN: &str = r"^\s*(?:low|normal|high|\+?0*(?:100|[1-9][0-9]?))\s*$";
+
+/// Shares: 1-100, or low, normal or high.
+fn shares_schema() -> Schema {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1.0))
+                .maximum(Some(100.0)),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(SHARES_PATTERN)),
+        )
+        .into()
+}
+
+/// The teaming policies by name.
+fn policy_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["port-id", "source-mac", "ip-hash", "ip-hash-l4", "load-based"]))
+        .into()
 }
 
 /// A port group's teaming; fields left out keep their value.
@@ -32,13 +111,20 @@ pub struct PortChange {
 #[serde(deny_unknown_fields)]
 pub struct GroupChange {
     /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
-    #[schema(value_type = Option<String>, example = "load-based")]
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = policy_schema, required = false)]
     pub policy: Option<PolicyName>,
     /// Active uplinks, by name, in failover order.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
     pub active: Option<Vec<String>>,
     /// Standby uplinks, by name, in failover order.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
     pub standby: Option<Vec<String>>,
     /// Return ports to their home uplink when it recovers.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
     pub failback: Option<bool>,
 }
 
@@ -57,6 +143,12 @@ pub enum ChangeError {
     NotFound(String),
     /// The body asks for nothing, or for something impossible.
     Invalid(String),
+}
+
+/// Deserialises a field that is present into Some, refusing null: leaving a field out keeps
+/// its value, and null would be ambiguous.
+fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// Deserialises a field that is present (even as null) into Some, so that `"limit": null`
@@ -187,6 +279,81 @@ limit = "2G"
             let e = port_change(body).unwrap_err();
             assert!(e.contains(want), "{body}: `{want}` not in {e}");
         }
+    }
+
+    /// Checks that `pattern` matches exactly the strings `accepts` takes: `cases`, and 20,000
+    /// random strings over `alphabet`.
+    fn agrees(pattern: &str, accepts: impl Fn(&str) -> bool, cases: &[&str], alphabet: &str) {
+        let re = regex_lite::Regex::new(pattern).unwrap();
+        let alphabet: Vec<char> = alphabet.chars().collect();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let random: Vec<String> = (0..20_000)
+            .map(|_| {
+                let len = (next() % 9) as usize;
+                (0..len)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                    .collect()
+            })
+            .collect();
+        for s in cases.iter().map(|s| s.to_string()).chain(random) {
+            let accepted = accepts(&s);
+            assert_eq!(re.is_match(&s), accepted, "`{s}`: the parser says {accepted}");
+        }
+    }
+
+    #[test]
+    fn the_bandwidth_pattern_matches_what_the_parser_accepts() {
+        let cases = [
+            "10G",
+            "10Gbps",
+            "750M",
+            "1.5 Gbit/s",
+            "100 kbps",
+            "1000000",
+            ".5",
+            "1.",
+            " 7 T ",
+            "5bPs",
+            "9999999T",
+            "10GB",
+            "1.2.3",
+            ".",
+            "",
+            "abc",
+            "1e3",
+            "10 Gx",
+            "99999999T",
+            "00000000000000000000012G",
+            "1 0G",
+            "Ü",
+            "5 G B",
+            "12345678901234567G",
+        ];
+        agrees(
+            &bandwidth_pattern(),
+            |s| s.parse::<Bandwidth>().is_ok(),
+            &cases,
+            "0123456789. kKmMgGtTbBiIpPsS/x",
+        );
+    }
+
+    #[test]
+    fn the_shares_pattern_matches_what_the_parser_accepts() {
+        let cases = [
+            "low", "normal", "high", "1", "100", "101", "0", "007", "+5", "-5", " 50 ", "High", "50.0", "",
+        ];
+        agrees(
+            SHARES_PATTERN,
+            |s| s.parse::<Shares>().is_ok(),
+            &cases,
+            "0123456789+- lowhigLOW.",
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `GET /`: the live dashboard, one static page (no build step, no library: its charts are
-//! drawn on a canvas by a few lines of script), fed by `GET /api/v1/stream`, a server-sent event
+//! drawn on a canvas by the simulator's `charts.js`, so report.html shows the same), fed by `GET /api/v1/stream`, a server-sent event
 //! stream carrying each snapshot the loop publishes.
 
 use super::ApiState;
@@ -10,9 +10,9 @@ use tokio_stream::wrappers::WatchStream;
 use tokio_stream::Stream;
 use tokio_stream::StreamExt;
 
-/// The page.
-pub async fn page() -> Html<&'static str> {
-    Html(include_str!("dashboard.html"))
+/// The page, with the chart code it shares with the simulator's report.html inlined.
+pub async fn page() -> Html<String> {
+    Html(include_str!("dashboard.html").replace("/*CHARTS*/", teamster_sim::web::CHARTS_JS))
 }
 
 /// Every snapshot, as it is published, as `data: <json>` events.

@@ -43,11 +43,54 @@ use utoipa::OpenApi;
         UplinkChange,
         AdminState,
         ErrorBody
-    ))
+    )),
+    modifiers(&AtLeastOneField)
 )]
 pub struct ApiDoc;
+
+/// A change body must name at least one field (`{}` is refused). Set here because utoipa's
+/// `min_properties` attribute comes out as `maxProperties`.
+struct AtLeastOneField;
+
+impl utoipa::Modify for AtLeastOneField {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = doc.components.as_mut() else {
+            return;
+        };
+        for name in ["PortChange", "GroupChange"] {
+            if let Some(utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::Object(o))) =
+                components.schemas.get_mut(name)
+            {
+                o.min_properties = Some(1);
+                o.max_properties = None;
+            }
+        }
+    }
+}
 
 /// `GET /openapi.json`.
 pub async fn document() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_bodies_say_what_they_accept() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        if let Ok(path) = std::env::var("TEAMSTER_DUMP_OPENAPI") {
+            std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+        }
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["PortChange"]["minProperties"], 1, "{}", schemas["PortChange"]);
+        assert_eq!(schemas["GroupChange"]["minProperties"], 1);
+        assert!(schemas["PortChange"]["maxProperties"].is_null());
+        let since = &doc["paths"]["/api/v1/events"]["get"]["parameters"][0];
+        assert_eq!(since["in"], "query");
+        assert_eq!(since["required"], false);
+        assert!(schemas["PortChange"]["properties"]["reservation"]["oneOf"].is_array());
+        assert!(doc["paths"]["/api/v1/ports/{name}"]["patch"]["responses"]["409"].is_object());
+    }
 }

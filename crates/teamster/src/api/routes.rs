@@ -111,14 +111,9 @@ async fn change(
         ChangeError::NotFound(m) => ApiError::not_found(m),
         ChangeError::Invalid(m) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, m),
     })?;
-    let plan = check(&new, &Sysfs).map_err(|e| {
-        let status = if e.starts_with("admission control") {
-            StatusCode::CONFLICT
-        } else {
-            StatusCode::UNPROCESSABLE_ENTITY
-        };
-        ApiError(status, e)
-    })?;
+    // The body was well formed; the configuration it leads to is not (a limit below the
+    // reservation, an unknown uplink, admission control): a conflict with the current state.
+    let plan = check(&new, &Sysfs).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
     let path = state.config_path.clone();
     let text = render(&new);
     tokio::task::spawn_blocking(move || save_atomically(&path, &text))
@@ -169,7 +164,7 @@ pub async fn uplink(State(s): State<ApiState>, Path(name): Path<String>) -> Resu
 
 #[utoipa::path(patch, path = "/api/v1/uplinks/{name}", params(("name" = String, Path)), request_body = UplinkChange,
     responses((status = 200, body = UplinkView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patch_uplink(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -192,7 +187,7 @@ pub async fn port(State(s): State<ApiState>, Path(name): Path<String>) -> Result
 
 #[utoipa::path(patch, path = "/api/v1/ports/{name}", params(("name" = String, Path)), request_body = PortChange,
     responses((status = 200, body = PortView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "refused by admission control"),
+        (status = 409, body = ErrorBody, description = "the resulting configuration is refused (admission control, limit below reservation)"),
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patch_port(
     State(s): State<ApiState>,
@@ -216,6 +211,7 @@ pub async fn group(State(s): State<ApiState>, Path(name): Path<String>) -> Resul
 
 #[utoipa::path(patch, path = "/api/v1/port-groups/{name}", params(("name" = String, Path)), request_body = GroupChange,
     responses((status = 200, body = GroupView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the resulting configuration is refused (unknown or repeated uplink, no active uplink)"),
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patch_group(
     State(s): State<ApiState>,
@@ -237,8 +233,10 @@ pub async fn netioc(State(s): State<ApiState>) -> Json<Vec<NodeView>> {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Only events with a sequence number at or above this.
+    #[param(maximum = 9_223_372_036_854_775_807_i64, nullable = false)]
     pub since: Option<u64>,
 }
 
@@ -250,6 +248,13 @@ pub async fn events(
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let since = q.since.unwrap_or(0);
+    // The document says int64, as JSON tools expect; hold the server to it.
+    if since > i64::MAX as u64 {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("since: {since} is above {}", i64::MAX),
+        ));
+    }
     Ok(Json(
         latest(&s).events.iter().filter(|e| e.seq >= since).cloned().collect(),
     ))

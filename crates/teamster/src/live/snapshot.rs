@@ -46,7 +46,8 @@ pub struct UplinkView {
     /// Whether the team uses it: carrier up and administratively up.
     pub in_use: bool,
     pub capacity_bps: u64,
-    /// Mean send utilisation over the LBT window, 0-1.
+    /// Mean send utilisation over the LBT window, 0-1: what the ports offered to this uplink
+    /// (before NetIOC queueing), so an oversubscribed uplink shows above 1.
     pub tx_utilisation: f64,
     /// Mean receive utilisation over the LBT window, 0-1.
     pub rx_utilisation: f64,

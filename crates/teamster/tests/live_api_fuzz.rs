@@ -1,0 +1,114 @@
+//! Schemathesis (from PyPI) against the live API's own OpenAPI document: property-based
+//! requests, valid and invalid, to every operation, with all of its checks — above all, never
+//! a 5xx and never a crash. The daemon must still answer afterwards.
+//!
+//! Skipped when `schemathesis` is not installed, unless `TEAMSTER_REQUIRE_SCHEMATHESIS=1` (as CI
+//! sets), when that is a failure. `TEAMSTER_SCHEMATHESIS_SECONDS` sets the time budget
+//! (default 90) and `TEAMSTER_SCHEMATHESIS_SEED` fixes the seed (CI does, so a run repeats).
+
+mod netns;
+use netns::*;
+
+use std::process::Command;
+
+const PORT: u16 = 19_182;
+const TOKEN: &str = "fuzz-token-0123456789abcdef";
+
+const SWITCH: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "1G"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "1G"
+
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1", "uplink2"]
+
+[[traffic_classes]]
+class = "vm"
+reservation = "600M"
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+reservation = "100M"
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+"#;
+
+#[test]
+fn schemathesis_finds_no_server_error() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !sh(&["schemathesis", "--version"]) {
+        let required = std::env::var("TEAMSTER_REQUIRE_SCHEMATHESIS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "TEAMSTER_REQUIRE_SCHEMATHESIS=1 but schemathesis is not installed"
+        );
+        eprintln!("skipped: needs schemathesis (pip install schemathesis)");
+        return;
+    }
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let listen = format!("127.0.0.1:{PORT}");
+    let extra = [
+        "--api-listen",
+        &listen,
+        "--api-token-file",
+        token_file.to_str().unwrap(),
+    ];
+    let (mut daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
+    let out = Command::new("timeout")
+        .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())
+        .args(["schemathesis", "run"])
+        .arg(format!("http://{listen}/openapi.json"))
+        .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+        .args(["--checks", "all", "--max-time", &seconds, "--workers", "1"])
+        .args(["--report-dir", dir.path().join("report").to_str().unwrap()])
+        .args(
+            std::env::var("TEAMSTER_SCHEMATHESIS_SEED")
+                .map(|s| vec!["--seed".to_string(), s])
+                .unwrap_or_default(),
+        )
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: String = text
+        .lines()
+        .rev()
+        .take(40)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    eprintln!("{summary}");
+    assert!(
+        daemon.0.try_wait().unwrap().is_none(),
+        "the daemon died under the API fuzzing"
+    );
+    assert!(
+        out.status.success(),
+        "schemathesis failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,123 @@
+//! The dashboard in a real browser: headless Chromium (driven by playwright-core from
+//! `tests/browser`) opens the page of a daemon in the namespace topology while iperf3 runs, and
+//! checks that every uplink is rendered and that the figures change. The screenshot goes to
+//! `target/dashboard.png` (or `$TEAMSTER_SCREENSHOT`).
+//!
+//! Skipped when Chromium, node or `tests/browser/node_modules` are missing, unless
+//! `TEAMSTER_REQUIRE_BROWSER=1` (as CI sets), when that is a failure.
+
+mod netns;
+use netns::*;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const PORT: u16 = 19_181;
+const TOKEN: &str = "dashboard-token-0123456789";
+
+const SWITCH: &str = r#"
+[lbt]
+window_s = 3
+period_s = 3
+
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "100M"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "100M"
+
+[[port_groups]]
+name = "vms"
+policy = "load-based"
+active = ["uplink1", "uplink2"]
+
+[[traffic_classes]]
+class = "vm"
+reservation = "40M"
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+reservation = "20M"
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+limit = "30M"
+"#;
+
+#[test]
+fn the_dashboard_renders_every_uplink_and_updates_live() {
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let have = std::path::Path::new(&chromium).exists()
+        && browser_dir.join("node_modules/playwright-core").exists()
+        && sh(&["node", "--version"]);
+    if !have {
+        let required = std::env::var("TEAMSTER_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "TEAMSTER_REQUIRE_BROWSER=1 but Chromium, node or playwright-core is missing"
+        );
+        eprintln!("skipped: needs {chromium}, node and `npm ci` in tests/browser");
+        return;
+    }
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let listen = format!("127.0.0.1:{PORT}");
+    let extra = [
+        "--api-listen",
+        &listen,
+        "--api-token-file",
+        token_file.to_str().unwrap(),
+    ];
+    let (_daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    ping("tmt-vm1", "10.77.0.100", "2", "0.2");
+    ping("tmt-vm2", "10.77.0.100", "2", "0.2");
+
+    let shot = std::env::var("TEAMSTER_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/dashboard.png"));
+    if let Some(parent) = shot.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    // The browser opens the page while the switch is idle; the traffic starts a moment later.
+    let browser = Command::new("timeout")
+        .args(["60", "node", "dashboard.mjs"])
+        .arg(format!("http://{listen}/?token={TOKEN}"))
+        .arg(&shot)
+        .arg("uplink1,uplink2")
+        .current_dir(&browser_dir)
+        .env("CHROMIUM", &chromium)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let a = udp_stream("tmt-vm1", 5201, 60, 10);
+    let b = udp_stream("tmt-vm2", 5202, 60, 10);
+    let out = browser.wait_with_output().unwrap();
+    let (vm1, vm2) = (a.join().unwrap(), b.join().unwrap());
+    let seen = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "browser: {seen}\n{}; iperf3 vm1 {vm1:.1}, vm2 {vm2:.1} Mbit/s; screenshot {}",
+        String::from_utf8_lossy(&out.stderr),
+        shot.display()
+    );
+    assert!(out.status.success(), "dashboard check failed: {seen}");
+    assert!(shot.exists(), "no screenshot");
+}
