@@ -89,6 +89,7 @@ fn schemathesis_finds_no_server_error() {
                 .unwrap_or_default(),
         )
         .env("NO_COLOR", "1")
+        .current_dir(dir.path()) // its cache goes there, not into the source tree
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
