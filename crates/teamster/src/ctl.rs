@@ -90,6 +90,13 @@ enum CtlCommand {
     },
     /// The Prometheus metrics text.
     Metrics,
+    /// Follow the live stream: one line per snapshot (twice a second) with each uplink's load,
+    /// and every new event; `--json` prints each snapshot as a JSON line. Ctrl-C stops.
+    Watch {
+        /// Stop after this many snapshots.
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 /// An HTTP answer: status and body.
@@ -98,25 +105,44 @@ struct Answer {
     body: Bytes,
 }
 
-/// Sends one request to the API over the unix socket or TCP.
-async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) -> Result<Answer, String> {
-    let token = match (&args.url, &args.token_file) {
-        (Some(_), Some(f)) => Some(
+/// The bearer token for `--url`, from `--token-file` or `TEAMSTER_API_TOKEN`.
+fn token(args: &CtlArgs) -> Result<Option<String>, String> {
+    match (&args.url, &args.token_file) {
+        (Some(_), Some(f)) => Ok(Some(
             std::fs::read_to_string(f)
                 .map_err(|e| format!("--token-file {}: {e}", f.display()))?
                 .trim()
                 .to_string(),
-        ),
-        (Some(_), None) => std::env::var("TEAMSTER_API_TOKEN").ok(),
-        _ => None,
-    };
+        )),
+        (Some(_), None) => Ok(std::env::var("TEAMSTER_API_TOKEN").ok()),
+        _ => Ok(None),
+    }
+}
+
+/// Adds the bearer token to a request, when talking TCP.
+fn authorise(args: &CtlArgs, mut req: hyper::Request<Full<Bytes>>) -> Result<hyper::Request<Full<Bytes>>, String> {
+    if let Some(t) = token(args)? {
+        let value = format!("Bearer {t}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_string())?;
+        req.headers_mut().insert("authorization", value);
+    }
+    Ok(req)
+}
+
+/// `HOST:PORT` of an `http://HOST:PORT` URL.
+fn host_port(url: &str) -> Result<String, String> {
+    url.strip_prefix("http://")
+        .map(|h| h.trim_end_matches('/').to_string())
+        .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT"))
+}
+
+/// Sends one request to the API over the unix socket or TCP.
+async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) -> Result<Answer, String> {
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header("host", "teamster");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
     let payload = match body {
         Some(v) => {
             req = req.header("content-type", "application/json");
@@ -124,17 +150,13 @@ async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) 
         }
         None => Bytes::new(),
     };
-    let req = req.body(Full::new(payload)).map_err(|e| e.to_string())?;
-    let response = match &args.url {
+    let req = authorise(args, req.body(Full::new(payload)).map_err(|e| e.to_string())?)?;
+    match &args.url {
         Some(url) => {
-            let hostport = url
-                .strip_prefix("http://")
-                .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT"))?
-                .trim_end_matches('/');
-            let stream = tokio::net::TcpStream::connect(hostport)
+            let stream = tokio::net::TcpStream::connect(host_port(url)?)
                 .await
                 .map_err(|e| format!("cannot reach {url}: {e}"))?;
-            send(stream, req).await?
+            send(stream, req).await
         }
         None => {
             let stream = tokio::net::UnixStream::connect(&args.socket).await.map_err(|e| {
@@ -143,10 +165,9 @@ async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) 
                     args.socket.display()
                 )
             })?;
-            send(stream, req).await?
+            send(stream, req).await
         }
-    };
-    Ok(response)
+    }
 }
 
 /// One HTTP/1.1 exchange over `stream`.
@@ -170,6 +191,86 @@ where
         .map_err(|e| format!("API answer: {e}"))?
         .to_bytes();
     Ok(Answer { status, body })
+}
+
+/// Follows `GET /api/v1/stream` (server-sent events), printing each snapshot as it comes.
+async fn watch(args: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String)> {
+    use hyper::body::Body as _;
+    let req = hyper::Request::builder()
+        .uri("/api/v1/stream")
+        .header("host", "teamster")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| (2, e.to_string()))?;
+    let req = authorise(args, req).map_err(|e| (2, e))?;
+    let mut body = match &args.url {
+        Some(url) => {
+            open_stream(
+                tokio::net::TcpStream::connect(host_port(url).map_err(|e| (2, e))?).await,
+                url,
+                req,
+            )
+            .await?
+        }
+        None => {
+            let shown = args.socket.display().to_string();
+            open_stream(tokio::net::UnixStream::connect(&args.socket).await, &shown, req).await?
+        }
+    };
+    let (mut pending, mut seen, mut last_event) = (String::new(), 0u64, None::<u64>);
+    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| (2, format!("stream: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        pending.push_str(&String::from_utf8_lossy(&data));
+        while let Some(end) = pending.find("\n\n") {
+            let event: String = pending.drain(..end + 2).collect();
+            let Some(json) = event.lines().find_map(|l| l.strip_prefix("data:")) else {
+                continue;
+            };
+            if args.json {
+                println!("{}", json.trim());
+            } else if let Ok(s) = serde_json::from_str::<Snapshot>(json.trim()) {
+                let loads: Vec<String> = s
+                    .uplinks
+                    .iter()
+                    .map(|u| format!("{} tx {} rx {}", u.name, pct(u.tx_utilisation), pct(u.rx_utilisation)))
+                    .collect();
+                println!("{:>9.1} s  {}", s.t_s, loads.join("  |  "));
+                for e in s.events.iter().filter(|e| last_event.is_none_or(|l| e.seq > l)) {
+                    println!("{:>9.1} s  {}: {}", e.t_s, e.kind, e.message);
+                }
+                last_event = s.events.last().map(|e| e.seq).or(last_event);
+            }
+            seen += 1;
+            if count.is_some_and(|c| seen >= c) {
+                return Ok(String::new());
+            }
+        }
+    }
+    Err((2, "the switch closed the stream".into()))
+}
+
+/// Opens a streaming exchange over a connected stream, checking the answer's status.
+async fn open_stream<S>(
+    stream: std::io::Result<S>,
+    shown: &str,
+    req: hyper::Request<Full<Bytes>>,
+) -> Result<hyper::body::Incoming, (u8, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stream = stream.map_err(|e| (2, format!("cannot reach the switch at {shown}: {e}")))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| (2, format!("API handshake: {e}")))?;
+    tokio::spawn(conn);
+    let res = sender
+        .send_request(req)
+        .await
+        .map_err(|e| (2, format!("API request: {e}")))?;
+    if !res.status().is_success() {
+        return Err((1, format!("refused ({})", res.status().as_u16())));
+    }
+    Ok(res.into_body())
 }
 
 /// Lines up `rows` under `header` in columns. (A table crate would do, but this is all of it.)
@@ -455,6 +556,9 @@ pub fn run(args: CtlArgs) -> ExitCode {
         if matches!(args.command, CtlCommand::Metrics) && args.json {
             return Err((2, "metrics are text; --json does not apply".into()));
         }
+        if let CtlCommand::Watch { count } = args.command {
+            return watch(&args, count).await;
+        }
         let (method, path, body): (&str, String, Option<Value>) = match &args.command {
             CtlCommand::Status => ("GET", "/api/v1/status".into(), None),
             CtlCommand::Uplinks => ("GET", "/api/v1/uplinks".into(), None),
@@ -528,6 +632,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 None,
             ),
             CtlCommand::Metrics => ("GET", "/metrics".into(), None),
+            CtlCommand::Watch { .. } => unreachable!("handled above"),
         };
         let answer = request(&args, method, &path, body).await.map_err(|e| (2u8, e))?;
         let render = |b: &[u8]| -> Result<String, String> {
@@ -543,6 +648,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 CtlCommand::Netioc => parse::<Vec<NodeView>>(b).map(|v| netioc_rows(&v)),
                 CtlCommand::Events { .. } => parse::<Vec<EventView>>(b).map(|v| event_rows(&v)),
                 CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
+                CtlCommand::Watch { .. } => Ok(String::new()),
             }
         };
         show(&args, &answer, &render).map_err(|e| (1, e))

@@ -61,7 +61,12 @@ fn simulate_json_has_the_documented_shape() {
     // report.html: self-contained (chart code and data inline, nothing fetched), with the run's
     // uplinks and both moves in its data.
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("const TeamsterCharts") && !html.contains("/*DATA*/") && !html.contains("/*CHARTS*/"));
+    assert!(
+        html.contains("const TeamsterCharts")
+            && !html.contains("/*DATA*/")
+            && !html.contains("/*CHARTS*/")
+            && !html.contains("/*STYLE*/")
+    );
     assert!(!html.contains("src=\"http") && !html.contains("fetch("));
     let data = html
         .split("const D = ")

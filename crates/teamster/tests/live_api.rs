@@ -13,39 +13,16 @@ use std::time::Duration;
 const PORT: u16 = 19_180;
 const TOKEN: &str = "test-token-0123456789abcdef";
 
-const SWITCH: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "1G"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "1G"
-
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1", "uplink2"]
-
-[[traffic_classes]]
-class = "vm"
-reservation = "600M"
-
-[[ports]]
-name = "vm1"
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-reservation = "100M"
-
-[[ports]]
-name = "vm2"
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-"#;
+fn switch() -> String {
+    switch_toml(
+        "",
+        "1G",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"600M\"",
+        "reservation = \"100M\"",
+        "",
+    )
+}
 
 /// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
 fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -118,7 +95,7 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
         "--api-token-file",
         token_file.to_str().unwrap(),
     ];
-    let (daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    let (daemon, _status) = start_with(dir.path(), &switch(), &extra);
     let config_path = dir.path().join("switch.toml");
 
     // The unix socket is its owner's alone.
@@ -144,6 +121,12 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
         code == 0 && tree.contains("vm1") && tree.contains("RESERVATION"),
         "{tree}"
     );
+    let (code, watched, err) = ctl(dir.path(), &["watch", "--count", "2"]);
+    assert!(
+        code == 0 && watched.matches("uplink1 tx").count() == 2,
+        "{watched}{err}"
+    );
+    assert!(watched.contains("start: switching 2 ports"), "{watched}");
     let (code, lbt, _) = ctl(dir.path(), &["lbt"]);
     assert!(code == 0 && lbt.contains("threshold 75.0%"), "{lbt}");
 
@@ -181,6 +164,15 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
         http("PATCH", "/api/v1/ports/vm9", Some(TOKEN), Some("{\"shares\": 10}")).0,
         404
     );
+    for (path, body, status, names) in [
+        ("/api/v1/port-groups/vms", "{\"active\": [\"uplink9\"]}", 409, "uplink9"),
+        ("/api/v1/port-groups/vms", "{\"policy\": \"fastest\"}", 422, "policy"),
+        ("/api/v1/port-groups/vms", "{\"standby\": null}", 422, "standby"),
+        ("/api/v1/uplinks/uplink1", "{\"admin\": \"sideways\"}", 422, "admin"),
+    ] {
+        let (got, answer) = http("PATCH", path, Some(TOKEN), Some(body));
+        assert!(got == status && answer.contains(names), "{path} {body}: {got} {answer}");
+    }
     assert_eq!(std::fs::read_to_string(&config_path).unwrap(), before);
 
     // Live changes: a port's controls, a group's policy, an uplink's admin state.
@@ -255,7 +247,7 @@ fn a_saved_configuration_naming_a_missing_interface_is_refused() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switch.toml");
-    std::fs::write(&path, SWITCH.replace("tmt-u2", "tmt-gone")).unwrap();
+    std::fs::write(&path, switch().replace("tmt-u2", "tmt-gone")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
         .args(["run", path.to_str().unwrap(), "--no-api"])
         .output()
@@ -280,7 +272,7 @@ fn a_crash_while_saving_leaves_a_whole_configuration() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switch.toml");
-    let mut text = SWITCH.to_string();
+    let mut text = switch();
     let mut kills_mid_stream = 0;
     for round in 0..8u64 {
         let (daemon, _status) = start_with(dir.path(), &text, &[]);

@@ -14,39 +14,16 @@ use std::process::Command;
 const PORT: u16 = 19_182;
 const TOKEN: &str = "fuzz-token-0123456789abcdef";
 
-const SWITCH: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "1G"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "1G"
-
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1", "uplink2"]
-
-[[traffic_classes]]
-class = "vm"
-reservation = "600M"
-
-[[ports]]
-name = "vm1"
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-reservation = "100M"
-
-[[ports]]
-name = "vm2"
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-"#;
+fn switch() -> String {
+    switch_toml(
+        "",
+        "1G",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"600M\"",
+        "reservation = \"100M\"",
+        "",
+    )
+}
 
 #[test]
 fn schemathesis_finds_no_server_error() {
@@ -74,7 +51,7 @@ fn schemathesis_finds_no_server_error() {
         "--api-token-file",
         token_file.to_str().unwrap(),
     ];
-    let (mut daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    let (mut daemon, _status) = start_with(dir.path(), &switch(), &extra);
     let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
     let out = Command::new("timeout")
         .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())

@@ -15,44 +15,16 @@ use std::process::Command;
 const PORT: u16 = 19_181;
 const TOKEN: &str = "dashboard-token-0123456789";
 
-const SWITCH: &str = r#"
-[lbt]
-window_s = 3
-period_s = 3
-
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "100M"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "100M"
-
-[[port_groups]]
-name = "vms"
-policy = "load-based"
-active = ["uplink1", "uplink2"]
-
-[[traffic_classes]]
-class = "vm"
-reservation = "40M"
-
-[[ports]]
-name = "vm1"
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-reservation = "20M"
-
-[[ports]]
-name = "vm2"
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-limit = "30M"
-"#;
+fn switch() -> String {
+    switch_toml(
+        "[lbt]\nwindow_s = 3\nperiod_s = 3",
+        "100M",
+        "policy = \"load-based\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"40M\"",
+        "reservation = \"20M\"",
+        "limit = \"30M\"",
+    )
+}
 
 #[test]
 fn the_dashboard_renders_every_uplink_and_updates_live() {
@@ -85,7 +57,7 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
         "--api-token-file",
         token_file.to_str().unwrap(),
     ];
-    let (_daemon, _status) = start_with(dir.path(), SWITCH, &extra);
+    let (_daemon, _status) = start_with(dir.path(), &switch(), &extra);
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
 

@@ -6,34 +6,16 @@ use netns::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SWITCH: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "1G"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "1G"
-
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1", "uplink2"]
-
-[[ports]]
-name = "vm1"
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-
-[[ports]]
-name = "vm2"
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-"#;
+fn switch() -> String {
+    switch_toml(
+        "",
+        "1G",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "",
+        "",
+        "",
+    )
+}
 
 #[test]
 fn live_switch_end_to_end() {
@@ -43,7 +25,7 @@ fn live_switch_end_to_end() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, status_path) = start(dir.path(), SWITCH);
+    let (mut daemon, status_path) = start(dir.path(), &switch());
 
     // Every VM reaches the remote host, and each other.
     assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);

@@ -6,41 +6,16 @@ use netns::*;
 
 /// Both VMs pinned to uplink1 (100 Mbit/s), sending UDP flat out: vm1's reservation holds and
 /// vm2's limit caps it.
-const PINNED: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "100M"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "100M"
-
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1"]
-standby = ["uplink2"]
-
-[[traffic_classes]]
-class = "vm"
-reservation = "75M"
-
-[[ports]]
-name = "vm1"
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-reservation = "60M"
-
-[[ports]]
-name = "vm2"
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-limit = "20M"
-"#;
+fn pinned() -> String {
+    switch_toml(
+        "",
+        "100M",
+        "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
+        "reservation = \"60M\"",
+        "limit = \"20M\"",
+    )
+}
 
 #[test]
 fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
@@ -50,7 +25,7 @@ fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
     }
     let _topology = Topology::shaped(100);
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, _status) = start(dir.path(), PINNED);
+    let (_daemon, _status) = start(dir.path(), &pinned());
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
     let a = udp_stream("tmt-vm1", 5201, 100, 6);
@@ -63,40 +38,16 @@ fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
 }
 
 /// Both VMs hashed to uplink1 under LBT with a short window: when uplink1 passes 75%, one moves.
-const LBT: &str = r#"
-[lbt]
-window_s = 3
-period_s = 3
-
-[[uplinks]]
-name = "uplink1"
-interface = "tmt-u1"
-capacity = "100M"
-
-[[uplinks]]
-name = "uplink2"
-interface = "tmt-u2"
-capacity = "100M"
-
-[[port_groups]]
-name = "vms"
-policy = "load-based"
-active = ["uplink1", "uplink2"]
-
-[[ports]]
-name = "vm1"
-id = 2
-interface = "tmt-v1"
-mac = "02:00:00:00:00:01"
-group = "vms"
-
-[[ports]]
-name = "vm2"
-id = 4
-interface = "tmt-v2"
-mac = "02:00:00:00:00:02"
-group = "vms"
-"#;
+fn lbt() -> String {
+    switch_toml(
+        "[lbt]\nwindow_s = 3\nperiod_s = 3",
+        "100M",
+        "policy = \"load-based\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "",
+        "id = 2",
+        "id = 4",
+    )
+}
 
 #[test]
 fn lbt_moves_a_port_off_a_saturated_uplink() {
@@ -106,7 +57,7 @@ fn lbt_moves_a_port_off_a_saturated_uplink() {
     }
     let _topology = Topology::shaped(100);
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, status_path) = start(dir.path(), LBT);
+    let (_daemon, status_path) = start(dir.path(), &lbt());
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
     // 70 Mbit/s each: 140 offered on one 100 Mbit/s uplink until LBT moves one of them.

@@ -9,6 +9,16 @@ use std::path::Path;
 /// The chart code (plain script drawing on canvases), for pages that show Teamster's charts.
 pub const CHARTS_JS: &str = include_str!("charts.js");
 
+/// The style those pages share.
+pub const CHARTS_CSS: &str = include_str!("charts.css");
+
+/// `template` with the shared style and chart code put in place of `/*STYLE*/` and `/*CHARTS*/`.
+pub fn with_charts(template: &str) -> String {
+    template
+        .replace("/*STYLE*/", CHARTS_CSS)
+        .replace("/*CHARTS*/", CHARTS_JS)
+}
+
 /// The most points the utilisation chart is given; longer runs are sampled evenly.
 const MAX_POINTS: usize = 2000;
 
@@ -79,9 +89,7 @@ fn data(run: &RunOutput, title: &str) -> serde_json::Value {
 pub fn report_html(run: &RunOutput, title: &str) -> String {
     // Inside a <script> element, "</" could end it early: escape it (still the same JSON).
     let data = data(run, title).to_string().replace("</", "<\\/");
-    include_str!("report.html")
-        .replace("/*CHARTS*/", CHARTS_JS)
-        .replace("/*DATA*/", &data)
+    with_charts(include_str!("report.html")).replace("/*DATA*/", &data)
 }
 
 /// Writes `report.html`.

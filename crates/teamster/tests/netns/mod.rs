@@ -309,3 +309,43 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
         received / 1e6
     })
 }
+
+/// A switch file for the shared topology: `head` first (an `[lbt]` table, say), uplinks
+/// `uplink1`/`uplink2` on tmt-u1/tmt-u2 at `capacity`, port group `vms` with the `group` lines
+/// (policy, failover order), the `classes` tables, and ports vm1 and vm2 on tmt-v1/tmt-v2 with
+/// their extra lines (reservation, limit, id).
+pub fn switch_toml(head: &str, capacity: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> String {
+    format!(
+        r#"{head}
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "{capacity}"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "{capacity}"
+
+[[port_groups]]
+name = "vms"
+{group}
+
+{classes}
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "vms"
+{vm1}
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "vms"
+{vm2}
+"#
+    )
+}
