@@ -7,11 +7,12 @@
 //! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
 //!   rate.
 //!
-//! The poll loop that ties these to the `teamster-core` switch lives with the daemon in the
-//! `teamster` binary, which owns configuration and signals.
+//! - [`datapath`]: the poll loop that ties these to the `teamster-core` switch; the `teamster`
+//!   binary adds configuration, signals and the control plane through [`datapath::Control`].
 
 pub mod afpacket;
 pub mod caps;
+pub mod datapath;
 pub mod netlink;
 pub mod pacer;
 

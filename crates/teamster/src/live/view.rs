@@ -1,12 +1,15 @@
-//! Building the [`Snapshot`] of a running [`Daemon`].
+//! Building the [`Snapshot`] of a running data plane.
 
-use super::daemon::{Daemon, ExtraDrops};
-use super::snapshot::{CountersView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
+use super::config::SwitchFile;
+use super::snapshot::{
+    CountersView, EventView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
+};
 use std::collections::HashSet;
 use teamster_core::ioc::{allocate, NodeId};
 use teamster_core::switch::{Counters, DropReason};
 use teamster_core::teaming::{GroupId, LinkState, UplinkId};
 use teamster_core::Instant;
+use teamster_dp::datapath::{Datapath, ExtraDrops};
 
 /// Moves kept in a snapshot (the most recent).
 const MOVES_SHOWN: usize = 500;
@@ -37,171 +40,183 @@ fn up_down(up: bool) -> String {
     if up { "up" } else { "down" }.to_string()
 }
 
-impl Daemon {
-    /// The switch as the API shows it at `now`.
-    pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
-        let team = self.switch.team();
-        let uplink_name = |u: UplinkId| self.uplinks[u.0].name.clone();
-        let uplinks = self
-            .uplinks
+/// The switch as the API shows it at `now`; `file` is the configuration in force.
+pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapshot {
+    let team = dp.switch().team();
+    let tree = dp.tree();
+    let uplink_name = |u: UplinkId| dp.uplinks()[u.0].plan.name.clone();
+    let uplinks = dp
+        .uplinks()
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let util = team.utilisation(UplinkId(i), now).unwrap_or_default();
+            UplinkView {
+                name: u.plan.name.clone(),
+                interface: u.plan.interface.clone(),
+                link: up_down(u.carrier),
+                admin: up_down(u.plan.admin_up),
+                in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
+                capacity_bps: u.plan.capacity.bps(),
+                tx_utilisation: util.tx,
+                rx_utilisation: util.rx,
+                queue_depth: dp.ports().iter().map(|p| u.queued(p.plan.leaf) as u64).sum(),
+                counters: counters(dp.switch().uplink_counters(UplinkId(i)), &u.extra),
+            }
+        })
+        .collect();
+    let demand = demands(dp, now);
+    let allocation = allocations(dp, now);
+    let ports = dp
+        .ports()
+        .iter()
+        .zip(&file.ports)
+        .map(|(p, pf)| {
+            let spec = &tree.node(p.plan.leaf).spec;
+            let rates = team.port_rates(p.plan.id, now).unwrap_or_default();
+            PortView {
+                name: p.plan.name.clone(),
+                interface: p.plan.interface.clone(),
+                mac: pf.mac.clone(),
+                group: pf.group.clone(),
+                uplink: team.port_uplink(p.plan.id).map(uplink_name),
+                home: team.port_home(p.plan.id).map(uplink_name),
+                reservation_bps: spec.reservation.bps(),
+                shares: spec.shares.get(),
+                limit_bps: spec.limit.map(|l| l.bps()),
+                allocation_bps: allocation[p.plan.leaf.0],
+                tx_bps: rates.tx,
+                rx_bps: rates.rx,
+                counters: counters(dp.port_counters(p.plan.id), &p.extra),
+            }
+        })
+        .collect();
+    let port_groups = file
+        .port_groups
+        .iter()
+        .enumerate()
+        .map(|(g, gf)| GroupView {
+            name: gf.name.clone(),
+            policy: serde_json::to_value(gf.policy)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            active: gf.active.clone(),
+            standby: gf.standby.clone(),
+            failback: gf.failback,
+            vlan: gf.vlan,
+            receive_uplink: team.group_receive_uplink(GroupId(g)).map(uplink_name),
+        })
+        .collect();
+    let lbt_config = team.lbt_config();
+    let (last, next) = team.lbt_timing();
+    let moves = dp.moves();
+    let lbt = LbtView {
+        threshold: lbt_config.threshold,
+        window_s: lbt_config.window.as_secs_f64(),
+        period_s: lbt_config.period.as_secs_f64(),
+        last_move_s: last.map(|t| t.as_secs_f64()),
+        next_move_allowed_s: next.map(|t| t.as_secs_f64()),
+        moves: moves[moves.len().saturating_sub(MOVES_SHOWN)..]
             .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                let util = team.utilisation(UplinkId(i), now).unwrap_or_default();
-                UplinkView {
-                    name: u.name.clone(),
-                    interface: u.interface.clone(),
-                    link: up_down(u.carrier),
-                    admin: up_down(u.admin_up),
-                    in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
-                    capacity_bps: team.uplink(UplinkId(i)).map_or(0, |s| s.capacity.bps()),
-                    tx_utilisation: util.tx,
-                    rx_utilisation: util.rx,
-                    queue_depth: self.ports.iter().map(|p| u.sched.queued(p.leaf) as u64).sum(),
-                    counters: counters(self.switch.uplink_counters(UplinkId(i)), &u.extra),
-                }
+            .map(|m| MoveView {
+                t_s: m.at.as_secs_f64(),
+                port: m.port.clone(),
+                from: m.from.clone(),
+                to: m.to.clone(),
+                reason: m.reason.clone(),
             })
-            .collect();
-        let demand = self.demands(now);
-        let allocation = self.allocations(now);
-        let ports = self
-            .ports
-            .iter()
-            .zip(&self.file.ports)
-            .map(|(p, pf)| {
-                let spec = &self.tree.node(p.leaf).spec;
-                let rates = team.port_rates(p.id, now).unwrap_or_default();
-                PortView {
-                    name: p.name.clone(),
-                    interface: pf.interface.clone(),
-                    mac: pf.mac.clone(),
-                    group: pf.group.clone(),
-                    uplink: team.port_uplink(p.id).map(uplink_name),
-                    home: team.port_home(p.id).map(uplink_name),
-                    reservation_bps: spec.reservation.bps(),
-                    shares: spec.shares.get(),
-                    limit_bps: spec.limit.map(|l| l.bps()),
-                    allocation_bps: allocation[p.leaf.0],
-                    tx_bps: rates.tx,
-                    rx_bps: rates.rx,
-                    counters: counters(self.switch.port_counters(p.id), &p.extra),
-                }
+            .collect(),
+    };
+    let port_leaves: HashSet<NodeId> = dp.ports().iter().map(|p| p.plan.leaf).collect();
+    let netioc = tree
+        .ids()
+        .map(|id| {
+            let n = tree.node(id);
+            let kind = if id == NodeId::ROOT {
+                "root"
+            } else if port_leaves.contains(&id) {
+                "port"
+            } else if n.parent == Some(NodeId::ROOT) {
+                "class"
+            } else {
+                "pool"
+            };
+            NodeView {
+                name: n.spec.name.clone(),
+                parent: n.parent.map(|p| tree.node(p).spec.name.clone()),
+                kind: kind.to_string(),
+                reservation_bps: n.spec.reservation.bps(),
+                shares: n.spec.shares.get(),
+                limit_bps: n.spec.limit.map(|l| l.bps()),
+                allocation_bps: allocation[id.0],
+                demand_bps: demand[id.0],
+            }
+        })
+        .collect();
+    let events = dp.events();
+    let skip = events.len().saturating_sub(EVENTS_SHOWN);
+    Snapshot {
+        t_s: now.as_secs_f64(),
+        uplinks,
+        ports,
+        port_groups,
+        lbt,
+        netioc,
+        failovers: dp.failovers(),
+        events: events
+            .skip(skip)
+            .map(|e| EventView {
+                seq: e.seq,
+                t_s: e.at.as_secs_f64(),
+                kind: e.kind.to_string(),
+                message: e.message.clone(),
             })
-            .collect();
-        let port_groups = self
-            .file
-            .port_groups
-            .iter()
-            .enumerate()
-            .map(|(g, gf)| GroupView {
-                name: gf.name.clone(),
-                policy: serde_json::to_value(gf.policy)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                active: gf.active.clone(),
-                standby: gf.standby.clone(),
-                failback: gf.failback,
-                vlan: gf.vlan,
-                receive_uplink: team.group_receive_uplink(GroupId(g)).map(uplink_name),
-            })
-            .collect();
-        let lbt_config = team.lbt_config();
-        let (last, next) = team.lbt_timing();
-        let lbt = LbtView {
-            threshold: lbt_config.threshold,
-            window_s: lbt_config.window.as_secs_f64(),
-            period_s: lbt_config.period.as_secs_f64(),
-            last_move_s: last.map(|t| t.as_secs_f64()),
-            next_move_allowed_s: next.map(|t| t.as_secs_f64()),
-            moves: self.moves[self.moves.len().saturating_sub(MOVES_SHOWN)..].to_vec(),
-        };
-        let port_leaves: HashSet<NodeId> = self.ports.iter().map(|p| p.leaf).collect();
-        let netioc = self
-            .tree
+            .collect(),
+    }
+}
+
+/// Offered send rate per tree node: each port's, summed up the tree.
+fn demands(dp: &Datapath, now: Instant) -> Vec<f64> {
+    let tree = dp.tree();
+    let mut demand = vec![0.0; tree.len()];
+    for p in dp.ports() {
+        let rate = dp.switch().team().port_rates(p.plan.id, now).map_or(0.0, |r| r.tx);
+        let mut node = Some(p.plan.leaf);
+        while let Some(n) = node {
+            demand[n.0] += rate;
+            node = tree.node(n).parent;
+        }
+    }
+    demand
+}
+
+/// What NetIOC gives each node at the measured demands: per uplink in use, the allocation of
+/// its capacity among the ports it carries, summed over uplinks.
+fn allocations(dp: &Datapath, now: Instant) -> Vec<f64> {
+    let team = dp.switch().team();
+    let tree = dp.tree();
+    let mut total = vec![0.0; tree.len()];
+    for (u, uplink) in dp.uplinks().iter().enumerate() {
+        let id = UplinkId(u);
+        if team.link_state(id) != Some(LinkState::Up) {
+            continue;
+        }
+        // Leaves demand what their port offers on this uplink; a leaf with no port (an idle
+        // class) demands nothing; inner nodes are bounded by their children.
+        let mut demand: Vec<Option<f64>> = tree
             .ids()
-            .map(|id| {
-                let n = self.tree.node(id);
-                let kind = if id == NodeId::ROOT {
-                    "root"
-                } else if port_leaves.contains(&id) {
-                    "port"
-                } else if n.parent == Some(NodeId::ROOT) {
-                    "class"
-                } else {
-                    "pool"
-                };
-                NodeView {
-                    name: n.spec.name.clone(),
-                    parent: n.parent.map(|p| self.tree.node(p).spec.name.clone()),
-                    kind: kind.to_string(),
-                    reservation_bps: n.spec.reservation.bps(),
-                    shares: n.spec.shares.get(),
-                    limit_bps: n.spec.limit.map(|l| l.bps()),
-                    allocation_bps: allocation[id.0],
-                    demand_bps: demand[id.0],
-                }
-            })
+            .map(|n| tree.node(n).children.is_empty().then_some(0.0))
             .collect();
-        Snapshot {
-            t_s: now.as_secs_f64(),
-            uplinks,
-            ports,
-            port_groups,
-            lbt,
-            netioc,
-            failovers: self.failovers,
-            events: self
-                .events
-                .iter()
-                .skip(self.events.len().saturating_sub(EVENTS_SHOWN))
-                .cloned()
-                .collect(),
-        }
-    }
-
-    /// Offered send rate per tree node: each port's, summed up the tree.
-    fn demands(&self, now: Instant) -> Vec<f64> {
-        let mut demand = vec![0.0; self.tree.len()];
-        for p in &self.ports {
-            let rate = self.switch.team().port_rates(p.id, now).map_or(0.0, |r| r.tx);
-            let mut node = Some(p.leaf);
-            while let Some(n) = node {
-                demand[n.0] += rate;
-                node = self.tree.node(n).parent;
+        for p in dp.ports() {
+            if team.port_uplink(p.plan.id) == Some(id) {
+                demand[p.plan.leaf.0] = Some(team.port_rates(p.plan.id, now).map_or(0.0, |r| r.tx));
             }
         }
-        demand
-    }
-
-    /// What NetIOC gives each node at the measured demands: per uplink in use, the allocation
-    /// of its capacity among the ports it carries, summed over uplinks.
-    fn allocations(&self, now: Instant) -> Vec<f64> {
-        let team = self.switch.team();
-        let mut total = vec![0.0; self.tree.len()];
-        for u in 0..self.uplinks.len() {
-            let id = UplinkId(u);
-            if team.link_state(id) != Some(LinkState::Up) {
-                continue;
-            }
-            let capacity = team.uplink(id).map_or(0.0, |s| s.capacity.bps_f64());
-            // Leaves demand what their port offers on this uplink; a leaf with no port (an idle
-            // class) demands nothing; inner nodes are bounded by their children.
-            let mut demand: Vec<Option<f64>> = self
-                .tree
-                .ids()
-                .map(|n| self.tree.node(n).children.is_empty().then_some(0.0))
-                .collect();
-            for p in &self.ports {
-                if team.port_uplink(p.id) == Some(id) {
-                    demand[p.leaf.0] = Some(team.port_rates(p.id, now).map_or(0.0, |r| r.tx));
-                }
-            }
-            let a = allocate(&self.tree, capacity, &demand);
-            for (t, v) in total.iter_mut().zip(&a.0) {
-                *t += v;
-            }
+        let a = allocate(tree, uplink.plan.capacity.bps_f64(), &demand);
+        for (t, v) in total.iter_mut().zip(&a.0) {
+            *t += v;
         }
-        total
     }
+    total
 }
