@@ -163,7 +163,7 @@ busiest=$(python3 -c "
 import json, collections
 d = json.load(open('$OUT/status.json'))
 c = collections.Counter(p['uplink'] for p in d['ports'])
-print(max(['tmb-u0', 'tmb-u1'], key=lambda u: c[u])[-1])")
+print(max(['up0', 'up1'], key=lambda u: c[u])[-1])")
 t_fail=$(date +%s.%N)
 ip -n tmb-psw link set "up$busiest-p" down
 sleep "$FAIL_HOLD"
@@ -222,7 +222,7 @@ s = {
     "vm_mbps_steady": vm,
     "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 else None,
     "tcp_retransmits": retrans,
-    "switch_queue_drops_bond": sum(u.get("queue_drops", 0) for u in json.load(open(f"{out}/status-bond.json"))["uplinks"]),
+    "switch_queue_drops_bond": sum(u["counters"]["drops"].get("queue_full", 0) for u in json.load(open(f"{out}/status-bond.json"))["uplinks"]),
     "failover_member": failed,
     "failover_max_interarrival_gap_ms_at_fail": at_fail,
     "failover_interarrival_noise_floor_ms": floor,
