@@ -86,16 +86,7 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let listen = format!("127.0.0.1:{PORT}");
-    let extra = [
-        "--api-listen",
-        &listen,
-        "--api-token-file",
-        token_file.to_str().unwrap(),
-    ];
-    let (daemon, _status) = start_with(dir.path(), &switch(), &extra);
+    let (daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
     let config_path = dir.path().join("switch.toml");
 
     // The unix socket is its owner's alone.

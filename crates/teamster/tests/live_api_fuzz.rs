@@ -42,21 +42,12 @@ fn schemathesis_finds_no_server_error() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let listen = format!("127.0.0.1:{PORT}");
-    let extra = [
-        "--api-listen",
-        &listen,
-        "--api-token-file",
-        token_file.to_str().unwrap(),
-    ];
-    let (mut daemon, _status) = start_with(dir.path(), &switch(), &extra);
+    let (mut daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
     let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
     let out = Command::new("timeout")
         .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())
         .args(["schemathesis", "run"])
-        .arg(format!("http://{listen}/openapi.json"))
+        .arg(format!("http://127.0.0.1:{PORT}/openapi.json"))
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--checks", "all", "--max-time", &seconds, "--workers", "1"])
         .args(["--report-dir", dir.path().join("report").to_str().unwrap()])

@@ -48,16 +48,7 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     }
     let _topology = Topology::shaped(100);
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let listen = format!("127.0.0.1:{PORT}");
-    let extra = [
-        "--api-listen",
-        &listen,
-        "--api-token-file",
-        token_file.to_str().unwrap(),
-    ];
-    let (_daemon, _status) = start_with(dir.path(), &switch(), &extra);
+    let (_daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
 
@@ -70,7 +61,7 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     // The browser opens the page while the switch is idle; the traffic starts a moment later.
     let browser = Command::new("timeout")
         .args(["60", "node", "dashboard.mjs"])
-        .arg(format!("http://{listen}/?token={TOKEN}"))
+        .arg(format!("http://127.0.0.1:{PORT}/?token={TOKEN}"))
         .arg(&shot)
         .arg("uplink1,uplink2")
         .current_dir(&browser_dir)

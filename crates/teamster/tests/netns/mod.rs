@@ -223,6 +223,23 @@ pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
     start_with(dir, config, &[])
 }
 
+/// Starts the daemon on `config` text with its API also on 127.0.0.1:`port`, guarded by `token`.
+pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daemon, std::path::PathBuf) {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    start_with(
+        dir,
+        config,
+        &[
+            "--api-listen",
+            &listen,
+            "--api-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    )
+}
+
 /// Starts the daemon on `config` text with extra arguments.
 pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
