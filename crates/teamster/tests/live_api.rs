@@ -13,17 +13,6 @@ use std::time::Duration;
 const PORT: u16 = 19_180;
 const TOKEN: &str = "test-token-0123456789abcdef";
 
-fn switch() -> String {
-    switch_toml(
-        "",
-        "1G",
-        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
-        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"600M\"",
-        "reservation = \"100M\"",
-        "",
-    )
-}
-
 /// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
 fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let socket = dir.join("api.sock");
@@ -86,7 +75,7 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let (daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
+    let (daemon, _status) = start_with_api(dir.path(), &api_switch(), PORT, TOKEN);
     let config_path = dir.path().join("switch.toml");
 
     // The unix socket is its owner's alone.
@@ -238,7 +227,7 @@ fn a_saved_configuration_naming_a_missing_interface_is_refused() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switch.toml");
-    std::fs::write(&path, switch().replace("tmt-u2", "tmt-gone")).unwrap();
+    std::fs::write(&path, api_switch().replace("tmt-u2", "tmt-gone")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
         .args(["run", path.to_str().unwrap(), "--no-api"])
         .output()
@@ -263,7 +252,7 @@ fn a_crash_while_saving_leaves_a_whole_configuration() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switch.toml");
-    let mut text = switch();
+    let mut text = api_switch();
     let mut kills_mid_stream = 0;
     for round in 0..8u64 {
         let (daemon, _status) = start_with(dir.path(), &text, &[]);

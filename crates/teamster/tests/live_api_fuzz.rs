@@ -14,17 +14,6 @@ use std::process::Command;
 const PORT: u16 = 19_182;
 const TOKEN: &str = "fuzz-token-0123456789abcdef";
 
-fn switch() -> String {
-    switch_toml(
-        "",
-        "1G",
-        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
-        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"600M\"",
-        "reservation = \"100M\"",
-        "",
-    )
-}
-
 #[test]
 fn schemathesis_finds_no_server_error() {
     let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -42,7 +31,7 @@ fn schemathesis_finds_no_server_error() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
+    let (mut daemon, _status) = start_with_api(dir.path(), &api_switch(), PORT, TOKEN);
     let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
     let out = Command::new("timeout")
         .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())

@@ -366,3 +366,16 @@ group = "vms"
 "#
     )
 }
+
+/// The switch the API tests drive: two 1G uplinks, port-ID teaming, class `vm` reserving 600M,
+/// vm1 reserving 100M.
+pub fn api_switch() -> String {
+    switch_toml(
+        "",
+        "1G",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"600M\"",
+        "reservation = \"100M\"",
+        "",
+    )
+}
