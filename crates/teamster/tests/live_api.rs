@@ -69,7 +69,7 @@ fn json_body(body: &str) -> serde_json::Value {
 
 #[test]
 fn the_api_shows_and_changes_the_switch_and_changes_persist() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }
@@ -220,7 +220,7 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
 
 #[test]
 fn a_saved_configuration_naming_a_missing_interface_is_refused() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }
@@ -245,7 +245,7 @@ fn a_saved_configuration_naming_a_missing_interface_is_refused() {
 /// flight, never anything else.
 #[test]
 fn a_crash_while_saving_leaves_a_whole_configuration() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }

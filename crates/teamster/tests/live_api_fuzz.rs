@@ -16,7 +16,7 @@ const TOKEN: &str = "fuzz-token-0123456789abcdef";
 
 #[test]
 fn schemathesis_finds_no_server_error() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !sh(&["schemathesis", "--version"]) {
         let required = std::env::var("TEAMSTER_REQUIRE_SCHEMATHESIS").is_ok_and(|v| v == "1");
         assert!(

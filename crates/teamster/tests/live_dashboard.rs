@@ -28,7 +28,7 @@ fn switch() -> String {
 
 #[test]
 fn the_dashboard_renders_every_uplink_and_updates_live() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let have = std::path::Path::new(&chromium).exists()

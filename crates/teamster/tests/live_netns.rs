@@ -19,7 +19,7 @@ fn switch() -> String {
 
 #[test]
 fn live_switch_end_to_end() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }

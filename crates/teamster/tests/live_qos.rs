@@ -19,7 +19,7 @@ fn pinned() -> String {
 
 #[test]
 fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }
@@ -51,7 +51,7 @@ fn lbt() -> String {
 
 #[test]
 fn lbt_moves_a_port_off_a_saturated_uplink() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }

@@ -122,7 +122,7 @@ group = "vms"
 
 #[test]
 fn a_vm_on_a_tap_device_reaches_the_remote_host() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() || !std::path::Path::new("/dev/net/tun").exists() {
         eprintln!("skipped: needs root and /dev/net/tun");
         return;

@@ -118,7 +118,7 @@ fn answer(frame: &[u8]) -> Option<Vec<u8>> {
 
 #[test]
 fn a_vlan_port_group_is_tagged_on_the_uplink_and_untagged_to_the_vm() {
-    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }

@@ -10,8 +10,34 @@ use std::time::{Duration, Instant};
 
 pub const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
 
-/// The tests share one topology's names: one at a time.
-pub static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The tests share one topology's names: one at a time, across test binaries and across
+/// processes (two checkouts testing at once on one machine), by an exclusive `flock` on a file
+/// in /tmp held until the guard is dropped. The lock is released by the kernel if the holder
+/// dies, so a crashed test never wedges the next one.
+pub struct TopologyLock {
+    _file: std::fs::File,
+    _inner: std::sync::MutexGuard<'static, ()>,
+}
+
+static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the topology to be free and holds it.
+pub fn lock() -> TopologyLock {
+    use std::os::fd::AsRawFd;
+    let inner = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("/tmp/teamster-live-tests.lock")
+        .expect("open /tmp/teamster-live-tests.lock");
+    // SAFETY: flock on a descriptor this function owns; blocks until the lock is free.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock /tmp/teamster-live-tests.lock");
+    TopologyLock {
+        _file: file,
+        _inner: inner,
+    }
+}
 
 pub fn sh(args: &[&str]) -> bool {
     Command::new(args[0])
