@@ -8,10 +8,13 @@
 //! - [`units`]: [`units::Bandwidth`], bits per second, parsed from and printed as "10G".
 //! - [`ioc`]: Network I/O Control: the reservation/shares/limit tree, admission control and the
 //!   exact fluid allocator.
+//! - [`host`]: the host model files share (uplinks, port groups, classes, pools, ports),
+//!   checked and built into a team and a NetIOC tree.
 //! - [`teaming`]: a team of uplinks, failover order, failback, notify-switch frames and the
 //!   load-balancing policies, Load-Based Teaming among them.
 #![forbid(unsafe_code)]
 
+pub mod host;
 pub mod ioc;
 pub mod offload;
 pub mod switch;

@@ -18,7 +18,7 @@ use crate::Backend;
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use teamster_core::ioc::{LimitId, NodeId, Scheduler, SharedLimits, Tree};
+use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
 use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
@@ -54,6 +54,7 @@ pub struct UplinkPlan {
 pub struct DatapathPlan {
     pub team: Team,
     pub tree: Tree,
+    pub reservation_cap: ReservationCap,
     pub ports: Vec<PortPlan>,
     pub uplinks: Vec<UplinkPlan>,
     pub mac_ageing: core::time::Duration,
@@ -76,7 +77,6 @@ pub struct ExtraDrops {
 pub struct Port {
     pub plan: PortPlan,
     backend: AfPacket,
-    limit: LimitId,
     mtu: usize,
     pub extra: ExtraDrops,
 }
@@ -87,18 +87,10 @@ pub struct Uplink {
     backend: AfPacket,
     ifindex: i32,
     mtu: usize,
-    sched: Scheduler<Vec<u8>>,
     pacer: Pacer,
     pub extra: ExtraDrops,
     /// Carrier as the kernel reports it.
     pub carrier: bool,
-}
-
-impl Uplink {
-    /// Frames of `leaf` waiting in this uplink's scheduler.
-    pub fn queued(&self, leaf: NodeId) -> usize {
-        self.sched.queued(leaf)
-    }
 }
 
 /// Something that happened, for logs and the control plane.
@@ -136,11 +128,11 @@ impl Control for () {
 /// The running data plane.
 pub struct Datapath {
     switch: Switch,
-    tree: Tree,
+    /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket.
+    ioc: Ioc<Vec<u8>>,
     ports: Vec<Port>,
     index: HashMap<PortId, usize>,
     uplinks: Vec<Uplink>,
-    shared: SharedLimits,
     links: LinkWatch,
     started: std::time::Instant,
     moves: Vec<Move>,
@@ -154,12 +146,12 @@ pub struct Datapath {
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
 /// stops while the device is busy: frames then wait in the scheduler, where NetIOC decides whose
 /// are dropped if the wait grows, rather than in the kernel's FIFO.
-fn pace_one(u: &mut Uplink, shared: &mut SharedLimits, now: Instant) {
+fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
     u.pacer.refill(now);
     loop {
         let mut batch = 0;
         while batch < AfPacket::TX_BATCH && u.pacer.may_send() {
-            let Some((_, len, frame)) = u.sched.dequeue(now, shared) else {
+            let Some((_, len, frame)) = ioc.dequeue(i, now) else {
                 break;
             };
             u.backend.send_owned(frame);
@@ -209,21 +201,19 @@ impl Datapath {
         // Subscribe before reading carriers, so a change in between is not missed.
         let links = LinkWatch::open().map_err(|e| format!("netlink link watch: {e}"))?;
         let mut switch = Switch::new(plan.team, plan.mac_ageing);
-        let mut shared = SharedLimits::default();
         let mut ports = Vec::new();
         for p in plan.ports {
             let backend = AfPacket::open(&p.interface).map_err(|e| e.to_string())?;
-            let limit = shared.add(f64::INFINITY);
-            shared.set(limit, plan.tree.node(p.leaf).spec.limit.map(|l| l.bps_f64()));
             ports.push(Port {
                 mtu: mtu_of(&p.interface),
                 plan: p,
                 backend,
-                limit,
                 extra: ExtraDrops::default(),
             });
         }
-        let buckets: Vec<(NodeId, LimitId)> = ports.iter().map(|p| (p.plan.leaf, p.limit)).collect();
+        let leaves: Vec<NodeId> = ports.iter().map(|p| p.plan.leaf).collect();
+        let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
+        let ioc = Ioc::new(plan.tree, &leaves, capacities, plan.reservation_cap, LEAF_QUEUE);
         let mut uplinks = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
             let backend = AfPacket::open(&u.interface).map_err(|e| e.to_string())?;
@@ -238,7 +228,6 @@ impl Datapath {
                 backend,
                 ifindex,
                 mtu: mtu_of(&u.interface),
-                sched: Scheduler::new(&plan.tree, &buckets),
                 pacer: Pacer::new(u.capacity.bps_f64(), now),
                 extra: ExtraDrops::default(),
                 carrier,
@@ -260,11 +249,10 @@ impl Datapath {
         let mut dp = Datapath {
             pollfds,
             switch,
-            tree: plan.tree,
+            ioc,
             ports,
             index,
             uplinks,
-            shared,
             links,
             started,
             moves: Vec::new(),
@@ -289,7 +277,12 @@ impl Datapath {
 
     /// The NetIOC tree in force.
     pub fn tree(&self) -> &Tree {
-        &self.tree
+        self.ioc.tree()
+    }
+
+    /// Frames of port leaf `leaf` waiting in uplink `u`'s scheduler.
+    pub fn queued(&self, u: usize, leaf: NodeId) -> usize {
+        self.ioc.queued(u, leaf)
     }
 
     pub fn ports(&self) -> &[Port] {
@@ -453,15 +446,7 @@ impl Datapath {
     /// from `groups`, uplinks' administrative states from `admin_up`. The caller has checked it
     /// (admission control included).
     pub fn reconfigure(&mut self, tree: Tree, groups: &[PortGroupSpec], admin_up: &[bool], now: Instant) {
-        for p in &self.ports {
-            let new = &tree.node(p.plan.leaf).spec;
-            if *new != self.tree.node(p.plan.leaf).spec {
-                self.shared.set(p.limit, new.limit.map(|l| l.bps_f64()));
-                for u in &mut self.uplinks {
-                    u.sched.set_controls(p.plan.leaf, new, now);
-                }
-            }
-        }
+        self.ioc.replace_tree(tree, now);
         for (g, new) in groups.iter().enumerate() {
             let team = self.switch.team_mut();
             if team.group(GroupId(g)).is_some_and(|old| old != new) {
@@ -480,7 +465,6 @@ impl Datapath {
                 self.refresh_link(u, now);
             }
         }
-        self.tree = tree;
         self.event(now, "config", "configuration changed".to_string());
     }
 
@@ -535,17 +519,18 @@ impl Datapath {
                     let from = from.and_then(|p| self.index.get(&p).copied());
                     let leaf = from.map(|i| self.ports[i].plan.leaf);
                     let up = &mut self.uplinks[u.0];
-                    let shared = &mut self.shared;
+                    let ioc = &mut self.ioc;
                     let mtu = up.mtu;
                     let mut full = 0;
                     let fitted = fit(out.frame, mtu, &mut |piece| match leaf {
-                        Some(leaf) if up.sched.queued(leaf) < LEAF_QUEUE => {
-                            up.sched.enqueue(leaf, piece.len() as u32, piece, now);
+                        Some(leaf) => {
+                            if ioc.enqueue(u.0, leaf, piece.len() as u32, piece, now).is_err() {
+                                full += 1;
+                            }
                             // Send what the pacer allows at once, so the queue fills only when
                             // the uplink itself is the bottleneck.
-                            pace_one(up, shared, now);
+                            pace_one(up, u.0, ioc, now);
                         }
-                        Some(_) => full += 1,
                         None => up.backend.send_owned(piece),
                     });
                     up.extra.queue_full += full;
@@ -563,8 +548,8 @@ impl Datapath {
 
     /// Lets each uplink's scheduler send what its pacer allows.
     fn pace(&mut self, now: Instant) {
-        for u in &mut self.uplinks {
-            pace_one(u, &mut self.shared, now);
+        for (i, u) in self.uplinks.iter_mut().enumerate() {
+            pace_one(u, i, &mut self.ioc, now);
         }
     }
 }

@@ -13,75 +13,14 @@
 //! Rows are recorded every second (every step if the step is longer), as means over the row.
 
 use crate::maxmin;
+use crate::run::{MoveRecord, Row, RunOutput};
 use crate::scenario::{Event, Scenario};
 use core::net::Ipv4Addr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use teamster_core::teaming::{
-    Direction, Effect, LbtDecision, LinkState, MoveReason, Policy, PortId, PortMove, PortSpec, Team, UplinkId,
-};
-use teamster_core::wire::{FlowKey, MacAddr};
+use teamster_core::teaming::{Direction, Effect, LinkState, Policy, PortId, Team, UplinkId};
+use teamster_core::wire::FlowKey;
 use teamster_core::Instant;
-
-/// One recorded row: means over `[t_s, t_s + interval)`, in bits/s.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Row {
-    pub t_s: f64,
-    pub uplink_tx: Vec<f64>,
-    pub uplink_rx: Vec<f64>,
-    pub offered_tx: Vec<f64>,
-    pub delivered_tx: Vec<f64>,
-    pub offered_rx: Vec<f64>,
-    pub delivered_rx: Vec<f64>,
-}
-
-impl Row {
-    pub fn total_offered_tx(&self) -> f64 {
-        self.offered_tx.iter().sum()
-    }
-    pub fn total_delivered(&self) -> f64 {
-        self.delivered_tx.iter().sum::<f64>() + self.delivered_rx.iter().sum::<f64>()
-    }
-    pub fn total_delivered_tx(&self) -> f64 {
-        self.delivered_tx.iter().sum()
-    }
-}
-
-/// A port's move as the run saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MoveRecord {
-    pub t_s: f64,
-    pub port: String,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub reason: String,
-    /// The figures behind a Load-Based Teaming move.
-    pub lbt: Option<LbtDecision>,
-}
-
-/// Everything a run produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunOutput {
-    pub uplinks: Vec<String>,
-    pub capacities: Vec<f64>,
-    pub ports: Vec<String>,
-    pub rows: Vec<Row>,
-    pub moves: Vec<MoveRecord>,
-    /// Timeline events applied, as `(t_s, description)`.
-    pub events: Vec<(f64, String)>,
-    /// Notify-switch frames sent.
-    pub notifications: usize,
-    /// The LBT threshold, if any port group uses Load-Based Teaming.
-    pub lbt_threshold: Option<f64>,
-    /// Packet mode: per port, each TCP_RR transaction's (completion time in s, latency in µs).
-    pub latencies: Vec<Vec<(f64, f64)>>,
-    /// Packet mode: changes refused by admission control, as (time in s, error).
-    pub rejections: Vec<(f64, String)>,
-    /// Packet mode: packets sent.
-    pub packets: u64,
-    /// Per port, the uplink it was on when the run ended.
-    pub port_uplinks: Vec<Option<String>>,
-}
 
 /// A port's traffic: its flows' keys and its own jitter generator.
 struct PortTraffic {
@@ -92,30 +31,11 @@ struct PortTraffic {
 /// Runs `s` to its end. Errors only if the team refuses the scenario's configuration.
 pub fn run(s: &Scenario) -> Result<RunOutput, String> {
     let f = &s.file;
-    let mut team =
-        crate::scenario::build_team(f.uplinks.iter().map(|u| (u.name.clone(), u.capacity)), s.lbt, &s.groups)?;
+    let mut team = s.host.team.clone();
     let mut rng = ChaCha8Rng::seed_from_u64(f.seed);
     let mut traffic = Vec::new();
-    let mut used_macs: Vec<MacAddr> = s.ports.iter().filter_map(|p| p.mac).collect();
     for (i, p) in s.ports.iter().enumerate() {
-        let mac = p.mac.unwrap_or_else(|| {
-            let mac = loop {
-                let mut b = [0u8; 6];
-                rng.fill(&mut b);
-                b[0] = 0x02; // locally administered, unicast
-                if !used_macs.contains(&MacAddr(b)) {
-                    break MacAddr(b);
-                }
-            };
-            used_macs.push(mac);
-            mac
-        });
-        team.add_port(PortSpec {
-            id: PortId(p.id),
-            mac,
-            group: teamster_core::teaming::GroupId(p.group),
-        })
-        .map_err(|e| format!("ports[{i}]: {e}"))?;
+        let mac = p.mac;
         let src = Ipv4Addr::new(10, rng.random(), rng.random(), rng.random_range(1..255));
         let flows = (0..p.flows)
             .map(|_| FlowKey {
@@ -154,6 +74,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
     let mut acc = empty_row(0.0, nu, np);
     let mut next_event = 0;
     let mut claims: Vec<Vec<(usize, f64)>> = vec![Vec::new(); nu];
+    let netioc = s.uses_netioc();
     for k in 0..steps {
         let t = k as f64 * f.step_s;
         let now = Instant::from_nanos((t * 1e9).round() as u64);
@@ -198,11 +119,16 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
                 } else {
                     0.0
                 };
-                let demands: Vec<f64> = c.iter().map(|&(_, d)| d).collect();
-                let mut per_port = vec![0.0; np];
-                for ((i, _), got) in c.iter().zip(maxmin::share(cap, &demands)) {
-                    per_port[*i] += got;
-                }
+                let per_port = if netioc && dir == Direction::Tx {
+                    share_by_netioc(s, cap, c)
+                } else {
+                    let demands: Vec<f64> = c.iter().map(|&(_, d)| d).collect();
+                    let mut per_port = vec![0.0; np];
+                    for ((i, _), got) in c.iter().zip(maxmin::share(cap, &demands)) {
+                        per_port[*i] += got;
+                    }
+                    per_port
+                };
                 for (i, &rate) in per_port.iter().enumerate().filter(|(_, r)| **r > 0.0) {
                     delivered[i] += rate;
                     let bytes = (rate * f.step_s / 8.0).round() as u64;
@@ -243,6 +169,22 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         .map(|p| team.port_uplink(PortId(p.id)).map(|u| out.uplinks[u.0].clone()))
         .collect();
     Ok(out)
+}
+
+/// One uplink's send bandwidth `cap` shared among the ports claiming it by the host's NetIOC
+/// tree (reservations, shares, limits; each port's demand is what its flows offer here).
+fn share_by_netioc(s: &Scenario, cap: f64, claims: &[(usize, f64)]) -> Vec<f64> {
+    let tree = &s.host.tree;
+    let mut demand: Vec<Option<f64>> = vec![None; tree.len()];
+    for hp in &s.host.ports {
+        demand[hp.leaf.0] = Some(0.0);
+    }
+    for &(i, d) in claims {
+        let leaf = s.host.ports[i].leaf.0;
+        demand[leaf] = Some(demand[leaf].unwrap_or(0.0) + d);
+    }
+    let got = teamster_core::ioc::allocate(tree, cap, &demand);
+    s.host.ports.iter().map(|hp| got.get(hp.leaf)).collect()
 }
 
 /// True if a port group uses Load-Based Teaming at the start or after a policy event.
@@ -301,28 +243,4 @@ fn apply_event(team: &mut Team, s: &Scenario, e: &Event, now: Instant) -> Result
             Ok(format!("port group {} policy {policy:?}", s.groups[*group].name))
         }
     }
-}
-
-impl MoveRecord {
-    /// The record of team move `m` at `t_s`, naming uplinks from `uplinks` and the port by
-    /// `port_name` (its ID if it has none).
-    pub fn new(t_s: f64, m: PortMove, uplinks: &[String], port_name: Option<&str>) -> MoveRecord {
-        let name = |u: Option<UplinkId>| u.map(|u| uplinks[u.0].clone());
-        MoveRecord {
-            t_s,
-            port: port_name.map_or_else(|| m.port.to_string(), str::to_string),
-            from: name(m.from),
-            to: name(m.to),
-            reason: m.reason.to_string(),
-            lbt: match m.reason {
-                MoveReason::LoadBased(d) => Some(d),
-                _ => None,
-            },
-        }
-    }
-}
-
-/// Formats a rate for reports, e.g. "6.60 Gbps".
-pub fn gbps(bps: f64) -> String {
-    format!("{:.2} Gbps", bps / 1e9)
 }

@@ -14,12 +14,13 @@
 pub mod demand;
 pub mod expect;
 pub mod fluid;
-pub mod host;
 pub mod maxmin;
 pub mod packet;
 pub mod report;
+pub mod run;
 pub mod scenario;
 pub mod simulate;
+pub mod timeline;
 pub mod web;
 
 pub use scenario::{Scenario, ScenarioError};

@@ -8,7 +8,7 @@
 //! LBT study's figure.
 
 use crate::expect::Verdict;
-use crate::fluid::RunOutput;
+use crate::run::RunOutput;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::io::Write;
@@ -102,7 +102,7 @@ pub fn write_moves(run: &RunOutput, path: &Path) -> std::io::Result<()> {
 }
 
 /// Reads one series' value (bits/s) from a row.
-type RowValue = fn(&crate::fluid::Row, usize) -> f64;
+type RowValue = fn(&crate::run::Row, usize) -> f64;
 
 /// Which lines a plot draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +215,7 @@ pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path)
                     RED.mix(0.6).stroke_width(1),
                 ))
                 .map_err(|x| x.to_string())?;
-            let label = format!("LBT threshold {:.0}% of {}", threshold * 100.0, crate::fluid::gbps(cap));
+            let label = format!("LBT threshold {:.0}% of {}", threshold * 100.0, crate::run::gbps(cap));
             chart
                 .draw_series(std::iter::once(Text::new(
                     label,

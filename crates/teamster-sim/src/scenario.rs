@@ -1,16 +1,25 @@
-//! Scenario files: the host, its workloads, a timeline of events and the expectations.
+//! Fluid scenario files: the host, its workloads, a timeline of events and the expectations.
 //!
-//! A scenario is TOML. Unknown keys are errors. Every error names the file, the key and what was
-//! expected, and is reported before anything runs or is written. See `scenarios/README.md` for
-//! the format with examples.
+//! A scenario is TOML. The host's tables (`[lbt]`, `reservation_cap`, `[[uplinks]]`,
+//! `[[port_groups]]`, `[[traffic_classes]]`, `[[pools]]` and the shared part of `[[ports]]`) are
+//! the host model of [`teamster_core::host`], checked by the same code as `switch.toml`; a port
+//! adds its demand curves (`tx`, `rx`), its `flows` and `jitter`. Unknown keys are errors. Every
+//! error names the file, the key and what was expected, and is reported before anything runs or
+//! is written. See `scenarios/README.md` for the format with examples.
 
 use crate::demand::{Demand, DemandSpec};
 use crate::expect::ExpectSpec;
-use serde::{Deserialize, Serialize};
+use crate::timeline;
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use teamster_core::teaming::{FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, UplinkId};
+use teamster_core::host::{
+    self, ClassEntry, GroupEntry, Host, HostSpec, LbtSection, PolicyName, PoolEntry, UplinkDesc,
+};
+use teamster_core::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
+
+pub use teamster_core::host::parse_toml;
 
 /// A scenario as written in its file.
 #[derive(Debug, Clone, Deserialize)]
@@ -28,9 +37,14 @@ pub struct ScenarioFile {
     #[serde(default = "one")]
     pub step_s: f64,
     #[serde(default)]
-    pub lbt: LbtFile,
+    pub lbt: LbtSection,
+    pub reservation_cap: Option<f64>,
     pub uplinks: Vec<UplinkFile>,
-    pub port_groups: Vec<GroupFile>,
+    pub port_groups: Vec<GroupEntry>,
+    #[serde(default)]
+    pub traffic_classes: Vec<ClassEntry>,
+    #[serde(default)]
+    pub pools: Vec<PoolEntry>,
     pub ports: Vec<PortFile>,
     #[serde(default)]
     pub events: Vec<EventFile>,
@@ -41,38 +55,6 @@ pub struct ScenarioFile {
 fn one() -> f64 {
     1.0
 }
-fn yes() -> bool {
-    true
-}
-
-/// Load-Based Teaming knobs (defaults as vSphere: 30 s, 0.75, 30 s).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LbtFile {
-    #[serde(default = "default_window")]
-    pub window_s: f64,
-    #[serde(default = "default_threshold")]
-    pub threshold: f64,
-    #[serde(default = "default_window")]
-    pub period_s: f64,
-}
-
-fn default_window() -> f64 {
-    30.0
-}
-fn default_threshold() -> f64 {
-    0.75
-}
-
-impl Default for LbtFile {
-    fn default() -> Self {
-        LbtFile {
-            window_s: 30.0,
-            threshold: 0.75,
-            period_s: 30.0,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,71 +63,24 @@ pub struct UplinkFile {
     pub capacity: Bandwidth,
 }
 
-/// A load-balancing policy's name in a scenario or switch config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyName {
-    /// Route based on originating virtual port ID.
-    PortId,
-    /// Route based on source MAC hash.
-    SourceMac,
-    /// Route based on IP hash, addresses only.
-    IpHash,
-    /// Route based on IP hash, addresses and TCP/UDP ports.
-    IpHashL4,
-    /// Route based on physical NIC load (LBT).
-    LoadBased,
-}
-
-impl PolicyName {
-    pub fn policy(self) -> Policy {
-        match self {
-            PolicyName::PortId => Policy::OriginatingPortId,
-            PolicyName::SourceMac => Policy::SourceMacHash,
-            PolicyName::IpHash => Policy::IpHash(IpHashMode::L3),
-            PolicyName::IpHashL4 => Policy::IpHash(IpHashMode::L3L4),
-            PolicyName::LoadBased => Policy::LoadBased,
-        }
+teamster_core::port_entry! {
+    /// A `[[ports]]` entry of a fluid scenario.
+    pub struct PortFile {
+        /// Send demand.
+        pub tx: DemandSpec,
+        /// Receive demand (default none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rx: Option<DemandSpec>,
+        /// Parallel IP flows the demand is split across (they matter under IP hash); default 1.
+        #[serde(default = "crate::scenario::one_flow")]
+        pub flows: u32,
+        /// Relative random jitter on the demand each step, in [0, 1): 0.02 = ±2 %.
+        #[serde(default)]
+        pub jitter: f64,
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupFile {
-    pub name: String,
-    pub policy: PolicyName,
-    pub active: Vec<String>,
-    #[serde(default)]
-    pub standby: Vec<String>,
-    #[serde(default = "yes")]
-    pub failback: bool,
-    #[serde(default = "yes")]
-    pub notify_switches: bool,
-    pub vlan: Option<u16>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortFile {
-    pub name: String,
-    /// Virtual port ID (what originating-port-ID hashes); default: 1 + the port's index.
-    pub id: Option<u32>,
-    /// Default: generated from the seed.
-    pub mac: Option<String>,
-    pub group: String,
-    /// Send demand.
-    pub tx: DemandSpec,
-    /// Receive demand (default none).
-    pub rx: Option<DemandSpec>,
-    /// Parallel IP flows the demand is split across (they matter under IP hash); default 1.
-    #[serde(default = "one_flow")]
-    pub flows: u32,
-    /// Relative random jitter on the demand each step, in [0, 1): 0.02 = ±2 %.
-    #[serde(default)]
-    pub jitter: f64,
-}
-
-fn one_flow() -> u32 {
+pub(crate) fn one_flow() -> u32 {
     1
 }
 
@@ -193,6 +128,8 @@ pub struct ScenarioError {
 pub struct Scenario {
     pub file: ScenarioFile,
     pub path: PathBuf,
+    /// The host the file describes, checked and built.
+    pub host: Host,
     pub lbt: LbtConfig,
     pub ports: Vec<PortPlan>,
     pub groups: Vec<PortGroupSpec>,
@@ -204,7 +141,7 @@ pub struct Scenario {
 pub struct PortPlan {
     pub name: String,
     pub id: u32,
-    pub mac: Option<MacAddr>,
+    pub mac: MacAddr,
     pub group: usize,
     pub tx: Demand,
     pub rx: Demand,
@@ -263,118 +200,25 @@ impl Scenario {
     pub fn uplink_index(&self, name: &str) -> Option<usize> {
         self.file.uplinks.iter().position(|u| u.name == name)
     }
-}
 
-/// The `[lbt]` table as the team's knobs, checked.
-pub fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
-    let secs = |k: &str, v: f64| {
-        if v.is_finite() && v > 0.0 {
-            Ok(core::time::Duration::from_secs_f64(v))
-        } else {
-            Err(format!("lbt.{k} = {v}: expected a positive number of seconds"))
-        }
-    };
-    let lbt = LbtConfig {
-        window: secs("window_s", f.window_s)?,
-        threshold: f.threshold,
-        period: secs("period_s", f.period_s)?,
-    };
-    lbt.validate().map_err(|e| format!("[lbt]: {e}"))?;
-    Ok(lbt)
-}
-
-/// The index of the uplink named `name`; the error, under `key`, lists the known ones.
-pub fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<UplinkId, String> {
-    uplinks
-        .iter()
-        .position(|u| *u == name)
-        .map(UplinkId)
-        .ok_or_else(|| format!("{key}: no uplink named `{name}` (uplinks: {})", uplinks.join(", ")))
-}
-
-/// A failover order from uplink names, under `key`.
-pub fn failover_order(
-    uplinks: &[&str],
-    key: &str,
-    active: &[String],
-    standby: &[String],
-) -> Result<FailoverOrder, String> {
-    let list = |k: &str, names: &[String]| {
-        names
-            .iter()
-            .enumerate()
-            .map(|(j, n)| uplink_index(uplinks, &format!("{key}.{k}[{j}]"), n))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    Ok(FailoverOrder {
-        active: list("active", active)?,
-        standby: list("standby", standby)?,
-    })
-}
-
-/// Resolves `[[port_groups]]` against the uplinks' names; errors carry the key path.
-pub fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<Vec<PortGroupSpec>, String> {
-    let mut out = Vec::new();
-    for (i, g) in groups.iter().enumerate() {
-        let key = format!("port_groups[{i}]");
-        if groups[..i].iter().any(|o| o.name == g.name) {
-            return Err(format!("{key}.name: `{}` is used twice", g.name));
-        }
-        if g.active.is_empty() {
-            return Err(format!("{key}.active: expected at least one active uplink"));
-        }
-        if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
-            return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
-        }
-        out.push(PortGroupSpec {
-            name: g.name.clone(),
-            policy: g.policy.policy(),
-            order: failover_order(uplinks, &key, &g.active, &g.standby)?,
-            failback: g.failback,
-            notify_switches: g.notify_switches,
-            vlan: g.vlan,
-        });
+    /// True if the file gives Network I/O Control anything to do (classes, pools or a port's
+    /// controls): the fluid engine then shares each uplink's send bandwidth by the NetIOC tree
+    /// instead of max-min per flow.
+    pub fn uses_netioc(&self) -> bool {
+        let f = &self.file;
+        !f.traffic_classes.is_empty()
+            || !f.pools.is_empty()
+            || f.ports
+                .iter()
+                .any(|p| p.reservation.bps() > 0 || p.shares.is_some() || p.limit.is_some() || p.class.is_some())
     }
-    Ok(out)
-}
-
-/// A team of these uplinks with these port groups (ports are added by the caller).
-pub fn build_team(
-    uplinks: impl IntoIterator<Item = (String, teamster_core::units::Bandwidth)>,
-    lbt: LbtConfig,
-    groups: &[PortGroupSpec],
-) -> Result<teamster_core::teaming::Team, String> {
-    let specs = uplinks
-        .into_iter()
-        .map(|(name, capacity)| teamster_core::teaming::UplinkSpec { name, capacity })
-        .collect();
-    let mut team = teamster_core::teaming::Team::new(specs, lbt).map_err(|e| e.to_string())?;
-    for g in groups {
-        team.add_group(g.clone()).map_err(|e| e.to_string())?;
-    }
-    Ok(team)
-}
-
-/// Parses the TOML into the file model; a shape error leads with the key path (`ports[0].tx`)
-/// and keeps the TOML parser's line, column and caret.
-pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    let de = toml::Deserializer::parse(text).map_err(|e| e.to_string().trim_end().to_string())?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        if path == "." {
-            inner.trim_end().to_string()
-        } else {
-            format!("{path}: {}", inner.trim_end())
-        }
-    })
 }
 
 /// Checks the numbers and resolves every name; errors carry the key path.
 fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, String> {
-    if !(file.duration_s.is_finite() && file.duration_s > 0.0) {
+    if !(file.duration_s.is_finite() && file.duration_s > 0.0 && file.duration_s <= 1e7) {
         return Err(format!(
-            "duration_s = {}: expected a positive number of seconds",
+            "duration_s = {}: expected seconds between 0 and 10000000",
             file.duration_s
         ));
     }
@@ -387,56 +231,32 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     if file.duration_s / file.step_s > 1e8 {
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
     }
-    let lbt = lbt_config(&file.lbt)?;
-    if file.uplinks.is_empty() {
-        return Err("uplinks: expected at least one [[uplinks]] table".into());
-    }
-    for (i, u) in file.uplinks.iter().enumerate() {
-        if file.uplinks[..i].iter().any(|o| o.name == u.name) {
-            return Err(format!("uplinks[{i}].name: `{}` is used twice", u.name));
-        }
-        if u.capacity.bps() == 0 {
-            return Err(format!("uplinks[{i}].capacity: must be greater than zero"));
-        }
-    }
+    // MACs a port leaves out are drawn from the seed: locally administered, unicast, distinct.
+    let mut macs = timeline::SeededMacs::new(file.seed);
+    let host = host::build(
+        HostSpec {
+            lbt: &file.lbt,
+            reservation_cap: file.reservation_cap,
+            uplinks: file
+                .uplinks
+                .iter()
+                .map(|u| UplinkDesc {
+                    name: u.name.clone(),
+                    capacity: u.capacity,
+                })
+                .collect(),
+            port_groups: &file.port_groups,
+            traffic_classes: &file.traffic_classes,
+            pools: &file.pools,
+            ports: &file.ports,
+        },
+        &mut |_, taken| Some(macs.next(taken)),
+    )?;
     let names: Vec<&str> = file.uplinks.iter().map(|u| u.name.as_str()).collect();
-    let uplink = |key: &str, name: &str| uplink_index(&names, key, name);
-    let order = |key: &str, active: &[String], standby: &[String]| failover_order(&names, key, active, standby);
-    let groups = resolve_groups(&file.port_groups, &names)?;
-    let group = |key: &str, name: &str| {
-        file.port_groups.iter().position(|g| g.name == name).ok_or_else(|| {
-            let known: Vec<&str> = file.port_groups.iter().map(|g| g.name.as_str()).collect();
-            format!(
-                "{key}: no port group named `{name}` (port groups: {})",
-                known.join(", ")
-            )
-        })
-    };
-    if file.ports.is_empty() {
-        return Err("ports: expected at least one [[ports]] table".into());
-    }
     let load = |f: &str| std::fs::read_to_string(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
     let mut ports: Vec<PortPlan> = Vec::new();
-    for (i, p) in file.ports.iter().enumerate() {
+    for (i, (p, hp)) in file.ports.iter().zip(&host.ports).enumerate() {
         let key = format!("ports[{i}]");
-        if ports.iter().any(|o| o.name == p.name) {
-            return Err(format!("{key}.name: `{}` is used twice", p.name));
-        }
-        let id = p.id.unwrap_or(i as u32 + 1);
-        if let Some(o) = ports.iter().find(|o| o.id == id) {
-            return Err(format!("{key}.id: {id} is already the ID of port `{}`", o.name));
-        }
-        let mac = match &p.mac {
-            Some(m) => Some(m.parse::<MacAddr>().map_err(|e| format!("{key}.mac: {e}"))?),
-            None => None,
-        };
-        if let Some(o) = ports.iter().find(|o| mac.is_some() && o.mac == mac) {
-            return Err(format!(
-                "{key}.mac: {} is already the MAC of port `{}`",
-                mac.unwrap_or_default(),
-                o.name
-            ));
-        }
         if p.flows == 0 || p.flows > 65_536 {
             return Err(format!("{key}.flows: {} is out of range 1-65536", p.flows));
         }
@@ -450,35 +270,36 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         };
         ports.push(PortPlan {
             name: p.name.clone(),
-            id,
-            mac,
-            group: group(&format!("{key}.group"), &p.group)?,
+            id: hp.id.0,
+            mac: hp.mac,
+            group: hp.group.0,
             tx,
             rx,
             flows: p.flows,
             jitter: p.jitter,
         });
     }
+    let group = |key: &str, name: &str| {
+        file.port_groups.iter().position(|g| g.name == name).ok_or_else(|| {
+            let known: Vec<&str> = file.port_groups.iter().map(|g| g.name.as_str()).collect();
+            format!(
+                "{key}: no port group named `{name}` (port groups: {})",
+                known.join(", ")
+            )
+        })
+    };
     let mut events = Vec::new();
+    let mut checks = timeline::Timeline::new(file.duration_s);
     for (i, e) in file.events.iter().enumerate() {
         let key = format!("events[{i}]");
-        let at_s = e.at_s();
-        if !(at_s.is_finite() && at_s >= 0.0) {
-            return Err(format!(
-                "{key}.at_s = {at_s}: expected a non-negative number of seconds"
-            ));
-        }
+        let at_s = checks.time(&key, e.at_s())?;
         events.push(match e {
-            EventFile::LinkDown { uplink: u, .. } => Event::Link {
-                at_s,
-                uplink: uplink(&format!("{key}.uplink"), u)?,
-                up: false,
-            },
-            EventFile::LinkUp { uplink: u, .. } => Event::Link {
-                at_s,
-                uplink: uplink(&format!("{key}.uplink"), u)?,
-                up: true,
-            },
+            EventFile::LinkDown { uplink, .. } | EventFile::LinkUp { uplink, .. } => {
+                let up = matches!(e, EventFile::LinkUp { .. });
+                let u = host::uplink_index(&names, &format!("{key}.uplink"), uplink)?;
+                checks.claim(&key, at_s, format!("uplink `{uplink}`"))?;
+                Event::Link { at_s, uplink: u, up }
+            }
             EventFile::Policy {
                 group: g,
                 policy,
@@ -488,27 +309,41 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
                 ..
             } => {
                 let gi = group(&format!("{key}.group"), g)?;
-                let mut o = groups[gi].order.clone();
-                if let Some(a) = active {
-                    o.active = order(&key, a, &[])?.active;
-                }
-                if let Some(s) = standby {
-                    o.standby = order(&key, &[], s)?.standby;
-                }
-                if o.active.is_empty() {
-                    return Err(format!("{key}.active: expected at least one active uplink"));
-                }
+                checks.claim(&key, at_s, format!("port group `{g}`"))?;
+                let old = &file.port_groups[gi];
+                let order = host::failover_order(
+                    &names,
+                    &key,
+                    active.as_ref().unwrap_or(&old.active),
+                    standby.as_ref().unwrap_or(&old.standby),
+                )?;
                 Event::Policy {
                     at_s,
                     group: gi,
                     policy: policy.policy(),
-                    order: o,
-                    failback: failback.unwrap_or(groups[gi].failback),
+                    order,
+                    failback: failback.unwrap_or(old.failback),
                 }
             }
         });
     }
-    events.sort_by(|a, b| a.at_s().total_cmp(&b.at_s()));
+    // Stable: events at the same instant keep their file order.
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by(|&a, &b| events[a].at_s().total_cmp(&events[b].at_s()).then(a.cmp(&b)));
+    let mut up = vec![true; names.len()];
+    for &k in &order {
+        if let Event::Link { at_s, uplink, up: to } = &events[k] {
+            if up[uplink.0] == *to {
+                return Err(format!(
+                    "events[{k}]: uplink `{}` is already {} at {at_s} s",
+                    names[uplink.0],
+                    if *to { "up" } else { "down" }
+                ));
+            }
+            up[uplink.0] = *to;
+        }
+    }
+    let events: Vec<Event> = order.into_iter().map(|k| events[k].clone()).collect();
     let names = crate::expect::Names {
         uplinks: file.uplinks.iter().map(|u| u.name.clone()).collect(),
         ports: file.ports.iter().map(|p| p.name.clone()).collect(),
@@ -518,11 +353,12 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         x.check(&names, dir).map_err(|e| format!("expect[{i}]: {e}"))?;
     }
     Ok(Scenario {
+        lbt: host.lbt,
+        groups: host.groups.clone(),
+        host,
         file,
         path: path.to_path_buf(),
-        lbt,
         ports,
-        groups,
         events,
     })
 }

@@ -6,9 +6,10 @@
 //! the end, so a failed run leaves no partial output and an earlier run's folder intact.
 
 use crate::expect::{self, Names, Verdict};
-use crate::fluid::{self, RunOutput};
+use crate::fluid;
 use crate::packet::{engine, scenario as packet_scenario};
 use crate::report::{self, PlotSeries, Summary};
+use crate::run::RunOutput;
 use crate::scenario::{parse_toml, Scenario, ScenarioError};
 use std::path::{Path, PathBuf};
 

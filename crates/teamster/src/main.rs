@@ -15,7 +15,7 @@ mod live;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use teamster_sim::fluid::gbps;
+use teamster_sim::run::gbps;
 
 #[derive(Parser)]
 #[command(

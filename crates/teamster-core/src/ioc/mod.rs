@@ -21,6 +21,7 @@
 pub mod admission;
 mod allocate;
 mod class;
+mod per_uplink;
 pub mod sched;
 mod shares;
 pub mod spec;
@@ -34,6 +35,7 @@ mod tests;
 pub use admission::{AdmissionError, ReservationCap};
 pub use allocate::{allocate, waterfill, Allocation};
 pub use class::TrafficClass;
+pub use per_uplink::Ioc;
 pub use sched::{LimitId, Scheduler, SharedLimits};
 pub use shares::{Shares, SharesError};
 pub use tree::{Node, NodeId, NodeSpec, Tree, TreeError};

@@ -48,9 +48,11 @@ impl SharedLimits {
         LimitId(self.buckets.len() - 1)
     }
 
-    /// Changes a bucket's cap to `bps` bits per second (None: unlimited) from now on.
+    /// Changes a bucket's cap to `bps` bits per second (None: unlimited) from now on: its clock
+    /// restarts at the next send, as a node's does on a change of controls, so frames held by the
+    /// old limit (however low it was) are not held by it any longer.
     pub fn set(&mut self, id: LimitId, bps: Option<f64>) {
-        self.buckets[id.0].0 = bps.map_or(0.0, |b| 1e9 / b.max(1.0));
+        self.buckets[id.0] = (bps.map_or(0.0, |b| 1e9 / b.max(1.0)), f64::NEG_INFINITY);
     }
 }
 
@@ -295,6 +297,15 @@ impl<T> Scheduler<T> {
         n.l_tag = t;
         if let (Some(parent), true) = (n.parent, n.state != State::Idle) {
             self.place(id.0, parent, t, None);
+            // Ancestors held only because everything below them was held may send again (a
+            // limit lifted or raised): re-file them, as a new packet would.
+            let mut at = parent;
+            while let Some(up) = self.nodes[at].parent {
+                if self.nodes[at].state == State::Held && self.limit_ok(at, t, None) {
+                    self.place(at, up, t, None);
+                }
+                at = up;
+            }
         }
     }
 

@@ -22,7 +22,7 @@
 //! | `latency-ratio` | packet mode: `port`'s `percentile` latency over `slower` ([from, to]) is at least `factor` times that over `faster` |
 //! | `delivered-fraction-at-least` | from `from_s` to `to_s` (defaults: the whole run), every row delivers at least `fraction` of what was offered (send + receive) |
 
-use crate::fluid::{gbps, RunOutput};
+use crate::run::{gbps, RunOutput};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -343,7 +343,7 @@ impl ExpectSpec {
 pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOutput>) -> Verdict {
     let lbt_moves: Vec<_> = run.moves.iter().filter(|m| m.lbt.is_some()).collect();
     let uplink_index = |name: &str| run.uplinks.iter().position(|u| u == name).unwrap_or(0);
-    let first_row = |pred: &dyn Fn(&crate::fluid::Row) -> bool| run.rows.iter().find(|r| pred(r)).map(|r| r.t_s);
+    let first_row = |pred: &dyn Fn(&crate::run::Row) -> bool| run.rows.iter().find(|r| pred(r)).map(|r| r.t_s);
     let (name, held, detail) = match spec {
         ExpectSpec::UplinkIdleWhileTotalBelow {
             uplink,

@@ -1,7 +1,7 @@
 //! Judging the packet-mode expectations: per-port rates, admission refusals, RR latency.
 
 use super::{ExpectSpec, Verdict};
-use crate::fluid::RunOutput;
+use crate::run::RunOutput;
 
 /// Judges a packet-mode expectation (the fluid kinds are judged in the parent module).
 pub fn evaluate(spec: &ExpectSpec, run: &RunOutput) -> Verdict {

@@ -8,13 +8,15 @@
 //! the packet. Each uplink sends one packet at a time at its effective rate.
 
 use super::source::{SourceSpec, Stream};
-use crate::fluid::{MoveRecord, Row, RunOutput};
+use crate::run::{MoveRecord, Row, RunOutput};
 use core::net::Ipv4Addr;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use teamster_core::ioc::admission::{self, ReservationCap};
-use teamster_core::ioc::{LimitId, NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
-use teamster_core::teaming::{Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
+use teamster_core::ioc::admission::ReservationCap;
+use teamster_core::ioc::{Ioc, NodeId, NodeSpec, Tree};
+use teamster_core::teaming::{
+    Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -101,9 +103,10 @@ enum Ev {
     Record,
 }
 
-enum Queueing {
-    Netioc(Scheduler<Pkt>),
-    Fifo { queue: VecDeque<Pkt>, per_port: Vec<usize> },
+/// The FIFO that replaces NetIOC on an uplink when the discipline says so.
+struct Fifo {
+    queue: VecDeque<Pkt>,
+    per_port: Vec<usize>,
 }
 
 /// Time-ordered events; the sequence number keeps equal times in scheduling order.
@@ -140,12 +143,11 @@ impl Agenda {
 
 struct Sim<'a> {
     plan: &'a HostPlan,
-    /// Ports whose limit is one bucket shared by every uplink's scheduler.
-    limits: Vec<(NodeId, LimitId)>,
     team: Team,
-    tree: Tree,
-    queues: Vec<Queueing>,
-    shared: SharedLimits,
+    /// NetIOC: the tree, a scheduler per uplink, a shared limit bucket per port.
+    ioc: Ioc<Pkt>,
+    /// Per uplink, when the discipline is FIFO (NetIOC still holds the controls).
+    fifo: Option<Vec<Fifo>>,
     busy: Vec<bool>,
     agenda: Agenda,
     active: Vec<bool>,
@@ -160,11 +162,18 @@ struct Sim<'a> {
 
 /// Runs a host plan to its end.
 pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
-    let mut team = crate::scenario::build_team(
-        plan.uplinks.iter().map(|u| (u.name.clone(), u.capacity)),
-        plan.lbt,
-        &plan.groups,
-    )?;
+    let specs = plan
+        .uplinks
+        .iter()
+        .map(|u| UplinkSpec {
+            name: u.name.clone(),
+            capacity: u.capacity,
+        })
+        .collect();
+    let mut team = Team::new(specs, plan.lbt).map_err(|e| e.to_string())?;
+    for g in &plan.groups {
+        team.add_group(g.clone()).map_err(|e| e.to_string())?;
+    }
     let mut flows = Vec::new();
     for (i, p) in plan.ports.iter().enumerate() {
         team.add_port(PortSpec {
@@ -192,28 +201,20 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
         );
     }
     let np = plan.ports.len();
-    // A vNIC's limit caps it across all its uplinks: one shared bucket per port, limited or not
-    // (a limit may be set later).
-    let mut shared = SharedLimits::default();
-    let limits: Vec<(NodeId, LimitId)> = plan
-        .ports
-        .iter()
-        .map(|p| {
-            let id = shared.add(1.0);
-            shared.set(id, plan.tree.node(p.leaf).spec.limit.map(|l| l.bps_f64()));
-            (p.leaf, id)
-        })
-        .collect();
-    let queues = (0..plan.uplinks.len())
-        .map(|_| new_queueing(plan.discipline, &plan.tree, np, &limits))
-        .collect();
+    let leaves: Vec<NodeId> = plan.ports.iter().map(|p| p.leaf).collect();
+    let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
+    let ioc = Ioc::new(
+        plan.tree.clone(),
+        &leaves,
+        capacities,
+        plan.reservation_cap,
+        plan.queue_packets,
+    );
     let mut sim = Sim {
         plan,
-        limits,
         team,
-        tree: plan.tree.clone(),
-        queues,
-        shared,
+        ioc,
+        fifo: (plan.discipline == Discipline::Fifo).then(|| new_fifos(plan)),
         busy: vec![false; plan.uplinks.len()],
         agenda: Agenda {
             heap: BinaryHeap::new(),
@@ -274,14 +275,14 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
     Ok(sim.out)
 }
 
-fn new_queueing(d: Discipline, tree: &Tree, ports: usize, limits: &[(NodeId, LimitId)]) -> Queueing {
-    match d {
-        Discipline::Netioc => Queueing::Netioc(Scheduler::new(tree, limits)),
-        Discipline::Fifo => Queueing::Fifo {
+/// An empty FIFO per uplink.
+fn new_fifos(plan: &HostPlan) -> Vec<Fifo> {
+    (0..plan.uplinks.len())
+        .map(|_| Fifo {
             queue: VecDeque::new(),
-            per_port: vec![0; ports],
-        },
-    }
+            per_port: vec![0; plan.ports.len()],
+        })
+        .collect()
 }
 
 impl Sim<'_> {
@@ -380,19 +381,19 @@ impl Sim<'_> {
             born: t,
         };
         let now = Instant::from_nanos(t as u64);
-        match &mut self.queues[u] {
-            Queueing::Netioc(s) => {
-                if s.queued(p.leaf) >= self.plan.queue_packets {
+        match &mut self.fifo {
+            None => {
+                if self.ioc.enqueue(u, p.leaf, bytes, pkt, now).is_err() {
                     return false;
                 }
-                s.enqueue(p.leaf, bytes, pkt, now);
             }
-            Queueing::Fifo { queue, per_port } => {
-                if queue.len() >= self.plan.fifo_packets || per_port[i] >= self.plan.queue_packets {
+            Some(fifos) => {
+                let f = &mut fifos[u];
+                if f.queue.len() >= self.plan.fifo_packets || f.per_port[i] >= self.plan.queue_packets {
                     return false;
                 }
-                queue.push_back(pkt);
-                per_port[i] += 1;
+                f.queue.push_back(pkt);
+                f.per_port[i] += 1;
             }
         }
         if !self.busy[u] {
@@ -404,17 +405,20 @@ impl Sim<'_> {
     /// Starts sending the next packet on uplink `u`, or waits for a limit to release one.
     fn start_tx(&mut self, u: usize, t: f64) {
         let now = Instant::from_nanos(t as u64);
-        let next = match &mut self.queues[u] {
-            Queueing::Netioc(s) => match s.dequeue(now, &mut self.shared) {
+        let next = match &mut self.fifo {
+            None => match self.ioc.dequeue(u, now) {
                 Some((_, _, pkt)) => Some(pkt),
                 None => {
-                    if let Some(at) = s.next_eligible(now, &self.shared) {
+                    if let Some(at) = self.ioc.next_eligible(u, now) {
                         self.agenda.push(at.as_nanos() as f64, Ev::Wake(u));
                     }
                     None
                 }
             },
-            Queueing::Fifo { queue, per_port } => queue.pop_front().inspect(|p| per_port[p.port as usize] -= 1),
+            Some(fifos) => {
+                let f = &mut fifos[u];
+                f.queue.pop_front().inspect(|p| f.per_port[p.port as usize] -= 1)
+            }
         };
         self.busy[u] = next.is_some();
         if let Some(pkt) = next {
@@ -452,69 +456,47 @@ impl Sim<'_> {
     /// Applies timeline event `k`.
     fn timeline(&mut self, k: usize, t: f64) {
         let (_, ev) = &self.plan.events[k];
-        let first = &self.plan.uplinks[0];
         match ev {
             PlanEvent::SetControls { node, spec } => {
-                let name = self.tree.node(*node).spec.name.clone();
+                let name = self.ioc.tree().node(*node).spec.name.clone();
                 let what = format!(
                     "{name}: reservation {}, shares {}, limit {}",
                     spec.reservation,
                     spec.shares,
                     spec.limit.map_or("unlimited".to_string(), |l| l.to_string())
                 );
-                // Admission control counts against the smallest uplink, as NetIOC does.
-                let smallest = self
-                    .plan
-                    .uplinks
-                    .iter()
-                    .map(|u| u.capacity)
-                    .min()
-                    .unwrap_or(first.capacity);
-                match admission::set_controls(&mut self.tree, *node, spec.clone(), smallest, self.plan.reservation_cap)
+                match self
+                    .ioc
+                    .set_controls(*node, spec.clone(), Instant::from_nanos(t as u64))
                 {
-                    Ok(()) => {
-                        let now = Instant::from_nanos(t as u64);
-                        if let Some(&(_, bucket)) = self.limits.iter().find(|(leaf, _)| leaf == node) {
-                            self.shared.set(bucket, spec.limit.map(|l| l.bps_f64()));
-                        }
-                        for q in &mut self.queues {
-                            if let Queueing::Netioc(s) = q {
-                                s.set_controls(*node, spec, now);
-                            }
-                        }
-                        self.out.events.push((t / 1e9, format!("set {what}")));
-                    }
+                    Ok(()) => self.out.events.push((t / 1e9, format!("set {what}"))),
                     Err(e) => {
                         self.out.events.push((t / 1e9, format!("rejected {what}: {e}")));
-                        self.out.rejections.push((t / 1e9, e.to_string()));
+                        self.out.rejections.push((t / 1e9, e));
                     }
                 }
             }
             PlanEvent::Discipline(d) => {
                 // Requeue what is waiting, in order, into the new discipline.
                 let now = Instant::from_nanos(t as u64);
-                for u in 0..self.queues.len() {
-                    let old = std::mem::replace(
-                        &mut self.queues[u],
-                        new_queueing(*d, &self.tree, self.plan.ports.len(), &self.limits),
-                    );
-                    let mut waiting = Vec::new();
-                    match old {
-                        Queueing::Fifo { queue, .. } => waiting.extend(queue),
-                        Queueing::Netioc(mut s) => {
-                            let mut none = SharedLimits::default();
-                            while let Some((_, _, p)) = s.dequeue(Instant::from_nanos(u64::MAX / 2), &mut none) {
-                                waiting.push(p);
+                let waiting: Vec<Vec<Pkt>> = (0..self.plan.uplinks.len())
+                    .map(|u| match &mut self.fifo {
+                        Some(fifos) => fifos[u].queue.drain(..).collect(),
+                        None => self.ioc.drain(u).into_iter().map(|(_, p)| p).collect(),
+                    })
+                    .collect();
+                self.fifo = (*d == Discipline::Fifo).then(|| new_fifos(self.plan));
+                for (u, packets) in waiting.into_iter().enumerate() {
+                    for p in packets {
+                        match &mut self.fifo {
+                            Some(fifos) => {
+                                fifos[u].per_port[p.port as usize] += 1;
+                                fifos[u].queue.push_back(p);
                             }
-                        }
-                    }
-                    for p in waiting {
-                        let leaf = self.plan.ports[p.port as usize].leaf;
-                        match &mut self.queues[u] {
-                            Queueing::Netioc(s) => s.enqueue(leaf, p.bytes, p, now),
-                            Queueing::Fifo { queue, per_port } => {
-                                per_port[p.port as usize] += 1;
-                                queue.push_back(p);
+                            None => {
+                                let leaf = self.plan.ports[p.port as usize].leaf;
+                                // Past the port's queue depth (FIFO allowed more): dropped.
+                                let _ = self.ioc.enqueue(u, leaf, p.bytes, p, now);
                             }
                         }
                     }

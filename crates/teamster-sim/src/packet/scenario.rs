@@ -22,10 +22,9 @@
 use super::engine::{Discipline, HostPlan, PlanEvent, PortPlan, UplinkPlan};
 use super::source::SourceSpec;
 use crate::expect::ExpectSpec;
-use crate::host::{build_tree, ClassFile, PoolFile, PortControls};
-use crate::scenario::{GroupFile, LbtFile};
+use crate::timeline::Timeline;
 use serde::Deserialize;
-use teamster_core::ioc::admission::{admit, ReservationCap};
+use teamster_core::host::{self, ClassEntry, GroupEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
 use teamster_core::ioc::{NodeSpec, Shares};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
@@ -41,7 +40,7 @@ pub struct PacketFile {
     pub seed: u64,
     pub duration_s: f64,
     #[serde(default)]
-    pub lbt: LbtFile,
+    pub lbt: LbtSection,
     #[serde(default = "netioc")]
     pub queueing: Discipline,
     #[serde(default = "default_queue")]
@@ -50,11 +49,11 @@ pub struct PacketFile {
     pub fifo_packets: usize,
     pub reservation_cap: Option<f64>,
     pub uplinks: Vec<UplinkFile>,
-    pub port_groups: Vec<GroupFile>,
+    pub port_groups: Vec<GroupEntry>,
     #[serde(default)]
-    pub traffic_classes: Vec<ClassFile>,
+    pub traffic_classes: Vec<ClassEntry>,
     #[serde(default)]
-    pub pools: Vec<PoolFile>,
+    pub pools: Vec<PoolEntry>,
     pub ports: Vec<PortFile>,
     #[serde(default)]
     pub events: Vec<EventFile>,
@@ -80,23 +79,18 @@ pub struct UplinkFile {
     pub effective: Option<Bandwidth>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortFile {
-    pub name: String,
-    pub id: Option<u32>,
-    pub mac: Option<String>,
-    pub group: String,
-    pub pool: Option<String>,
-    pub class: Option<String>,
-    #[serde(default)]
-    pub reservation: Bandwidth,
-    pub shares: Option<Shares>,
-    pub limit: Option<Bandwidth>,
-    pub source: SourceSpec,
-    #[serde(default)]
-    pub start_s: f64,
-    pub stop_s: Option<f64>,
+teamster_core::port_entry! {
+    /// A `[[ports]]` entry of a packet scenario.
+    pub struct PortFile {
+        /// Its traffic source.
+        pub source: SourceSpec,
+        /// When the source starts, in seconds (default 0).
+        #[serde(default)]
+        pub start_s: f64,
+        /// When it stops (default: runs to the end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub stop_s: Option<f64>,
+    }
 }
 
 /// A limit in an event: a bandwidth, or "unlimited".
@@ -143,93 +137,78 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
     if !(1..=1 << 20).contains(&f.queue_packets) || !(1..=1 << 24).contains(&f.fifo_packets) {
         return Err("queue_packets and fifo_packets: expected 1 to 1048576 and 1 to 16777216".into());
     }
-    let cap = match f.reservation_cap {
-        Some(c) => ReservationCap::new(c).map_err(|e| format!("reservation_cap: {e}"))?,
-        None => ReservationCap::default(),
-    };
-    let lbt = crate::scenario::lbt_config(&f.lbt)?;
-    if f.uplinks.is_empty() {
-        return Err("uplinks: expected at least one [[uplinks]] table".into());
-    }
-    let mut uplinks = Vec::new();
     for (i, u) in f.uplinks.iter().enumerate() {
-        if f.uplinks[..i].iter().any(|o| o.name == u.name) {
-            return Err(format!("uplinks[{i}].name: `{}` is used twice", u.name));
-        }
         let rate = u.effective.unwrap_or(u.capacity);
-        if u.capacity.bps() == 0 || rate.bps() == 0 || rate > u.capacity {
+        if rate.bps() == 0 || rate > u.capacity {
             return Err(format!(
-                "uplinks[{i}]: capacity must be above zero and effective at most the capacity"
+                "uplinks[{i}].effective: {rate} must be above zero and at most the capacity {}",
+                u.capacity
             ));
         }
-        uplinks.push(UplinkPlan {
+    }
+    let host = host::build(
+        HostSpec {
+            lbt: &f.lbt,
+            reservation_cap: f.reservation_cap,
+            uplinks: f
+                .uplinks
+                .iter()
+                .map(|u| UplinkDesc {
+                    name: u.name.clone(),
+                    capacity: u.capacity,
+                })
+                .collect(),
+            port_groups: &f.port_groups,
+            traffic_classes: &f.traffic_classes,
+            pools: &f.pools,
+            ports: &f.ports,
+        },
+        // A port without a MAC gets 02:54 and its index: locally administered, unique.
+        &mut |i, _| {
+            let b = (i as u32 + 1).to_be_bytes();
+            Some(MacAddr([0x02, 0x54, b[0], b[1], b[2], b[3]]))
+        },
+    )?;
+    let uplinks: Vec<UplinkPlan> = f
+        .uplinks
+        .iter()
+        .map(|u| UplinkPlan {
             name: u.name.clone(),
             capacity: u.capacity,
-            rate_bps: rate.bps_f64(),
-        });
-    }
-    let names: Vec<&str> = f.uplinks.iter().map(|u| u.name.as_str()).collect();
-    let groups = crate::scenario::resolve_groups(&f.port_groups, &names)?;
-
-    if f.ports.is_empty() {
-        return Err("ports: expected at least one [[ports]] table".into());
-    }
-    let controls: Vec<PortControls> = f
-        .ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| PortControls {
-            key: format!("ports[{i}]"),
-            name: &p.name,
-            pool: p.pool.as_deref(),
-            class: p.class.as_deref(),
-            reservation: p.reservation,
-            shares: p.shares,
-            limit: p.limit,
+            rate_bps: u.effective.unwrap_or(u.capacity).bps_f64(),
         })
         .collect();
-    let (tree, leaves) = build_tree(&f.uplinks[0].name, &f.traffic_classes, &f.pools, &controls)?;
     let mut ports: Vec<PortPlan> = Vec::new();
-    for (i, p) in f.ports.iter().enumerate() {
+    for (i, (p, hp)) in f.ports.iter().zip(&host.ports).enumerate() {
         let key = format!("ports[{i}]");
-        let leaf = leaves[i];
         p.source.check().map_err(|e| format!("{key}.source.{e}"))?;
-        let id = p.id.unwrap_or(i as u32 + 1);
-        if let Some(o) = ports.iter().find(|o| o.id == id) {
-            return Err(format!("{key}.id: {id} is already the ID of port `{}`", o.name));
-        }
-        let mac = match &p.mac {
-            Some(m) => m.parse::<MacAddr>().map_err(|e| format!("{key}.mac: {e}"))?,
-            None => {
-                let b = (i as u32 + 1).to_be_bytes();
-                MacAddr([0x02, 0x54, b[0], b[1], b[2], b[3]])
-            }
-        };
-        if let Some(o) = ports.iter().find(|o| o.mac == mac) {
-            return Err(format!("{key}.mac: {mac} is already the MAC of port `{}`", o.name));
-        }
-        let group = f
-            .port_groups
-            .iter()
-            .position(|g| g.name == p.group)
-            .ok_or_else(|| format!("{key}.group: no port group named `{}`", p.group))?;
         let start_s = p.start_s;
-        if !(start_s.is_finite() && start_s >= 0.0) || p.stop_s.is_some_and(|s| !(s.is_finite() && s > start_s)) {
-            return Err(format!("{key}: start_s must be >= 0 and stop_s after it"));
+        if !(start_s.is_finite() && start_s >= 0.0 && start_s < f.duration_s) {
+            return Err(format!(
+                "{key}.start_s = {start_s}: expected seconds from 0 to before duration_s"
+            ));
+        }
+        if let Some(stop) = p
+            .stop_s
+            .filter(|s| !(s.is_finite() && *s > start_s && *s <= f.duration_s))
+        {
+            return Err(format!(
+                "{key}.stop_s = {stop}: expected seconds after start_s, at most duration_s"
+            ));
         }
         ports.push(PortPlan {
             name: p.name.clone(),
-            id,
-            mac,
-            group,
-            leaf,
+            id: hp.id.0,
+            mac: hp.mac,
+            group: hp.group.0,
+            leaf: hp.leaf,
             source: p.source.clone(),
             start_s,
             stop_s: p.stop_s,
         });
     }
-    let smallest = uplinks.iter().map(|u| u.capacity).min().expect("at least one uplink");
-    admit(&tree, smallest, cap).map_err(|e| format!("admission control: {e}"))?;
+    let tree = host.tree.clone();
+    let mut timeline = Timeline::new(f.duration_s);
     let mut events = Vec::new();
     for (i, e) in f.events.iter().enumerate() {
         let key = format!("events[{i}]");
@@ -241,10 +220,12 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
                 shares,
                 limit,
             } => {
+                let at_s = timeline.time(&key, *at_s)?;
                 let id = tree
                     .find(node)
                     .filter(|n| n.0 != 0)
                     .ok_or_else(|| format!("{key}.node: no class, pool or port named `{node}`"))?;
+                timeline.claim(&key, at_s, format!("`{node}`"))?;
                 let old = &tree.node(id).spec;
                 let spec = NodeSpec {
                     name: old.name.clone(),
@@ -256,30 +237,25 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
                         Some(LimitFile::Unlimited(_)) => None,
                     },
                 };
-                if let Some(l) = spec.limit.filter(|l| *l < spec.reservation) {
-                    return Err(format!(
-                        "{key}.limit: {l} is below the reservation {}",
-                        spec.reservation
-                    ));
-                }
-                (*at_s, PlanEvent::SetControls { node: id, spec })
+                host::check_controls(&key, &spec)?;
+                (at_s, PlanEvent::SetControls { node: id, spec })
             }
-            EventFile::Queueing { at_s, queueing } => (*at_s, PlanEvent::Discipline(*queueing)),
+            EventFile::Queueing { at_s, queueing } => {
+                let at_s = timeline.time(&key, *at_s)?;
+                timeline.claim(&key, at_s, "the queueing discipline".into())?;
+                (at_s, PlanEvent::Discipline(*queueing))
+            }
         };
-        if !(at_s.is_finite() && at_s >= 0.0) {
-            return Err(format!(
-                "{key}.at_s = {at_s}: expected a non-negative number of seconds"
-            ));
-        }
         events.push((at_s, ev));
     }
+    // Stable: events at the same instant keep their file order.
     events.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(HostPlan {
         uplinks,
-        groups,
-        lbt,
+        groups: host.groups,
+        lbt: host.lbt,
         tree,
-        reservation_cap: cap,
+        reservation_cap: host.reservation_cap,
         ports,
         discipline: f.queueing,
         queue_packets: f.queue_packets,

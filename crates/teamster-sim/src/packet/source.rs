@@ -16,7 +16,7 @@ use serde::Deserialize;
 use teamster_core::units::Bandwidth;
 
 /// A source as written in a scenario.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum SourceSpec {
     Greedy {

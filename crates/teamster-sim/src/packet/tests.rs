@@ -79,7 +79,7 @@ fn host(vm_reservation: f64, sources: Vec<(SourceSpec, f64)>, duration_s: f64) -
     }
 }
 
-fn mean_gbps(out: &crate::fluid::RunOutput, port: usize, from: f64, to: f64) -> f64 {
+fn mean_gbps(out: &crate::run::RunOutput, port: usize, from: f64, to: f64) -> f64 {
     let rows: Vec<_> = out.rows.iter().filter(|r| r.t_s >= from && r.t_s < to).collect();
     rows.iter().map(|r| r.delivered_tx[port]).sum::<f64>() / rows.len() as f64 / 1e9
 }

@@ -2,7 +2,7 @@
 //! self-contained HTML file (its data and chart code inline, no network) beside a run's CSV and
 //! SVG output.
 
-use crate::fluid::RunOutput;
+use crate::run::RunOutput;
 use serde_json::json;
 use std::path::Path;
 

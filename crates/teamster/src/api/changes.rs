@@ -6,9 +6,9 @@
 
 use crate::live::config::{AdminState, SwitchFile};
 use serde::{Deserialize, Deserializer};
+use teamster_core::host::PolicyName;
 use teamster_core::ioc::Shares;
 use teamster_core::units::Bandwidth;
-use teamster_sim::scenario::PolicyName;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 

@@ -2,7 +2,7 @@
 
 use super::changes::{change_group, change_port, change_uplink, ChangeError, GroupChange, PortChange, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
-use crate::live::config::{check, render, Sysfs};
+use crate::live::config::{check_with, render, Sysfs};
 use crate::live::daemon::Apply;
 use crate::live::persist::save_atomically;
 use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
@@ -15,6 +15,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
+use teamster_core::units::Bandwidth;
 
 /// The router; with `token`, every request must present it (the TCP listener).
 pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
@@ -113,7 +114,14 @@ async fn change(
     })?;
     // The body was well formed; the configuration it leads to is not (a limit below the
     // reservation, an unknown uplink, admission control): a conflict with the current state.
-    let plan = check(&new, &Sysfs).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
+    // Uplinks keep the capacity they run at unless the file sets one: a speed sysfs cannot read
+    // while a carrier is down never refuses a change.
+    let running: Vec<(String, Bandwidth)> = latest(state)
+        .uplinks
+        .iter()
+        .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
+        .collect();
+    let plan = check_with(&new, &Sysfs, &running).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
     let path = state.config_path.clone();
     let text = render(&new);
     tokio::task::spawn_blocking(move || save_atomically(&path, &text))

@@ -26,13 +26,10 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use teamster_core::ioc::admission::{admit, ReservationCap};
-use teamster_core::ioc::{NodeId, Shares, Tree};
-use teamster_core::teaming::{GroupId, PortId, PortSpec, Team};
+use teamster_core::host::{self, ClassEntry, GroupEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
+use teamster_core::ioc::{NodeId, Tree};
+use teamster_core::teaming::{PortId, Team};
 use teamster_core::units::Bandwidth;
-use teamster_core::wire::MacAddr;
-use teamster_sim::host::{build_tree, ClassFile, PoolFile, PortControls};
-use teamster_sim::scenario::{GroupFile, LbtFile};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -40,13 +37,13 @@ pub struct SwitchFile {
     pub mac_ageing_s: Option<f64>,
     pub reservation_cap: Option<f64>,
     #[serde(default)]
-    pub lbt: LbtFile,
+    pub lbt: LbtSection,
     pub uplinks: Vec<UplinkFile>,
-    pub port_groups: Vec<GroupFile>,
+    pub port_groups: Vec<GroupEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub traffic_classes: Vec<ClassFile>,
+    pub traffic_classes: Vec<ClassEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pools: Vec<PoolFile>,
+    pub pools: Vec<PoolEntry>,
     pub ports: Vec<PortFile>,
 }
 
@@ -76,20 +73,12 @@ impl AdminState {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortFile {
-    pub name: String,
-    pub interface: String,
-    pub mac: String,
-    pub group: String,
-    pub id: Option<u32>,
-    pub pool: Option<String>,
-    pub class: Option<String>,
-    #[serde(default)]
-    pub reservation: Bandwidth,
-    pub shares: Option<Shares>,
-    pub limit: Option<Bandwidth>,
+teamster_core::port_entry! {
+    /// A `[[ports]]` entry of `switch.toml`: the host model's port, on an interface.
+    pub struct PortFile {
+        /// The host end of a veth pair, or a tap device.
+        pub interface: String,
+    }
 }
 
 /// A checked switch, ready to attach.
@@ -101,6 +90,7 @@ pub struct SwitchPlan {
     /// Per uplink (in file order): its interface and capacity.
     pub uplinks: Vec<(String, Bandwidth)>,
     pub mac_ageing: core::time::Duration,
+    pub reservation_cap: teamster_core::ioc::ReservationCap,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -139,7 +129,7 @@ pub fn parse(text: &str, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
 
 /// Parses switch-file text without checking it against the host.
 pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
-    teamster_sim::scenario::parse_toml(text)
+    host::parse_toml(text)
 }
 
 /// The file as TOML, as the daemon saves it after a change made through the API.
@@ -148,24 +138,47 @@ pub fn render(f: &SwitchFile) -> String {
     format!("# Teamster switch configuration. The daemon rewrites this file when a change is made\n# through its API (`teamster ctl`); edit it while the daemon is stopped.\n\n{body}")
 }
 
+/// The longest MAC ageing time accepted: a day.
+const MAX_AGEING_S: f64 = 86_400.0;
+
+/// Refuses an interface name Linux would refuse (empty, 16 bytes or more, `.`, `..`, or with
+/// `/`, `:` or whitespace), before it is used in a sysfs path or a socket call.
+fn check_interface(key: &str, name: &str) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name.len() >= 16
+        || name == "."
+        || name == ".."
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if bad {
+        return Err(format!(
+            "{key}.interface: `{}` is not an interface name (1-15 bytes, no `/`, `:` or spaces, not `.` or `..`)",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a switch file against the host (interfaces, capacities) and admission control, and
-/// builds the switch it describes.
+/// builds the switch it describes, at start: an uplink without a capacity in the file gets the
+/// speed its interface reports.
 pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
-    let lbt = teamster_sim::scenario::lbt_config(&f.lbt)?;
-    let cap = match f.reservation_cap {
-        Some(c) => ReservationCap::new(c).map_err(|e| format!("reservation_cap: {e}"))?,
-        None => ReservationCap::default(),
-    };
+    check_with(f, ifs, &[])
+}
+
+/// Checks a change to a running switch: as [`check`], except that an uplink the switch already
+/// runs keeps the capacity it runs at unless the file sets one (`running`, by uplink name), so
+/// a change is never refused because a speed is unreadable while a carrier is down.
+pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwidth)]) -> Result<SwitchPlan, String> {
     let ageing = match f.mac_ageing_s {
-        Some(s) if s.is_finite() && s >= 1.0 => core::time::Duration::from_secs_f64(s),
-        Some(s) => return Err(format!("mac_ageing_s = {s}: expected at least 1 second")),
+        Some(s) if s.is_finite() && (1.0..=MAX_AGEING_S).contains(&s) => core::time::Duration::from_secs_f64(s),
+        Some(s) => return Err(format!("mac_ageing_s = {s}: expected seconds from 1 to {MAX_AGEING_S}")),
         None => teamster_core::switch::MacTable::DEFAULT_AGEING,
     };
-    if f.uplinks.is_empty() {
-        return Err("uplinks: expected at least one [[uplinks]] table".into());
-    }
     let mut interfaces: Vec<(String, String)> = Vec::new();
     let mut claim = |key: String, name: &str| -> Result<(), String> {
+        check_interface(&key, name)?;
         if !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
         }
@@ -178,14 +191,11 @@ pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String>
     let mut uplinks = Vec::new();
     for (i, u) in f.uplinks.iter().enumerate() {
         let key = format!("uplinks[{i}]");
-        if f.uplinks[..i].iter().any(|o| o.name == u.name) {
-            return Err(format!("{key}.name: `{}` is used twice", u.name));
-        }
         claim(key.clone(), &u.interface)?;
-        let capacity = match u.capacity {
-            Some(c) if c.bps() > 0 => c,
-            Some(_) => return Err(format!("{key}.capacity: must be greater than zero")),
-            None => ifs.speed_mbps(&u.interface).map(Bandwidth::from_mbps).ok_or_else(|| {
+        let kept = running.iter().find(|(n, _)| *n == u.name).map(|(_, c)| *c);
+        let capacity = match (u.capacity, kept) {
+            (Some(c), _) | (None, Some(c)) => c,
+            (None, None) => ifs.speed_mbps(&u.interface).map(Bandwidth::from_mbps).ok_or_else(|| {
                 format!(
                     "{key}.capacity: not given, and `{}` reports no link speed: set it",
                     u.interface
@@ -194,62 +204,40 @@ pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String>
         };
         uplinks.push((u.interface.clone(), capacity));
     }
-    let names: Vec<&str> = f.uplinks.iter().map(|u| u.name.as_str()).collect();
-    let groups = teamster_sim::scenario::resolve_groups(&f.port_groups, &names)?;
-    let specs = f.uplinks.iter().zip(&uplinks).map(|(u, (_, c))| (u.name.clone(), *c));
-    let mut team = teamster_sim::scenario::build_team(specs, lbt, &groups)?;
-    if f.ports.is_empty() {
-        return Err("ports: expected at least one [[ports]] table".into());
+    for (i, p) in f.ports.iter().enumerate() {
+        claim(format!("ports[{i}]"), &p.interface)?;
     }
-    let controls: Vec<PortControls> = f
+    let built = host::build(
+        HostSpec {
+            lbt: &f.lbt,
+            reservation_cap: f.reservation_cap,
+            uplinks: f
+                .uplinks
+                .iter()
+                .zip(&uplinks)
+                .map(|(u, (_, capacity))| UplinkDesc {
+                    name: u.name.clone(),
+                    capacity: *capacity,
+                })
+                .collect(),
+            port_groups: &f.port_groups,
+            traffic_classes: &f.traffic_classes,
+            pools: &f.pools,
+            ports: &f.ports,
+        },
+        // A live port's MAC is the one its VM uses: the file must say it.
+        &mut |_, _| None,
+    )?;
+    let ports = built
         .ports
         .iter()
-        .enumerate()
-        .map(|(i, p)| PortControls {
-            key: format!("ports[{i}]"),
-            name: &p.name,
-            pool: p.pool.as_deref(),
-            class: p.class.as_deref(),
-            reservation: p.reservation,
-            shares: p.shares,
-            limit: p.limit,
-        })
+        .zip(&f.ports)
+        .map(|(hp, pf)| (hp.id, pf.interface.clone(), hp.leaf))
         .collect();
-    let (tree, leaves) = build_tree(&f.uplinks[0].name, &f.traffic_classes, &f.pools, &controls)?;
-    let mut ports = Vec::new();
-    let mut macs: Vec<(MacAddr, String)> = Vec::new();
-    for (i, p) in f.ports.iter().enumerate() {
-        let key = format!("ports[{i}]");
-        claim(key.clone(), &p.interface)?;
-        let mac: MacAddr = p.mac.parse().map_err(|e| format!("{key}.mac: {e}"))?;
-        if mac.is_multicast() {
-            return Err(format!(
-                "{key}.mac: {mac} is a group address; a port needs a unicast MAC"
-            ));
-        }
-        if let Some((_, other)) = macs.iter().find(|(m, _)| *m == mac) {
-            return Err(format!("{key}.mac: {mac} is already the MAC of {other}"));
-        }
-        macs.push((mac, format!("port `{}`", p.name)));
-        let group = f
-            .port_groups
-            .iter()
-            .position(|g| g.name == p.group)
-            .ok_or_else(|| format!("{key}.group: no port group named `{}`", p.group))?;
-        let id = PortId(p.id.unwrap_or(i as u32 + 1));
-        team.add_port(PortSpec {
-            id,
-            mac,
-            group: GroupId(group),
-        })
-        .map_err(|e| format!("{key}: {e}"))?;
-        ports.push((id, p.interface.clone(), leaves[i]));
-    }
-    let smallest = uplinks.iter().map(|(_, c)| *c).min().expect("at least one uplink");
-    admit(&tree, smallest, cap).map_err(|e| format!("admission control: {e}"))?;
     Ok(SwitchPlan {
-        team,
-        tree,
+        team: built.team,
+        tree: built.tree,
+        reservation_cap: built.reservation_cap,
         ports,
         uplinks,
         mac_ageing: ageing,
@@ -333,6 +321,49 @@ group = "vms"
             (
                 GOOD.replace("52:54:00:00:00:02", "52:54:00:00:00:01"),
                 "ports[1].mac: 52:54:00:00:00:01 is already the MAC of port `vm1`",
+            ),
+            (
+                GOOD.replace("52:54:00:00:00:02", "00:00:00:00:00:00"),
+                "ports[1].mac: the all-zero MAC",
+            ),
+            (
+                GOOD.replace("mac = \"52:54:00:00:00:02\"\n", ""),
+                "ports[1].mac: required",
+            ),
+            (
+                GOOD.replace("interface = \"vnet1\"", "interface = \"..\""),
+                "ports[1].interface: `..` is not an interface name",
+            ),
+            (
+                GOOD.replace("interface = \"vnet1\"", "interface = \"a/b\""),
+                "ports[1].interface: `a/b` is not an interface name",
+            ),
+            (
+                GOOD.replace("name = \"vm2\"", "name = \"\""),
+                "ports[1].name: expected a name of 1 to 64 characters",
+            ),
+            (
+                GOOD.replace("name = \"vm2\"", "name = \"../etc\""),
+                "ports[1].name: `../etc` is not a usable name",
+            ),
+            (
+                GOOD.replace("capacity = \"1G\"", "capacity = 100"),
+                "uplinks[1].capacity: 100bps is under 1Mbps: write the unit",
+            ),
+            (
+                GOOD.replace("reservation = \"100M\"", "reservation = \"100M\"\nlimit = 0"),
+                "ports[0].limit: 0bps is below the smallest limit",
+            ),
+            (
+                format!("mac_ageing_s = 1e20\n{GOOD}"),
+                "mac_ageing_s = 100000000000000000000: expected seconds",
+            ),
+            (
+                GOOD.replace(
+                    "[[uplinks]]\nname = \"uplink1\"",
+                    "[lbt]\nwindow_s = 1e20\n[[uplinks]]\nname = \"uplink1\"",
+                ),
+                "lbt.window_s = 100000000000000000000: expected seconds from 0.03 to 86400",
             ),
             (
                 GOOD.replace("52:54:00:00:00:02", "01:00:5e:00:00:01"),

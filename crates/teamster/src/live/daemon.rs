@@ -74,6 +74,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
     let dp = DatapathPlan {
         team: plan.team,
         tree: plan.tree,
+        reservation_cap: plan.reservation_cap,
         ports,
         uplinks,
         mac_ageing: plan.mac_ageing,

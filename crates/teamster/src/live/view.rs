@@ -60,7 +60,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 capacity_bps: u.plan.capacity.bps(),
                 tx_utilisation: util.tx,
                 rx_utilisation: util.rx,
-                queue_depth: dp.ports().iter().map(|p| u.queued(p.plan.leaf) as u64).sum(),
+                queue_depth: dp.ports().iter().map(|p| dp.queued(i, p.plan.leaf) as u64).sum(),
                 counters: counters(dp.switch().uplink_counters(UplinkId(i)), &u.extra),
             }
         })
@@ -77,7 +77,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             PortView {
                 name: p.plan.name.clone(),
                 interface: p.plan.interface.clone(),
-                mac: pf.mac.clone(),
+                mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),
                 home: team.port_home(p.plan.id).map(uplink_name),

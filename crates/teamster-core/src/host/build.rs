@@ -1,0 +1,273 @@
+//! [`build`]: a host file's shared tables, checked and turned into the engine's team and NetIOC
+//! tree. The one place where names are resolved, numbers range-checked, MACs checked, and
+//! admission control run for a configuration as a whole.
+
+use super::entries::{ClassEntry, GroupEntry, LbtSection, PortEntry};
+use super::netioc::{build_tree, PortControls};
+use crate::ioc::admission::{admit, ReservationCap};
+use crate::ioc::{NodeId, Tree};
+use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec};
+use crate::units::Bandwidth;
+use crate::wire::MacAddr;
+
+/// An uplink as the host model needs it: its name and the capacity it is paced and admitted at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UplinkDesc {
+    pub name: String,
+    pub capacity: Bandwidth,
+}
+
+/// A host file's shared tables, borrowed from whichever file holds them.
+pub struct HostSpec<'a, P: PortEntry> {
+    pub lbt: &'a LbtSection,
+    pub reservation_cap: Option<f64>,
+    /// The uplinks, in file order, with their capacities resolved by the caller.
+    pub uplinks: Vec<UplinkDesc>,
+    pub port_groups: &'a [GroupEntry],
+    pub traffic_classes: &'a [ClassEntry],
+    pub pools: &'a [super::PoolEntry],
+    pub ports: &'a [P],
+}
+
+/// A port of a built host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub name: String,
+    pub id: PortId,
+    pub mac: MacAddr,
+    pub group: GroupId,
+    /// Its leaf in the NetIOC tree.
+    pub leaf: NodeId,
+}
+
+/// A checked host: its team (groups and ports added), its NetIOC tree, and the resolved knobs.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub lbt: LbtConfig,
+    pub reservation_cap: ReservationCap,
+    pub uplinks: Vec<UplinkDesc>,
+    pub groups: Vec<PortGroupSpec>,
+    pub team: Team,
+    pub tree: Tree,
+    /// In file order.
+    pub ports: Vec<HostPort>,
+}
+
+/// The smallest capacity accepted: under it, a plain number was almost certainly meant in Mbit/s.
+pub const MIN_CAPACITY: Bandwidth = Bandwidth::from_mbps(1);
+/// The largest capacity accepted (10 Tbit/s).
+pub const MAX_CAPACITY: Bandwidth = Bandwidth::from_mbps(10_000_000);
+
+/// Refuses a name that is empty, too long, has control characters or slashes, or is `.`/`..`:
+/// names end up in file paths, URLs, metrics labels and logs.
+pub fn check_name(key: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!("{key}: expected a name of 1 to 64 characters"));
+    }
+    if name == "." || name == ".." || name.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
+        return Err(format!(
+            "{key}: `{}` is not a usable name (no `/`, `\\`, control characters, `.` or `..`)",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an uplink's capacity, under `key`.
+pub fn check_capacity(key: &str, c: Bandwidth) -> Result<(), String> {
+    if c < MIN_CAPACITY {
+        return Err(format!(
+            "{key}: {c} is under {MIN_CAPACITY}: write the unit (\"10G\", \"100M\"); a plain number is bits/s"
+        ));
+    }
+    if c > MAX_CAPACITY {
+        return Err(format!("{key}: {c} is over {MAX_CAPACITY}"));
+    }
+    Ok(())
+}
+
+/// The index of the uplink named `name`; the error, under `key`, lists the known ones.
+pub fn uplink_index(uplinks: &[&str], key: &str, name: &str) -> Result<UplinkId, String> {
+    uplinks
+        .iter()
+        .position(|u| *u == name)
+        .map(UplinkId)
+        .ok_or_else(|| format!("{key}: no uplink named `{name}` (uplinks: {})", uplinks.join(", ")))
+}
+
+/// A failover order from uplink names, under `key`: at least one active uplink, none twice.
+pub fn failover_order(
+    uplinks: &[&str],
+    key: &str,
+    active: &[String],
+    standby: &[String],
+) -> Result<FailoverOrder, String> {
+    let list = |k: &str, names: &[String]| {
+        names
+            .iter()
+            .enumerate()
+            .map(|(j, n)| uplink_index(uplinks, &format!("{key}.{k}[{j}]"), n))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let order = FailoverOrder {
+        active: list("active", active)?,
+        standby: list("standby", standby)?,
+    };
+    if order.active.is_empty() {
+        return Err(format!("{key}.active: expected at least one active uplink"));
+    }
+    let all: Vec<UplinkId> = order.active.iter().chain(&order.standby).copied().collect();
+    if let Some((i, u)) = all.iter().enumerate().find(|(i, u)| all[..*i].contains(u)) {
+        let list = if i < order.active.len() { "active" } else { "standby" };
+        return Err(format!(
+            "{key}.{list}: uplink `{}` is listed twice in the failover order",
+            uplinks[u.0]
+        ));
+    }
+    Ok(order)
+}
+
+/// Resolves `[[port_groups]]` against the uplinks' names; errors carry the key path.
+fn resolve_groups(groups: &[GroupEntry], uplinks: &[&str]) -> Result<Vec<PortGroupSpec>, String> {
+    let mut out = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
+        let key = format!("port_groups[{i}]");
+        check_name(&format!("{key}.name"), &g.name)?;
+        if groups[..i].iter().any(|o| o.name == g.name) {
+            return Err(format!("{key}.name: `{}` is used twice", g.name));
+        }
+        if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
+            return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
+        }
+        out.push(PortGroupSpec {
+            name: g.name.clone(),
+            policy: g.policy.policy(),
+            order: failover_order(uplinks, &key, &g.active, &g.standby)?,
+            failback: g.failback,
+            notify_switches: g.notify_switches,
+            vlan: g.vlan,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks a host's shared tables and builds it. `default_mac(i, taken)` gives port `i` a MAC
+/// when its entry has none (`None`: a MAC is required, an error). Errors carry the key path.
+pub fn build<P: PortEntry>(
+    spec: HostSpec<'_, P>,
+    default_mac: &mut dyn FnMut(usize, &[MacAddr]) -> Option<MacAddr>,
+) -> Result<Host, String> {
+    let lbt = spec.lbt.config()?;
+    let cap = match spec.reservation_cap {
+        Some(c) => ReservationCap::new(c).map_err(|e| format!("reservation_cap: {e}"))?,
+        None => ReservationCap::default(),
+    };
+    if spec.uplinks.is_empty() {
+        return Err("uplinks: expected at least one [[uplinks]] table".into());
+    }
+    for (i, u) in spec.uplinks.iter().enumerate() {
+        check_name(&format!("uplinks[{i}].name"), &u.name)?;
+        if spec.uplinks[..i].iter().any(|o| o.name == u.name) {
+            return Err(format!("uplinks[{i}].name: `{}` is used twice", u.name));
+        }
+        check_capacity(&format!("uplinks[{i}].capacity"), u.capacity)?;
+    }
+    let names: Vec<&str> = spec.uplinks.iter().map(|u| u.name.as_str()).collect();
+    let groups = resolve_groups(spec.port_groups, &names)?;
+    let specs = spec
+        .uplinks
+        .iter()
+        .map(|u| UplinkSpec {
+            name: u.name.clone(),
+            capacity: u.capacity,
+        })
+        .collect();
+    let mut team = Team::new(specs, lbt).map_err(|e| e.to_string())?;
+    for g in &groups {
+        team.add_group(g.clone()).map_err(|e| e.to_string())?;
+    }
+    if spec.ports.is_empty() {
+        return Err("ports: expected at least one [[ports]] table".into());
+    }
+    let common: Vec<_> = spec.ports.iter().map(PortEntry::common).collect();
+    let controls: Vec<PortControls> = common
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PortControls {
+            key: format!("ports[{i}]"),
+            name: p.name,
+            pool: p.pool,
+            class: p.class,
+            reservation: p.reservation,
+            shares: p.shares,
+            limit: p.limit,
+        })
+        .collect();
+    for (i, p) in common.iter().enumerate() {
+        check_name(&format!("ports[{i}].name"), p.name)?;
+    }
+    // Admission counts against the smallest uplink: a port may fail over to any of them.
+    let smallest = spec
+        .uplinks
+        .iter()
+        .min_by_key(|u| u.capacity)
+        .expect("at least one uplink");
+    let (tree, leaves) = build_tree(&smallest.name, spec.traffic_classes, spec.pools, &controls)?;
+    let mut ports: Vec<HostPort> = Vec::new();
+    for (i, p) in common.iter().enumerate() {
+        let key = format!("ports[{i}]");
+        let id = PortId(p.id.unwrap_or(i as u32 + 1));
+        if let Some(o) = ports.iter().find(|o| o.id == id) {
+            return Err(format!("{key}.id: {} is already the ID of port `{}`", id.0, o.name));
+        }
+        let taken: Vec<MacAddr> = ports.iter().map(|o| o.mac).collect();
+        let mac = match p.mac {
+            Some(m) => m.parse::<MacAddr>().map_err(|e| format!("{key}.mac: {e}"))?,
+            None => default_mac(i, &taken)
+                .ok_or_else(|| format!("{key}.mac: required (the MAC the VM uses on this port)"))?,
+        };
+        if mac.is_multicast() {
+            return Err(format!(
+                "{key}.mac: {mac} is a group address; a port needs a unicast MAC"
+            ));
+        }
+        if mac == MacAddr([0; 6]) {
+            return Err(format!("{key}.mac: the all-zero MAC is not a port's address"));
+        }
+        if let Some(o) = ports.iter().find(|o| o.mac == mac) {
+            return Err(format!("{key}.mac: {mac} is already the MAC of port `{}`", o.name));
+        }
+        let group = spec
+            .port_groups
+            .iter()
+            .position(|g| g.name == p.group)
+            .map(GroupId)
+            .ok_or_else(|| {
+                let known: Vec<&str> = spec.port_groups.iter().map(|g| g.name.as_str()).collect();
+                format!(
+                    "{key}.group: no port group named `{}` (port groups: {})",
+                    p.group,
+                    known.join(", ")
+                )
+            })?;
+        team.add_port(PortSpec { id, mac, group })
+            .map_err(|e| format!("{key}: {e}"))?;
+        ports.push(HostPort {
+            name: p.name.to_string(),
+            id,
+            mac,
+            group,
+            leaf: leaves[i],
+        });
+    }
+    admit(&tree, smallest.capacity, cap).map_err(|e| format!("admission control: {e}"))?;
+    Ok(Host {
+        lbt,
+        reservation_cap: cap,
+        uplinks: spec.uplinks,
+        groups,
+        team,
+        tree,
+        ports,
+    })
+}

@@ -1,0 +1,154 @@
+//! The serde shapes of a host file's shared tables: `[lbt]`, `[[port_groups]]`,
+//! `[[traffic_classes]]`, `[[pools]]`, and the shared part of a `[[ports]]` entry.
+
+use crate::ioc::Shares;
+use crate::teaming::{IpHashMode, LbtConfig, Policy};
+use crate::units::Bandwidth;
+use core::time::Duration;
+use serde::{Deserialize, Serialize};
+
+/// Load-Based Teaming knobs (defaults as vSphere: 30 s, 0.75, 30 s).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LbtSection {
+    #[serde(default = "thirty")]
+    pub window_s: f64,
+    #[serde(default = "three_quarters")]
+    pub threshold: f64,
+    #[serde(default = "thirty")]
+    pub period_s: f64,
+}
+
+fn thirty() -> f64 {
+    30.0
+}
+fn three_quarters() -> f64 {
+    0.75
+}
+
+impl Default for LbtSection {
+    fn default() -> Self {
+        LbtSection {
+            window_s: 30.0,
+            threshold: 0.75,
+            period_s: 30.0,
+        }
+    }
+}
+
+impl LbtSection {
+    /// The longest window or period accepted: a day. Longer spans are almost certainly a unit
+    /// mistake, and would overflow the meters' arithmetic.
+    pub const MAX_S: f64 = 86_400.0;
+
+    /// The team's knobs, checked: each out-of-range value is an error naming its key.
+    pub fn config(&self) -> Result<LbtConfig, String> {
+        let secs = |k: &str, v: f64, min: f64| {
+            if v.is_finite() && v >= min && v <= Self::MAX_S {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(format!("lbt.{k} = {v}: expected seconds from {min} to {}", Self::MAX_S))
+            }
+        };
+        let lbt = LbtConfig {
+            window: secs("window_s", self.window_s, 0.03)?,
+            threshold: self.threshold,
+            period: secs("period_s", self.period_s, 0.001)?,
+        };
+        lbt.validate().map_err(|e| format!("lbt.threshold: {e}"))?;
+        Ok(lbt)
+    }
+}
+
+/// A load-balancing policy's name in a host file or an API body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// Route based on originating virtual port ID.
+    PortId,
+    /// Route based on source MAC hash.
+    SourceMac,
+    /// Route based on IP hash, addresses only.
+    IpHash,
+    /// Route based on IP hash, addresses and TCP/UDP ports.
+    IpHashL4,
+    /// Route based on physical NIC load (LBT).
+    LoadBased,
+}
+
+impl PolicyName {
+    /// The team's policy of this name.
+    pub fn policy(self) -> Policy {
+        match self {
+            PolicyName::PortId => Policy::OriginatingPortId,
+            PolicyName::SourceMac => Policy::SourceMacHash,
+            PolicyName::IpHash => Policy::IpHash(IpHashMode::L3),
+            PolicyName::IpHashL4 => Policy::IpHash(IpHashMode::L3L4),
+            PolicyName::LoadBased => Policy::LoadBased,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A `[[port_groups]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupEntry {
+    pub name: String,
+    pub policy: PolicyName,
+    /// Active uplinks, by name, in failover order.
+    pub active: Vec<String>,
+    /// Standby uplinks, by name, in failover order.
+    #[serde(default)]
+    pub standby: Vec<String>,
+    #[serde(default = "yes")]
+    pub failback: bool,
+    #[serde(default = "yes")]
+    pub notify_switches: bool,
+    pub vlan: Option<u16>,
+}
+
+/// A `[[traffic_classes]]` entry: a system traffic class's controls.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassEntry {
+    pub class: String,
+    #[serde(default)]
+    pub reservation: Bandwidth,
+    pub shares: Option<Shares>,
+    pub limit: Option<Bandwidth>,
+}
+
+/// A `[[pools]]` entry: a network resource pool under the `vm` class.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolEntry {
+    pub name: String,
+    #[serde(default)]
+    pub reservation: Bandwidth,
+    pub shares: Option<Shares>,
+    pub limit: Option<Bandwidth>,
+}
+
+/// The fields every file's `[[ports]]` entry shares, borrowed from it.
+#[derive(Debug, Clone, Copy)]
+pub struct PortCommon<'a> {
+    pub name: &'a str,
+    pub id: Option<u32>,
+    pub mac: Option<&'a str>,
+    pub group: &'a str,
+    pub pool: Option<&'a str>,
+    pub class: Option<&'a str>,
+    pub reservation: Bandwidth,
+    pub shares: Option<Shares>,
+    pub limit: Option<Bandwidth>,
+}
+
+/// A file's port entry (declared with [`port_entry!`](crate::port_entry)).
+pub trait PortEntry {
+    /// Its shared fields.
+    fn common(&self) -> PortCommon<'_>;
+}

@@ -1,0 +1,224 @@
+//! The host model's checks, through a small file shape declared with [`port_entry!`].
+
+use super::*;
+use crate::ioc::{Ioc, NodeSpec};
+use crate::units::Bandwidth;
+use crate::wire::MacAddr;
+use crate::Instant;
+use serde::Deserialize;
+
+crate::port_entry! {
+    /// A test file's port: the shared fields and a `note`.
+    pub struct TestPort {
+        #[serde(default)]
+        pub note: String,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestFile {
+    #[serde(default)]
+    lbt: LbtSection,
+    reservation_cap: Option<f64>,
+    uplinks: Vec<(String, String)>,
+    port_groups: Vec<GroupEntry>,
+    #[serde(default)]
+    traffic_classes: Vec<ClassEntry>,
+    #[serde(default)]
+    pools: Vec<PoolEntry>,
+    ports: Vec<TestPort>,
+}
+
+const GOOD: &str = r#"
+uplinks = [["uplink1", "10G"], ["uplink2", "1G"]]
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1", "uplink2"]
+[[traffic_classes]]
+class = "vm"
+reservation = "600M"
+[[pools]]
+name = "gold"
+reservation = "500M"
+[[ports]]
+name = "vm1"
+mac = "52:54:00:00:00:01"
+group = "vms"
+pool = "gold"
+reservation = "200M"
+note = "a test port"
+[[ports]]
+name = "vm2"
+group = "vms"
+limit = "300M"
+"#;
+
+fn build_text(text: &str) -> Result<Host, String> {
+    let f: TestFile = parse_toml(text)?;
+    let uplinks = f
+        .uplinks
+        .iter()
+        .map(|(n, c)| UplinkDesc {
+            name: n.clone(),
+            capacity: c.parse().unwrap(),
+        })
+        .collect();
+    build(
+        HostSpec {
+            lbt: &f.lbt,
+            reservation_cap: f.reservation_cap,
+            uplinks,
+            port_groups: &f.port_groups,
+            traffic_classes: &f.traffic_classes,
+            pools: &f.pools,
+            ports: &f.ports,
+        },
+        &mut |i, _| Some(MacAddr([2, 0, 0, 0, 0, i as u8 + 1])),
+    )
+}
+
+#[test]
+fn a_good_host_builds_its_team_and_tree() {
+    let h = build_text(GOOD).unwrap();
+    assert_eq!(h.ports.len(), 2);
+    assert_eq!(
+        h.ports[1].mac,
+        MacAddr([2, 0, 0, 0, 0, 2]),
+        "a missing MAC comes from the caller"
+    );
+    assert_eq!(h.tree.node(h.ports[0].leaf).spec.reservation, Bandwidth::from_mbps(200));
+    assert_eq!(h.tree.node(h.ports[1].leaf).spec.limit, Some(Bandwidth::from_mbps(300)));
+    // The root is the smallest uplink: admission counts against it.
+    assert_eq!(h.tree.node(crate::ioc::NodeId::ROOT).spec.name, "uplink2");
+    assert_eq!(h.team.ports().count(), 2);
+}
+
+#[test]
+fn bad_hosts_name_the_key() {
+    let cases = [
+        (
+            GOOD.replace("\"1G\"", "\"100\""),
+            "uplinks[1].capacity: 100bps is under 1Mbps",
+        ),
+        (
+            GOOD.replace("limit = \"300M\"", "limit = 0"),
+            "ports[1].limit: 0bps is below the smallest limit",
+        ),
+        (
+            GOOD.replace("limit = \"300M\"", "limit = \"1k\""),
+            "ports[1].limit: 1kbps is below",
+        ),
+        (
+            GOOD.replace("52:54:00:00:00:01", "00:00:00:00:00:00"),
+            "ports[0].mac: the all-zero MAC",
+        ),
+        (
+            GOOD.replace("52:54:00:00:00:01", "33:33:00:00:00:01"),
+            "ports[0].mac: 33:33:00:00:00:01 is a group address",
+        ),
+        (
+            GOOD.replace("name = \"vm2\"", "name = \"\""),
+            "ports[1].name: expected a name of 1 to 64",
+        ),
+        (
+            GOOD.replace("name = \"vm2\"", "name = \"..\""),
+            "ports[1].name: `..` is not a usable name",
+        ),
+        (
+            GOOD.replace("name = \"vm2\"", "name = \"nfs\"")
+                + "[[ports]]\nname = \"vm3\"\ngroup = \"vms\"\nclass = \"nfs\"\n",
+            "ports[2]: needs the traffic class `nfs`, but a pool or port is named `nfs`",
+        ),
+        (
+            GOOD.replace("name = \"gold\"", "name = \"a/b\"\n")
+                .replace("pool = \"gold\"", "pool = \"a/b\""),
+            "not a usable name",
+        ),
+        (
+            GOOD.replace("[\"uplink1\", \"uplink2\"]", "[\"uplink1\", \"uplink1\"]"),
+            "port_groups[0].active: uplink `uplink1` is listed twice",
+        ),
+        (
+            GOOD.replace("[\"uplink1\", \"uplink2\"]", "[]"),
+            "port_groups[0].active: expected at least one",
+        ),
+        (
+            GOOD.replace("[\"uplink1\", \"uplink2\"]", "[\"uplink9\"]"),
+            "port_groups[0].active[0]: no uplink named `uplink9`",
+        ),
+        (
+            GOOD.replace("reservation = \"200M\"", "reservation = \"900M\""),
+            "ports[0]: the name",
+        ),
+        (
+            format!("{GOOD}[lbt]\nwindow_s = 1e20\n"),
+            "lbt.window_s = 100000000000000000000: expected seconds",
+        ),
+        (
+            format!("{GOOD}[lbt]\nperiod_s = -1\n"),
+            "lbt.period_s = -1: expected seconds",
+        ),
+        (format!("{GOOD}[lbt]\nthreshold = 2\n"), "lbt.threshold"),
+        (format!("reservation_cap = 1.5\n{GOOD}"), "reservation_cap"),
+        (GOOD.replace("note = ", "colour = "), "unknown field `colour`"),
+        (
+            GOOD.replace("group = \"vms\"\nlimit", "group = \"web\"\nlimit"),
+            "ports[1].group: no port group named `web`",
+        ),
+    ];
+    for (text, want) in cases {
+        match build_text(&text) {
+            Ok(_) if want == "ports[0]: the name" => panic!("a 900M reservation in a 500M pool was admitted"),
+            Ok(_) => panic!("accepted; wanted `{want}`"),
+            Err(e) if want == "ports[0]: the name" => assert!(e.contains("admission control"), "{e}"),
+            Err(e) => assert!(e.contains(want), "`{want}` not in: {e}"),
+        }
+    }
+}
+
+/// A limit set and then removed leaves the port sending again (a limit of 0 could not be
+/// undone: its frames stayed queued for ever; the smallest limit is now 1 Mbit/s).
+#[test]
+fn a_limit_set_and_removed_restores_service() {
+    let h = build_text(GOOD).unwrap();
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, 64);
+    let vm2 = h.ports[1].leaf;
+    let spec = |limit| NodeSpec {
+        limit,
+        ..h.tree.node(vm2).spec.clone()
+    };
+    assert!(ioc
+        .set_controls(vm2, spec(Some(Bandwidth::ZERO)), Instant::ZERO)
+        .is_err());
+    ioc.set_controls(vm2, spec(Some(Bandwidth::from_mbps(1))), Instant::ZERO)
+        .unwrap();
+    let t0 = Instant::from_millis(10);
+    for k in 0..10 {
+        ioc.enqueue(0, vm2, 1500, k, t0).unwrap();
+    }
+    // At 1 Mbit/s one 1500-byte frame per 12 ms: one now, the rest held.
+    assert!(ioc.dequeue(0, t0).is_some());
+    assert!(ioc.dequeue(0, t0).is_none());
+    ioc.set_controls(vm2, spec(None), t0).unwrap();
+    let sent = std::iter::from_fn(|| ioc.dequeue(0, t0)).count();
+    assert_eq!(sent, 9, "every held frame leaves once the limit is gone");
+}
+
+/// Admission counts against the smallest uplink, and a capacity change applies even when the
+/// reservations no longer fit (the error says so).
+#[test]
+fn admission_follows_the_smallest_uplink() {
+    let h = build_text(GOOD).unwrap();
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, 64);
+    assert_eq!(ioc.admission_capacity(), Bandwidth::from_gbps(1));
+    let e = ioc.set_capacity(1, Bandwidth::from_mbps(100)).unwrap_err();
+    assert!(e.to_string().contains("`vm`: reservation 600Mbps does not fit"), "{e}");
+    assert_eq!(ioc.admission_capacity(), Bandwidth::from_mbps(100));
+    ioc.set_capacity(1, Bandwidth::from_gbps(1)).unwrap();
+}

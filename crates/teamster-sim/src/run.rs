@@ -1,0 +1,89 @@
+//! What a run produced, in either fidelity: the per-second rows, port moves, timeline events and
+//! packet-mode extras (latencies, refusals). The fluid and packet engines fill it; expectations,
+//! reports and the CLI read it.
+
+use teamster_core::teaming::{LbtDecision, MoveReason, PortMove, UplinkId};
+
+/// One recorded row: means over `[t_s, t_s + interval)`, in bits/s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub t_s: f64,
+    pub uplink_tx: Vec<f64>,
+    pub uplink_rx: Vec<f64>,
+    pub offered_tx: Vec<f64>,
+    pub delivered_tx: Vec<f64>,
+    pub offered_rx: Vec<f64>,
+    pub delivered_rx: Vec<f64>,
+}
+
+impl Row {
+    pub fn total_offered_tx(&self) -> f64 {
+        self.offered_tx.iter().sum()
+    }
+    pub fn total_delivered(&self) -> f64 {
+        self.delivered_tx.iter().sum::<f64>() + self.delivered_rx.iter().sum::<f64>()
+    }
+    pub fn total_delivered_tx(&self) -> f64 {
+        self.delivered_tx.iter().sum()
+    }
+}
+
+/// A port's move as the run saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoveRecord {
+    pub t_s: f64,
+    pub port: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: String,
+    /// The figures behind a Load-Based Teaming move.
+    pub lbt: Option<LbtDecision>,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutput {
+    pub uplinks: Vec<String>,
+    pub capacities: Vec<f64>,
+    pub ports: Vec<String>,
+    pub rows: Vec<Row>,
+    pub moves: Vec<MoveRecord>,
+    /// Timeline events applied, as `(t_s, description)`.
+    pub events: Vec<(f64, String)>,
+    /// Notify-switch frames sent.
+    pub notifications: usize,
+    /// The LBT threshold, if any port group uses Load-Based Teaming.
+    pub lbt_threshold: Option<f64>,
+    /// Packet mode: per port, each TCP_RR transaction's (completion time in s, latency in µs).
+    pub latencies: Vec<Vec<(f64, f64)>>,
+    /// Packet mode: changes refused by admission control, as (time in s, error).
+    pub rejections: Vec<(f64, String)>,
+    /// Packet mode: packets sent.
+    pub packets: u64,
+    /// Per port, the uplink it was on when the run ended.
+    pub port_uplinks: Vec<Option<String>>,
+}
+
+impl MoveRecord {
+    /// The record of team move `m` at `t_s`, naming uplinks from `uplinks` and the port by
+    /// `port_name` (its ID if it has none).
+    pub fn new(t_s: f64, m: PortMove, uplinks: &[String], port_name: Option<&str>) -> MoveRecord {
+        let name = |u: Option<UplinkId>| u.map(|u| uplinks[u.0].clone());
+        MoveRecord {
+            t_s,
+            port: port_name.map_or_else(|| m.port.to_string(), str::to_string),
+            from: name(m.from),
+            to: name(m.to),
+            reason: m.reason.to_string(),
+            lbt: match m.reason {
+                MoveReason::LoadBased(d) => Some(d),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Formats a rate for reports, e.g. "6.60 Gbps".
+pub fn gbps(bps: f64) -> String {
+    format!("{:.2} Gbps", bps / 1e9)
+}
