@@ -247,16 +247,10 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
 
 /// True if a port group uses Load-Based Teaming at the start or after a policy event.
 fn uses_lbt(s: &Scenario) -> bool {
-    s.groups.iter().any(|g| g.policy == Policy::LoadBased)
-        || s.events.iter().any(|e| {
-            matches!(
-                e,
-                Event::Policy {
-                    policy: Policy::LoadBased,
-                    ..
-                }
-            )
-        })
+    s.groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
+        || s.events
+            .iter()
+            .any(|e| matches!(e, Event::Policy { policy, .. } if *policy == Policy::LOAD_BASED))
 }
 
 fn empty_row(t_s: f64, nu: usize, np: usize) -> Row {

@@ -8,7 +8,7 @@ use crate::demand::{Demand, DemandSpec};
 use crate::expect::ExpectSpec;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use teamster_core::teaming::{FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, UplinkId};
+use teamster_core::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -81,39 +81,11 @@ pub struct UplinkFile {
     pub capacity: Bandwidth,
 }
 
-/// A load-balancing policy's name in a scenario or switch config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyName {
-    /// Route based on originating virtual port ID.
-    PortId,
-    /// Route based on source MAC hash.
-    SourceMac,
-    /// Route based on IP hash, addresses only.
-    IpHash,
-    /// Route based on IP hash, addresses and TCP/UDP ports.
-    IpHashL4,
-    /// Route based on physical NIC load (LBT).
-    LoadBased,
-}
-
-impl PolicyName {
-    pub fn policy(self) -> Policy {
-        match self {
-            PolicyName::PortId => Policy::OriginatingPortId,
-            PolicyName::SourceMac => Policy::SourceMacHash,
-            PolicyName::IpHash => Policy::IpHash(IpHashMode::L3),
-            PolicyName::IpHashL4 => Policy::IpHash(IpHashMode::L3L4),
-            PolicyName::LoadBased => Policy::LoadBased,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupFile {
     pub name: String,
-    pub policy: PolicyName,
+    pub policy: Policy,
     pub active: Vec<String>,
     #[serde(default)]
     pub standby: Vec<String>,
@@ -165,7 +137,7 @@ pub enum EventFile {
     Policy {
         at_s: f64,
         group: String,
-        policy: PolicyName,
+        policy: Policy,
         active: Option<Vec<String>>,
         standby: Option<Vec<String>>,
         failback: Option<bool>,
@@ -328,7 +300,7 @@ pub fn resolve_groups(groups: &[GroupFile], uplinks: &[&str]) -> Result<Vec<Port
         }
         out.push(PortGroupSpec {
             name: g.name.clone(),
-            policy: g.policy.policy(),
+            policy: g.policy,
             order: failover_order(uplinks, &key, &g.active, &g.standby)?,
             failback: g.failback,
             notify_switches: g.notify_switches,
@@ -501,7 +473,7 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
                 Event::Policy {
                     at_s,
                     group: gi,
-                    policy: policy.policy(),
+                    policy: *policy,
                     order: o,
                     failback: failback.unwrap_or(groups[gi].failback),
                 }
