@@ -7,8 +7,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use etherparse::{PacketBuilder, VlanId};
 use std::hint::black_box;
 use teamster_core::teaming::{
-    Direction, FailoverOrder, IpHashMode, LbtConfig, Policy, PortGroupSpec, PortId, PortSpec, Team, UplinkId,
-    UplinkSpec,
+    Direction, FailoverOrder, LbtConfig, Policy, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
 };
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::{parse, FlowKey, MacAddr};
@@ -94,11 +93,11 @@ fn bench_select(c: &mut Criterion) {
     let mut g = c.benchmark_group("select");
     g.throughput(Throughput::Elements(1));
     let policies = [
-        ("port-id", Policy::OriginatingPortId),
-        ("source-mac", Policy::SourceMacHash),
-        ("ip-hash-l3", Policy::IpHash(IpHashMode::L3)),
-        ("ip-hash-l3l4", Policy::IpHash(IpHashMode::L3L4)),
-        ("load-based", Policy::LoadBased),
+        ("port-id", Policy::PORT_ID),
+        ("source-mac", Policy::SOURCE_MAC),
+        ("ip-hash-l3", Policy::IP_HASH),
+        ("ip-hash-l3l4", Policy::IP_HASH_L4),
+        ("load-based", Policy::LOAD_BASED),
     ];
     for (name, policy) in policies {
         let t = team(policy, 1000);
@@ -115,7 +114,7 @@ fn bench_select(c: &mut Criterion) {
 
 fn bench_lbt(c: &mut Criterion) {
     // 1,000 ports on 4 uplinks, uneven load so that uplink0 is saturated and a move is found.
-    let mut t = team(Policy::LoadBased, 1000);
+    let mut t = team(Policy::LOAD_BASED, 1000);
     for s in 0..31u64 {
         let now = Instant::from_secs(s);
         for p in 0..1000u32 {

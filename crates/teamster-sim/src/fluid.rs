@@ -189,16 +189,10 @@ fn share_by_netioc(s: &Scenario, cap: f64, claims: &[(usize, f64)]) -> Vec<f64> 
 
 /// True if a port group uses Load-Based Teaming at the start or after a policy event.
 fn uses_lbt(s: &Scenario) -> bool {
-    s.groups.iter().any(|g| g.policy == Policy::LoadBased)
-        || s.events.iter().any(|e| {
-            matches!(
-                e,
-                Event::Policy {
-                    policy: Policy::LoadBased,
-                    ..
-                }
-            )
-        })
+    s.groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
+        || s.events
+            .iter()
+            .any(|e| matches!(e, Event::Policy { policy, .. } if *policy == Policy::LOAD_BASED))
 }
 
 fn empty_row(t_s: f64, nu: usize, np: usize) -> Row {

@@ -12,9 +12,7 @@ use crate::expect::ExpectSpec;
 use crate::timeline;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use teamster_core::host::{
-    self, ClassEntry, GroupEntry, Host, HostSpec, LbtSection, PolicyName, PoolEntry, UplinkDesc,
-};
+use teamster_core::host::{self, ClassEntry, GroupEntry, Host, HostSpec, LbtSection, PoolEntry, UplinkDesc};
 use teamster_core::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
@@ -100,7 +98,7 @@ pub enum EventFile {
     Policy {
         at_s: f64,
         group: String,
-        policy: PolicyName,
+        policy: Policy,
         active: Option<Vec<String>>,
         standby: Option<Vec<String>>,
         failback: Option<bool>,
@@ -320,7 +318,7 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
                 Event::Policy {
                     at_s,
                     group: gi,
-                    policy: policy.policy(),
+                    policy: *policy,
                     order,
                     failback: failback.unwrap_or(old.failback),
                 }

@@ -141,7 +141,7 @@ fn resolve_groups(groups: &[GroupEntry], uplinks: &[&str]) -> Result<Vec<PortGro
         }
         out.push(PortGroupSpec {
             name: g.name.clone(),
-            policy: g.policy.policy(),
+            policy: g.policy,
             order: failover_order(uplinks, &key, &g.active, &g.standby)?,
             failback: g.failback,
             notify_switches: g.notify_switches,

@@ -2,7 +2,7 @@
 //! `[[traffic_classes]]`, `[[pools]]`, and the shared part of a `[[ports]]` entry.
 
 use crate::ioc::Shares;
-use crate::teaming::{IpHashMode, LbtConfig, Policy};
+use crate::teaming::{LbtConfig, Policy};
 use crate::units::Bandwidth;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -60,35 +60,6 @@ impl LbtSection {
     }
 }
 
-/// A load-balancing policy's name in a host file or an API body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyName {
-    /// Route based on originating virtual port ID.
-    PortId,
-    /// Route based on source MAC hash.
-    SourceMac,
-    /// Route based on IP hash, addresses only.
-    IpHash,
-    /// Route based on IP hash, addresses and TCP/UDP ports.
-    IpHashL4,
-    /// Route based on physical NIC load (LBT).
-    LoadBased,
-}
-
-impl PolicyName {
-    /// The team's policy of this name.
-    pub fn policy(self) -> Policy {
-        match self {
-            PolicyName::PortId => Policy::OriginatingPortId,
-            PolicyName::SourceMac => Policy::SourceMacHash,
-            PolicyName::IpHash => Policy::IpHash(IpHashMode::L3),
-            PolicyName::IpHashL4 => Policy::IpHash(IpHashMode::L3L4),
-            PolicyName::LoadBased => Policy::LoadBased,
-        }
-    }
-}
-
 fn yes() -> bool {
     true
 }
@@ -98,7 +69,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct GroupEntry {
     pub name: String,
-    pub policy: PolicyName,
+    /// The load-balancing policy, by name (`port-id`, `load-based`, ...).
+    pub policy: Policy,
     /// Active uplinks, by name, in failover order.
     pub active: Vec<String>,
     /// Standby uplinks, by name, in failover order.

@@ -27,7 +27,7 @@ fn switch() -> Switch {
     for (name, vlan) in [("a", 10), ("b", 20)] {
         t.add_group(PortGroupSpec {
             name: name.into(),
-            policy: Policy::OriginatingPortId,
+            policy: Policy::PORT_ID,
             order: FailoverOrder {
                 active: vec![UplinkId(0), UplinkId(1)],
                 standby: vec![],

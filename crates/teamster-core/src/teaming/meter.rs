@@ -24,22 +24,26 @@ impl RateMeter {
 
     /// A meter averaging over `window` (at least 30 ns).
     pub fn new(window: Duration) -> Self {
-        let bucket_ns = (u64::try_from(window.as_nanos()).unwrap_or(u64::MAX) / Self::BUCKETS).max(1);
         RateMeter {
-            bucket_ns,
+            bucket_ns: Self::bucket_ns(window),
             ring: vec![0; Self::BUCKETS as usize + 1],
             head: 0,
         }
     }
 
+    fn bucket_ns(window: Duration) -> u64 {
+        (u64::try_from(window.as_nanos()).unwrap_or(u64::MAX) / Self::BUCKETS).max(1)
+    }
+
+    /// The start of the bucket after the one `now` falls in, for meters over `window`.
+    pub fn boundary_after(window: Duration, now: Instant) -> Instant {
+        let b = Self::bucket_ns(window);
+        Instant::from_nanos((now.as_nanos() / b + 1).saturating_mul(b))
+    }
+
     /// The width of one bucket.
     pub fn bucket(&self) -> Duration {
         Duration::from_nanos(self.bucket_ns)
-    }
-
-    /// The start of the bucket after the one `now` falls in.
-    pub fn next_boundary(&self, now: Instant) -> Instant {
-        Instant::from_nanos((now.as_nanos() / self.bucket_ns + 1).saturating_mul(self.bucket_ns))
     }
 
     /// Counts `bytes` at `now`. Bytes reported for an instant older than the window are dropped.

@@ -1,43 +1,52 @@
 //! NIC teaming: a team of uplinks shared by ports, with failover, failback, switch notification
 //! and load balancing.
 //!
-//! Model. A [`Team`] owns a set of uplinks, each with a capacity and a link state. Ports belong
-//! to port groups; a group has a load-balancing [`Policy`], an explicit [`FailoverOrder`]
-//! (active uplinks, then standby uplinks in order; every other uplink is unused by the group),
-//! and failback on or off.
+//! Model. A [`Team`] owns a set of uplinks, each with a capacity, a link state and load meters.
+//! Ports belong to port groups; a group has a load-balancing [`Policy`], an explicit
+//! [`FailoverOrder`] (active uplinks, then standby uplinks in order; every other uplink is unused
+//! by the group), and failback on or off.
 //!
-//! Every port has a *home* uplink, one of its group's active uplinks, chosen by the policy
-//! (originating port ID, source MAC hash; Load-Based Teaming starts from port ID and then moves
-//! homes), and a *current* uplink that carries its traffic. Under IP hash a port's IP flows are
-//! spread over the active uplinks per flow, and the home carries its non-IP frames.
+//! Every port has a *home* uplink, one of its group's active uplinks, chosen by the group's
+//! policy, and a *current* uplink that carries its traffic: its home while that is up, else its
+//! failover choice ([`failover`]). A per-port policy sends every frame of a port on its current
+//! uplink; a per-flow policy (IP hash) picks an uplink per frame and homes only the port's
+//! frames it cannot hash.
 //!
-//! Failover. When an uplink goes down, only the ports currently on it move: to one of the group's
-//! remaining live active uplinks, or else to the first live standby in order. Under static
-//! policies the active uplink is chosen by rendezvous hashing on the port, so the choice is
-//! deterministic and spread; under Load-Based Teaming, which is capacity-aware, the moved ports
-//! are placed largest first where their resulting utilisation is lowest. Ports on healthy
-//! uplinks never move. When an uplink comes up, a port with nowhere to go attaches at once; with
-//! failback on, ports whose home it is return to it, and ports parked on a standby return to an
-//! active uplink. With failback off, ports stay where they are until their uplink fails.
+//! Policies. Each policy is one file implementing the small [`TeamingPolicy`] trait
+//! ([`policy`] states what a policy decides and what the team keeps), listed by name in the
+//! [`registry`]: originating port ID (`port-id`, [`port_id`]), source MAC hash (`source-mac`,
+//! [`source_mac`]), IP hash over addresses or addresses and ports (`ip-hash`, `ip-hash-l4`,
+//! [`ip_hash`](mod@ip_hash)), and Load-Based Teaming (`load-based`, [`load_based`], which starts
+//! from port-ID homes and then moves ports off saturated uplinks as [`lbt`] describes).
 //!
 //! Notify switches. Each move of a port to a new uplink emits [`Effect::Transmit`] of one RARP
 //! frame from the port's MAC (tagged with the group's VLAN) on the new uplink, so physical
 //! switches relearn where the MAC lives.
 //!
-//! Load-Based Teaming is described in [`lbt`]. Every decision here is a pure function of the
-//! configuration, the calls made and the `now` passed in: the team is deterministic.
+//! Every decision here is a pure function of the configuration, the calls made and the `now`
+//! passed in: the team is deterministic.
 
+pub mod failover;
 mod hash;
+pub mod ip_hash;
 pub mod lbt;
+pub mod load_based;
 mod meter;
+pub mod policy;
+pub mod port_id;
+pub mod registry;
+pub mod source_mac;
 mod team;
 
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;
 
 pub use hash::{ip_hash, rendezvous_pick, source_mac_hash};
 pub use lbt::{LbtConfig, LbtDecision};
 pub use meter::RateMeter;
+pub use policy::{Policy, PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy, UnknownPolicy};
 pub use team::{Team, TeamError};
 
 use crate::units::Bandwidth;
@@ -93,31 +102,6 @@ pub enum IpHashMode {
     L3,
     /// Addresses and TCP/UDP ports.
     L3L4,
-}
-
-/// A port group's load-balancing policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// Home = active\[port ID mod number of active uplinks\] (vSphere's default).
-    OriginatingPortId,
-    /// Home = active\[FNV-1a(source MAC) mod number of active uplinks\].
-    SourceMacHash,
-    /// Per flow: active\[[`ip_hash`] mod number of active uplinks\]; non-IP frames use the
-    /// source-MAC home. Meant for a static EtherChannel upstream.
-    IpHash(IpHashMode),
-    /// Starts as originating port ID; then [`lbt`] moves ports off saturated uplinks.
-    LoadBased,
-}
-
-impl Policy {
-    /// The index into the active list that this policy picks as a port's home.
-    fn home_index(self, port: PortId, mac: MacAddr, active_len: usize) -> usize {
-        let n = active_len.max(1) as u32;
-        (match self {
-            Policy::OriginatingPortId | Policy::LoadBased => port.0 % n,
-            Policy::SourceMacHash | Policy::IpHash(_) => source_mac_hash(mac) % n,
-        }) as usize
-    }
 }
 
 /// A group's explicit failover order. Uplinks in neither list are unused by the group.

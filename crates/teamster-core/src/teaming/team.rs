@@ -1,11 +1,12 @@
-//! The team: uplinks, port groups and ports, and the decisions that map ports to uplinks.
-//! The model is described in the [parent module](super).
+//! The team: uplinks, port groups and ports, each group with its policy instance. The model is
+//! described in the [parent module](super); failover and failback are in [`super::failover`].
 
-use super::lbt::{self, LbtConfig, PortLoad, UplinkLoad};
+use super::lbt::{LbtConfig, LbtDecision};
 use super::meter::RateMeter;
+use super::policy::{PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy};
 use super::{
-    ip_hash, rendezvous_pick, Direction, Effect, FailoverOrder, GroupId, LinkState, MoveReason, Policy, PortGroupSpec,
-    PortId, PortMove, PortSpec, UplinkId, UplinkSpec, Utilisation,
+    Direction, Effect, FailoverOrder, GroupId, LinkState, MoveReason, Policy, PortGroupSpec, PortId, PortMove,
+    PortSpec, UplinkId, UplinkSpec, Utilisation,
 };
 use crate::wire::{build_rarp, FlowKey};
 use crate::Instant;
@@ -37,32 +38,63 @@ pub enum TeamError {
 }
 
 #[derive(Debug, Clone)]
-struct UplinkState {
-    spec: UplinkSpec,
-    link: LinkState,
+pub(super) struct UplinkState {
+    pub(super) spec: UplinkSpec,
+    pub(super) link: LinkState,
     tx: RateMeter,
     rx: RateMeter,
 }
 
+impl UplinkState {
+    pub(super) fn is_up(&self) -> bool {
+        self.link == LinkState::Up
+    }
+
+    pub(super) fn rates(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.mean_bps(now),
+            rx: self.rx.mean_bps(now),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
-struct PortState {
-    spec: PortSpec,
-    home: UplinkId,
-    current: Option<UplinkId>,
+pub(super) struct PortState {
+    pub(super) spec: PortSpec,
+    pub(super) home: UplinkId,
+    pub(super) current: Option<UplinkId>,
     tx: RateMeter,
     rx: RateMeter,
+}
+
+impl PortState {
+    pub(super) fn rates(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.mean_bps(now),
+            rx: self.rx.mean_bps(now),
+        }
+    }
+}
+
+/// A port group: its configuration and its policy's instance.
+#[derive(Debug, Clone)]
+pub(super) struct GroupState {
+    pub(super) spec: PortGroupSpec,
+    pub(super) policy: Box<dyn TeamingPolicy>,
+    /// `policy.per_flow()`, read once: the per-frame path skips the policy when false.
+    per_flow: bool,
+    /// When the policy's timer last re-homed a port.
+    last_rehome: Option<Instant>,
 }
 
 /// A NIC team. See the [module documentation](super) for the model.
 #[derive(Debug, Clone)]
 pub struct Team {
-    uplinks: Vec<UplinkState>,
-    groups: Vec<PortGroupSpec>,
-    ports: Vec<PortState>,
+    pub(super) uplinks: Vec<UplinkState>,
+    pub(super) groups: Vec<GroupState>,
+    pub(super) ports: Vec<PortState>,
     index: HashMap<PortId, usize>,
     lbt: LbtConfig,
-    last_lbt_move: Option<Instant>,
-    next_lbt_check: Instant,
     effects: VecDeque<Effect>,
 }
 
@@ -83,7 +115,6 @@ impl Team {
         }
         let meter = RateMeter::new(lbt.window);
         Ok(Team {
-            next_lbt_check: meter.next_boundary(Instant::ZERO),
             uplinks: uplinks
                 .into_iter()
                 .map(|spec| UplinkState {
@@ -97,7 +128,6 @@ impl Team {
             ports: Vec::new(),
             index: HashMap::new(),
             lbt,
-            last_lbt_move: None,
             effects: VecDeque::new(),
         })
     }
@@ -105,7 +135,7 @@ impl Team {
     /// Adds a port group after checking its failover order and VLAN.
     pub fn add_group(&mut self, spec: PortGroupSpec) -> Result<GroupId, TeamError> {
         self.check_group(&spec)?;
-        self.groups.push(spec);
+        self.groups.push(GroupState::new(spec, &self.lbt));
         Ok(GroupId(self.groups.len() - 1))
     }
 
@@ -136,6 +166,16 @@ impl Team {
         Ok(())
     }
 
+    /// Group `g`'s view of the team, for its policy.
+    pub(super) fn view(&self, g: GroupId) -> TeamView<'_> {
+        TeamView {
+            uplinks: &self.uplinks,
+            ports: &self.ports,
+            group: g,
+            spec: &self.groups[g.0].spec,
+        }
+    }
+
     /// Adds a port and places it on its home uplink (or its failover choice). No move is reported.
     pub fn add_port(&mut self, spec: PortSpec) -> Result<(), TeamError> {
         if self.index.contains_key(&spec.id) {
@@ -152,7 +192,7 @@ impl Team {
             .groups
             .get(spec.group.0)
             .ok_or(TeamError::UnknownGroup(spec.group.0))?;
-        let home = home_of(group, &spec);
+        let home = group.policy.home(&self.view(spec.group), &spec);
         let meter = RateMeter::new(self.lbt.window);
         self.ports.push(PortState {
             spec,
@@ -167,41 +207,15 @@ impl Team {
         Ok(())
     }
 
-    /// Where port `i` belongs now: its home if live, else its failover choice.
-    fn placement(&self, i: usize) -> Option<UplinkId> {
-        let p = &self.ports[i];
-        if self.is_up(p.home) && self.groups[p.spec.group.0].order.active.contains(&p.home) {
-            Some(p.home)
-        } else {
-            self.failover_choice(i, None)
-        }
-    }
-
-    /// The failover target of port `i`, ignoring `exclude`: a live active uplink chosen by
-    /// rendezvous hashing on the port ID, else the first live standby.
-    fn failover_choice(&self, i: usize, exclude: Option<UplinkId>) -> Option<UplinkId> {
-        let p = &self.ports[i];
-        let order = &self.groups[p.spec.group.0].order;
-        let usable = |u: &&UplinkId| Some(**u) != exclude && self.is_up(**u);
-        let live = order.active.iter().filter(usable).map(|u| u.0);
-        rendezvous_pick(u64::from(p.spec.id.0), live)
-            .map(UplinkId)
-            .or_else(|| order.standby.iter().find(usable).copied())
-    }
-
-    fn is_up(&self, u: UplinkId) -> bool {
-        self.uplinks[u.0].link == LinkState::Up
-    }
-
     /// Moves port `i` to `to`, reporting the move and, if the group asks, a RARP on the new uplink.
-    fn move_port(&mut self, i: usize, to: Option<UplinkId>, reason: MoveReason, now: Instant) {
+    pub(super) fn move_port(&mut self, i: usize, to: Option<UplinkId>, reason: MoveReason, now: Instant) {
         let from = self.ports[i].current;
         if from == to {
             return;
         }
         self.ports[i].current = to;
         let p = &self.ports[i];
-        let group = &self.groups[p.spec.group.0];
+        let group = &self.groups[p.spec.group.0].spec;
         self.effects.push_back(Effect::PortMoved(PortMove {
             at: now,
             port: p.spec.id,
@@ -217,86 +231,9 @@ impl Team {
         }
     }
 
-    /// Applies a link state change: failover of the ports on a failed uplink, or attach and
-    /// failback when one recovers (see the module documentation for the exact rules).
-    pub fn set_link(&mut self, uplink: UplinkId, state: LinkState, now: Instant) -> Result<(), TeamError> {
-        if uplink.0 >= self.uplinks.len() {
-            return Err(TeamError::UnknownUplink(uplink.0));
-        }
-        if self.uplinks[uplink.0].link == state {
-            return Ok(());
-        }
-        self.uplinks[uplink.0].link = state;
-        if state == LinkState::Down {
-            self.fail_over(uplink, now);
-            return Ok(());
-        }
-        for i in 0..self.ports.len() {
-            let p = &self.ports[i];
-            let order = &self.groups[p.spec.group.0].order;
-            if p.current.is_none() {
-                let to = self.placement(i);
-                self.move_port(i, to, MoveReason::LinkUp, now);
-            } else if self.groups[p.spec.group.0].failback {
-                let on_standby = p.current.is_some_and(|c| !order.active.contains(&c));
-                let returns_home = p.home == uplink && p.current != Some(uplink);
-                if returns_home || (on_standby && order.active.contains(&uplink)) {
-                    let to = self.placement(i);
-                    self.move_port(i, to, MoveReason::Failback, now);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves every port off the failed `uplink`. Ports of static policies go to their
-    /// [`Team::failover_choice`]. Ports of Load-Based Teaming groups are placed by load, largest
-    /// first, each on the live active uplink where its resulting utilisation is lowest (their
-    /// policy is capacity-aware, so a failover must not park a 4 Gbit/s port on a 1 GbE uplink
-    /// while a 10 GbE one has room); an idle port falls back to the rendezvous choice.
-    fn fail_over(&mut self, uplink: UplinkId, now: Instant) {
-        let on_failed: Vec<usize> = (0..self.ports.len())
-            .filter(|&i| self.ports[i].current == Some(uplink))
-            .collect();
-        let load = |p: &PortState| (p.tx.mean_bps(now), p.rx.mean_bps(now));
-        let mut mapped = vec![(0.0f64, 0.0f64); self.uplinks.len()];
-        for p in &self.ports {
-            if let Some(c) = p.current.filter(|&c| c != uplink) {
-                let (tx, rx) = load(p);
-                mapped[c.0].0 += tx;
-                mapped[c.0].1 += rx;
-            }
-        }
-        let mut by_load: Vec<(usize, (f64, f64))> = on_failed.iter().map(|&i| (i, load(&self.ports[i]))).collect();
-        by_load.sort_by(|a, b| (b.1 .0 + b.1 .1).total_cmp(&(a.1 .0 + a.1 .1)).then(a.0.cmp(&b.0)));
-        for (i, (tx, rx)) in by_load {
-            let group = &self.groups[self.ports[i].spec.group.0];
-            let by_headroom = (group.policy == Policy::LoadBased && tx + rx > 0.0)
-                .then(|| {
-                    let util = |u: &UplinkId| {
-                        let cap = self.uplinks[u.0].spec.capacity.bps_f64();
-                        ((mapped[u.0].0 + tx) / cap).max((mapped[u.0].1 + rx) / cap)
-                    };
-                    group
-                        .order
-                        .active
-                        .iter()
-                        .filter(|u| **u != uplink && self.is_up(**u))
-                        .min_by(|a, b| util(a).total_cmp(&util(b)).then(a.cmp(b)))
-                        .copied()
-                })
-                .flatten();
-            let to = by_headroom.or_else(|| self.failover_choice(i, Some(uplink)));
-            if let Some(t) = to {
-                mapped[t.0].0 += tx;
-                mapped[t.0].1 += rx;
-            }
-            self.move_port(i, to, MoveReason::LinkDown, now);
-        }
-    }
-
-    /// Changes a group's policy, failover order and failback; its ports are re-homed by the new
-    /// policy and move where needed (reason [`MoveReason::PolicyChange`]).
+    /// Changes a group's policy, failover order and failback; its ports are re-homed by the
+    /// policy and move where needed (reason [`MoveReason::PolicyChange`]). The policy keeps its
+    /// state if it is unchanged, and starts afresh otherwise.
     pub fn reconfigure_group(
         &mut self,
         group: GroupId,
@@ -310,45 +247,58 @@ impl Team {
             policy,
             order,
             failback,
-            ..old.clone()
+            ..old.spec.clone()
         };
         self.check_group(&spec)?;
-        self.groups[group.0] = spec;
-        for i in 0..self.ports.len() {
-            if self.ports[i].spec.group == group {
-                self.ports[i].home = home_of(&self.groups[group.0], &self.ports[i].spec);
-                let to = self.placement(i);
-                self.move_port(i, to, MoveReason::PolicyChange, now);
-            }
+        if policy == old.spec.policy {
+            self.groups[group.0].spec = spec;
+        } else {
+            self.groups[group.0] = GroupState::new(spec, &self.lbt);
+        }
+        let view = self.view(group);
+        let homes: Vec<(usize, UplinkId)> = (0..self.ports.len())
+            .filter(|&i| self.ports[i].spec.group == group)
+            .map(|i| (i, self.groups[group.0].policy.home(&view, &self.ports[i].spec)))
+            .collect();
+        for (i, home) in homes {
+            self.ports[i].home = home;
+            let to = self.placement(i);
+            self.move_port(i, to, MoveReason::PolicyChange, now);
         }
         Ok(())
     }
 
-    /// The uplink that carries a frame of `port`; `flow` is consulted only under IP hash.
+    /// The uplink that carries a frame of `port`: the port's current uplink, or under a per-flow
+    /// policy (IP hash) the one its policy picks for `flow`. A pure query.
     pub fn select(&self, port: PortId, flow: Option<&FlowKey>) -> Option<UplinkId> {
         let i = *self.index.get(&port)?;
         let p = &self.ports[i];
-        let group = &self.groups[p.spec.group.0];
-        if let (Policy::IpHash(mode), Some(flow)) = (group.policy, flow) {
-            if let Some(h) = ip_hash(flow, mode) {
-                return self.select_by_hash(group, h);
-            }
+        let g = &self.groups[p.spec.group.0];
+        match flow {
+            Some(flow) if g.per_flow => g.policy.select(&self.view(p.spec.group), &PortView { state: p }, flow),
+            _ => p.current,
         }
-        p.current
     }
 
-    /// IP hash's uplink for hash `h`: active\[h mod n\] if live; else a rendezvous pick among the
-    /// live active uplinks (only the failed uplink's flows move), else the first live standby.
-    fn select_by_hash(&self, group: &PortGroupSpec, h: u32) -> Option<UplinkId> {
-        let active = &group.order.active;
-        let primary = active[h as usize % active.len()];
-        if self.is_up(primary) {
-            return Some(primary);
+    /// The uplink for a frame of `len` bytes that `port` sends at `now`: as [`Team::select`], but
+    /// a per-flow policy that keeps state (flowlets) records the frame.
+    pub fn select_frame(&mut self, port: PortId, flow: Option<&FlowKey>, len: usize, now: Instant) -> Option<UplinkId> {
+        let i = *self.index.get(&port)?;
+        let p = &self.ports[i];
+        let gid = p.spec.group;
+        let g = &mut self.groups[gid.0];
+        match flow {
+            Some(flow) if g.per_flow => {
+                let view = TeamView {
+                    uplinks: &self.uplinks,
+                    ports: &self.ports,
+                    group: gid,
+                    spec: &g.spec,
+                };
+                g.policy.select_frame(&view, &PortView { state: p }, flow, len, now)
+            }
+            _ => p.current,
         }
-        let live = active.iter().filter(|u| self.is_up(**u)).map(|u| u.0);
-        rendezvous_pick(u64::from(h), live)
-            .map(UplinkId)
-            .or_else(|| group.order.standby.iter().find(|u| self.is_up(**u)).copied())
     }
 
     /// Counts `bytes` of `port`'s traffic carried by `uplink` in direction `dir` at `now`.
@@ -368,62 +318,57 @@ impl Team {
         }
     }
 
-    /// When [`Team::handle_timeout`] next has work: the next LBT check, if a group uses LBT.
+    /// When [`Team::handle_timeout`] next has work: the earliest of the policies' timers.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.groups
-            .iter()
-            .any(|g| g.policy == Policy::LoadBased)
-            .then_some(self.next_lbt_check)
+        self.groups.iter().filter_map(|g| g.policy.poll_at()).min()
     }
 
-    /// Runs the timers due at `now`: the Load-Based Teaming check.
+    /// Runs the policies' timers due at `now` (the Load-Based Teaming check), group by group in
+    /// configuration order, each group seeing the moves made before it.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if now < self.next_lbt_check {
-            return;
-        }
-        self.next_lbt_check = self.uplinks[0].tx.next_boundary(now);
-        if self.poll_at().is_none() || self.last_lbt_move.is_some_and(|t| now - t < self.lbt.period) {
-            return;
-        }
-        if let Some(d) = self.lbt_decision(now) {
-            let i = self.index[&d.port];
-            self.ports[i].home = d.to;
-            self.last_lbt_move = Some(now);
-            self.move_port(i, Some(d.to), MoveReason::LoadBased(d), now);
+        for g in 0..self.groups.len() {
+            if self.groups[g].policy.poll_at().is_none_or(|t| t > now) {
+                continue;
+            }
+            let group = &mut self.groups[g];
+            let view = TeamView {
+                uplinks: &self.uplinks,
+                ports: &self.ports,
+                group: GroupId(g),
+                spec: &group.spec,
+            };
+            let rehomes = group.policy.handle_timeout(&view, now);
+            for r in rehomes {
+                self.rehome(GroupId(g), r, now);
+            }
         }
     }
 
-    /// What Load-Based Teaming would move at `now`, from the meters and the current mapping.
-    pub fn lbt_decision(&self, now: Instant) -> Option<lbt::LbtDecision> {
-        let uplinks: Vec<UplinkLoad> = self
-            .uplinks
-            .iter()
-            .map(|u| UplinkLoad {
-                capacity_bps: u.spec.capacity.bps_f64(),
-                live: u.link == LinkState::Up,
-                tx_bps: u.tx.mean_bps(now),
-                rx_bps: u.rx.mean_bps(now),
+    /// Applies a policy's re-homing of a port of its group to a live uplink of its order;
+    /// anything else (a policy bug) is ignored rather than corrupting the team.
+    fn rehome(&mut self, g: GroupId, r: Rehome, now: Instant) {
+        let order = &self.groups[g.0].spec.order;
+        let Some(&i) = self.index.get(&r.port) else { return };
+        let valid = self.ports[i].spec.group == g
+            && self.uplinks.get(r.to.0).is_some_and(UplinkState::is_up)
+            && (order.active.contains(&r.to) || order.standby.contains(&r.to));
+        if valid {
+            self.ports[i].home = r.to;
+            self.groups[g.0].last_rehome = Some(now);
+            self.move_port(i, Some(r.to), r.reason, now);
+        }
+    }
+
+    /// What Load-Based Teaming would move at `now`, from the meters and the current mapping
+    /// (the first group using it that would move a port), whether or not its period allows it.
+    pub fn lbt_decision(&self, now: Instant) -> Option<LbtDecision> {
+        (0..self.groups.len())
+            .filter(|&g| self.groups[g].spec.policy == Policy::LOAD_BASED)
+            .flat_map(|g| self.groups[g].policy.preview(&self.view(GroupId(g)), now))
+            .find_map(|r| match r.reason {
+                MoveReason::LoadBased(d) => Some(d),
+                _ => None,
             })
-            .collect();
-        let ports: Vec<PortLoad> = self
-            .ports
-            .iter()
-            .map(|p| {
-                let group = &self.groups[p.spec.group.0];
-                PortLoad {
-                    port: p.spec.id,
-                    current: p.current,
-                    tx_bps: p.tx.mean_bps(now),
-                    rx_bps: p.rx.mean_bps(now),
-                    movable_to: if group.policy == Policy::LoadBased {
-                        &group.order.active
-                    } else {
-                        &[]
-                    },
-                }
-            })
-            .collect();
-        lbt::evaluate(self.lbt.threshold, &uplinks, &ports)
     }
 
     /// The next effect to carry out, oldest first.
@@ -446,29 +391,38 @@ impl Team {
         self.uplinks.get(u.0).map(|s| s.link)
     }
 
+    pub(super) fn is_up(&self, u: UplinkId) -> bool {
+        self.uplinks[u.0].is_up()
+    }
+
     /// Mean send and receive utilisation of an uplink over the LBT window ending before `now`.
     pub fn utilisation(&self, u: UplinkId, now: Instant) -> Option<Utilisation> {
         let s = self.uplinks.get(u.0)?;
         let cap = s.spec.capacity.bps_f64();
+        let r = s.rates(now);
         Some(Utilisation {
-            tx: s.tx.mean_bps(now) / cap,
-            rx: s.rx.mean_bps(now) / cap,
+            tx: r.tx / cap,
+            rx: r.rx / cap,
         })
     }
 
     /// A port's mean send (`tx`) and receive (`rx`) rate in bits/s over the LBT window ending
     /// before `now` (rates, not fractions: a port has no capacity of its own).
     pub fn port_rates(&self, port: PortId, now: Instant) -> Option<Utilisation> {
-        let p = &self.ports[*self.index.get(&port)?];
-        Some(Utilisation {
-            tx: p.tx.mean_bps(now),
-            rx: p.rx.mean_bps(now),
-        })
+        let r = self.ports[*self.index.get(&port)?].rates(now);
+        Some(Utilisation { tx: r.tx, rx: r.rx })
     }
 
-    /// When Load-Based Teaming last moved a port, and the earliest it may move one again.
+    /// When Load-Based Teaming last moved a port (in any group using it), and the earliest it
+    /// may move one again.
     pub fn lbt_timing(&self) -> (Option<Instant>, Option<Instant>) {
-        (self.last_lbt_move, self.last_lbt_move.map(|t| t + self.lbt.period))
+        let last = self
+            .groups
+            .iter()
+            .filter(|g| g.spec.policy == Policy::LOAD_BASED)
+            .filter_map(|g| g.last_rehome)
+            .max();
+        (last, last.map(|t| t + self.lbt.period))
     }
 
     /// The uplink a port's traffic uses now (its home or failover choice), if any.
@@ -491,22 +445,27 @@ impl Team {
         self.ports.iter().map(|p| &p.spec)
     }
 
-    /// The uplink a group receives broadcast, multicast and unknown unicast on: its first live
-    /// active uplink, else its first live standby. One per group, so that frames a physical
-    /// switch floods to every member are taken in once.
+    /// The uplink a group receives broadcast, multicast and unknown unicast on, as its policy
+    /// says: by default its first live active uplink, else its first live standby. One per
+    /// group, so that frames a physical switch floods to every member are taken in once.
     pub fn group_receive_uplink(&self, g: GroupId) -> Option<UplinkId> {
-        let order = &self.groups.get(g.0)?.order;
-        order
-            .active
-            .iter()
-            .chain(&order.standby)
-            .find(|u| self.is_up(**u))
-            .copied()
+        let group = self.groups.get(g.0)?;
+        group.policy.receive_uplink(&self.view(g), None)
+    }
+
+    /// The uplink a port receives flooded frames on, as its group's policy says (by default the
+    /// group's [`Team::group_receive_uplink`]).
+    pub fn port_receive_uplink(&self, port: PortId) -> Option<UplinkId> {
+        let p = &self.ports[*self.index.get(&port)?];
+        let g = p.spec.group;
+        self.groups[g.0]
+            .policy
+            .receive_uplink(&self.view(g), Some(&PortView { state: p }))
     }
 
     /// A group's configuration.
     pub fn group(&self, g: GroupId) -> Option<&PortGroupSpec> {
-        self.groups.get(g.0)
+        self.groups.get(g.0).map(|s| &s.spec)
     }
 
     /// The Load-Based Teaming knobs.
@@ -515,8 +474,15 @@ impl Team {
     }
 }
 
-/// The home uplink the group's policy gives a port.
-fn home_of(group: &PortGroupSpec, port: &PortSpec) -> UplinkId {
-    let active = &group.order.active;
-    active[group.policy.home_index(port.id, port.mac, active.len())]
+impl GroupState {
+    /// A group with a fresh instance of its policy.
+    fn new(spec: PortGroupSpec, lbt: &LbtConfig) -> Self {
+        let policy = spec.policy.build(&PolicyKnobs::new(*lbt));
+        GroupState {
+            per_flow: policy.per_flow(),
+            spec,
+            policy,
+            last_rehome: None,
+        }
+    }
 }

@@ -68,11 +68,7 @@ fn map(t: &Team, ids: impl IntoIterator<Item = u32>) -> Vec<Option<usize>> {
 
 #[test]
 fn originating_port_id_places_by_id_modulo_active() {
-    let t = team(
-        &[10.0, 10.0, 10.0],
-        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
-        0..6,
-    );
+    let t = team(&[10.0, 10.0, 10.0], group(Policy::PORT_ID, &[0, 1, 2], &[], true), 0..6);
     assert_eq!(map(&t, 0..6), [Some(0), Some(1), Some(2), Some(0), Some(1), Some(2)]);
 }
 
@@ -80,7 +76,7 @@ fn originating_port_id_places_by_id_modulo_active() {
 fn failover_moves_only_the_failed_uplinks_ports_and_notifies() {
     let mut t = team(
         &[10.0, 10.0, 10.0],
-        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
+        group(Policy::PORT_ID, &[0, 1, 2], &[], true),
         0..300,
     );
     let before = map(&t, 0..300);
@@ -117,11 +113,7 @@ fn failover_moves_only_the_failed_uplinks_ports_and_notifies() {
 #[test]
 fn failback_on_returns_ports_home_and_off_leaves_them() {
     for failback in [true, false] {
-        let mut t = team(
-            &[10.0, 10.0],
-            group(Policy::OriginatingPortId, &[0, 1], &[], failback),
-            0..4,
-        );
+        let mut t = team(&[10.0, 10.0], group(Policy::PORT_ID, &[0, 1], &[], failback), 0..4);
         t.set_link(UplinkId(0), LinkState::Down, Instant::from_secs(1)).unwrap();
         assert_eq!(map(&t, 0..4), [Some(1); 4]);
         drain(&mut t);
@@ -142,7 +134,7 @@ fn failback_on_returns_ports_home_and_off_leaves_them() {
 #[test]
 fn standby_is_used_in_order_only_when_no_active_is_up() {
     // Active: uplink1; standby: uplink3 then uplink2; uplink4 unused.
-    let mut t = team(&[10.0; 4], group(Policy::OriginatingPortId, &[0], &[2, 1], true), 0..3);
+    let mut t = team(&[10.0; 4], group(Policy::PORT_ID, &[0], &[2, 1], true), 0..3);
     assert_eq!(map(&t, 0..3), [Some(0); 3]);
     t.set_link(UplinkId(0), LinkState::Down, Instant::ZERO).unwrap();
     assert_eq!(map(&t, 0..3), [Some(2); 3], "first standby");
@@ -159,7 +151,7 @@ fn standby_is_used_in_order_only_when_no_active_is_up() {
 
 #[test]
 fn source_mac_hash_is_deterministic_and_spread() {
-    let t = team(&[10.0, 10.0], group(Policy::SourceMacHash, &[0, 1], &[], true), 0..1000);
+    let t = team(&[10.0, 10.0], group(Policy::SOURCE_MAC, &[0, 1], &[], true), 0..1000);
     let on0 = map(&t, 0..1000).iter().filter(|u| **u == Some(0)).count();
     assert!((400..600).contains(&on0), "{on0} of 1000 on uplink1");
     for id in [3u32, 77, 512] {
@@ -181,8 +173,8 @@ fn flow(i: u32, sport: u16) -> FlowKey {
 
 #[test]
 fn ip_hash_spreads_flows_and_fails_over_resiliently() {
-    for mode in [IpHashMode::L3, IpHashMode::L3L4] {
-        let mut t = team(&[10.0; 4], group(Policy::IpHash(mode), &[0, 1, 2, 3], &[], true), [1]);
+    for mode in [Policy::IP_HASH, Policy::IP_HASH_L4] {
+        let mut t = team(&[10.0; 4], group(mode, &[0, 1, 2, 3], &[], true), [1]);
         let flows: Vec<FlowKey> = (0..4000).map(|i| flow(i, 10_000 + (i % 50) as u16)).collect();
         let before: Vec<_> = flows.iter().map(|f| t.select(PortId(1), Some(f)).unwrap()).collect();
         let mut per = [0usize; 4];
@@ -206,25 +198,17 @@ fn ip_hash_spreads_flows_and_fails_over_resiliently() {
         );
     }
     // Non-IP frames use the port's source-MAC home.
-    let t = team(
-        &[10.0; 2],
-        group(Policy::IpHash(IpHashMode::L3), &[0, 1], &[], true),
-        [9],
-    );
+    let t = team(&[10.0; 2], group(Policy::IP_HASH, &[0, 1], &[], true), [9]);
     assert_eq!(t.select(PortId(9), Some(&FlowKey::default())), t.port_uplink(PortId(9)));
 }
 
 #[test]
 fn policy_change_rehomes_ports() {
-    let mut t = team(
-        &[10.0; 2],
-        group(Policy::OriginatingPortId, &[0, 1], &[], true),
-        [0, 2, 4],
-    );
+    let mut t = team(&[10.0; 2], group(Policy::PORT_ID, &[0, 1], &[], true), [0, 2, 4]);
     assert_eq!(map(&t, [0, 2, 4]), [Some(0); 3]);
     let g = GroupId(0);
     let order = t.group(g).unwrap().order.clone();
-    t.reconfigure_group(g, Policy::SourceMacHash, order, true, Instant::from_secs(3))
+    t.reconfigure_group(g, Policy::SOURCE_MAC, order, true, Instant::from_secs(3))
         .unwrap();
     let (moves, _) = drain(&mut t);
     for id in [0u32, 2, 4] {
@@ -238,9 +222,9 @@ fn policy_change_rehomes_ports() {
         standby: vec![],
     };
     assert!(t
-        .reconfigure_group(g, Policy::LoadBased, bad, true, Instant::ZERO)
+        .reconfigure_group(g, Policy::LOAD_BASED, bad, true, Instant::ZERO)
         .is_err());
-    assert_eq!(t.group(g).unwrap().policy, Policy::SourceMacHash);
+    assert_eq!(t.group(g).unwrap().policy, Policy::SOURCE_MAC);
 }
 
 #[test]
@@ -261,10 +245,10 @@ fn bad_configuration_is_refused() {
     };
     assert!(matches!(Team::new(uplinks(&[1.0]), lbt), Err(TeamError::Lbt(_))));
     let mut t = Team::new(uplinks(&[1.0, 1.0]), LbtConfig::default()).unwrap();
-    assert!(t.add_group(group(Policy::LoadBased, &[], &[0], true)).is_err());
-    assert!(t.add_group(group(Policy::LoadBased, &[0, 5], &[], true)).is_err());
-    assert!(t.add_group(group(Policy::LoadBased, &[0], &[0], true)).is_err());
-    let g = t.add_group(group(Policy::LoadBased, &[0, 1], &[], true)).unwrap();
+    assert!(t.add_group(group(Policy::LOAD_BASED, &[], &[0], true)).is_err());
+    assert!(t.add_group(group(Policy::LOAD_BASED, &[0, 5], &[], true)).is_err());
+    assert!(t.add_group(group(Policy::LOAD_BASED, &[0], &[0], true)).is_err());
+    let g = t.add_group(group(Policy::LOAD_BASED, &[0, 1], &[], true)).unwrap();
     t.add_port(PortSpec {
         id: PortId(1),
         mac: mac(1),
@@ -326,7 +310,7 @@ fn drive(t: &mut Team, rates: &dyn Fn(u32, u64) -> f64, ports: &[u32], from: u64
 fn lbt_moves_one_port_when_an_uplink_passes_the_threshold() {
     // Ports 0, 2, 4, 6 all hash to uplink1 (port ID mod 2 = 0).
     let ports = [0, 2, 4, 6];
-    let mut t = team(&[10.0, 10.0], group(Policy::LoadBased, &[0, 1], &[], true), ports);
+    let mut t = team(&[10.0, 10.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
     // 1.8 Gbit/s each = 7.2 Gbit/s: under 75%, nothing moves in 120 s.
     assert!(drive(&mut t, &|_, _| 1.8, &ports, 0, 120).is_empty());
     assert_eq!(t.utilisation(UplinkId(1), Instant::from_secs(120)).unwrap().tx, 0.0);
@@ -353,7 +337,7 @@ fn lbt_moves_at_most_once_per_period_and_never_over_threshold() {
     let ports: Vec<u32> = (0..8).map(|i| i * 2).collect(); // all on uplink1
     let mut t = team(
         &[10.0, 10.0],
-        group(Policy::LoadBased, &[0, 1], &[], true),
+        group(Policy::LOAD_BASED, &[0, 1], &[], true),
         ports.clone(),
     );
     let moves = drive(&mut t, &|_, _| 1.5, &ports, 0, 400); // 12 Gbit/s offered
@@ -387,7 +371,7 @@ fn lbt_respects_mixed_link_speeds() {
         2 => 0.5,
         _ => 1.5,
     };
-    let mut t = team(&[10.0, 1.0], group(Policy::LoadBased, &[0, 1], &[], true), ports);
+    let mut t = team(&[10.0, 1.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
     let moves = drive(&mut t, &rate, &ports, 0, 200);
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!((moves[0].port, moves[0].to), (PortId(2), Some(UplinkId(1))));
@@ -406,7 +390,7 @@ fn lbt_respects_mixed_link_speeds() {
 fn lbt_relieves_a_saturated_slow_uplink() {
     // Ports 1 and 3 hash to active[1] = uplink2 (1 GbE); each sends 0.45 Gbit/s: 90% of 1 GbE.
     let ports = [1, 3];
-    let mut t = team(&[10.0, 1.0], group(Policy::LoadBased, &[0, 1], &[], true), ports);
+    let mut t = team(&[10.0, 1.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
     assert_eq!(map(&t, ports), [Some(1), Some(1)]);
     let moves = drive(&mut t, &|_, _| 0.45, &ports, 0, 100);
     assert_eq!(moves.len(), 1);
@@ -419,7 +403,7 @@ fn link_failure_in_the_middle_of_an_lbt_window() {
     let ports: Vec<u32> = (0..9).collect();
     let mut t = team(
         &[10.0; 3],
-        group(Policy::LoadBased, &[0, 1, 2], &[], true),
+        group(Policy::LOAD_BASED, &[0, 1, 2], &[], true),
         ports.clone(),
     );
     assert!(
@@ -457,7 +441,7 @@ fn lbt_on_a_dead_uplinks_stale_window_does_not_move_ports_to_it() {
     // Two uplinks; all four ports on uplink1 at 2.2 Gbit/s (88%). uplink2 dies just before LBT
     // would fire: nothing can move, then it returns and LBT uses it.
     let ports = [0, 2, 4, 6];
-    let mut t = team(&[10.0; 2], group(Policy::LoadBased, &[0, 1], &[], false), ports);
+    let mut t = team(&[10.0; 2], group(Policy::LOAD_BASED, &[0, 1], &[], false), ports);
     assert!(drive(&mut t, &|_, _| 2.2, &ports, 0, 20).is_empty());
     t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(20))
         .unwrap();
@@ -473,7 +457,7 @@ fn lbt_is_deterministic_and_its_knobs_apply() {
     let run = |lbt: LbtConfig| {
         let ports: Vec<u32> = (0..6).map(|i| i * 2).collect();
         let mut t = Team::new(uplinks(&[10.0, 10.0]), lbt).unwrap();
-        let g = t.add_group(group(Policy::LoadBased, &[0, 1], &[], true)).unwrap();
+        let g = t.add_group(group(Policy::LOAD_BASED, &[0, 1], &[], true)).unwrap();
         for &p in &ports {
             t.add_port(PortSpec {
                 id: PortId(p),
@@ -509,13 +493,11 @@ fn lbt_is_deterministic_and_its_knobs_apply() {
 #[test]
 fn only_lbt_groups_are_moved() {
     let mut t = Team::new(uplinks(&[10.0, 10.0]), LbtConfig::default()).unwrap();
-    let fixed = t
-        .add_group(group(Policy::OriginatingPortId, &[0, 1], &[], true))
-        .unwrap();
+    let fixed = t.add_group(group(Policy::PORT_ID, &[0, 1], &[], true)).unwrap();
     let lbt = t
         .add_group(PortGroupSpec {
             name: "lbt".into(),
-            ..group(Policy::LoadBased, &[0, 1], &[], true)
+            ..group(Policy::LOAD_BASED, &[0, 1], &[], true)
         })
         .unwrap();
     t.add_port(PortSpec {
@@ -544,7 +526,7 @@ fn lbt_failover_places_ports_by_headroom_on_mixed_speeds() {
     let rate = |p: u32, _| [4.0, 2.0, 0.2, 0.3][p as usize];
     let mut t = team(
         &[10.0, 10.0, 1.0],
-        group(Policy::LoadBased, &[0, 1, 2], &[], true),
+        group(Policy::LOAD_BASED, &[0, 1, 2], &[], true),
         ports,
     );
     assert!(drive(&mut t, &rate, &ports, 0, 40).is_empty());
@@ -560,7 +542,7 @@ fn lbt_failover_places_ports_by_headroom_on_mixed_speeds() {
     // Static policies keep the load-blind rendezvous choice (predictable for upstream configs).
     let mut s = team(
         &[10.0, 10.0, 1.0],
-        group(Policy::OriginatingPortId, &[0, 1, 2], &[], true),
+        group(Policy::PORT_ID, &[0, 1, 2], &[], true),
         [0, 3],
     );
     let expect: Vec<Option<UplinkId>> = [0u64, 3]

@@ -58,7 +58,7 @@ fn host(vm_reservation: f64, sources: Vec<(SourceSpec, f64)>, duration_s: f64) -
         }],
         groups: vec![PortGroupSpec {
             name: "vms".into(),
-            policy: Policy::OriginatingPortId,
+            policy: Policy::PORT_ID,
             order: FailoverOrder {
                 active: vec![UplinkId(0)],
                 standby: vec![],
@@ -238,7 +238,7 @@ fn a_vnic_limit_spans_its_uplinks() {
         capacity: Bandwidth::from_gbps(10),
         rate_bps: 9.4e9,
     });
-    plan.groups[0].policy = Policy::IpHash(teamster_core::teaming::IpHashMode::L3L4);
+    plan.groups[0].policy = Policy::IP_HASH_L4;
     plan.groups[0].order.active = vec![UplinkId(0), UplinkId(1)];
     let mut tree = Tree::new("uplink1");
     let vm = tree

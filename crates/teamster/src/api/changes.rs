@@ -6,8 +6,8 @@
 
 use crate::live::config::{AdminState, SwitchFile};
 use serde::{Deserialize, Deserializer};
-use teamster_core::host::PolicyName;
 use teamster_core::ioc::Shares;
+use teamster_core::teaming::Policy;
 use teamster_core::units::Bandwidth;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
@@ -102,7 +102,7 @@ fn shares_schema() -> Schema {
 fn policy_schema() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some(["port-id", "source-mac", "ip-hash", "ip-hash-l4", "load-based"]))
+        .enum_values(Some(Policy::names().iter().copied()))
         .into()
 }
 
@@ -113,7 +113,7 @@ pub struct GroupChange {
     /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = policy_schema, required = false)]
-    pub policy: Option<PolicyName>,
+    pub policy: Option<Policy>,
     /// Active uplinks, by name, in failover order.
     #[serde(default, deserialize_with = "some")]
     #[schema(nullable = false, required = false)]
