@@ -122,6 +122,9 @@ pub struct GroupFile {
     #[serde(default = "yes")]
     pub notify_switches: bool,
     pub vlan: Option<u16>,
+    /// MAC address changes, forged transmits, promiscuous mode: each rejected unless accepted.
+    #[serde(default, skip_serializing_if = "teamster_core::switch::SecurityPolicy::is_default")]
+    pub security: teamster_core::switch::SecurityPolicy,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -76,7 +76,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         tree: plan.tree,
         ports,
         uplinks,
-        mac_ageing: plan.mac_ageing,
+        switch: plan.switch,
     };
     (dp, file)
 }
