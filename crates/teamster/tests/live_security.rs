@@ -135,7 +135,7 @@ fn watch(ns: &str, dst: [u8; 6], stop: Arc<AtomicBool>) -> std::thread::JoinHand
                     &mut len,
                 )
             };
-            if n >= 14 && from.sll_pkttype != libc::PACKET_OUTGOING as u8 && buf[..6] == dst {
+            if n >= 14 && from.sll_pkttype != libc::PACKET_OUTGOING && buf[..6] == dst {
                 seen += 1;
             }
         }

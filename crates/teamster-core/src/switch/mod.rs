@@ -99,6 +99,8 @@ pub struct Switch {
     domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>>,
     /// Per port: its VLAN, configured and effective MAC, and security policy.
     guards: HashMap<PortId, PortGuard>,
+    /// VLAN -> its promiscuous ports (VLANs with none are absent).
+    promiscuous: HashMap<Option<u16>, Vec<PortId>>,
     ports: HashMap<PortId, Counters>,
     uplinks: Vec<Counters>,
     /// Frames from interfaces the switch does not know.
@@ -124,12 +126,16 @@ impl Switch {
         let mut macs = MacTable::with_limits(config.ageing, config.mac_limits);
         let mut domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>> = HashMap::new();
         let mut guards = HashMap::new();
+        let mut promiscuous = HashMap::new();
         let mut ports = HashMap::new();
         for p in team.ports() {
             let vlan = team.group(p.group).and_then(|g| g.vlan);
             macs.add_static(vlan, p.mac, p.id);
             domains.entry(vlan).or_default().push((p.id, p.group));
             let policy = config.security.get(p.group.0).copied().unwrap_or_default();
+            if policy.promiscuous.accepts() {
+                promiscuous.entry(vlan).or_insert_with(Vec::new).push(p.id);
+            }
             guards.insert(
                 p.id,
                 PortGuard {
@@ -147,6 +153,7 @@ impl Switch {
             macs,
             domains,
             guards,
+            promiscuous,
             ports,
             unattributed: Counters::default(),
             next_sweep: Instant::ZERO + config.ageing / 10,
@@ -163,7 +170,7 @@ impl Switch {
 
     /// A frame from local port `p`.
     fn ingress_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
-        let (Some(group), Some(vlan)) = (self.team.port_group(p), self.guards.get(&p).map(|g| g.vlan)) else {
+        let Some(vlan) = self.guards.get(&p).map(|g| g.vlan) else {
             self.unattributed.rx(frame.len());
             self.unattributed.drop(DropReason::UnknownPort);
             return Vec::new();
@@ -176,7 +183,6 @@ impl Switch {
         if key.vlan.is_some() {
             return self.dropped(Ingress::Port(p), DropReason::TaggedOnAccessPort);
         }
-        debug_assert_eq!(self.team.group(group).and_then(|g| g.vlan), vlan);
         if !self.admit_source(p, vlan, key.src_mac, now) {
             return self.dropped(Ingress::Port(p), DropReason::ForgedTransmit);
         }
@@ -256,10 +262,12 @@ impl Switch {
         frame: &[u8],
         out: &mut Vec<(Egress, Vec<u8>)>,
     ) {
-        let Some(members) = self.domains.get(&vlan) else { return };
-        for (q, _) in members {
+        let Some(listeners) = self.promiscuous.get(&vlan) else {
+            return;
+        };
+        for q in listeners {
             let listed = out.iter().any(|(to, _)| *to == Egress::Port(*q));
-            if Some(*q) != sender && !listed && self.guards[q].promiscuous() {
+            if Some(*q) != sender && !listed {
                 out.push((Egress::Port(*q), frame.to_vec()));
             }
         }
