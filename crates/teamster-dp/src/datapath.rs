@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
-use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch};
+use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
@@ -57,7 +57,8 @@ pub struct DatapathPlan {
     pub reservation_cap: ReservationCap,
     pub ports: Vec<PortPlan>,
     pub uplinks: Vec<UplinkPlan>,
-    pub mac_ageing: core::time::Duration,
+    /// MAC ageing and limits, and each port group's security policy.
+    pub switch: SwitchConfig,
 }
 
 /// Drops the data plane makes outside the core switch, kept per port and per uplink.
@@ -200,7 +201,7 @@ impl Datapath {
         let now = Instant::ZERO;
         // Subscribe before reading carriers, so a change in between is not missed.
         let links = LinkWatch::open().map_err(|e| format!("netlink link watch: {e}"))?;
-        let mut switch = Switch::new(plan.team, plan.mac_ageing);
+        let mut switch = Switch::with_config(plan.team, plan.switch);
         let mut ports = Vec::new();
         for p in plan.ports {
             let backend = AfPacket::open(&p.interface).map_err(|e| e.to_string())?;

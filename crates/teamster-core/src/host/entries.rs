@@ -81,6 +81,9 @@ pub struct GroupEntry {
     #[serde(default = "yes")]
     pub notify_switches: bool,
     pub vlan: Option<u16>,
+    /// MAC address changes, forged transmits, promiscuous mode: each rejected unless accepted.
+    #[serde(default, skip_serializing_if = "crate::switch::SecurityPolicy::is_default")]
+    pub security: crate::switch::SecurityPolicy,
 }
 
 /// A `[[traffic_classes]]` entry: a system traffic class's controls.

@@ -1,4 +1,4 @@
-//! Per-interface counters, with drops kept by reason.
+//! Per-interface counters, with drops kept by reason, and MAC-learning refusals.
 
 use core::fmt;
 
@@ -21,11 +21,14 @@ pub enum DropReason {
     UnknownPort,
     /// Addressed to the port it came from.
     Hairpin,
+    /// From a port whose group rejects forged transmits, with a source MAC other than the port's
+    /// effective MAC (see [`super::security`]).
+    ForgedTransmit,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -34,6 +37,7 @@ impl DropReason {
         DropReason::UnknownVlan,
         DropReason::UnknownPort,
         DropReason::Hairpin,
+        DropReason::ForgedTransmit,
     ];
 
     /// A stable name for metrics and logs.
@@ -47,6 +51,7 @@ impl DropReason {
             DropReason::UnknownVlan => "unknown_vlan",
             DropReason::UnknownPort => "unknown_port",
             DropReason::Hairpin => "hairpin",
+            DropReason::ForgedTransmit => "forged_transmit",
         }
     }
 
@@ -68,6 +73,9 @@ pub struct Counters {
     pub rx_bytes: u64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// Frames whose new source MAC was not learned because a MAC-table limit was reached. The
+    /// frames themselves were switched as usual: this is not a drop.
+    pub mac_limit: u64,
     drops: [u64; DropReason::ALL.len()],
 }
 

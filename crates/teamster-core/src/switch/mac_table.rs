@@ -1,8 +1,17 @@
-//! The MAC table: where each (VLAN, MAC) was last seen, with ageing.
+//! The MAC table: where each (VLAN, MAC) was last seen, with ageing and bounded size.
 //!
 //! Port MACs from the configuration are static and never age. Learned entries expire `ageing`
 //! after they were last refreshed (default 300 s, as on most switches); expiry is checked on
-//! lookup and swept by [`MacTable::expire`].
+//! lookup and swept by [`MacTable::expire`], which also gives memory back to the system when a
+//! flood has left the map much larger than what it now holds.
+//!
+//! Learned entries are bounded ([`MacLimits`]): at most `total` in all, and at most `per_port`
+//! behind any one VM port. Uplinks share the total (the physical network has as many hosts as
+//! it has). Past a limit a new address is not learned: the frame is still switched (as a
+//! production switch does: forward, do not learn), traffic to that address is flooded as
+//! unknown unicast until an entry frees up, and the refusal is counted by the caller. Static
+//! entries do not count against the limits. An entry moving to a port that is at its limit is
+//! forgotten rather than left pointing at its old place.
 
 use crate::teaming::{PortId, UplinkId};
 use crate::wire::MacAddr;
@@ -26,11 +35,51 @@ struct Entry {
     seen: Option<Instant>,
 }
 
-/// (VLAN or none, MAC) -> location.
+/// How many learned addresses the table holds at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacLimits {
+    /// Learned entries in all.
+    pub total: usize,
+    /// Learned entries behind one VM port.
+    pub per_port: usize,
+}
+
+impl MacLimits {
+    /// The largest `total` a configuration may set (about 50 MB of table).
+    pub const MAX: usize = 1 << 20;
+}
+
+impl Default for MacLimits {
+    /// 16,384 in all, 4,096 per port (vSphere's default MAC-learning limit per port).
+    fn default() -> MacLimits {
+        MacLimits {
+            total: 16_384,
+            per_port: 4_096,
+        }
+    }
+}
+
+/// What [`MacTable::learn`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learned {
+    /// Already known there (refreshed), a static entry, or not an address to learn.
+    Known,
+    /// A new entry, or an entry moved from elsewhere.
+    Added,
+    /// Not learned: a limit was reached.
+    Refused,
+}
+
+/// (VLAN or none, MAC) -> location, bounded.
 #[derive(Debug, Clone)]
 pub struct MacTable {
     entries: HashMap<(Option<u16>, MacAddr), Entry>,
     ageing: Duration,
+    limits: MacLimits,
+    /// Learned entries held (expired ones included until swept).
+    learned: usize,
+    /// Learned entries held behind each port (ports with none are absent).
+    per_port: HashMap<PortId, usize>,
 }
 
 impl MacTable {
@@ -38,21 +87,31 @@ impl MacTable {
     pub const DEFAULT_AGEING: Duration = Duration::from_secs(300);
 
     pub fn new(ageing: Duration) -> MacTable {
+        MacTable::with_limits(ageing, MacLimits::default())
+    }
+
+    pub fn with_limits(ageing: Duration, limits: MacLimits) -> MacTable {
         MacTable {
             entries: HashMap::new(),
             ageing,
+            limits,
+            learned: 0,
+            per_port: HashMap::new(),
         }
     }
 
     /// Pins a configured port MAC.
     pub fn add_static(&mut self, vlan: Option<u16>, mac: MacAddr, port: PortId) {
-        self.entries.insert(
+        let old = self.entries.insert(
             (vlan, mac),
             Entry {
                 at: Location::Port(port),
                 seen: None,
             },
         );
+        if let Some(old) = old.filter(|e| e.seen.is_some()) {
+            self.forget(old.at);
+        }
     }
 
     /// Where `mac` lives in `vlan`, if known and not expired at `now`.
@@ -64,21 +123,101 @@ impl MacTable {
         }
     }
 
-    /// Records that `mac` was seen at `at`; a static entry is never overwritten.
-    pub fn learn(&mut self, vlan: Option<u16>, mac: MacAddr, at: Location, now: Instant) {
-        if mac.is_multicast() {
-            return;
-        }
-        let e = self.entries.entry((vlan, mac)).or_insert(Entry { at, seen: Some(now) });
-        if e.seen.is_some() {
-            *e = Entry { at, seen: Some(now) };
+    /// The port `mac` is configured on in `vlan`, if it is a static entry.
+    pub fn static_port(&self, vlan: Option<u16>, mac: MacAddr) -> Option<PortId> {
+        match self.entries.get(&(vlan, mac))? {
+            Entry {
+                at: Location::Port(p),
+                seen: None,
+            } => Some(*p),
+            _ => None,
         }
     }
 
-    /// Drops every learned entry older than the ageing time.
+    /// Records that `mac` was seen at `at`, within the limits; a static entry is never
+    /// overwritten, and group and zero addresses are never learned.
+    pub fn learn(&mut self, vlan: Option<u16>, mac: MacAddr, at: Location, now: Instant) -> Learned {
+        if mac.is_multicast() || mac == MacAddr([0; 6]) {
+            return Learned::Known;
+        }
+        let key = (vlan, mac);
+        let old = match self.entries.get_mut(&key) {
+            Some(Entry { seen: None, .. }) => return Learned::Known,
+            Some(e) if e.at == at => {
+                e.seen = Some(now);
+                return Learned::Known;
+            }
+            Some(e) => Some(e.at),
+            None => None,
+        };
+        let port_full = match at {
+            Location::Port(p) => self.per_port.get(&p).copied().unwrap_or(0) >= self.limits.per_port,
+            Location::Remote(_) => false,
+        };
+        if let Some(from) = old {
+            self.entries.remove(&key);
+            self.forget(from);
+        }
+        if port_full || self.learned >= self.limits.total {
+            return Learned::Refused;
+        }
+        self.entries.insert(key, Entry { at, seen: Some(now) });
+        self.learned += 1;
+        if let Location::Port(p) = at {
+            *self.per_port.entry(p).or_default() += 1;
+        }
+        Learned::Added
+    }
+
+    /// Forgets a learned entry for `mac` if it is behind `port` (a guest changed its MAC again).
+    pub fn unlearn(&mut self, vlan: Option<u16>, mac: MacAddr, port: PortId) {
+        let key = (vlan, mac);
+        if let Some(e) = self
+            .entries
+            .get(&key)
+            .filter(|e| e.seen.is_some() && e.at == Location::Port(port))
+        {
+            let at = e.at;
+            self.entries.remove(&key);
+            self.forget(at);
+        }
+    }
+
+    /// Updates the counts for a learned entry at `at` that was removed.
+    fn forget(&mut self, at: Location) {
+        self.learned -= 1;
+        if let Location::Port(p) = at {
+            if let Some(n) = self.per_port.get_mut(&p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_port.remove(&p);
+                }
+            }
+        }
+    }
+
+    /// Drops every learned entry older than the ageing time, and shrinks the map if it is
+    /// mostly empty (after a flood), so memory follows what the table holds.
     pub fn expire(&mut self, now: Instant) {
         let ageing = self.ageing;
-        self.entries.retain(|_, e| e.seen.is_none_or(|t| now - t < ageing));
+        let (learned, per_port) = (&mut self.learned, &mut self.per_port);
+        self.entries.retain(|_, e| {
+            let keep = e.seen.is_none_or(|t| now - t < ageing);
+            if !keep {
+                *learned -= 1;
+                if let Location::Port(p) = e.at {
+                    if let Some(n) = per_port.get_mut(&p) {
+                        *n -= 1;
+                    }
+                }
+            }
+            keep
+        });
+        per_port.retain(|_, n| *n > 0);
+        let len = self.entries.len();
+        if self.entries.capacity() > 4 * len.max(256) {
+            self.entries.shrink_to(2 * len);
+        }
     }
 
     /// Learned and static entries held.
@@ -91,8 +230,70 @@ impl MacTable {
         self.entries.is_empty()
     }
 
+    /// Learned entries held (expired ones included until the next sweep).
+    pub fn learned(&self) -> usize {
+        self.learned
+    }
+
+    /// Learned entries held behind port `p`.
+    pub fn learned_behind(&self, p: PortId) -> usize {
+        self.per_port.get(&p).copied().unwrap_or(0)
+    }
+
+    /// Entries the map has room for without growing (a measure of its memory).
+    pub fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    /// The map's memory, roughly: its buckets and their control bytes.
+    pub fn approx_bytes(&self) -> usize {
+        self.entries.capacity() * (size_of::<((Option<u16>, MacAddr), Entry)>() + 1)
+    }
+
     /// The ageing time.
     pub fn ageing(&self) -> Duration {
         self.ageing
+    }
+
+    /// The limits on learned entries.
+    pub fn limits(&self) -> MacLimits {
+        self.limits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(n: u32) -> MacAddr {
+        let b = n.to_be_bytes();
+        MacAddr([0x02, 0, b[0], b[1], b[2], b[3]])
+    }
+
+    #[test]
+    fn limits_refuse_new_addresses_and_moves_into_a_full_port() {
+        let limits = MacLimits { total: 4, per_port: 2 };
+        let mut t = MacTable::with_limits(MacTable::DEFAULT_AGEING, limits);
+        let (p, up) = (Location::Port(PortId(1)), Location::Remote(UplinkId(0)));
+        let now = Instant::ZERO;
+        t.add_static(None, mac(100), PortId(2));
+        assert_eq!(t.learn(None, mac(1), p, now), Learned::Added);
+        assert_eq!(t.learn(None, mac(2), p, now), Learned::Added);
+        assert_eq!(t.learn(None, mac(3), p, now), Learned::Refused, "per port");
+        assert_eq!(t.learn(None, mac(2), p, now), Learned::Known, "refresh is free");
+        assert_eq!(t.learn(None, mac(3), up, now), Learned::Added);
+        assert_eq!(t.learn(None, mac(4), up, now), Learned::Added);
+        assert_eq!(t.learn(None, mac(5), up, now), Learned::Refused, "total");
+        assert_eq!(t.learn(None, mac(100), up, now), Learned::Known, "static stays");
+        assert_eq!((t.learned(), t.learned_behind(PortId(1)), t.len()), (4, 2, 5));
+        // mac(3) moves behind the full port: forgotten, not left on the uplink.
+        assert_eq!(t.learn(None, mac(3), p, now), Learned::Refused);
+        assert_eq!(t.lookup(None, mac(3), now), None);
+        assert_eq!(t.learned(), 3);
+        t.unlearn(None, mac(1), PortId(1));
+        assert_eq!((t.learned(), t.learned_behind(PortId(1))), (2, 1));
+        assert_eq!(t.learn(None, mac(3), p, now), Learned::Added, "room again");
+        t.expire(Instant::from_secs(301));
+        assert_eq!((t.learned(), t.learned_behind(PortId(1)), t.len()), (0, 0, 1));
     }
 }

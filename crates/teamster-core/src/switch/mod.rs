@@ -1,35 +1,50 @@
-//! The switch: ports, port groups, VLANs, the MAC table, forwarding and loop prevention, over a
-//! NIC team.
+//! The switch: ports, port groups, VLANs, the MAC table, forwarding, loop prevention and port
+//! security, over a NIC team.
 //!
 //! Model. VM ports are access ports: their frames are untagged, and the port group's VLAN (if
 //! any) is the frame's broadcast domain. Uplinks are trunks: a frame carries its group's VLAN
-//! tag there. A frame from a port is:
+//! tag there. A frame from a port is first checked against its group's [`SecurityPolicy`]
+//! (forged transmits: its source MAC must be the port's effective MAC, see [`security`]); then
+//! it is:
 //! - delivered to a local port if its destination MAC is known there (same VLAN);
 //! - sent out of the uplink the team selects for the port and flow if the destination is known
 //!   to be remote;
-//! - flooded, if broadcast, multicast or unknown, to the other local ports of its VLAN and to the
-//!   sending port's home uplink only (so physical switches see each MAC on one uplink).
+//! - flooded, if broadcast, multicast or unknown, to the other local ports of its VLAN that take
+//!   it (every port takes broadcast and multicast; unknown unicast only ports whose group
+//!   accepts MAC address changes, since the others own no address the switch does not know) and
+//!   to the sending port's home uplink only (so physical switches see each MAC on one uplink).
 //!
 //! A frame from an uplink is never sent to another uplink. It is dropped if its source MAC is a
 //! local port's (our own frame reflected back by the physical network). A known unicast
 //! destination behind a local port is delivered from any uplink; broadcast, multicast and
 //! unknown unicast are taken in by each port group only from its receive uplink (its first live
-//! uplink in failover order), since a physical switch floods them to every team member.
+//! uplink in failover order), since a physical switch floods them to every team member, and go
+//! to the ports that take them as above.
+//!
+//! Ports whose group accepts promiscuous mode also get a copy of every frame switched in their
+//! VLAN. Learning is bounded ([`MacLimits`]): past a limit the frame is switched but its source
+//! not learned, and counted as `mac_limit` on the interface it came from.
 //!
 //! Every frame in or out is counted per port and per uplink; every drop is counted with its
 //! [`DropReason`]. Malformed frames are dropped and counted, never a panic.
 
 mod counters;
 mod mac_table;
+pub mod security;
 
+#[cfg(test)]
+mod security_tests;
 #[cfg(test)]
 mod tests;
 
 pub use counters::{Counters, DropReason};
-pub use mac_table::{Location, MacTable};
+pub use mac_table::{Learned, Location, MacLimits, MacTable};
+pub use security::{SecurityPolicy, Verdict};
+
+use security::{PortGuard, Source};
 
 use crate::teaming::{Direction, Effect, GroupId, PortId, Team, UplinkId};
-use crate::wire::{parse, FlowKey};
+use crate::wire::{parse, FlowKey, MacAddr};
 use crate::Instant;
 use core::time::Duration;
 use std::collections::HashMap;
@@ -55,6 +70,26 @@ pub struct Output {
     pub frame: Vec<u8>,
 }
 
+/// How a switch is set up beyond its team: MAC ageing and limits, and each port group's
+/// security policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwitchConfig {
+    pub ageing: Duration,
+    pub mac_limits: MacLimits,
+    /// Per port group, by [`GroupId`] index; a group past the end gets the default (all reject).
+    pub security: Vec<SecurityPolicy>,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> SwitchConfig {
+        SwitchConfig {
+            ageing: MacTable::DEFAULT_AGEING,
+            mac_limits: MacLimits::default(),
+            security: Vec::new(),
+        }
+    }
+}
+
 /// A switch over a team; see the module documentation.
 #[derive(Debug, Clone)]
 pub struct Switch {
@@ -62,6 +97,10 @@ pub struct Switch {
     macs: MacTable,
     /// VLAN (or none) -> the ports in it, with their group.
     domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>>,
+    /// Per port: its VLAN, configured and effective MAC, and security policy.
+    guards: HashMap<PortId, PortGuard>,
+    /// VLAN -> its promiscuous ports (VLANs with none are absent).
+    promiscuous: HashMap<Option<u16>, Vec<PortId>>,
     ports: HashMap<PortId, Counters>,
     uplinks: Vec<Counters>,
     /// Frames from interfaces the switch does not know.
@@ -70,15 +109,42 @@ pub struct Switch {
 }
 
 impl Switch {
-    /// A switch over `team`, whose ports' MACs become static MAC-table entries.
+    /// A switch over `team` with MAC ageing `ageing`, default MAC limits and the default
+    /// security policy (all rejected) on every group.
     pub fn new(team: Team, ageing: Duration) -> Switch {
-        let mut macs = MacTable::new(ageing);
+        Switch::with_config(
+            team,
+            SwitchConfig {
+                ageing,
+                ..SwitchConfig::default()
+            },
+        )
+    }
+
+    /// A switch over `team`, whose ports' MACs become static MAC-table entries.
+    pub fn with_config(team: Team, config: SwitchConfig) -> Switch {
+        let mut macs = MacTable::with_limits(config.ageing, config.mac_limits);
         let mut domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>> = HashMap::new();
+        let mut guards = HashMap::new();
+        let mut promiscuous = HashMap::new();
         let mut ports = HashMap::new();
         for p in team.ports() {
             let vlan = team.group(p.group).and_then(|g| g.vlan);
             macs.add_static(vlan, p.mac, p.id);
             domains.entry(vlan).or_default().push((p.id, p.group));
+            let policy = config.security.get(p.group.0).copied().unwrap_or_default();
+            if policy.promiscuous.accepts() {
+                promiscuous.entry(vlan).or_insert_with(Vec::new).push(p.id);
+            }
+            guards.insert(
+                p.id,
+                PortGuard {
+                    vlan,
+                    mac: p.mac,
+                    policy,
+                    changed: None,
+                },
+            );
             ports.insert(p.id, Counters::default());
         }
         Switch {
@@ -86,9 +152,11 @@ impl Switch {
             team,
             macs,
             domains,
+            guards,
+            promiscuous,
             ports,
             unattributed: Counters::default(),
-            next_sweep: Instant::ZERO + ageing / 10,
+            next_sweep: Instant::ZERO + config.ageing / 10,
         }
     }
 
@@ -102,7 +170,7 @@ impl Switch {
 
     /// A frame from local port `p`.
     fn ingress_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
-        let Some(group) = self.team.port_group(p) else {
+        let Some(vlan) = self.guards.get(&p).map(|g| g.vlan) else {
             self.unattributed.rx(frame.len());
             self.unattributed.drop(DropReason::UnknownPort);
             return Vec::new();
@@ -115,30 +183,92 @@ impl Switch {
         if key.vlan.is_some() {
             return self.dropped(Ingress::Port(p), DropReason::TaggedOnAccessPort);
         }
-        let vlan = self.team.group(group).and_then(|g| g.vlan);
-        self.macs.learn(vlan, key.src_mac, Location::Port(p), now);
+        if !self.admit_source(p, vlan, key.src_mac, now) {
+            return self.dropped(Ingress::Port(p), DropReason::ForgedTransmit);
+        }
         let known = if key.dst_mac.is_multicast() {
             None
         } else {
             self.macs.lookup(vlan, key.dst_mac, now)
         };
+        let mut out: Vec<(Egress, Vec<u8>)> = Vec::new();
         match known {
-            Some(Location::Port(q)) if q == p => self.dropped(Ingress::Port(p), DropReason::Hairpin),
-            Some(Location::Port(q)) => self.send(vec![(Egress::Port(q), frame.to_vec())], now, p),
+            Some(Location::Port(q)) if q == p => return self.dropped(Ingress::Port(p), DropReason::Hairpin),
+            Some(Location::Port(q)) => out.push((Egress::Port(q), frame.to_vec())),
             Some(Location::Remote(_)) => match self.team.select(p, Some(&key)) {
-                Some(u) => self.send(vec![(Egress::Uplink(u), push_tag(frame, vlan))], now, p),
-                None => self.dropped(Ingress::Port(p), DropReason::NoUplink),
+                Some(u) => out.push((Egress::Uplink(u), push_tag(frame, vlan))),
+                None => return self.dropped(Ingress::Port(p), DropReason::NoUplink),
             },
             None => {
-                let mut out: Vec<(Egress, Vec<u8>)> = self.domains[&vlan]
-                    .iter()
-                    .filter(|(q, _)| *q != p)
-                    .map(|(q, _)| (Egress::Port(*q), frame.to_vec()))
-                    .collect();
+                out.extend(
+                    self.domains[&vlan]
+                        .iter()
+                        .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
+                        .map(|(q, _)| (Egress::Port(*q), frame.to_vec())),
+                );
                 if let Some(u) = self.team.select(p, Some(&key)) {
                     out.push((Egress::Uplink(u), push_tag(frame, vlan)));
                 }
-                self.send(out, now, p)
+            }
+        }
+        self.copy_to_promiscuous(vlan, Some(p), frame, &mut out);
+        self.send(out, now, p)
+    }
+
+    /// Decides whether port `p` may send from `src` under its group's policy, learning the
+    /// address behind the port where the policy lets the port receive on it.
+    fn admit_source(&mut self, p: PortId, vlan: Option<u16>, src: MacAddr, now: Instant) -> bool {
+        let g = &self.guards[&p];
+        let (source, changed, learns) = (g.source(src), g.changed, g.learns());
+        let learn = match source {
+            Source::Configured => {
+                if let Some(old) = changed {
+                    self.change_mac(p, vlan, old, None);
+                }
+                return true;
+            }
+            Source::Changed => true,
+            Source::Forged => return false,
+            // Never to another port's configured MAC.
+            Source::Change if self.macs.static_port(vlan, src).is_some() => return false,
+            Source::Change => {
+                if let Some(old) = changed {
+                    self.change_mac(p, vlan, old, Some(src));
+                }
+                self.guards.get_mut(&p).expect("looked up above").changed = Some(src);
+                true
+            }
+            Source::Other => learns,
+        };
+        if learn && self.macs.learn(vlan, src, Location::Port(p), now) == Learned::Refused {
+            self.port(p).mac_limit += 1;
+        }
+        true
+    }
+
+    /// Records that port `p`'s guest moved its effective MAC from `old` (forgotten) to `new`
+    /// (None: back to the configured MAC).
+    fn change_mac(&mut self, p: PortId, vlan: Option<u16>, old: MacAddr, new: Option<MacAddr>) {
+        self.macs.unlearn(vlan, old, p);
+        self.guards.get_mut(&p).expect("a known port").changed = new;
+    }
+
+    /// Adds a copy of `frame` for every promiscuous port of `vlan` that is neither the sender
+    /// nor already a destination.
+    fn copy_to_promiscuous(
+        &self,
+        vlan: Option<u16>,
+        sender: Option<PortId>,
+        frame: &[u8],
+        out: &mut Vec<(Egress, Vec<u8>)>,
+    ) {
+        let Some(listeners) = self.promiscuous.get(&vlan) else {
+            return;
+        };
+        for q in listeners {
+            let listed = out.iter().any(|(to, _)| *to == Egress::Port(*q));
+            if Some(*q) != sender && !listed {
+                out.push((Egress::Port(*q), frame.to_vec()));
             }
         }
     }
@@ -167,15 +297,23 @@ impl Switch {
         } else {
             self.macs.lookup(vlan, key.dst_mac, now)
         };
+        // A frame for a local port arrives once; anything else the physical switch floods to
+        // every team member, so each group takes it from its receive uplink only.
         let targets: Vec<PortId> = match known {
             Some(Location::Port(q)) => vec![q],
             _ => members
                 .iter()
-                .filter(|(_, g)| self.team.group_receive_uplink(*g) == Some(u))
+                .filter(|(q, g)| {
+                    let guard = &self.guards[q];
+                    let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(key.dst_mac));
+                    takes && self.team.group_receive_uplink(*g) == Some(u)
+                })
                 .map(|(q, _)| *q)
                 .collect(),
         };
-        self.macs.learn(vlan, key.src_mac, Location::Remote(u), now);
+        if self.macs.learn(vlan, key.src_mac, Location::Remote(u), now) == Learned::Refused {
+            self.uplinks[u.0].mac_limit += 1;
+        }
         if targets.is_empty() {
             return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
         }
@@ -184,6 +322,10 @@ impl Switch {
         for q in targets {
             self.team.account(q, u, Direction::Rx, frame.len() as u64, now);
             out.push((Egress::Port(q), untagged.clone()));
+        }
+        if matches!(known, Some(Location::Port(_))) {
+            // Copies do not cross the uplink again: no accounting for them.
+            self.copy_to_promiscuous(vlan, None, &untagged, &mut out);
         }
         self.count_out(&out);
         out.into_iter().map(|(to, frame)| Output { to, frame }).collect()

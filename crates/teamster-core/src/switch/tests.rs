@@ -8,15 +8,20 @@ use core::net::Ipv4Addr;
 use etherparse::{PacketBuilder, VlanId};
 use proptest::prelude::*;
 
-const REMOTE: [u8; 6] = [0x0a, 0, 0, 0, 0, 0x99];
+pub(super) const REMOTE: [u8; 6] = [0x0a, 0, 0, 0, 0, 0x99];
 
-fn mac(n: u8) -> MacAddr {
+pub(super) fn mac(n: u8) -> MacAddr {
     MacAddr([0x02, 0, 0, 0, 0, n])
 }
 
 /// Two 10G uplinks; group "a" (VLAN 10) with ports 1, 2 and group "b" (VLAN 20) with port 3,
-/// all port-ID over both uplinks.
+/// all port-ID over both uplinks, security policies all rejected.
 fn switch() -> Switch {
+    switch_with(SwitchConfig::default())
+}
+
+/// The same switch with `config` (ageing, MAC limits, security of groups "a" and "b").
+pub(super) fn switch_with(config: SwitchConfig) -> Switch {
     let uplinks = (1..=2)
         .map(|i| UplinkSpec {
             name: format!("uplink{i}"),
@@ -46,10 +51,10 @@ fn switch() -> Switch {
         })
         .unwrap();
     }
-    Switch::new(t, Duration::from_secs(300))
+    Switch::with_config(t, config)
 }
 
-fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
+pub(super) fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
     let mut f = Vec::new();
     let b = PacketBuilder::ethernet2(src, dst);
     match vlan {
@@ -67,7 +72,7 @@ fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
     f
 }
 
-fn targets(out: &[Output]) -> Vec<Egress> {
+pub(super) fn targets(out: &[Output]) -> Vec<Egress> {
     out.iter().map(|o| o.to).collect()
 }
 
@@ -81,10 +86,13 @@ fn local_unicast_stays_in_its_vlan() {
         udp(mac(1).0, mac(2).0, None),
         "untouched between access ports"
     );
-    // Port 3 is in VLAN 20: port 1 cannot reach it directly; the frame floods in VLAN 10 instead.
+    // Port 3 is in VLAN 20: port 1 cannot reach it directly. The address is unknown in VLAN 10:
+    // the frame goes to the uplink only, since port 2 (MAC changes rejected) owns no unknown
+    // address.
     let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(3).0, None), Instant::ZERO);
-    assert!(!targets(&out).contains(&Egress::Port(PortId(3))));
-    assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 2);
+    let home = s.team().port_uplink(PortId(1)).unwrap();
+    assert_eq!(targets(&out), [Egress::Uplink(home)]);
+    assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 1);
 }
 
 #[test]
@@ -157,7 +165,17 @@ fn our_own_frames_reflected_back_are_dropped() {
     let echo = udp(mac(1).0, [0xff; 6], Some(10));
     assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &echo, Instant::ZERO).is_empty());
     assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Reflection), 1);
-    // A learned (not configured) MAC behind a port is protected too.
+    // A learned (not configured) MAC behind a port is protected too: a guest bridge, in a group
+    // that accepts forged transmits and MAC changes.
+    let bridge = SecurityPolicy {
+        mac_changes: Verdict::Accept,
+        forged_transmits: Verdict::Accept,
+        promiscuous: Verdict::Reject,
+    };
+    let mut s = switch_with(SwitchConfig {
+        security: vec![bridge],
+        ..SwitchConfig::default()
+    });
     let guest_second_mac = [0x02, 0, 0, 0, 0, 0x42];
     s.ingress(
         Ingress::Port(PortId(1)),
@@ -235,13 +253,17 @@ fn learned_remote_macs_age_out() {
     assert_eq!(s.mac_table().len(), static_entries + 1);
     s.handle_timeout(Instant::from_secs(301));
     assert_eq!(s.mac_table().len(), static_entries, "swept; configured port MACs stay");
-    // Unknown again: a frame to it floods locally and to the port's uplink.
+    // Unknown again: a frame to it goes to the port's uplink (and to no local port, none of
+    // which accepts MAC changes).
     let out = s.ingress(
         Ingress::Port(PortId(1)),
         &udp(mac(1).0, REMOTE, None),
         Instant::from_secs(302),
     );
-    assert_eq!(out.len(), 2);
+    assert_eq!(
+        targets(&out),
+        [Egress::Uplink(s.team().port_uplink(PortId(1)).unwrap())]
+    );
 }
 
 #[test]

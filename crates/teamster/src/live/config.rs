@@ -2,6 +2,8 @@
 //!
 //! ```toml
 //! mac_ageing_s = 300           # optional
+//! mac_limit = 16384            # optional: learned MAC-table entries in all (1 to 1048576)
+//! mac_limit_per_port = 4096    # optional: learned entries behind one VM port (1 to mac_limit)
 //! reservation_cap = 0.75       # optional
 //! [lbt]                        # optional, as in scenarios
 //! [[uplinks]]
@@ -10,6 +12,8 @@
 //! capacity = "10G"             # optional: else the speed the interface reports in sysfs
 //! [[port_groups]]              # as in scenarios: name, policy, active, standby, failback,
 //!                              # notify_switches, vlan
+//! security = { forged_transmits = "accept" }  # optional: mac_changes, forged_transmits,
+//!                              # promiscuous, each "accept" or "reject" (the default)
 //! [[traffic_classes]]          # as in packet scenarios (optional)
 //! [[pools]]                    # as in packet scenarios (optional)
 //! [[ports]]
@@ -21,13 +25,15 @@
 //! ```
 //!
 //! Everything is checked before any interface is touched: the TOML shape (errors name the key
-//! path), names, that every interface exists, that no interface or MAC is used twice, that each
-//! uplink has a capacity, and admission control.
+//! path), names, that every interface exists, that no interface or MAC is used twice, that port
+//! MACs are neither zero nor group addresses, that each uplink has a capacity, and admission
+//! control.
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use teamster_core::host::{self, ClassEntry, GroupEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
 use teamster_core::ioc::{NodeId, Tree};
+use teamster_core::switch::{MacLimits, SwitchConfig};
 use teamster_core::teaming::{PortId, Team};
 use teamster_core::units::Bandwidth;
 
@@ -35,6 +41,8 @@ use teamster_core::units::Bandwidth;
 #[serde(deny_unknown_fields)]
 pub struct SwitchFile {
     pub mac_ageing_s: Option<f64>,
+    pub mac_limit: Option<u64>,
+    pub mac_limit_per_port: Option<u64>,
     pub reservation_cap: Option<f64>,
     #[serde(default)]
     pub lbt: LbtSection,
@@ -89,8 +97,9 @@ pub struct SwitchPlan {
     pub ports: Vec<(PortId, String, NodeId)>,
     /// Per uplink (in file order): its interface and capacity.
     pub uplinks: Vec<(String, Bandwidth)>,
-    pub mac_ageing: core::time::Duration,
     pub reservation_cap: teamster_core::ioc::ReservationCap,
+    /// MAC ageing and limits, and each port group's security policy.
+    pub switch: SwitchConfig,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -176,6 +185,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         Some(s) => return Err(format!("mac_ageing_s = {s}: expected seconds from 1 to {MAX_AGEING_S}")),
         None => teamster_core::switch::MacTable::DEFAULT_AGEING,
     };
+    let mac_limits = mac_limits(f)?;
     let mut interfaces: Vec<(String, String)> = Vec::new();
     let mut claim = |key: String, name: &str| -> Result<(), String> {
         check_interface(&key, name)?;
@@ -240,9 +250,37 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         reservation_cap: built.reservation_cap,
         ports,
         uplinks,
-        mac_ageing: ageing,
+        switch: SwitchConfig {
+            ageing,
+            mac_limits,
+            security: f.port_groups.iter().map(|g| g.security).collect(),
+        },
         file: f.clone(),
     })
+}
+
+/// The MAC-table limits the file sets, range-checked (a total of at least one, a per-port limit
+/// no greater than the total).
+fn mac_limits(f: &SwitchFile) -> Result<MacLimits, String> {
+    let default = MacLimits::default();
+    let total = match f.mac_limit {
+        None => default.total,
+        Some(n) if (1..=MacLimits::MAX as u64).contains(&n) => n as usize,
+        Some(n) => {
+            let max = MacLimits::MAX;
+            return Err(format!("mac_limit = {n}: expected 1 to {max} learned addresses"));
+        }
+    };
+    let per_port = match f.mac_limit_per_port {
+        None => default.per_port.min(total),
+        Some(n) if n >= 1 && n <= total as u64 => n as usize,
+        Some(n) => {
+            return Err(format!(
+                "mac_limit_per_port = {n}: expected 1 to mac_limit ({total}) learned addresses"
+            ))
+        }
+    };
+    Ok(MacLimits { total, per_port })
 }
 
 #[cfg(test)]
@@ -301,6 +339,31 @@ group = "vms"
         );
         assert_eq!(p.ports.len(), 2);
         assert_eq!(p.tree.node(p.ports[0].2).spec.reservation, Bandwidth::from_mbps(100));
+    }
+
+    #[test]
+    fn security_and_mac_limits_reach_the_switch() {
+        use teamster_core::switch::{SecurityPolicy, Verdict};
+        let p = parse(GOOD, &Fake).unwrap();
+        assert_eq!(p.switch.security, [SecurityPolicy::default()]);
+        assert_eq!(p.switch.mac_limits, MacLimits::default());
+        let text = GOOD.replace(
+            "policy = \"load-based\"",
+            "policy = \"load-based\"\nsecurity = { forged_transmits = \"accept\", promiscuous = \"reject\" }",
+        );
+        let p = parse(&format!("mac_limit = 100\n{text}"), &Fake).unwrap();
+        let s = p.switch.security[0];
+        assert!(s.forged_transmits == Verdict::Accept && s.mac_changes == Verdict::Reject);
+        assert_eq!(
+            p.switch.mac_limits,
+            MacLimits {
+                total: 100,
+                per_port: 100
+            }
+        );
+        // Saved as it was given (the default policy is not written out).
+        assert!(render(&p.file).contains("forged_transmits = \"accept\""));
+        assert!(!render(&parse(GOOD, &Fake).unwrap().file).contains("security"));
     }
 
     #[test]
@@ -391,6 +454,36 @@ group = "vms"
                 "port_groups[0].policy",
             ),
             (GOOD.to_string() + "mtu = 9000\n", "unknown field `mtu`"),
+            (
+                GOOD.replace("52:54:00:00:00:02", "00:00:00:00:00:00"),
+                "ports[1].mac: the all-zero MAC is not a port's address",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { forged = \"accept\" }",
+                ),
+                "port_groups[0].security.forged",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { promiscuous = \"yes\" }",
+                ),
+                "port_groups[0].security.promiscuous",
+            ),
+            (format!("mac_limit = 0\n{GOOD}"), "mac_limit = 0: expected 1 to 1048576"),
+            (
+                format!("mac_limit = 2000000\n{GOOD}"),
+                "mac_limit = 2000000: expected 1 to",
+            ),
+            (format!("mac_limit = -1\n{GOOD}"), "mac_limit: TOML parse error"),
+            (format!("mac_limit = 1e20\n{GOOD}"), "mac_limit: TOML parse error"),
+            (
+                format!("mac_limit = 100\nmac_limit_per_port = 101\n{GOOD}"),
+                "mac_limit_per_port = 101: expected 1 to mac_limit (100)",
+            ),
+            (format!("mac_limit_per_port = 0\n{GOOD}"), "mac_limit_per_port = 0"),
         ];
         for (text, want) in cases {
             let e = parse(&text, &Fake)

@@ -77,7 +77,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         reservation_cap: plan.reservation_cap,
         ports,
         uplinks,
-        mac_ageing: plan.mac_ageing,
+        switch: plan.switch,
     };
     (dp, file)
 }
