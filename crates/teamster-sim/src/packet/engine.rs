@@ -149,6 +149,10 @@ struct Sim<'a> {
     /// Per uplink, when the discipline is FIFO (NetIOC still holds the controls).
     fifo: Option<Vec<Fifo>>,
     busy: Vec<bool>,
+    /// Per uplink, when its last packet's last bit left, in exact (fractional) nanoseconds.
+    line_clock: Vec<f64>,
+    /// Per port, when a constant-bit-rate source is next due, in exact nanoseconds.
+    cbr_clock: Vec<f64>,
     agenda: Agenda,
     active: Vec<bool>,
     streams: Vec<Vec<Stream>>,
@@ -216,6 +220,8 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
         ioc,
         fifo: (plan.discipline == Discipline::Fifo).then(|| new_fifos(plan)),
         busy: vec![false; plan.uplinks.len()],
+        line_clock: vec![f64::NEG_INFINITY; plan.uplinks.len()],
+        cbr_clock: vec![f64::NEG_INFINITY; np],
         agenda: Agenda {
             heap: BinaryHeap::new(),
             events: Vec::new(),
@@ -294,8 +300,10 @@ impl Sim<'_> {
                 if let (true, SourceSpec::Cbr { rate, bytes }) = (self.active[i], &self.plan.ports[i].source) {
                     let (rate, bytes) = (rate.bps_f64(), *bytes);
                     self.offer(i, 0, bytes, t);
-                    self.agenda
-                        .push(t + f64::from(bytes) * 8.0 / rate * 1e9, Ev::CbrTick(i));
+                    // An exact clock per source, as for the lines: no rounding speeds it up.
+                    let due = self.cbr_clock[i].max(t) + f64::from(bytes) * 8.0 / rate * 1e9;
+                    self.cbr_clock[i] = due;
+                    self.agenda.push(due.ceil(), Ev::CbrTick(i));
                 }
             }
             Ev::TxDone(u, pkt) => self.tx_done(u, pkt, t),
@@ -422,8 +430,14 @@ impl Sim<'_> {
         };
         self.busy[u] = next.is_some();
         if let Some(pkt) = next {
-            let done = t + f64::from(pkt.bytes) * 8.0 / self.plan.uplinks[u].rate_bps * 1e9;
-            self.agenda.push(done, Ev::TxDone(u, pkt));
+            // The line's own clock keeps the fraction of a nanosecond the agenda's integer times
+            // drop: back to back, a packet starts exactly when the last one ended, so the uplink
+            // never sends faster than its rate (it did by up to 6.7% with 64 B frames at 40G).
+            // The completion event fires at the next whole nanosecond, never early.
+            let start = if self.line_clock[u] > t - 1.0 { self.line_clock[u] } else { t };
+            let done = start + f64::from(pkt.bytes) * 8.0 / self.plan.uplinks[u].rate_bps * 1e9;
+            self.line_clock[u] = done;
+            self.agenda.push(done.ceil(), Ev::TxDone(u, pkt));
         }
     }
 

@@ -272,3 +272,25 @@ fn a_vnic_limit_spans_its_uplinks() {
     );
     assert!((0.95e9..=1.02e9).contains(&total), "the limit spans uplinks: {total}");
 }
+
+/// A greedy source gets the uplink's rate within 0.1% at every frame size from 64 B to 9000 B
+/// and every capacity from 1G to 100G, and never more (frame times keep their fraction).
+#[test]
+fn greedy_sources_get_line_rate_and_no_more() {
+    for gbps in [1u64, 10, 25, 40, 100] {
+        for bytes in [64u32, 100, 1500, 4000, 9000] {
+            let rate = gbps as f64 * 1e9;
+            // About 100,000 packets.
+            let duration_s = 1e5 * f64::from(bytes) * 8.0 / rate;
+            let mut plan = host(0.0, vec![(SourceSpec::Greedy { bytes }, 0.0)], duration_s);
+            plan.uplinks[0].capacity = Bandwidth::from_gbps(gbps);
+            plan.uplinks[0].rate_bps = rate;
+            let out = run(&plan).unwrap();
+            let sent = out.packets as f64 * f64::from(bytes) * 8.0;
+            let ideal = rate * duration_s;
+            let err = (sent - ideal) / ideal;
+            assert!(err.abs() < 1e-3, "{gbps}G, {bytes} B: {:+.4}% of line rate", 100.0 * err);
+            assert!(sent <= ideal + f64::from(bytes) * 8.0, "{gbps}G, {bytes} B: faster than the line");
+        }
+    }
+}
