@@ -10,10 +10,12 @@
 //! its body within [`super::body::BODY_TIMEOUT`]; otherwise it is closed.
 //!
 //! On TCP, a connection is *unproven* until one of its requests has carried the right token.
-//! When the listener is full, a new connection evicts the oldest unproven one instead of being
-//! turned away, so connections held open by someone without the token cannot lock out a client
-//! with it; only when every connection is proven is the newcomer closed at once. A request
-//! with a missing or wrong token is answered 401 and its connection closed.
+//! When the listener is full, a new connection evicts the oldest unproven one that has had
+//! [`GRACE`] to present its token, instead of being turned away; so connections held open by
+//! someone without the token cannot lock out a client with it for longer than the grace (a
+//! refused client retries), while a burst of new connections cannot evict a client whose
+//! request is still on its way. With no such connection the newcomer is closed at once. A
+//! request with a missing or wrong token is answered 401 and its connection closed.
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -21,7 +23,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 
@@ -29,18 +31,29 @@ use tokio::sync::Notify;
 pub const MAX_CONNECTIONS: usize = 64;
 /// Time allowed for a request head, from the connection's opening or its previous answer.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a TCP connection may take to present its token before it may be evicted.
+pub const GRACE: Duration = Duration::from_secs(1);
 /// The largest read buffer a connection holds (so a request head is at most this long).
 const MAX_BUFFER: usize = 16 * 1024;
 
 /// A connection's standing, shared by its task, its listener and the token check (which finds
 /// it in the request's extensions).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Standing {
+    opened: Instant,
     proven: AtomicBool,
     evict: Notify,
 }
 
 impl Standing {
+    fn new(opened: Instant) -> Standing {
+        Standing {
+            opened,
+            proven: AtomicBool::new(false),
+            evict: Notify::new(),
+        }
+    }
+
     /// Marks the connection as having presented the right token: it is not evicted.
     pub fn prove(&self) {
         self.proven.store(true, Ordering::Relaxed);
@@ -70,13 +83,15 @@ impl Accept for tokio::net::UnixListener {
     }
 }
 
-/// Decides where a new connection goes when `table` is full: the index of the one to evict
-/// (the oldest unproven, if `evict_unproven`), or None to refuse the newcomer.
-fn victim(table: &[Arc<Standing>], evict_unproven: bool) -> Option<usize> {
+/// Decides where a new connection goes at `now` when `table` is full: the index of the one to
+/// evict (the oldest unproven, if `evict_unproven` and it is past its grace), or None to refuse
+/// the newcomer.
+fn victim(table: &[Arc<Standing>], evict_unproven: bool, now: Instant) -> Option<usize> {
     if !evict_unproven {
         return None;
     }
-    table.iter().position(|c| !c.proven.load(Ordering::Relaxed))
+    let oldest = table.iter().position(|c| !c.proven.load(Ordering::Relaxed))?;
+    (now.duration_since(table[oldest].opened) >= GRACE).then_some(oldest)
 }
 
 /// Serves `router` on `listener` for ever, under the rules of the module documentation.
@@ -92,11 +107,12 @@ pub async fn serve<L: Accept>(listener: L, router: Router, evict_unproven: bool)
                 continue;
             }
         };
-        let standing = Arc::new(Standing::default());
+        let now = Instant::now();
+        let standing = Arc::new(Standing::new(now));
         {
             let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
             if live.len() >= MAX_CONNECTIONS {
-                match victim(&live, evict_unproven) {
+                match victim(&live, evict_unproven, now) {
                     Some(i) => live.remove(i).evict.notify_one(),
                     None => continue, // the newcomer is dropped, so closed
                 }
@@ -133,14 +149,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_listener_evicts_the_oldest_unproven_connection_or_refuses() {
-        let table: Vec<Arc<Standing>> = (0..4).map(|_| Arc::new(Standing::default())).collect();
+    fn a_full_listener_evicts_the_oldest_unproven_connection_past_its_grace_or_refuses() {
+        let t0 = Instant::now();
+        let table: Vec<Arc<Standing>> = (0..4)
+            .map(|i| Arc::new(Standing::new(t0 + Duration::from_millis(400) * i)))
+            .collect();
         table[0].prove();
         table[2].prove();
-        assert_eq!(victim(&table, true), Some(1));
-        assert_eq!(victim(&table, false), None);
+        let later = t0 + Duration::from_secs(3);
+        assert_eq!(victim(&table, true, later), Some(1));
+        assert_eq!(victim(&table, false, later), None);
+        // Connection 1 opened at 0.4 s: within its grace until 1.4 s.
+        assert_eq!(victim(&table, true, t0 + Duration::from_millis(1300)), None);
+        assert_eq!(victim(&table, true, t0 + Duration::from_millis(1400)), Some(1));
         table[1].prove();
         table[3].prove();
-        assert_eq!(victim(&table, true), None);
+        assert_eq!(victim(&table, true, later), None);
     }
 }
