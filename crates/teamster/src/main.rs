@@ -13,7 +13,8 @@ mod ioc_cmd;
 mod live;
 
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use live::safe_file::TrustedDir;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use teamster_sim::run::gbps;
 
@@ -45,10 +46,12 @@ enum Command {
     Run {
         /// The switch configuration (TOML): uplinks, port groups, ports, NetIOC (see the README).
         config: PathBuf,
-        /// Rewrite this JSON file every second with counters, link states and moves.
+        /// Rewrite this JSON file every second with counters, link states and moves (its
+        /// directory must be writable by no one but root and the daemon's user).
         #[arg(long)]
         status_file: Option<PathBuf>,
-        /// Check the configuration and exit without attaching.
+        /// Check the configuration, the token file and the directories, and exit without
+        /// attaching.
         #[arg(long)]
         check: bool,
         #[command(flatten)]
@@ -71,17 +74,19 @@ enum Command {
 /// Where the control-plane API listens.
 #[derive(clap::Args)]
 struct ApiArgs {
-    /// The API's unix socket (mode 0600).
+    /// The API's unix socket (mode 0600; its directory is created 0755 if missing, and must be
+    /// writable by no one but root and the daemon's user).
     #[arg(long, default_value = ctl::DEFAULT_SOCKET)]
     api_socket: PathBuf,
     /// Do not serve the API at all.
     #[arg(long, conflicts_with_all = ["api_listen"])]
     no_api: bool,
-    /// Also serve the API (and the dashboard) on this loopback TCP address, e.g. 127.0.0.1:9180;
-    /// every request must then carry the bearer token.
+    /// Also serve the API (and the dashboard) on this loopback TCP address, e.g. 127.0.0.1:9180
+    /// (port 0: a free port, printed at start); every request must then carry the bearer token.
     #[arg(long)]
     api_listen: Option<std::net::SocketAddr>,
-    /// A file holding the bearer token for --api-listen (or set TEAMSTER_API_TOKEN).
+    /// A file holding the bearer token for --api-listen (or set TEAMSTER_API_TOKEN); it must be
+    /// readable by its owner only (chmod 600), owned by root or the daemon's user.
     #[arg(long)]
     api_token_file: Option<PathBuf>,
 }
@@ -101,10 +106,7 @@ impl ApiArgs {
             }
             Some(addr) => {
                 let token = match &self.api_token_file {
-                    Some(f) => std::fs::read_to_string(f)
-                        .map_err(|e| format!("--api-token-file {}: {e}", f.display()))?
-                        .trim()
-                        .to_string(),
+                    Some(f) => live::safe_file::read_private(f, "--api-token-file")?,
                     None => std::env::var("TEAMSTER_API_TOKEN").unwrap_or_default(),
                 };
                 if token.len() < 16 {
@@ -196,17 +198,118 @@ fn main() -> ExitCode {
     }
 }
 
-/// Checks the configuration and capabilities, attaches, and runs until SIGTERM or SIGINT.
+/// The files and directories a running switch writes, checked before anything is touched
+/// (see `live::safe_file`): the configuration's directory (saved changes, its lock), the status
+/// file's, and the API socket's.
+struct Places {
+    config_dir: TrustedDir,
+    config_name: std::ffi::OsString,
+    status: Option<live::daemon::StatusFile>,
+    /// The socket's path, with its directory (None: not there yet; checked again once made).
+    socket: Option<(PathBuf, Option<TrustedDir>)>,
+}
+
+impl Places {
+    /// Checks every directory the daemon will write in; an error names the path, its mode and
+    /// owner.
+    fn check(config: &Path, status_file: Option<&Path>, socket: Option<&Path>) -> Result<Places, String> {
+        let (dir, config_name) = live::safe_file::split(config)?;
+        let config_dir = TrustedDir::open(&dir, "configuration directory")?;
+        let status = match status_file {
+            Some(path) => {
+                let (dir, name) = live::safe_file::split(path).map_err(|e| format!("--status-file {e}"))?;
+                let dir = TrustedDir::open(&dir, "--status-file directory")?;
+                Some(live::daemon::StatusFile::new(dir, name))
+            }
+            None => None,
+        };
+        let socket = match socket {
+            Some(path) => {
+                let (dir, _) = live::safe_file::split(path).map_err(|e| format!("--api-socket {e}"))?;
+                let opened = if dir.is_dir() {
+                    Some(TrustedDir::open(&dir, "--api-socket directory")?)
+                } else {
+                    // It will be made, inside the nearest directory that exists: check that.
+                    TrustedDir::open(live::safe_file::existing_ancestor(&dir), "--api-socket directory")?;
+                    None
+                };
+                Some((path.to_path_buf(), opened))
+            }
+            None => None,
+        };
+        Ok(Places {
+            config_dir,
+            config_name,
+            status,
+            socket,
+        })
+    }
+}
+
+/// The locks held while the switch runs: one daemon per configuration file, and per socket.
+struct Locks {
+    _config: nix::fcntl::Flock<std::fs::File>,
+    _socket: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+/// Takes the locks (see the README): `<config>.lock` beside the configuration, and
+/// `<socket>.lock` beside the API socket (whose directory is made here, 0755, if missing).
+fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
+    let mut name = places.config_name.clone();
+    name.push(".lock");
+    let config_lock = places
+        .config_dir
+        .lock(&name, &format!("a teamster is already running on {}", config.display()))?;
+    let socket_lock = match &mut places.socket {
+        Some((path, dir)) => {
+            let (parent, socket_name) = live::safe_file::split(path)?;
+            if dir.is_none() {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(&parent)
+                    .map_err(|e| format!("--api-socket directory {}: {e}", parent.display()))?;
+                *dir = Some(TrustedDir::open(&parent, "--api-socket directory")?);
+            }
+            let mut name = socket_name;
+            name.push(".lock");
+            let held = dir.as_ref().map(|d| {
+                d.lock(
+                    &name,
+                    &format!("a teamster is already serving its API on {}", path.display()),
+                )
+            });
+            held.transpose()?
+        }
+        None => None,
+    };
+    Ok(Locks {
+        _config: config_lock,
+        _socket: socket_lock,
+    })
+}
+
+/// Checks the files, the configuration and capabilities, takes the locks, attaches, and runs
+/// until SIGTERM or SIGINT.
 fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, api_args: ApiArgs) -> ExitCode {
-    let plan = match live::config::load(&config, &live::config::Sysfs) {
+    let api_config = match api_args.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let socket = api_config.as_ref().and_then(|a| a.socket.clone());
+    let mut places = match Places::check(&config, status_file.as_deref(), socket.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let api_config = match api_args.config() {
-        Ok(c) => c,
+    let plan = match live::config::load(&config, &live::config::Sysfs) {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
@@ -220,6 +323,14 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    // Before the socket or any interface is touched: a second daemon stops here.
+    let _locks = match lock(&mut places, &config) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
@@ -227,7 +338,10 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
             return ExitCode::from(1);
         }
     }
-    live::persist::remove_stale_temporaries(&config);
+    places.config_dir.remove_temporaries(&places.config_name);
+    if let Some(s) = &places.status {
+        s.dir.remove_temporaries(&s.name);
+    }
     let file = plan.file.clone();
     let (snap_tx, snap_rx) = tokio::sync::watch::channel(std::sync::Arc::new(live::snapshot::Snapshot::default()));
     let (change_tx, change_rx) = std::sync::mpsc::channel();
@@ -235,7 +349,7 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         changes: change_rx,
         snapshots: snap_tx,
     };
-    let mut daemon = match live::daemon::Daemon::attach(plan, status_file, Some(link)) {
+    let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link)) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
@@ -243,14 +357,17 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         }
     };
     if let Some(api) = &api_config {
-        if let Err(e) = api::start(api.clone(), file, config.clone(), snap_rx, change_tx) {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        let bound = match api::start(api.clone(), file, config.clone(), snap_rx, change_tx) {
+            Ok((_, bound)) => bound,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
         if let Some(sock) = &api.socket {
             eprintln!("teamster: API on {}", sock.display());
         }
-        if let Some((addr, _)) = &api.tcp {
+        if let Some(addr) = bound {
             eprintln!("teamster: API and dashboard on http://{addr}/");
         }
     }

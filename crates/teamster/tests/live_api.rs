@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-const PORT: u16 = 19_180;
+/// The TCP port the daemon under test bound (it is started on port 0).
+static PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
@@ -38,7 +39,8 @@ fn ctl_json(dir: &Path, args: &[&str]) -> serde_json::Value {
 
 /// One HTTP/1.1 request over TCP to the API; returns (status, body).
 fn http(method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", PORT)).unwrap();
+    let port = PORT.load(std::sync::atomic::Ordering::Relaxed);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: teamster\r\nConnection: close\r\n");
     if let Some(t) = token {
@@ -75,7 +77,8 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let (daemon, _status) = start_with_api(dir.path(), &api_switch(), PORT, TOKEN);
+    let (daemon, _status) = start_with_api(dir.path(), &api_switch(), 0, TOKEN);
+    PORT.store(api_port(dir.path()), std::sync::atomic::Ordering::Relaxed);
     let config_path = dir.path().join("switch.toml");
 
     // The unix socket is its owner's alone.
@@ -135,6 +138,8 @@ fn the_api_shows_and_changes_the_switch_and_changes_persist() {
         ("{\"shares\": 500}", 422, "shares"),
         ("{\"limit\": \"5GB\"}", 422, "limit"),
         ("{\"reservation\": -1}", 422, "reservation"),
+        // serde would take an array as the struct's fields in order: refused.
+        ("[\"200M\"]", 422, "must be a JSON object, not an array"),
     ] {
         let (got, answer) = http("PATCH", "/api/v1/ports/vm1", Some(TOKEN), Some(body));
         assert_eq!(got, status, "{body}: {answer}");

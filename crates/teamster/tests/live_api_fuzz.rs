@@ -11,7 +11,6 @@ use netns::*;
 
 use std::process::Command;
 
-const PORT: u16 = 19_182;
 const TOKEN: &str = "fuzz-token-0123456789abcdef";
 
 #[test]
@@ -31,12 +30,13 @@ fn schemathesis_finds_no_server_error() {
     }
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, _status) = start_with_api(dir.path(), &api_switch(), PORT, TOKEN);
+    let (mut daemon, _status) = start_with_api(dir.path(), &api_switch(), 0, TOKEN);
+    let port = api_port(dir.path());
     let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
     let out = Command::new("timeout")
         .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())
         .args(["schemathesis", "run"])
-        .arg(format!("http://127.0.0.1:{PORT}/openapi.json"))
+        .arg(format!("http://127.0.0.1:{port}/openapi.json"))
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--checks", "all", "--max-time", &seconds, "--workers", "1"])
         .args(["--report-dir", dir.path().join("report").to_str().unwrap()])

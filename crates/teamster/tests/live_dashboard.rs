@@ -12,8 +12,9 @@ use netns::*;
 use std::path::PathBuf;
 use std::process::Command;
 
-const PORT: u16 = 19_181;
-const TOKEN: &str = "dashboard-token-0123456789";
+/// A token with every character a URL gives a meaning to, and some no ASCII has: the page must
+/// be given it URL-encoded, and it must work for the event stream too.
+const TOKEN: &str = "dash+board %41 token&x=/y?z#ü 東京 0123456789";
 
 fn switch() -> String {
     switch_toml(
@@ -48,7 +49,9 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     }
     let _topology = Topology::shaped(100);
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, _status) = start_with_api(dir.path(), &switch(), PORT, TOKEN);
+    let (_daemon, _status) = start_with_api(dir.path(), &switch(), 0, TOKEN);
+    let port = api_port(dir.path());
+    let token = percent_encoding::utf8_percent_encode(TOKEN, percent_encoding::NON_ALPHANUMERIC);
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
 
@@ -61,7 +64,7 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     // The browser opens the page while the switch is idle; the traffic starts a moment later.
     let browser = Command::new("timeout")
         .args(["60", "node", "dashboard.mjs"])
-        .arg(format!("http://127.0.0.1:{PORT}/?token={TOKEN}"))
+        .arg(format!("http://127.0.0.1:{port}/?token={token}"))
         .arg(&shot)
         .arg("uplink1,uplink2")
         .current_dir(&browser_dir)

@@ -7,11 +7,15 @@
 //! between packets and answers with a fresh snapshot.
 //!
 //! It listens on a unix socket (mode 0600: only its owner may connect) and, if asked, on a
-//! loopback TCP address where every request must carry `Authorization: Bearer <token>` (or, for
-//! a browser's page and event stream, `?token=<token>`); without it the answer is 401.
+//! loopback TCP address where every request must carry the bearer token ([`auth`]); without it
+//! the answer is 401. Each listener caps its connections and times out idle and slow ones
+//! ([`listen`]); a body is one JSON object of at most 64 KiB ([`body`]).
 
+mod auth;
+mod body;
 pub mod changes;
 mod dashboard;
+mod listen;
 mod metrics;
 mod openapi;
 mod routes;
@@ -30,9 +34,10 @@ use tokio::sync::{watch, Mutex};
 /// Where and how the API listens.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
-    /// The unix socket (created with mode 0600; an old socket file there is replaced).
+    /// The unix socket (created with mode 0600; an old socket file there is replaced). Its
+    /// directory must already be checked and its lock held (see `main`).
     pub socket: Option<PathBuf>,
-    /// A loopback TCP address, and the bearer token it demands.
+    /// A loopback TCP address (port 0: any free port), and the bearer token it demands.
     pub tcp: Option<(SocketAddr, String)>,
 }
 
@@ -69,21 +74,22 @@ impl ApiError {
 }
 
 /// Starts the API on a thread of its own. Returns once every listener is bound (or with the
-/// error that stopped one), so a bad address fails the start-up, not some later request.
+/// error that stopped one), so a bad address fails the start-up, not some later request; with
+/// the TCP address bound, if there is one.
 pub fn start(
     api: ApiConfig,
     config: SwitchFile,
     config_path: PathBuf,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     changes: std::sync::mpsc::Sender<Apply>,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> Result<(std::thread::JoinHandle<()>, Option<SocketAddr>), String> {
     let state = ApiState {
         snapshots,
         config: Arc::new(Mutex::new(config)),
         config_path,
         changes,
     };
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Option<SocketAddr>, String>>();
     let handle = std::thread::Builder::new()
         .name("teamster-api".into())
         .spawn(move || {
@@ -98,22 +104,21 @@ pub fn start(
         })
         .map_err(|e| format!("API thread: {e}"))?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok(handle),
+        Ok(Ok(bound)) => Ok((handle, bound)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err("the API thread ended before it listened".into()),
     }
 }
 
 /// Binds the listeners, reports on `ready`, then serves until the process ends.
-async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<Result<(), String>>) {
+async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<Result<Option<SocketAddr>, String>>) {
     let mut tasks = tokio::task::JoinSet::new();
+    let mut bound = None;
     if let Some(path) = &api.socket {
         match bind_unix(path) {
             Ok(listener) => {
                 let app = routes::router(state.clone(), None);
-                tasks.spawn(async move {
-                    let _ = axum::serve(listener, app).await;
-                });
+                tasks.spawn(listen::serve(listener, app, false));
             }
             Err(e) => {
                 let _ = ready.send(Err(e));
@@ -124,10 +129,9 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
     if let Some((addr, token)) = &api.tcp {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
+                bound = listener.local_addr().ok();
                 let app = routes::router(state.clone(), Some(Arc::new(token.clone())));
-                tasks.spawn(async move {
-                    let _ = axum::serve(listener, app).await;
-                });
+                tasks.spawn(listen::serve(listener, app, true));
             }
             Err(e) => {
                 let _ = ready.send(Err(format!("API listen on {addr}: {e}")));
@@ -135,13 +139,14 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
             }
         }
     }
-    let _ = ready.send(Ok(()));
+    let _ = ready.send(Ok(bound));
     while tasks.join_next().await.is_some() {}
 }
 
 /// Binds the unix socket with mode 0600, replacing a stale socket file (never another file).
+/// Its directory is trusted and its lock held, so no one else can be listening there.
 fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::fs::FileTypeExt;
     let shown = path.display();
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -151,17 +156,11 @@ fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String>
         }
         std::fs::remove_file(path).map_err(|e| format!("API socket {shown}: cannot remove the old one: {e}"))?;
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("API socket {shown}: {e}"))?;
-    }
     // Created under a tight umask so there is no moment when others may connect.
     // SAFETY: umask only changes this process's file-creation mask; restored right after.
     let old = unsafe { libc::umask(0o177) };
     let bound = tokio::net::UnixListener::bind(path);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
-    let listener = bound.map_err(|e| format!("API socket {shown}: {e}"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("API socket {shown}: {e}"))?;
-    Ok(listener)
+    bound.map_err(|e| format!("API socket {shown}: {e}"))
 }

@@ -1,16 +1,15 @@
 //! The API's routes and handlers (the OpenAPI document in [`super::openapi`] lists them all).
 
+use super::body::Body;
 use super::changes::{change_group, change_port, change_uplink, ChangeError, GroupChange, PortChange, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
 use crate::live::config::{check_with, render, Sysfs};
 use crate::live::daemon::Apply;
 use crate::live::persist::save_atomically;
 use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Path, Query, Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::middleware;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -37,54 +36,8 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
         .fallback(|| async { ApiError::not_found("no such endpoint: see /openapi.json") })
         .with_state(state);
     match token {
-        Some(t) => app.layer(middleware::from_fn_with_state(t, require_token)),
+        Some(t) => app.layer(middleware::from_fn_with_state(t, super::auth::require_token)),
         None => app,
-    }
-}
-
-/// Refuses a request that does not carry the bearer token (header, or `token` query parameter
-/// for a browser's page and event stream). Compared in constant time.
-async fn require_token(State(token): State<Arc<String>>, req: Request, next: Next) -> Response {
-    let header = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let query = req
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
-    let given = header.or(query).unwrap_or("");
-    let same =
-        given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    if same && !token.is_empty() {
-        next.run(req).await
-    } else {
-        let mut r = ApiError(StatusCode::UNAUTHORIZED, "missing or wrong bearer token".into()).into_response();
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        r
-    }
-}
-
-/// A JSON body whose rejections are answered as `{"error": ...}`, naming the field.
-pub struct Body<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Body(v)),
-            Err(e) => {
-                let status = match &e {
-                    JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    JsonRejection::JsonDataError(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                    _ => StatusCode::BAD_REQUEST,
-                };
-                Err(ApiError(status, e.body_text()))
-            }
-        }
     }
 }
 
@@ -172,7 +125,8 @@ pub async fn uplink(State(s): State<ApiState>, Path(name): Path<String>) -> Resu
 
 #[utoipa::path(patch, path = "/api/v1/uplinks/{name}", params(("name" = String, Path)), request_body = UplinkChange,
     responses((status = 200, body = UplinkView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn patch_uplink(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -196,7 +150,8 @@ pub async fn port(State(s): State<ApiState>, Path(name): Path<String>) -> Result
 #[utoipa::path(patch, path = "/api/v1/ports/{name}", params(("name" = String, Path)), request_body = PortChange,
     responses((status = 200, body = PortView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "the resulting configuration is refused (admission control, limit below reservation)"),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn patch_port(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -220,7 +175,8 @@ pub async fn group(State(s): State<ApiState>, Path(name): Path<String>) -> Resul
 #[utoipa::path(patch, path = "/api/v1/port-groups/{name}", params(("name" = String, Path)), request_body = GroupChange,
     responses((status = 200, body = GroupView), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "the resulting configuration is refused (unknown or repeated uplink, no active uplink)"),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn patch_group(
     State(s): State<ApiState>,
     Path(name): Path<String>,

@@ -4,8 +4,9 @@
 //! second.
 
 use super::config::{AdminState, SwitchFile, SwitchPlan};
+use super::safe_file::TrustedDir;
 use super::snapshot::Snapshot;
-use std::path::PathBuf;
+use std::ffi::OsString;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
@@ -30,6 +31,24 @@ pub struct ControlLink {
     pub snapshots: tokio::sync::watch::Sender<Arc<Snapshot>>,
 }
 
+/// Where the status file goes: its directory, checked and held open, and its name there.
+pub struct StatusFile {
+    pub dir: TrustedDir,
+    pub name: OsString,
+    /// The last write failed (said once, not every second).
+    failing: bool,
+}
+
+impl StatusFile {
+    pub fn new(dir: TrustedDir, name: OsString) -> StatusFile {
+        StatusFile {
+            dir,
+            name,
+            failing: false,
+        }
+    }
+}
+
 /// A running switch.
 pub struct Daemon {
     dp: Datapath,
@@ -40,7 +59,7 @@ pub struct Daemon {
 struct ControlPlane {
     /// The configuration in force (names, MACs, what a restart would load).
     file: SwitchFile,
-    status_file: Option<PathBuf>,
+    status_file: Option<StatusFile>,
     link: Option<ControlLink>,
     next_snapshot: Instant,
     next_status: Instant,
@@ -85,7 +104,11 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
 impl Daemon {
     /// Attaches to every interface of `plan`. On error, whatever was opened is closed again.
     /// `link`, if given, connects the loop to the API.
-    pub fn attach(plan: SwitchPlan, status_file: Option<PathBuf>, link: Option<ControlLink>) -> Result<Daemon, String> {
+    pub fn attach(
+        plan: SwitchPlan,
+        status_file: Option<StatusFile>,
+        link: Option<ControlLink>,
+    ) -> Result<Daemon, String> {
         let (dp_plan, file) = datapath_plan(plan);
         Ok(Daemon {
             dp: Datapath::attach(dp_plan)?,
@@ -141,13 +164,23 @@ impl Control for ControlPlane {
 }
 
 impl ControlPlane {
-    /// Writes the status file atomically (temporary file, then rename).
-    fn write_status(&self, snap: &Snapshot) {
-        if let Some(path) = &self.status_file {
-            let tmp = path.with_extension("tmp");
-            let text = serde_json::to_string(snap).unwrap_or_default();
-            if std::fs::write(&tmp, text).is_ok() {
-                let _ = std::fs::rename(&tmp, path);
+    /// Replaces the status file (mode 0644) atomically, never through a planted name (see
+    /// [`super::safe_file`]); a failure is logged once, and its end once.
+    fn write_status(&mut self, snap: &Snapshot) {
+        if let Some(f) = &mut self.status_file {
+            let text = serde_json::to_vec(snap).unwrap_or_default();
+            let shown = f.dir.path().join(&f.name);
+            match f.dir.replace(&f.name, &text, Some(0o644)) {
+                Ok(()) if f.failing => {
+                    eprintln!("teamster: status file {} written again", shown.display());
+                    f.failing = false;
+                }
+                Ok(()) => {}
+                Err(e) if !f.failing => {
+                    eprintln!("teamster: status file {}: {e}", shown.display());
+                    f.failing = true;
+                }
+                Err(_) => {}
             }
         }
     }

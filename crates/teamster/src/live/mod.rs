@@ -11,5 +11,6 @@
 pub mod config;
 pub mod daemon;
 pub mod persist;
+pub mod safe_file;
 pub mod snapshot;
 mod view;

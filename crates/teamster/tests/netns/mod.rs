@@ -249,10 +249,20 @@ pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
     start_with(dir, config, &[])
 }
 
-/// Starts the daemon on `config` text with its API also on 127.0.0.1:`port`, guarded by `token`.
+/// Starts the daemon on `config` text with its API also on 127.0.0.1:`port` (0: a free port,
+/// see [`api_port`]), guarded by `token`.
 pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daemon, std::path::PathBuf) {
+    use std::os::unix::fs::OpenOptionsExt;
     let token_file = dir.join("token");
-    std::fs::write(&token_file, token).unwrap();
+    // Private to its owner, as the daemon demands of a token file.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&token_file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
     let listen = format!("127.0.0.1:{port}");
     start_with(
         dir,
@@ -264,6 +274,16 @@ pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daem
             token_file.to_str().unwrap(),
         ],
     )
+}
+
+/// The TCP port the daemon started last in `dir` listens on, from its log.
+pub fn api_port(dir: &Path) -> u16 {
+    let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    log.lines()
+        .rev()
+        .find_map(|l| l.split_once("API and dashboard on http://127.0.0.1:"))
+        .and_then(|(_, rest)| rest.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no TCP API address in the daemon's log:\n{log}"))
 }
 
 /// Starts the daemon on `config` text with extra arguments.
