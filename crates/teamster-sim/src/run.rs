@@ -87,3 +87,23 @@ impl MoveRecord {
 pub fn gbps(bps: f64) -> String {
     format!("{:.2} Gbps", bps / 1e9)
 }
+
+/// Formats a fraction as a percentage with as many decimals as it needs (up to three):
+/// 0.05 -> "5%", 0.001 -> "0.1%", 0.0125 -> "1.25%".
+pub fn pct(fraction: f64) -> String {
+    let s = format!("{:.3}", fraction * 100.0);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}%")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn percentages_keep_their_decimals() {
+        assert_eq!(super::pct(0.05), "5%");
+        assert_eq!(super::pct(0.001), "0.1%");
+        assert_eq!(super::pct(0.0125), "1.25%");
+        assert_eq!(super::pct(0.75), "75%");
+        assert_eq!(super::pct(0.0), "0%");
+    }
+}

@@ -169,6 +169,13 @@ enum IocCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        // A command's output piped into `head` ends it quietly, as for any Unix tool, rather
+        // than a panic on the closed pipe. The daemon keeps SIGPIPE ignored (Rust's default):
+        // a client gone from its socket must not stop the switch.
+        // SAFETY: restoring a signal's default disposition at start, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
         Command::Run {

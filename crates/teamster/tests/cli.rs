@@ -271,3 +271,25 @@ fn nix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// `teamster simulate | head` ends quietly when `head` closes the pipe: no panic, no exit 101.
+#[test]
+fn simulate_into_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/lbt-baseline.toml");
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["simulate", scenario, "--out"])
+        .arg(out.path().join("o"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the pipe before the summary is written, as `head` does once it has its lines.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(status.code(), Some(101), "{err}");
+}

@@ -148,3 +148,23 @@ fn bad_trees_exit_2_naming_the_node_and_key() {
     let err = String::from_utf8(teamster(&["ioc", "allocate", &f]).stderr).unwrap();
     assert!(err.contains("expected a .json or .toml file"), "{err}");
 }
+
+/// Every form of output ends with a newline, so a shell prompt never lands on its last line.
+#[test]
+fn every_output_ends_with_a_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(&dir, "t.json", ISSUE_EXAMPLE);
+    for args in [
+        vec!["ioc", "allocate", &f],
+        vec!["ioc", "allocate", &f, "--json"],
+        vec!["ioc", "admit", &f],
+        vec!["ioc", "admit", &f, "--json"],
+    ] {
+        let o = teamster(&args);
+        assert!(
+            o.stdout.ends_with(b"\n"),
+            "{args:?}: {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}

@@ -22,7 +22,7 @@
 //! | `latency-ratio` | packet mode: `port`'s `percentile` latency over `slower` ([from, to]) is at least `factor` times that over `faster` |
 //! | `delivered-fraction-at-least` | from `from_s` to `to_s` (defaults: the whole run), every row delivers at least `fraction` of what was offered (send + receive) |
 
-use crate::run::{gbps, RunOutput};
+use crate::run::{gbps, pct, RunOutput};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -466,8 +466,8 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
                 .collect();
             (
                 name.clone().unwrap_or(format!(
-                    "uplinks within {:.0}% of each other from {from_s:.0} s",
-                    tolerance * 100.0
+                    "uplinks within {} of each other from {from_s:.0} s",
+                    pct(*tolerance)
                 )),
                 !rows.is_empty() && spread <= *tolerance,
                 format!(
@@ -489,7 +489,7 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput, baseline_run: Option<&RunOut
             };
             let name = name
                 .clone()
-                .unwrap_or(format!("delivered within {:.0}% of {baseline}", tolerance * 100.0));
+                .unwrap_or(format!("delivered within {} of {baseline}", pct(*tolerance)));
             match baseline_run {
                 None => (name, false, "the baseline did not run".into()),
                 Some(b) => {

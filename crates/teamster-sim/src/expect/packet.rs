@@ -23,8 +23,8 @@ pub fn evaluate(spec: &ExpectSpec, run: &RunOutput) -> Verdict {
             let want = rate.bps_f64();
             (
                 name.clone().unwrap_or(format!(
-                    "{port} gets {rate} ±{:.0}% from {from_s:.0} to {to_s:.0} s",
-                    tolerance * 100.0
+                    "{port} gets {rate} ±{} from {from_s:.0} to {to_s:.0} s",
+                    crate::run::pct(*tolerance)
                 )),
                 want > 0.0 && (got - want).abs() <= tolerance * want,
                 format!(

@@ -434,7 +434,11 @@ impl Sim<'_> {
             // drop: back to back, a packet starts exactly when the last one ended, so the uplink
             // never sends faster than its rate (it did by up to 6.7% with 64 B frames at 40G).
             // The completion event fires at the next whole nanosecond, never early.
-            let start = if self.line_clock[u] > t - 1.0 { self.line_clock[u] } else { t };
+            let start = if self.line_clock[u] > t - 1.0 {
+                self.line_clock[u]
+            } else {
+                t
+            };
             let done = start + f64::from(pkt.bytes) * 8.0 / self.plan.uplinks[u].rate_bps * 1e9;
             self.line_clock[u] = done;
             self.agenda.push(done.ceil(), Ev::TxDone(u, pkt));

@@ -289,8 +289,15 @@ fn greedy_sources_get_line_rate_and_no_more() {
             let sent = out.packets as f64 * f64::from(bytes) * 8.0;
             let ideal = rate * duration_s;
             let err = (sent - ideal) / ideal;
-            assert!(err.abs() < 1e-3, "{gbps}G, {bytes} B: {:+.4}% of line rate", 100.0 * err);
-            assert!(sent <= ideal + f64::from(bytes) * 8.0, "{gbps}G, {bytes} B: faster than the line");
+            assert!(
+                err.abs() < 1e-3,
+                "{gbps}G, {bytes} B: {:+.4}% of line rate",
+                100.0 * err
+            );
+            assert!(
+                sent <= ideal + f64::from(bytes) * 8.0,
+                "{gbps}G, {bytes} B: faster than the line"
+            );
         }
     }
 }
