@@ -8,7 +8,7 @@ use crate::demand::{Demand, DemandSpec};
 use crate::expect::ExpectSpec;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use teamster_core::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
+use teamster_core::teaming::{Damping, FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -55,6 +55,9 @@ pub struct LbtFile {
     pub threshold: f64,
     #[serde(default = "default_window")]
     pub period_s: f64,
+    /// "teamster" (default) or "vsphere": see `teamster_core::teaming::lbt`.
+    #[serde(default)]
+    pub damping: Damping,
 }
 
 fn default_window() -> f64 {
@@ -70,6 +73,7 @@ impl Default for LbtFile {
             window_s: 30.0,
             threshold: 0.75,
             period_s: 30.0,
+            damping: Damping::default(),
         }
     }
 }
@@ -250,6 +254,7 @@ pub fn lbt_config(f: &LbtFile) -> Result<LbtConfig, String> {
         window: secs("window_s", f.window_s)?,
         threshold: f.threshold,
         period: secs("period_s", f.period_s)?,
+        damping: f.damping,
     };
     lbt.validate().map_err(|e| format!("[lbt]: {e}"))?;
     Ok(lbt)
