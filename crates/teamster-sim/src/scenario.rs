@@ -365,6 +365,18 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
     }
     let lbt = lbt_config(&file.lbt)?;
+    // Teamster's LBT rule judges ports by their rate over the window's last tenth: a coarser
+    // step would leave it empty between steps, and every port would look idle.
+    let lbt_used = file.port_groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
+        || (file.events.iter()).any(|e| matches!(e, EventFile::Policy { policy, .. } if *policy == Policy::LOAD_BASED));
+    if lbt_used && lbt.damping == Damping::Teamster && file.step_s > file.lbt.window_s / 10.0 {
+        return Err(format!(
+            "step_s = {}: Load-Based Teaming with damping = \"teamster\" needs at most lbt.window_s / 10 = {} \
+             (its recent rate covers a tenth of the window)",
+            file.step_s,
+            file.lbt.window_s / 10.0
+        ));
+    }
     if file.uplinks.is_empty() {
         return Err("uplinks: expected at least one [[uplinks]] table".into());
     }

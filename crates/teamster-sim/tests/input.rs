@@ -46,6 +46,7 @@ fn errors_name_the_file_the_key_and_the_expectation() {
         (GOOD.replace("name = \"p\"", "name = \"p\"\njitter = 1.5"), "ports[0].jitter"),
         (GOOD.to_string() + "[lbt]\nthreshold = 0\n", "[lbt]: lbt threshold 0"),
         (GOOD.to_string() + "[lbt]\ndamping = \"fast\"\n", "lbt.damping: TOML parse error"),
+        (GOOD.replace("duration_s = 10", "duration_s = 10\nstep_s = 4"), "step_s = 4: Load-Based Teaming"),
         (GOOD.to_string() + "[[events]]\nkind = \"link-down\"\nat_s = 1\nuplink = \"u7\"\n", "events[0].uplink: no uplink named `u7`"),
         (GOOD.to_string() + "[[expect]]\nkind = \"move-count\"\nmin = 3\nmax = 1\n", "expect[0]: min (3) is greater than max (1)"),
         (GOOD.to_string() + "[[expect]]\nkind = \"delivered-matches-baseline\"\nbaseline = \"missing.toml\"\nfrom_s = 0\ntolerance = 0.1\n", "expect[0]: baseline: no file"),
