@@ -13,7 +13,7 @@ use crate::timeline;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use teamster_core::host::{self, ClassEntry, GroupEntry, Host, HostSpec, LbtSection, PoolEntry, UplinkDesc};
-use teamster_core::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
+use teamster_core::teaming::{Damping, FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -228,6 +228,18 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     }
     if file.duration_s / file.step_s > 1e8 {
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
+    }
+    // Teamster's LBT rule judges ports by their rate over the window's last tenth: a coarser
+    // step would leave it empty between steps, and every port would look idle.
+    let lbt_used = file.port_groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
+        || (file.events.iter()).any(|e| matches!(e, EventFile::Policy { policy, .. } if *policy == Policy::LOAD_BASED));
+    if lbt_used && file.lbt.damping == Damping::Teamster && file.step_s > file.lbt.window_s / 10.0 {
+        return Err(format!(
+            "step_s = {}: Load-Based Teaming with damping = \"teamster\" needs at most lbt.window_s / 10 = {} \
+             (its recent rate covers a tenth of the window)",
+            file.step_s,
+            file.lbt.window_s / 10.0
+        ));
     }
     // MACs a port leaves out are drawn from the seed: locally administered, unicast, distinct.
     let mut macs = timeline::SeededMacs::new(file.seed);

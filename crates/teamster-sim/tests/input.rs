@@ -58,6 +58,8 @@ fn errors_name_the_file_the_key_and_the_expectation() {
         ),
         (GOOD.replace("\"100M\" }", "\"100M\" }\nlimit = 0"), "ports[0].limit: 0bps is below the smallest limit"),
         (GOOD.replace("\"1G\"\n[[uplinks]]", "1000\n[[uplinks]]"), "uplinks[0].capacity: 1kbps is under 1Mbps"),
+                (GOOD.to_string() + "[lbt]\ndamping = \"fast\"\n", "lbt.damping: TOML parse error"),
+        (GOOD.replace("duration_s = 10", "duration_s = 10\nstep_s = 4"), "step_s = 4: Load-Based Teaming"),
         (GOOD.to_string() + "[[events]]\nkind = \"link-down\"\nat_s = 1\nuplink = \"u7\"\n", "events[0].uplink: no uplink named `u7`"),
         (GOOD.to_string() + "[[expect]]\nkind = \"move-count\"\nmin = 3\nmax = 1\n", "expect[0]: min (3) is greater than max (1)"),
         (GOOD.to_string() + "[[expect]]\nkind = \"delivered-matches-baseline\"\nbaseline = \"missing.toml\"\nfrom_s = 0\ntolerance = 0.1\n", "expect[0]: baseline: no file"),

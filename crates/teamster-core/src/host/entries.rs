@@ -2,7 +2,7 @@
 //! `[[traffic_classes]]`, `[[pools]]`, and the shared part of a `[[ports]]` entry.
 
 use crate::ioc::Shares;
-use crate::teaming::{LbtConfig, Policy};
+use crate::teaming::{Damping, LbtConfig, Policy};
 use crate::units::Bandwidth;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,9 @@ pub struct LbtSection {
     pub threshold: f64,
     #[serde(default = "thirty")]
     pub period_s: f64,
+    /// "teamster" (default) or "vsphere": see `teamster_core::teaming::lbt`.
+    #[serde(default)]
+    pub damping: Damping,
 }
 
 fn thirty() -> f64 {
@@ -32,6 +35,7 @@ impl Default for LbtSection {
             window_s: 30.0,
             threshold: 0.75,
             period_s: 30.0,
+            damping: Damping::default(),
         }
     }
 }
@@ -54,6 +58,7 @@ impl LbtSection {
             window: secs("window_s", self.window_s, 0.03)?,
             threshold: self.threshold,
             period: secs("period_s", self.period_s, 0.001)?,
+            damping: self.damping,
         };
         lbt.validate().map_err(|e| format!("lbt.threshold: {e}"))?;
         Ok(lbt)

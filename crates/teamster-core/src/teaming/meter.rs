@@ -1,9 +1,11 @@
-//! A sliding-window rate meter: bytes counted into fixed time buckets, mean over the window.
+//! A sliding-window rate meter: bytes counted into fixed time buckets, mean over the window, and
+//! a recent rate over its last few buckets.
 //!
 //! The window is divided into [`RateMeter::BUCKETS`] buckets. The mean at `now` covers the
-//! `BUCKETS` complete buckets before the one `now` falls in, so a reading changes only at bucket
-//! boundaries and does not depend on how bytes were batched within a bucket. Time before the
-//! first byte counts as idle.
+//! `BUCKETS` complete buckets before the one `now` falls in; the recent rate covers the last
+//! [`RateMeter::RECENT`] of them (3 s of a 30 s window). Both readings change only at bucket
+//! boundaries and do not depend on how bytes were batched within a bucket. Time before the first
+//! byte counts as idle.
 
 use crate::Instant;
 use core::time::Duration;
@@ -21,6 +23,9 @@ pub struct RateMeter {
 impl RateMeter {
     /// Buckets per window.
     pub const BUCKETS: u64 = 30;
+    /// Buckets the recent rate covers: a tenth of the window, enough to smooth one bucket's
+    /// jitter and short enough to show a step or a silence within seconds.
+    pub const RECENT: u64 = 3;
 
     /// A meter averaging over `window` (at least 30 ns).
     pub fn new(window: Duration) -> Self {
@@ -68,13 +73,20 @@ impl RateMeter {
 
     /// Mean bits per second over the window of complete buckets before `now`'s bucket.
     pub fn mean_bps(&self, now: Instant) -> f64 {
+        self.mean_over(now, Self::BUCKETS)
+    }
+
+    /// Mean bits per second over the last [`RateMeter::RECENT`] complete buckets before `now`'s.
+    pub fn recent_bps(&self, now: Instant) -> f64 {
+        self.mean_over(now, Self::RECENT)
+    }
+
+    /// Mean bits per second over the `n` (at most `BUCKETS`) complete buckets before `now`'s.
+    fn mean_over(&self, now: Instant, n: u64) -> f64 {
         let cur = now.as_nanos() / self.bucket_ns;
         let len = self.ring.len() as u64;
         let oldest_held = (self.head + 1).saturating_sub(len);
-        let (first, end) = (
-            cur.saturating_sub(Self::BUCKETS).max(oldest_held),
-            cur.min(self.head + 1),
-        );
+        let (first, end) = (cur.saturating_sub(n).max(oldest_held), cur.min(self.head + 1));
         let bytes = if first >= end {
             0
         } else {
@@ -87,7 +99,7 @@ impl RateMeter {
                 sum(&self.ring[a..]).saturating_add(sum(&self.ring[..b]))
             }
         };
-        bytes as f64 * 8.0 / (Self::BUCKETS as f64 * self.bucket_ns as f64 / 1e9)
+        bytes as f64 * 8.0 / (n as f64 * self.bucket_ns as f64 / 1e9)
     }
 }
 
@@ -135,7 +147,31 @@ mod tests {
             let want: u64 = kept.iter().filter(|(t, _)| *t >= lo && *t < probe && *t <= newest).map(|(_, b)| b).sum();
             let got = m.mean_bps(Instant::from_secs(probe));
             proptest::prop_assert!((got - want as f64 * 8.0 / 30.0).abs() < 1e-6);
+            // The recent rate: the same model over the last 3 buckets.
+            let lo = probe.saturating_sub(3).max((newest + 1).saturating_sub(31));
+            let want: u64 = kept.iter().filter(|(t, _)| *t >= lo && *t < probe && *t <= newest).map(|(_, b)| b).sum();
+            let got = m.recent_bps(Instant::from_secs(probe));
+            proptest::prop_assert!((got - want as f64 * 8.0 / 3.0).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn recent_rate_follows_a_step_and_a_silence() {
+        let mut m = RateMeter::new(Duration::from_secs(30));
+        // 1 Gbit/s for 60 s, then 4 Gbit/s from 60 s, silent from 70 s.
+        let record = |m: &mut RateMeter, secs: core::ops::Range<u64>| {
+            for s in secs {
+                m.record(if s < 60 { 125_000_000 } else { 500_000_000 }, Instant::from_secs(s));
+            }
+        };
+        record(&mut m, 0..63);
+        // Three seconds after the step the recent rate is the new one; the mean has barely moved.
+        assert!((m.recent_bps(Instant::from_secs(63)) - 4e9).abs() < 1.0);
+        assert!((m.mean_bps(Instant::from_secs(63)) - 1.3e9).abs() < 1.0);
+        record(&mut m, 63..70);
+        // Three seconds into the silence the recent rate is zero, the mean still high.
+        assert_eq!(m.recent_bps(Instant::from_secs(73)), 0.0);
+        assert!(m.mean_bps(Instant::from_secs(73)) > 1e9);
     }
 
     #[test]

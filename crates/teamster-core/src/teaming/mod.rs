@@ -39,12 +39,16 @@ pub mod source_mac;
 mod team;
 
 #[cfg(test)]
+mod lbt_rule_tests;
+#[cfg(test)]
+mod lbt_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod tests;
 
 pub use hash::{ip_hash, rendezvous_pick, source_mac_hash};
-pub use lbt::{LbtConfig, LbtDecision};
+pub use lbt::{Damping, LbtConfig, LbtDecision};
 pub use meter::RateMeter;
 pub use policy::{Policy, PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy, UnknownPolicy};
 pub use team::{Team, TeamError};
@@ -164,13 +168,7 @@ impl fmt::Display for MoveReason {
             MoveReason::LinkUp => f.write_str("link up"),
             MoveReason::Failback => f.write_str("failback"),
             MoveReason::PolicyChange => f.write_str("policy change"),
-            MoveReason::LoadBased(d) => write!(
-                f,
-                "load-based: {} mean {:.2}% > {:.0}%",
-                d.direction,
-                100.0 * d.from_before.get(d.direction),
-                100.0 * d.threshold
-            ),
+            MoveReason::LoadBased(d) => d.fmt(f),
         }
     }
 }

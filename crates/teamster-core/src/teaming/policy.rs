@@ -276,7 +276,8 @@ impl<'a> TeamView<'a> {
         self.uplinks.get(u.0).map_or(0.0, |s| s.spec.capacity.bps_f64())
     }
 
-    /// Uplink `u`'s measured rates at `now` (zero if there is no such uplink).
+    /// Uplink `u`'s mean rates over the meter window before `now` (zero if there is no such
+    /// uplink).
     pub fn uplink_rates(&self, u: UplinkId, now: Instant) -> Rates {
         self.uplinks.get(u.0).map_or(Rates::default(), |s| s.rates(now))
     }
@@ -339,13 +340,19 @@ impl<'a> PortView<'a> {
         self.state.current
     }
 
-    /// The port's measured rates at `now`.
+    /// The port's mean rates over the meter window before `now`.
     pub fn rates(&self, now: Instant) -> Rates {
         self.state.rates(now)
     }
+
+    /// The port's recent rates: the mean over the meter's last few buckets before `now`
+    /// ([`super::RateMeter::recent_bps`]).
+    pub fn recent(&self, now: Instant) -> Rates {
+        self.state.recent(now)
+    }
 }
 
-/// Measured send and receive rates in bits/s: the mean over the Load-Based Teaming window.
+/// Measured send and receive rates in bits/s.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Rates {
     pub tx: f64,

@@ -74,6 +74,13 @@ impl PortState {
             rx: self.rx.mean_bps(now),
         }
     }
+
+    pub(super) fn recent(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.recent_bps(now),
+            rx: self.rx.recent_bps(now),
+        }
+    }
 }
 
 /// A port group: its configuration and its policy's instance.

@@ -4,14 +4,13 @@ use super::*;
 use crate::units::Bandwidth;
 use crate::wire::{parse, FlowKey, MacAddr, ETHERTYPE_RARP};
 use core::net::Ipv4Addr;
-use core::time::Duration;
 
-fn mac(n: u32) -> MacAddr {
+pub(super) fn mac(n: u32) -> MacAddr {
     let b = n.to_be_bytes();
     MacAddr([0x02, 0, b[0], b[1], b[2], b[3]])
 }
 
-fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
+pub(super) fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
     caps_gbps
         .iter()
         .enumerate()
@@ -22,7 +21,7 @@ fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
         .collect()
 }
 
-fn group(policy: Policy, active: &[usize], standby: &[usize], failback: bool) -> PortGroupSpec {
+pub(super) fn group(policy: Policy, active: &[usize], standby: &[usize], failback: bool) -> PortGroupSpec {
     PortGroupSpec {
         name: "pg".into(),
         policy,
@@ -37,7 +36,7 @@ fn group(policy: Policy, active: &[usize], standby: &[usize], failback: bool) ->
 }
 
 /// A team with one group and ports `ids`.
-fn team(caps: &[f64], g: PortGroupSpec, ids: impl IntoIterator<Item = u32>) -> Team {
+pub(super) fn team(caps: &[f64], g: PortGroupSpec, ids: impl IntoIterator<Item = u32>) -> Team {
     let mut t = Team::new(uplinks(caps), LbtConfig::default()).unwrap();
     let gid = t.add_group(g).unwrap();
     for id in ids {
@@ -51,7 +50,7 @@ fn team(caps: &[f64], g: PortGroupSpec, ids: impl IntoIterator<Item = u32>) -> T
     t
 }
 
-fn drain(t: &mut Team) -> (Vec<PortMove>, Vec<(UplinkId, Vec<u8>)>) {
+pub(super) fn drain(t: &mut Team) -> (Vec<PortMove>, Vec<(UplinkId, Vec<u8>)>) {
     let (mut moves, mut frames) = (vec![], vec![]);
     while let Some(e) = t.poll_effect() {
         match e {
@@ -62,7 +61,7 @@ fn drain(t: &mut Team) -> (Vec<PortMove>, Vec<(UplinkId, Vec<u8>)>) {
     (moves, frames)
 }
 
-fn map(t: &Team, ids: impl IntoIterator<Item = u32>) -> Vec<Option<usize>> {
+pub(super) fn map(t: &Team, ids: impl IntoIterator<Item = u32>) -> Vec<Option<usize>> {
     ids.into_iter().map(|i| t.port_uplink(PortId(i)).map(|u| u.0)).collect()
 }
 
@@ -279,276 +278,4 @@ fn bad_configuration_is_refused() {
         }),
         Err(TeamError::UnknownGroup(7))
     ));
-}
-
-// ---- Load-Based Teaming ----
-
-/// Drives `t` for `secs` seconds: each port sends `rates[port]` Gbit/s (and a tenth of it as
-/// receive) through its current uplink; LBT runs at every second. Returns the moves.
-fn drive(t: &mut Team, rates: &dyn Fn(u32, u64) -> f64, ports: &[u32], from: u64, secs: u64) -> Vec<PortMove> {
-    let mut moves = vec![];
-    for s in from..from + secs {
-        let now = Instant::from_secs(s);
-        t.handle_timeout(now);
-        for &p in ports {
-            if let Some(u) = t.port_uplink(PortId(p)) {
-                let bytes = (rates(p, s) * 1e9 / 8.0) as u64;
-                t.account(PortId(p), u, Direction::Tx, bytes, now);
-                t.account(PortId(p), u, Direction::Rx, bytes / 10, now);
-            }
-        }
-        while let Some(e) = t.poll_effect() {
-            if let Effect::PortMoved(m) = e {
-                moves.push(m);
-            }
-        }
-    }
-    moves
-}
-
-#[test]
-fn lbt_moves_one_port_when_an_uplink_passes_the_threshold() {
-    // Ports 0, 2, 4, 6 all hash to uplink1 (port ID mod 2 = 0).
-    let ports = [0, 2, 4, 6];
-    let mut t = team(&[10.0, 10.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
-    // 1.8 Gbit/s each = 7.2 Gbit/s: under 75%, nothing moves in 120 s.
-    assert!(drive(&mut t, &|_, _| 1.8, &ports, 0, 120).is_empty());
-    assert_eq!(t.utilisation(UplinkId(1), Instant::from_secs(120)).unwrap().tx, 0.0);
-    // 2.0 Gbit/s each = 8 Gbit/s = 80%: exactly one port moves, once the window mean passes 75%.
-    let moves = drive(&mut t, &|_, _| 2.0, &ports, 120, 120);
-    assert_eq!(moves.len(), 1, "{moves:?}");
-    let m = &moves[0];
-    let MoveReason::LoadBased(d) = &m.reason else {
-        panic!("{m:?}")
-    };
-    assert_eq!((m.from, m.to), (Some(UplinkId(0)), Some(UplinkId(1))));
-    assert_eq!(d.direction, Direction::Tx);
-    assert!(
-        d.from_before.tx > 0.75 && d.from_after.tx <= 0.75 && d.to_after.tx <= 0.75,
-        "{d:?}"
-    );
-    // k s after the step the mean is (7.2 (30 - k) + 8 k) / 30, over 7.5 once k > 11.25.
-    assert_eq!(m.at, Instant::from_secs(132));
-    assert_eq!(d.port, PortId(0), "equal ports: the lowest ID");
-}
-
-#[test]
-fn lbt_moves_at_most_once_per_period_and_never_over_threshold() {
-    let ports: Vec<u32> = (0..8).map(|i| i * 2).collect(); // all on uplink1
-    let mut t = team(
-        &[10.0, 10.0],
-        group(Policy::LOAD_BASED, &[0, 1], &[], true),
-        ports.clone(),
-    );
-    let moves = drive(&mut t, &|_, _| 1.5, &ports, 0, 400); // 12 Gbit/s offered
-    assert!(moves.len() >= 2);
-    for w in moves.windows(2) {
-        assert!(
-            w[1].at - w[0].at >= Duration::from_secs(30),
-            "{:?} then {:?}",
-            w[0].at,
-            w[1].at
-        );
-    }
-    for m in &moves {
-        let MoveReason::LoadBased(d) = &m.reason else { panic!() };
-        assert!(d.to_after.max() <= 0.75);
-    }
-    // LBT is not a balancer: it stops as soon as no uplink passes 75%. 5 ports = 7.5 Gbit/s is
-    // at, not past, the threshold, so it settles at 5 + 3.
-    let on0 = map(&t, ports.iter().copied()).iter().filter(|u| **u == Some(0)).count();
-    assert_eq!(on0, 5);
-    assert_eq!(moves.len(), 3);
-}
-
-#[test]
-fn lbt_respects_mixed_link_speeds() {
-    // uplink1 10 GbE carries a 6 Gbit/s port and a 0.5 Gbit/s port and a 1.5 Gbit/s one (8 Gbit/s);
-    // uplink2 is 1 GbE: only the 0.5 Gbit/s port fits under 750 Mbit/s there.
-    let ports = [0, 2, 4];
-    let rate = |p: u32, _| match p {
-        0 => 6.0,
-        2 => 0.5,
-        _ => 1.5,
-    };
-    let mut t = team(&[10.0, 1.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
-    let moves = drive(&mut t, &rate, &ports, 0, 200);
-    assert_eq!(moves.len(), 1, "{moves:?}");
-    assert_eq!((moves[0].port, moves[0].to), (PortId(2), Some(UplinkId(1))));
-    let MoveReason::LoadBased(d) = &moves[0].reason else {
-        panic!()
-    };
-    // It moved while its mean was still rising towards 0.5 Gbit/s; 1 GbE stays under 75%.
-    assert!(d.to_after.tx > 0.4 && d.to_after.tx <= 0.75, "{d:?}");
-    assert!(
-        drive(&mut t, &rate, &ports, 200, 200).is_empty(),
-        "the 6 and 1.5 Gbit/s ports never fit on 1 GbE"
-    );
-}
-
-#[test]
-fn lbt_relieves_a_saturated_slow_uplink() {
-    // Ports 1 and 3 hash to active[1] = uplink2 (1 GbE); each sends 0.45 Gbit/s: 90% of 1 GbE.
-    let ports = [1, 3];
-    let mut t = team(&[10.0, 1.0], group(Policy::LOAD_BASED, &[0, 1], &[], true), ports);
-    assert_eq!(map(&t, ports), [Some(1), Some(1)]);
-    let moves = drive(&mut t, &|_, _| 0.45, &ports, 0, 100);
-    assert_eq!(moves.len(), 1);
-    assert_eq!((moves[0].from, moves[0].to), (Some(UplinkId(1)), Some(UplinkId(0))));
-}
-
-#[test]
-fn link_failure_in_the_middle_of_an_lbt_window() {
-    // Three uplinks; ports 0,3,6 on uplink1, 1,4,7 on uplink2, 2,5,8 on uplink3; 2 Gbit/s each.
-    let ports: Vec<u32> = (0..9).collect();
-    let mut t = team(
-        &[10.0; 3],
-        group(Policy::LOAD_BASED, &[0, 1, 2], &[], true),
-        ports.clone(),
-    );
-    assert!(
-        drive(&mut t, &|_, _| 2.0, &ports, 0, 45).is_empty(),
-        "6 Gbit/s per uplink: balanced"
-    );
-    // uplink2 fails 15 s into a window: its three ports fail over at once (not an LBT move).
-    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(45))
-        .unwrap();
-    let (failover, _) = drain(&mut t);
-    assert_eq!(failover.len(), 3);
-    assert!(failover.iter().all(|m| m.reason == MoveReason::LinkDown));
-    // The survivors now carry 9 and 9 (or 8 and 10) Gbit/s: both over 75%. LBT must never pick
-    // the dead uplink, and cannot fit any 2 Gbit/s port anywhere: no LBT move at all.
-    let moves = drive(&mut t, &|_, _| 2.0, &ports, 45, 120);
-    assert!(moves.is_empty(), "{moves:?}");
-    assert!(map(&t, ports.iter().copied()).iter().all(|u| *u != Some(1)));
-    // uplink2 returns: failback takes its ports home, and the team is balanced again.
-    t.set_link(UplinkId(1), LinkState::Up, Instant::from_secs(165)).unwrap();
-    let (failback, _) = drain(&mut t);
-    assert_eq!(failback.len(), 3);
-    assert!(failback
-        .iter()
-        .all(|m| m.reason == MoveReason::Failback && m.to == Some(UplinkId(1))));
-    let moves = drive(&mut t, &|_, _| 2.0, &ports, 165, 120);
-    assert!(moves.is_empty(), "{moves:?}");
-    let per: Vec<usize> = (0..3)
-        .map(|u| map(&t, ports.iter().copied()).iter().filter(|x| **x == Some(u)).count())
-        .collect();
-    assert_eq!(per, [3, 3, 3]);
-}
-
-#[test]
-fn lbt_on_a_dead_uplinks_stale_window_does_not_move_ports_to_it() {
-    // Two uplinks; all four ports on uplink1 at 2.2 Gbit/s (88%). uplink2 dies just before LBT
-    // would fire: nothing can move, then it returns and LBT uses it.
-    let ports = [0, 2, 4, 6];
-    let mut t = team(&[10.0; 2], group(Policy::LOAD_BASED, &[0, 1], &[], false), ports);
-    assert!(drive(&mut t, &|_, _| 2.2, &ports, 0, 20).is_empty());
-    t.set_link(UplinkId(1), LinkState::Down, Instant::from_secs(20))
-        .unwrap();
-    assert!(drive(&mut t, &|_, _| 2.2, &ports, 20, 60).is_empty());
-    t.set_link(UplinkId(1), LinkState::Up, Instant::from_secs(80)).unwrap();
-    let moves = drive(&mut t, &|_, _| 2.2, &ports, 80, 5);
-    assert_eq!(moves.len(), 1);
-    assert_eq!(moves[0].to, Some(UplinkId(1)));
-}
-
-#[test]
-fn lbt_is_deterministic_and_its_knobs_apply() {
-    let run = |lbt: LbtConfig| {
-        let ports: Vec<u32> = (0..6).map(|i| i * 2).collect();
-        let mut t = Team::new(uplinks(&[10.0, 10.0]), lbt).unwrap();
-        let g = t.add_group(group(Policy::LOAD_BASED, &[0, 1], &[], true)).unwrap();
-        for &p in &ports {
-            t.add_port(PortSpec {
-                id: PortId(p),
-                mac: mac(p),
-                group: g,
-            })
-            .unwrap();
-        }
-        drive(
-            &mut t,
-            &|p, s| 0.5 + 0.01 * f64::from(p) + (s as f64) * 0.002,
-            &ports,
-            0,
-            600,
-        )
-    };
-    let a = run(LbtConfig::default());
-    assert_eq!(a, run(LbtConfig::default()));
-    assert!(!a.is_empty());
-    let fast = run(LbtConfig {
-        window: Duration::from_secs(3),
-        period: Duration::from_secs(5),
-        threshold: 0.5,
-    });
-    assert!(fast[0].at < a[0].at, "lower threshold and shorter window fire earlier");
-    assert!(fast.windows(2).all(|w| w[1].at - w[0].at >= Duration::from_secs(5)));
-    let MoveReason::LoadBased(d) = &fast[0].reason else {
-        panic!()
-    };
-    assert_eq!(d.threshold, 0.5);
-}
-
-#[test]
-fn only_lbt_groups_are_moved() {
-    let mut t = Team::new(uplinks(&[10.0, 10.0]), LbtConfig::default()).unwrap();
-    let fixed = t.add_group(group(Policy::PORT_ID, &[0, 1], &[], true)).unwrap();
-    let lbt = t
-        .add_group(PortGroupSpec {
-            name: "lbt".into(),
-            ..group(Policy::LOAD_BASED, &[0, 1], &[], true)
-        })
-        .unwrap();
-    t.add_port(PortSpec {
-        id: PortId(0),
-        mac: mac(0),
-        group: fixed,
-    })
-    .unwrap();
-    t.add_port(PortSpec {
-        id: PortId(2),
-        mac: mac(2),
-        group: lbt,
-    })
-    .unwrap();
-    // The static port is the big one; only the LBT port may move.
-    let moves = drive(&mut t, &|p, _| if p == 0 { 7.0 } else { 1.0 }, &[0, 2], 0, 100);
-    assert_eq!(moves.len(), 1);
-    assert_eq!(moves[0].port, PortId(2));
-}
-
-#[test]
-fn lbt_failover_places_ports_by_headroom_on_mixed_speeds() {
-    // uplink1 and uplink2 10 GbE, uplink3 1 GbE. Ports 0 and 3 (4 and 0.3 Gbit/s) live on uplink1,
-    // port 1 (2 Gbit/s) on uplink2, port 2 (0.2 Gbit/s) on uplink3.
-    let ports = [0, 1, 2, 3];
-    let rate = |p: u32, _| [4.0, 2.0, 0.2, 0.3][p as usize];
-    let mut t = team(
-        &[10.0, 10.0, 1.0],
-        group(Policy::LOAD_BASED, &[0, 1, 2], &[], true),
-        ports,
-    );
-    assert!(drive(&mut t, &rate, &ports, 0, 40).is_empty());
-    t.set_link(UplinkId(0), LinkState::Down, Instant::from_secs(40))
-        .unwrap();
-    let (moves, _) = drain(&mut t);
-    // The 4 Gbit/s port goes to the 10 GbE uplink2 (60%), never to 1 GbE (420%). The 0.3 Gbit/s
-    // port then fits best on 1 GbE (50%) rather than uplink2 (63%).
-    assert_eq!(moves.len(), 2);
-    assert_eq!((moves[0].port, moves[0].to), (PortId(0), Some(UplinkId(1))));
-    assert_eq!((moves[1].port, moves[1].to), (PortId(3), Some(UplinkId(2))));
-    assert!(moves.iter().all(|m| m.reason == MoveReason::LinkDown));
-    // Static policies keep the load-blind rendezvous choice (predictable for upstream configs).
-    let mut s = team(
-        &[10.0, 10.0, 1.0],
-        group(Policy::PORT_ID, &[0, 1, 2], &[], true),
-        [0, 3],
-    );
-    let expect: Vec<Option<UplinkId>> = [0u64, 3]
-        .iter()
-        .map(|&k| rendezvous_pick(k, [1usize, 2]).map(UplinkId))
-        .collect();
-    s.set_link(UplinkId(0), LinkState::Down, Instant::ZERO).unwrap();
-    assert_eq!(vec![s.port_uplink(PortId(0)), s.port_uplink(PortId(3))], expect);
 }
