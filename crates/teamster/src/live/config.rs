@@ -21,7 +21,8 @@
 //! ```
 //!
 //! Everything is checked before any interface is touched: the TOML shape (errors name the key
-//! path), names, that every interface exists, that no interface or MAC is used twice, that each
+//! path), names, that every uplink's interface exists (a port's may be missing: a stopped VM's
+//! tap; the port then starts detached), that no interface or MAC is used twice, that each
 //! uplink has a capacity, and admission control.
 
 use serde::{Deserialize, Serialize};
@@ -165,9 +166,14 @@ pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String>
         return Err("uplinks: expected at least one [[uplinks]] table".into());
     }
     let mut interfaces: Vec<(String, String)> = Vec::new();
-    let mut claim = |key: String, name: &str| -> Result<(), String> {
-        if !ifs.exists(name) {
+    // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
+    // but must be a name Linux could give an interface.
+    let mut claim = |key: String, name: &str, must_exist: bool| -> Result<(), String> {
+        if must_exist && !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
+        }
+        if !must_exist {
+            teamster_dp::iface::check_name(name).map_err(|e| format!("{key}.interface: {e}"))?;
         }
         if let Some((_, other)) = interfaces.iter().find(|(n, _)| *n == name) {
             return Err(format!("{key}.interface: `{name}` is already used by {other}"));
@@ -181,7 +187,7 @@ pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String>
         if f.uplinks[..i].iter().any(|o| o.name == u.name) {
             return Err(format!("{key}.name: `{}` is used twice", u.name));
         }
-        claim(key.clone(), &u.interface)?;
+        claim(key.clone(), &u.interface, true)?;
         let capacity = match u.capacity {
             Some(c) if c.bps() > 0 => c,
             Some(_) => return Err(format!("{key}.capacity: must be greater than zero")),
@@ -220,7 +226,7 @@ pub fn check(f: &SwitchFile, ifs: &dyn Interfaces) -> Result<SwitchPlan, String>
     let mut macs: Vec<(MacAddr, String)> = Vec::new();
     for (i, p) in f.ports.iter().enumerate() {
         let key = format!("ports[{i}]");
-        claim(key.clone(), &p.interface)?;
+        claim(key.clone(), &p.interface, false)?;
         let mac: MacAddr = p.mac.parse().map_err(|e| format!("{key}.mac: {e}"))?;
         if mac.is_multicast() {
             return Err(format!(
@@ -316,11 +322,22 @@ group = "vms"
     }
 
     #[test]
+    fn a_missing_port_interface_is_allowed() {
+        // A stopped VM's tap: the port starts detached and attaches when the tap appears.
+        let p = parse(&GOOD.replace("interface = \"vnet1\"", "interface = \"vnet9\""), &Fake).unwrap();
+        assert_eq!(p.ports[1].1, "vnet9");
+    }
+
+    #[test]
     fn bad_files_name_the_key_before_anything_is_attached() {
         let cases = [
             (
-                GOOD.replace("interface = \"vnet1\"", "interface = \"vnet9\""),
-                "ports[1].interface: no interface named `vnet9`",
+                GOOD.replace("interface = \"eth2\"", "interface = \"eth9\""),
+                "uplinks[1].interface: no interface named `eth9`",
+            ),
+            (
+                GOOD.replace("interface = \"vnet1\"", "interface = \"../vnet1\""),
+                "ports[1].interface: `../vnet1`: not an interface name",
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"vnet0\""),
