@@ -224,3 +224,20 @@ fn a_netlink_overrun_still_fails_the_dead_uplink_over() {
         dp.events().collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_missing_uplink_is_an_error_naming_it() {
+    // Nothing is opened before the interface is looked up, so this needs no root.
+    let mut p = plan();
+    p.uplinks[0].interface = "tmt-onowhere".into();
+    let e = Datapath::attach(p).err().expect("attached without its uplink");
+    assert!(e.contains("uplink uplink1: tmt-onowhere: no such interface"), "{e}");
+    let mut p = plan();
+    p.uplinks[0].interface = "../tmt-ou1".into();
+    let e = Datapath::attach(p).err().expect("attached to a path");
+    assert!(e.contains("uplink uplink1: `../tmt-ou1`: not an interface name"), "{e}");
+    let mut p = plan();
+    p.ports[0].interface = "..".into();
+    let e = Datapath::attach(p).err().expect("attached to a path");
+    assert!(e.contains("port vm1: `..`: not an interface name"), "{e}");
+}

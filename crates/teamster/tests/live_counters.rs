@@ -1,6 +1,7 @@
 //! Counters tell the truth: under a TCP stream (whose super-frames the switch cuts into
 //! segments), the uplinks' `tx_packets`/`tx_bytes` match what the physical switch's ports
-//! received, and the VM port's match what the VM received. Topology and helpers: [`netns`].
+//! received, and the VM port's match what the VM received; a frame over the uplink's MTU is
+//! one `oversize` drop on the uplink. Topology and helpers: [`netns`].
 
 mod netns;
 use netns::*;
@@ -62,22 +63,43 @@ fn wire_received() -> ((u64, u64), (u64, u64)) {
 
 type Pair = (u64, u64);
 
+/// The next status file written after this call (its snapshot taken after it).
+fn fresh_status(path: &std::path::Path) -> serde_json::Value {
+    let seen = status(path)["t_s"].as_f64().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = status(path);
+        if s["t_s"].as_f64().unwrap() > seen {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "status file not rewritten");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The switch's counters from a fresh status file, bracketed by the kernel's: (wire before,
 /// switch, wire after). The status file is rewritten every second from a snapshot taken then,
 /// so the kernel is read before the last snapshot seen and after the next one.
 fn bracketed(path: &std::path::Path) -> ((Pair, Pair), (Pair, Pair), (Pair, Pair)) {
     let before = wire_received();
-    let seen = status(path)["t_s"].as_f64().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let s = loop {
-        let s = status(path);
-        if s["t_s"].as_f64().unwrap() > seen {
-            break s;
-        }
-        assert!(std::time::Instant::now() < deadline, "status file not rewritten");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let s = fresh_status(path);
     (before, switch_sent(&s), wire_received())
+}
+
+/// Drops for `reason`: summed over the uplinks, and on port tmt-v1.
+fn drops(s: &serde_json::Value, reason: &str) -> (u64, u64) {
+    let uplinks = s["uplinks"].as_array().unwrap();
+    let up = uplinks
+        .iter()
+        .map(|u| u["counters"]["drops"][reason].as_u64().unwrap())
+        .sum();
+    let vm1 = s["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["interface"] == "tmt-v1")
+        .unwrap();
+    (up, vm1["counters"]["drops"][reason].as_u64().unwrap())
 }
 
 #[test]
@@ -156,4 +178,46 @@ fn tx_counters_count_what_went_on_the_wire() {
         within(ours.1, least.1, most.1),
         "vm1: {ours:?} not within {least:?}..{most:?}"
     );
+
+    // vm1 may now send 9000-byte frames; the uplinks still carry 1500. Three pings of 3028-byte
+    // IP packets (not TCP, so not cut) are each one `oversize` drop on the uplink, counted
+    // once: not a `tx_error`, not on the port, not sent.
+    must(&["ip", "link", "set", "tmt-v1", "mtu", "9000"]);
+    must(&["ip", "-n", "tmt-vm1", "link", "set", "eth0", "mtu", "9000"]);
+    let before = fresh_status(&status_path);
+    let big = Command::new("timeout")
+        .args([
+            "10",
+            "ip",
+            "netns",
+            "exec",
+            "tmt-vm1",
+            "ping",
+            "-n",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "1",
+            "-s",
+            "3000",
+            "10.77.0.100",
+        ])
+        .output()
+        .unwrap();
+    let big = String::from_utf8_lossy(&big.stdout);
+    assert_eq!(received(&big), 0, "a 3028-byte packet crossed a 1500 MTU: {big}");
+    let after = fresh_status(&status_path);
+    let delta = |reason: &str| {
+        let (a, b) = (drops(&after, reason), drops(&before, reason));
+        (a.0 - b.0, a.1 - b.1)
+    };
+    eprintln!(
+        "after 3 oversize pings: oversize (uplinks, vm1) {:?}, tx_error {:?}",
+        delta("oversize"),
+        delta("tx_error")
+    );
+    assert_eq!(delta("oversize"), (3, 0));
+    assert_eq!(delta("tx_error"), (0, 0));
 }
