@@ -12,8 +12,8 @@
 //! between packets or read its state. A limit is one bucket per port across every uplink's
 //! scheduler, so a port spread over several uplinks (IP hash) is capped once.
 //!
-//! Interfaces come and go ([`attach`](self::attach) has the rules): a VM's tap disappears when
-//! the VM stops and returns, with a new index, when it starts. The port is then detached (its
+//! Interfaces come and go (the `attach` submodule states the rules): a VM's tap disappears
+//! when the VM stops and returns, with a new index, when it starts. The port is then detached (its
 //! frames dropped as `detached`) and re-attached by name; an uplink that disappears is out of
 //! use until it returns. Link state cannot be lost: a netlink overrun re-reads every interface,
 //! and the uplinks' carrier is re-read every second anyway.
@@ -26,6 +26,10 @@
 //! interface that could not send it.
 
 mod attach;
+mod mtu;
+mod poll;
+
+use mtu::fit;
 
 use crate::afpacket::AfPacket;
 use crate::netlink::LinkWatch;
@@ -256,33 +260,6 @@ fn pace_one(u: &mut Uplink, shared: &mut SharedLimits, now: Instant) {
         if batch < AfPacket::TX_BATCH || backend.tx_pending() > 0 {
             return;
         }
-    }
-}
-
-/// The largest frame an interface with `mtu` takes from a packet socket: the MTU and the
-/// Ethernet header, and 4 bytes more if the frame carries a VLAN tag (Linux allows one tag over
-/// the MTU, not two).
-fn frame_limit(frame: &[u8], mtu: usize) -> usize {
-    let tagged = frame.len() >= 14 && matches!(u16::from_be_bytes([frame[12], frame[13]]), 0x8100 | 0x88a8);
-    mtu + 14 + if tagged { 4 } else { 0 }
-}
-
-/// Fits a frame to an interface's MTU and hands each resulting frame to `out`: the frame as is,
-/// or its pieces when it is a TCP super-frame a stack handed over for offload. Returns false
-/// (handing over nothing) if it is too large and cannot be split, so that it is counted as
-/// `oversize` here rather than refused by the kernel later as a `tx_error`.
-fn fit(frame: Vec<u8>, mtu: usize, out: &mut dyn FnMut(Vec<u8>)) -> bool {
-    let limit = frame_limit(&frame, mtu);
-    if frame.len() <= limit {
-        out(frame);
-        return true;
-    }
-    match teamster_core::offload::segment_tcp(&frame, mtu) {
-        Some(pieces) if pieces.iter().all(|p| p.len() <= limit) => {
-            pieces.into_iter().for_each(out);
-            true
-        }
-        _ => false,
     }
 }
 
@@ -618,82 +595,6 @@ impl Datapath {
         self.event(now, "config", "configuration changed".to_string());
     }
 
-    /// Sleeps until a frame, a link change, or the next timer (at most 10 ms); puts in `errored`
-    /// every socket that reported an error (its interface went down or away), for the caller to
-    /// deal with before it polls again.
-    fn wait(&mut self, errored: &mut Vec<Slot>) {
-        if self.pollfds_stale {
-            self.rebuild_pollfds();
-        }
-        let now = self.now();
-        let mut deadline = self.switch.poll_at().min(self.next_resync);
-        for u in &self.uplinks {
-            if let Some(t) = u.pacer.ready_at() {
-                deadline = deadline.min(t);
-            }
-        }
-        let mut backlog = false;
-        for (fd, slot) in self.pollfds.iter_mut().zip(&self.pollmap) {
-            fd.revents = 0;
-            if let Slot::Uplink(u) = *slot {
-                let u = &self.uplinks[u];
-                // A busy device: wake when it can take frames again.
-                let busy = u.backend.as_ref().is_some_and(|b| b.tx_pending() > 0);
-                fd.events = if busy {
-                    libc::POLLIN | libc::POLLOUT
-                } else {
-                    libc::POLLIN
-                };
-                backlog |= busy || !u.pacer.may_send();
-            }
-        }
-        let ms = if backlog {
-            1
-        } else {
-            (deadline - now).as_millis().min(MAX_WAIT_MS as u128) as i32
-        };
-        let fds = &mut self.pollfds;
-        // SAFETY: `fds` is a live array of pollfd of the length passed.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n > 0 {
-            let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
-            errored.extend(
-                fds.iter()
-                    .zip(&self.pollmap)
-                    .filter(|(f, _)| f.revents & bad != 0)
-                    .map(|(_, s)| *s),
-            );
-        }
-    }
-
-    /// The poll set: every attached port and uplink, and netlink.
-    fn rebuild_pollfds(&mut self) {
-        self.pollfds.clear();
-        self.pollmap.clear();
-        let ports = self
-            .ports
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((p.backend.as_ref()?.raw_fd(), Slot::Port(i))));
-        let uplinks = self
-            .uplinks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, u)| Some((u.backend.as_ref()?.raw_fd(), Slot::Uplink(i))));
-        for (fd, slot) in ports
-            .chain(uplinks)
-            .chain(std::iter::once((self.links.raw_fd(), Slot::Links)))
-        {
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-            self.pollmap.push(slot);
-        }
-        self.pollfds_stale = false;
-    }
-
     /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each cut
     /// to the egress MTU first.
     fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output)>, now: Instant) {
@@ -746,51 +647,5 @@ impl Datapath {
         for u in &mut self.uplinks {
             pace_one(u, &mut self.shared, now);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A frame with `tags` VLAN tags carrying an IPv4 packet of `ip_len` bytes of `proto`.
-    fn frame(tags: usize, proto: u8, ip_len: usize) -> Vec<u8> {
-        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-        for _ in 0..tags {
-            f.extend_from_slice(&[0x81, 0x00, 0, 10]);
-        }
-        f.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
-        ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
-        if proto == 6 {
-            // TCP header: ports, seq, ack, data offset 5, ACK.
-            ip.extend_from_slice(&[0, 1, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
-        }
-        ip.resize(ip_len, 0x5a);
-        f.extend(ip);
-        f
-    }
-
-    fn fitted(f: Vec<u8>, mtu: usize) -> Option<Vec<usize>> {
-        let mut out = Vec::new();
-        fit(f, mtu, &mut |p| out.push(p.len())).then_some(out)
-    }
-
-    #[test]
-    fn frames_over_the_mtu_are_cut_or_refused_never_left_to_the_kernel() {
-        // Fits as it is: untagged up to MTU + 14, tagged up to MTU + 18.
-        assert_eq!(fitted(frame(0, 17, 1500), 1500), Some(vec![1514]));
-        assert_eq!(fitted(frame(1, 17, 1500), 1500), Some(vec![1518]));
-        // One byte more, not TCP: oversize (the kernel would refuse it with EMSGSIZE).
-        assert_eq!(fitted(frame(0, 17, 1501), 1500), None);
-        assert_eq!(fitted(frame(0, 1, 3028), 1500), None);
-        // Two tags on a full-size packet: more than Linux takes over the MTU.
-        assert_eq!(fitted(frame(2, 17, 1500), 1500), None);
-        // A TCP super-frame is cut into segments that each fit, tagged or not.
-        let pieces = fitted(frame(0, 6, 9000), 1500).unwrap();
-        assert!(pieces.len() == 7 && pieces.iter().all(|&l| l <= 1514), "{pieces:?}");
-        let pieces = fitted(frame(1, 6, 4000), 1500).unwrap();
-        assert!(pieces.len() == 3 && pieces.iter().all(|&l| l <= 1518), "{pieces:?}");
-        assert_eq!(fitted(frame(2, 6, 4000), 1500), None);
     }
 }
