@@ -1,13 +1,26 @@
 //! AF_PACKET with a TPACKET_V3 receive ring and batched transmit: the first [`Backend`].
 //!
 //! Receive: the kernel fills blocks of a ring shared through mmap; a block handed to user space
-//! holds a batch of frames, read in place and handed back. A VLAN tag the kernel moved into the
-//! frame's metadata (VLAN offload) is put back into the frame, so the switch sees what was on the
-//! wire. Frames this socket itself sent are ignored (PACKET_IGNORE_OUTGOING). The interface is
-//! made promiscuous through a packet-socket membership, which the kernel drops with the socket:
-//! closing restores the interface as it was. A frame whose TCP/UDP checksum the sender left to
-//! hardware (TP_STATUS_CSUMNOTREADY, as veth and virtio pass them) has it completed in software
-//! before the switch sees it, since it will leave through another interface.
+//! holds a batch of frames, read in place and handed back. The handshake is the block's status
+//! word, read with an acquire load and written back with a release store (packet_mmap.rst: the
+//! kernel's data must be visible before user space sees `TP_STATUS_USER`, and user space must be
+//! done with the block before the kernel sees `TP_STATUS_KERNEL`). Everything inside a block is
+//! read by [`crate::ring`], which checks every kernel-written offset against the block, drops
+//! frames the kernel cut (`truncated`) and skips a block it cannot make sense of (`bad`). A VLAN
+//! tag the kernel moved into the frame's metadata (VLAN offload) is put back into the frame, so
+//! the switch sees what was on the wire. Frames leaving the interface (this socket's own, and
+//! any the host sends there) are not received: PACKET_IGNORE_OUTGOING asks the kernel not to
+//! queue them (Linux 4.20+), and the ring reader skips frames marked PACKET_OUTGOING where the
+//! kernel lacks the option. The interface is made promiscuous through a packet-socket
+//! membership, which the kernel drops with the socket: closing restores the interface as it
+//! was. A frame whose TCP/UDP checksum the sender left to hardware (TP_STATUS_CSUMNOTREADY, as
+//! veth and virtio pass them) has it completed in software before the switch sees it, since it
+//! will leave through another interface.
+//!
+//! The socket is bound to one interface index. If the interface goes down or is deleted, the
+//! kernel sets a pending error on the socket (so it polls with POLLERR until
+//! [`AfPacket::take_error`] reads it); a deleted interface's socket never receives again, and
+//! the caller opens a new one when an interface of that name returns.
 //!
 //! Transmit: frames are queued and sent with sendmmsg, up to [`AfPacket::TX_BATCH`] per call.
 //! When the device is busy (send buffer or device queue full) the frames stay queued for the
@@ -17,10 +30,11 @@
 //! No crate offers TPACKET_V3 rings over safe types, so the ring is read by hand here; every
 //! `unsafe` block says why it is sound.
 
-use crate::Backend;
-use std::ffi::CString;
+use crate::ring::{read_block, BLOCK_STATUS_OFFSET};
+use crate::{Backend, RxDrops, TxTotals};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Receive ring: 64 blocks of 256 KiB (16 MiB). The kernel hands a block over when it is full
 /// or 1 ms after its first frame, so at low rates each block holds about a millisecond: many
@@ -33,9 +47,6 @@ const FRAME_SIZE: u32 = 2048;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// enum tpacket_versions: TPACKET_V1, V2, V3.
 const TPACKET_V3: libc::c_int = 2;
-const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
-const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
 /// An AF_PACKET socket on one interface, with its receive ring.
 pub struct AfPacket {
@@ -46,7 +57,14 @@ pub struct AfPacket {
     tx: Vec<Vec<u8>>,
     /// Frames dropped on transmit since the last [`Backend::flush`] reported them.
     tx_dropped: u64,
+    /// Frames and bytes the kernel accepted since [`Backend::take_sent`] last reported them.
+    sent: TxTotals,
+    /// Receive-side drops since [`Backend::take_rx_drops`] last reported them.
+    rx_drops: RxDrops,
+    /// Reused to rebuild frames (VLAN tag, checksum).
+    scratch: Vec<u8>,
     name: String,
+    ifindex: i32,
 }
 
 // SAFETY: the ring pointer is owned by this value alone (mapped in `open`, unmapped in `drop`)
@@ -88,16 +106,7 @@ impl AfPacket {
 
     /// Opens interface `name`: socket, TPACKET_V3 ring, promiscuous membership, bind.
     pub fn open(name: &str) -> io::Result<AfPacket> {
-        let cname =
-            CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
-        // SAFETY: `cname` is a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
-        if ifindex == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{name}: no such interface"),
-            ));
-        }
+        let ifindex = crate::iface::index(name)?;
         // Protocol 0: the socket receives nothing until it is bound to the interface below. A
         // socket opened with ETH_P_ALL would queue frames from every interface in the meantime,
         // and one of those (a remote host's broadcast seen on an uplink, read as if it came
@@ -156,7 +165,7 @@ impl AfPacket {
             let _ = set_opt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &Self::SNDBUF, "SO_SNDBUF", name);
         }
         let one: libc::c_int = 1;
-        // Best effort: older kernels lack it, and then our own frames are filtered by type below.
+        // Best effort: older kernels lack it, and then the ring reader skips outgoing frames.
         let _ = set_opt(
             raw,
             libc::SOL_PACKET,
@@ -191,7 +200,11 @@ impl AfPacket {
             next_block: 0,
             tx: Vec::new(),
             tx_dropped: 0,
+            sent: TxTotals::default(),
+            rx_drops: RxDrops::default(),
+            scratch: Vec::new(),
             name: name.to_string(),
+            ifindex,
         };
         // SAFETY: packet_mreq is plain data; zeroed is a valid value.
         let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
@@ -223,10 +236,40 @@ impl AfPacket {
         Ok(sock)
     }
 
-    /// The block header at index `i`.
-    fn block(&self, i: u32) -> *mut libc::tpacket_block_desc {
-        // SAFETY: i < BLOCK_NR, so the offset stays inside the mapping.
-        unsafe { self.ring.add((i * BLOCK_SIZE) as usize).cast() }
+    /// The interface index the socket is bound to (resolved once, at open).
+    pub fn ifindex(&self) -> i32 {
+        self.ifindex
+    }
+
+    /// Reads and clears the socket's pending error (ENETDOWN after its interface went down or
+    /// away), which otherwise keeps it polling with POLLERR.
+    pub fn take_error(&self) -> Option<io::Error> {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` is a c_int of the length passed, filled by the kernel.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if r < 0 {
+            Some(io::Error::last_os_error())
+        } else {
+            (err != 0).then(|| io::Error::from_raw_os_error(err))
+        }
+    }
+
+    /// The status word of block `i`, shared with the kernel.
+    fn block_status(&self, i: u32) -> &AtomicU32 {
+        // SAFETY: i < BLOCK_NR, so the word lies inside the mapping, which lives as long as
+        // `self`; blocks start at multiples of BLOCK_SIZE in a page-aligned mapping, so it is
+        // 4-byte aligned. The kernel and this socket access it only as the TPACKET_V3 handshake
+        // does (the kernel with its own barriers, we with atomics), never otherwise.
+        unsafe { AtomicU32::from_ptr(self.ring.add((i * BLOCK_SIZE) as usize + BLOCK_STATUS_OFFSET).cast()) }
     }
 }
 
@@ -241,59 +284,28 @@ impl Backend for AfPacket {
 
     fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize {
         let mut frames = 0;
-        let mut scratch = Vec::new();
         loop {
-            let bd = self.block(self.next_block);
-            // SAFETY: `bd` points at a block header inside the mapping; the kernel hands the
-            // block to us by setting TP_STATUS_USER, read with a volatile load.
-            let status = unsafe { std::ptr::read_volatile(&(*bd).hdr.bh1.block_status) };
-            if status & libc::TP_STATUS_USER == 0 {
+            let i = self.next_block;
+            // Acquire: the frames the kernel wrote are visible once we see TP_STATUS_USER.
+            if self.block_status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 return frames;
             }
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-            // SAFETY: the block is ours until we write TP_STATUS_KERNEL back.
-            let (num, first) = unsafe { ((*bd).hdr.bh1.num_pkts, (*bd).hdr.bh1.offset_to_first_pkt) };
-            let mut off = first as usize;
-            for _ in 0..num {
-                // SAFETY: the kernel lays frames out inside the block at these offsets.
-                let hdr = unsafe { &*(bd.cast::<u8>().add(off) as *const libc::tpacket3_hdr) };
-                // SAFETY: tp_mac and tp_snaplen delimit the frame inside the same block.
-                let data = unsafe {
-                    std::slice::from_raw_parts(bd.cast::<u8>().add(off + hdr.tp_mac as usize), hdr.tp_snaplen as usize)
-                };
-                let vlan = hdr.tp_status & TP_STATUS_VLAN_VALID != 0 && data.len() >= 12;
-                let csum = hdr.tp_status & TP_STATUS_CSUMNOTREADY != 0;
-                if vlan || csum {
-                    scratch.clear();
-                    if vlan {
-                        // Put the tag the kernel took out (VLAN offload) back in.
-                        let tpid = if hdr.tp_status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                            hdr.hv1.tp_vlan_tpid
-                        } else {
-                            0x8100
-                        };
-                        let tci = hdr.hv1.tp_vlan_tci as u16;
-                        scratch.extend_from_slice(&data[..12]);
-                        scratch.extend_from_slice(&tpid.to_be_bytes());
-                        scratch.extend_from_slice(&tci.to_be_bytes());
-                        scratch.extend_from_slice(&data[12..]);
-                    } else {
-                        scratch.extend_from_slice(data);
-                    }
-                    if csum {
-                        teamster_core::offload::fill_l4_checksum(&mut scratch);
-                    }
-                    sink(&scratch);
-                } else {
-                    sink(data);
-                }
-                frames += 1;
-                off += hdr.tp_next_offset as usize;
-            }
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-            // SAFETY: handing the block back to the kernel, as TPACKET_V3 requires.
-            unsafe { std::ptr::write_volatile(&mut (*bd).hdr.bh1.block_status, libc::TP_STATUS_KERNEL) };
-            self.next_block = (self.next_block + 1) % BLOCK_NR;
+            // SAFETY: the block lies inside the mapping (i < BLOCK_NR), and it is ours until we
+            // store TP_STATUS_KERNEL below: the kernel does not write it meanwhile. The slice is
+            // gone before that store.
+            let block = unsafe {
+                std::slice::from_raw_parts(
+                    self.ring.add((i * BLOCK_SIZE) as usize).cast_const(),
+                    BLOCK_SIZE as usize,
+                )
+            };
+            let read = read_block(block, &mut self.scratch, sink);
+            frames += read.delivered;
+            self.rx_drops.truncated += read.truncated;
+            self.rx_drops.bad += read.bad;
+            // Release: we are done with the block before the kernel sees it handed back.
+            self.block_status(i).store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.next_block = (i + 1) % BLOCK_NR;
         }
     }
 
@@ -352,7 +364,10 @@ impl Backend for AfPacket {
             // SAFETY: `msgs` holds `n` initialised headers for this bound socket.
             let sent = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
             if sent > 0 {
-                self.tx.drain(..sent as usize);
+                for f in self.tx.drain(..sent as usize) {
+                    self.sent.packets += 1;
+                    self.sent.bytes += f.len() as u64;
+                }
                 continue;
             }
             match io::Error::last_os_error().raw_os_error() {
@@ -376,6 +391,14 @@ impl Backend for AfPacket {
 
     fn tx_pending(&self) -> usize {
         self.tx.len()
+    }
+
+    fn take_sent(&mut self) -> TxTotals {
+        std::mem::take(&mut self.sent)
+    }
+
+    fn take_rx_drops(&mut self) -> RxDrops {
+        std::mem::take(&mut self.rx_drops)
     }
 }
 

@@ -7,16 +7,35 @@
 //! through the switch; send frames for ports at once, queue frames for uplinks in their
 //! scheduler (cut to the MTU, TCP super-frames segmented), and let each pacer release what the
 //! uplink's capacity allows, holding back while the device is busy; run the team's timers (LBT);
-//! send team-originated frames (notify-switch RARPs); then give the [`Control`] its turn, which
-//! may reconfigure the switch between packets or read its state. A limit is one bucket per port
-//! across every uplink's scheduler, so a port spread over several uplinks (IP hash) is capped once.
+//! send team-originated frames (notify-switch RARPs); tell the switch what each device took
+//! (its `tx_*` counters); then give the [`Control`] its turn, which may reconfigure the switch
+//! between packets or read its state. A limit is one bucket per port across every uplink's
+//! scheduler, so a port spread over several uplinks (IP hash) is capped once.
+//!
+//! Interfaces come and go (the `attach` submodule states the rules): a VM's tap disappears
+//! when the VM stops and returns, with a new index, when it starts. The port is then detached (its
+//! frames dropped as `detached`) and re-attached by name; an uplink that disappears is out of
+//! use until it returns. Link state cannot be lost: a netlink overrun re-reads every interface,
+//! and the uplinks' carrier is re-read every second anyway.
+//!
+//! Counting. `tx_packets`/`tx_bytes` of a port or uplink count frames its device took (after
+//! segmentation, so segments and not super-frames), never frames dropped on the way. Each drop
+//! is counted once, on one interface: the switch's reasons, `ring_full`, `truncated` and
+//! `ring_error` on the interface the frame arrived on; `queue_full` on the port whose NetIOC
+//! queue (in an uplink's scheduler) was full; `oversize`, `tx_error` and `detached` on the
+//! interface that could not send it.
+
+mod attach;
+mod mtu;
+mod poll;
+
+use mtu::fit;
 
 use crate::afpacket::AfPacket;
 use crate::netlink::LinkWatch;
 use crate::pacer::Pacer;
 use crate::Backend;
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
 use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch, SwitchConfig};
@@ -30,6 +49,9 @@ const LEAF_QUEUE: usize = 1024;
 const MAX_WAIT_MS: i32 = 10;
 /// Events kept (the most recent).
 const EVENTS_KEPT: usize = 1000;
+/// How often the uplinks' carrier is re-read, and missing interfaces looked for, whatever
+/// netlink says.
+const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
 
 /// A VM port to attach.
 #[derive(Debug, Clone)]
@@ -61,37 +83,94 @@ pub struct DatapathPlan {
     pub switch: SwitchConfig,
 }
 
-/// Drops the data plane makes outside the core switch, kept per port and per uplink.
+/// Drops the data plane makes outside the core switch, kept per port and per uplink (each drop
+/// on one interface: see the module documentation).
 #[derive(Debug, Clone, Default)]
 pub struct ExtraDrops {
-    /// The port's queue in an uplink's scheduler was full.
+    /// From this port: its queue in an uplink's scheduler was full.
     pub queue_full: u64,
-    /// Too large for the egress MTU and not a TCP frame that could be cut.
+    /// To this interface: too large for its MTU and not a TCP frame that could be cut.
     pub oversize: u64,
-    /// The kernel's receive ring was full before the loop read it.
+    /// On this interface: the kernel's receive ring was full before the loop read it.
     pub ring_full: u64,
-    /// The kernel refused to send it.
+    /// To this interface: the kernel refused to send it.
     pub tx_error: u64,
+    /// On this interface: longer on the wire than the kernel captured, so not forwarded.
+    pub truncated: u64,
+    /// On this interface: in a receive-ring block whose offsets did not fit the block.
+    pub ring_error: u64,
+    /// To this interface while it was detached (its interface missing).
+    pub detached: u64,
 }
 
-/// An attached VM port.
+impl ExtraDrops {
+    /// Every reason with its count, in a stable order, for status and metrics.
+    pub fn by_reason(&self) -> [(&'static str, u64); 7] {
+        [
+            ("queue_full", self.queue_full),
+            ("oversize", self.oversize),
+            ("ring_full", self.ring_full),
+            ("tx_error", self.tx_error),
+            ("truncated", self.truncated),
+            ("ring_error", self.ring_error),
+            ("detached", self.detached),
+        ]
+    }
+}
+
+/// A VM port: attached while its interface exists.
 pub struct Port {
     pub plan: PortPlan,
-    backend: AfPacket,
+    /// None while detached.
+    backend: Option<AfPacket>,
     mtu: usize,
     pub extra: ExtraDrops,
+    /// The last attach failure reported, so a retry failing the same way is not logged again.
+    attach_error: Option<String>,
 }
 
-/// An attached uplink.
+impl Port {
+    /// Whether the port's interface is attached (it exists, and its socket is open).
+    pub fn attached(&self) -> bool {
+        self.backend.is_some()
+    }
+}
+
+/// An uplink: attached while its interface exists.
 pub struct Uplink {
     pub plan: UplinkPlan,
-    backend: AfPacket,
-    ifindex: i32,
+    /// None while detached (its interface went away after start).
+    backend: Option<AfPacket>,
     mtu: usize,
     pacer: Pacer,
     pub extra: ExtraDrops,
-    /// Carrier as the kernel reports it.
+    /// Carrier as the kernel reports it (false while detached).
     pub carrier: bool,
+    /// The last attach failure reported.
+    attach_error: Option<String>,
+}
+
+impl Uplink {
+    /// Whether the uplink's interface is attached.
+    pub fn attached(&self) -> bool {
+        self.backend.is_some()
+    }
+}
+
+/// How to attach, beyond the plan.
+#[derive(Debug, Clone, Default)]
+pub struct AttachOptions {
+    /// The netlink socket's receive buffer, in bytes (None: the system's default). Tests make
+    /// it tiny to force an overrun.
+    pub netlink_rcvbuf: Option<usize>,
+}
+
+/// What a descriptor in the poll set belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Port(usize),
+    Uplink(usize),
+    Links,
 }
 
 /// Something that happened, for logs and the control plane.
@@ -100,7 +179,7 @@ pub struct Event {
     /// Increases by one per event since start.
     pub seq: u64,
     pub at: Instant,
-    /// `start`, `link`, `move` or `config`.
+    /// `start`, `link`, `attach`, `move` or `config`.
     pub kind: &'static str,
     pub message: String,
 }
@@ -140,8 +219,13 @@ pub struct Datapath {
     events: VecDeque<Event>,
     next_seq: u64,
     failovers: u64,
-    /// Every descriptor the loop waits on (ports, uplinks, netlink), built once at attach.
+    /// Every descriptor the loop waits on (attached ports and uplinks, netlink), and whose each
+    /// is; rebuilt when an interface is attached or detached.
     pollfds: Vec<libc::pollfd>,
+    pollmap: Vec<Slot>,
+    pollfds_stale: bool,
+    /// When the uplinks' carrier is next re-read.
+    next_resync: Instant,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
@@ -149,67 +233,57 @@ pub struct Datapath {
 /// are dropped if the wait grows, rather than in the kernel's FIFO.
 fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
     u.pacer.refill(now);
+    let Some(backend) = u.backend.as_mut() else {
+        // No device: what the scheduler releases is dropped, not kept for one that may never
+        // return (the team has already moved the ports away).
+        while ioc.dequeue(i, now).is_some() {
+            u.extra.detached += 1;
+        }
+        return;
+    };
     loop {
         let mut batch = 0;
         while batch < AfPacket::TX_BATCH && u.pacer.may_send() {
             let Some((_, len, frame)) = ioc.dequeue(i, now) else {
                 break;
             };
-            u.backend.send_owned(frame);
+            backend.send_owned(frame);
             u.pacer.charge(len as usize);
             batch += 1;
         }
-        u.extra.tx_error += u.backend.flush() as u64;
-        if batch < AfPacket::TX_BATCH || u.backend.tx_pending() > 0 {
+        u.extra.tx_error += backend.flush() as u64;
+        if batch < AfPacket::TX_BATCH || backend.tx_pending() > 0 {
             return;
         }
     }
 }
 
-/// An interface's MTU (1500 if sysfs does not say).
-fn mtu_of(iface: &str) -> usize {
-    sysfs(iface, "mtu").and_then(|m| m.parse().ok()).unwrap_or(1500)
-}
-
-/// Fits a frame to an interface's MTU and hands each resulting frame to `out`: the frame as is,
-/// or its pieces when it is a TCP super-frame a stack handed over for offload. Returns false
-/// (handing over nothing) if it is too large and cannot be split.
-fn fit(frame: Vec<u8>, mtu: usize, out: &mut dyn FnMut(Vec<u8>)) -> bool {
-    if frame.len() <= mtu + 14 {
-        out(frame);
-        return true;
-    }
-    match teamster_core::offload::segment_tcp(&frame, mtu) {
-        Some(pieces) => pieces.into_iter().for_each(out),
-        // Up to two VLAN tags may sit on top of a packet that fits.
-        None if frame.len() <= mtu + 22 => out(frame),
-        None => return false,
-    }
-    true
-}
-
-fn sysfs(iface: &str, file: &str) -> Option<String> {
-    std::fs::read_to_string(Path::new("/sys/class/net").join(iface).join(file))
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
 impl Datapath {
     /// Attaches to every interface of `plan`. On error, whatever was opened is closed again.
     pub fn attach(plan: DatapathPlan) -> Result<Datapath, String> {
+        Datapath::attach_with(plan, AttachOptions::default())
+    }
+
+    /// Attaches to every interface of `plan`: every uplink must be there (an error names the
+    /// one that is not, or whose index, MTU or carrier cannot be read); a port whose interface
+    /// is missing starts detached, with a warning, and attaches when the interface appears.
+    /// On error, whatever was opened is closed again.
+    pub fn attach_with(plan: DatapathPlan, options: AttachOptions) -> Result<Datapath, String> {
         let started = std::time::Instant::now();
         let now = Instant::ZERO;
         // Subscribe before reading carriers, so a change in between is not missed.
-        let links = LinkWatch::open().map_err(|e| format!("netlink link watch: {e}"))?;
+        let links =
+            LinkWatch::open_with_rcvbuf(options.netlink_rcvbuf).map_err(|e| format!("netlink link watch: {e}"))?;
         let mut switch = Switch::with_config(plan.team, plan.switch);
         let mut ports = Vec::new();
         for p in plan.ports {
-            let backend = AfPacket::open(&p.interface).map_err(|e| e.to_string())?;
+            crate::iface::check_name(&p.interface).map_err(|e| format!("port {}: {e}", p.name))?;
             ports.push(Port {
-                mtu: mtu_of(&p.interface),
                 plan: p,
-                backend,
+                backend: None,
+                mtu: 0,
                 extra: ExtraDrops::default(),
+                attach_error: None,
             });
         }
         let leaves: Vec<NodeId> = ports.iter().map(|p| p.plan.leaf).collect();
@@ -217,38 +291,27 @@ impl Datapath {
         let ioc = Ioc::new(plan.tree, &leaves, capacities, plan.reservation_cap, LEAF_QUEUE);
         let mut uplinks = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
-            let backend = AfPacket::open(&u.interface).map_err(|e| e.to_string())?;
-            let ifindex = sysfs(&u.interface, "ifindex")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(-1);
-            let carrier = sysfs(&u.interface, "carrier").as_deref() == Some("1");
+            let (backend, mtu, carrier) =
+                attach::open_uplink(&u.interface).map_err(|e| format!("uplink {}: {e}", u.name))?;
             if !(carrier && u.admin_up) {
                 let _ = switch.team_mut().set_link(UplinkId(i), LinkState::Down, now);
             }
             uplinks.push(Uplink {
-                backend,
-                ifindex,
-                mtu: mtu_of(&u.interface),
+                backend: Some(backend),
+                mtu,
                 pacer: Pacer::new(u.capacity.bps_f64(), now),
                 extra: ExtraDrops::default(),
                 carrier,
                 plan: u,
+                attach_error: None,
             });
         }
         let index = ports.iter().enumerate().map(|(i, p)| (p.plan.id, i)).collect();
-        let pollfds = ports
-            .iter()
-            .map(|p| p.backend.raw_fd())
-            .chain(uplinks.iter().map(|u| u.backend.raw_fd()))
-            .chain(std::iter::once(links.raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
         let mut dp = Datapath {
-            pollfds,
+            pollfds: Vec::new(),
+            pollmap: Vec::new(),
+            pollfds_stale: true,
+            next_resync: now + RESYNC_EVERY,
             switch,
             ioc,
             ports,
@@ -263,6 +326,9 @@ impl Datapath {
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
+        for i in 0..dp.ports.len() {
+            dp.attach_port_at_start(i, now)?;
+        }
         Ok(dp)
     }
 
@@ -344,27 +410,34 @@ impl Datapath {
     /// Runs until `stop` is set, giving `control` a turn each time round.
     pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control) {
         let mut pending: Vec<(Option<PortId>, Output)> = Vec::new();
+        let mut errored: Vec<Slot> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
-            self.wait();
+            self.wait(&mut errored);
             let now = self.now();
-            for change in self.links.drain() {
-                if let Some(u) = self.uplinks.iter().position(|u| u.ifindex == change.ifindex) {
-                    if self.uplinks[u].carrier != change.up {
-                        self.uplinks[u].carrier = change.up;
-                        let what = format!(
-                            "{} carrier {}",
-                            self.uplinks[u].plan.name,
-                            if change.up { "up" } else { "down" }
-                        );
-                        self.event(now, "link", what);
-                        self.refresh_link(u, now);
-                    }
-                }
+            for slot in errored.drain(..) {
+                self.socket_error(slot, now);
+            }
+            let drained = self.links.drain();
+            for msg in &drained.msgs {
+                self.link_msg(msg, now);
+            }
+            if drained.overrun {
+                self.event(
+                    now,
+                    "link",
+                    "netlink overrun: link messages were lost; re-reading every interface".to_string(),
+                );
+                self.resync(now, true);
+            } else if now >= self.next_resync {
+                self.resync(now, false);
             }
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
                 let switch = &mut self.switch;
-                self.ports[p].backend.recv_batch(&mut |frame| {
+                let Some(backend) = self.ports[p].backend.as_mut() else {
+                    continue;
+                };
+                backend.recv_batch(&mut |frame| {
                     pending.extend(
                         switch
                             .ingress(Ingress::Port(id), frame, now)
@@ -375,7 +448,10 @@ impl Datapath {
             }
             for u in 0..self.uplinks.len() {
                 let switch = &mut self.switch;
-                self.uplinks[u].backend.recv_batch(&mut |frame| {
+                let Some(backend) = self.uplinks[u].backend.as_mut() else {
+                    continue;
+                };
+                backend.recv_batch(&mut |frame| {
                     pending.extend(
                         switch
                             .ingress(Ingress::Uplink(UplinkId(u)), frame, now)
@@ -391,12 +467,42 @@ impl Datapath {
             self.effects(now);
             self.pace(now);
             for p in &mut self.ports {
-                p.extra.tx_error += p.backend.flush() as u64;
+                if let Some(b) = p.backend.as_mut() {
+                    p.extra.tx_error += b.flush() as u64;
+                }
             }
             for u in &mut self.uplinks {
-                u.extra.tx_error += u.backend.flush() as u64;
+                if let Some(b) = u.backend.as_mut() {
+                    u.extra.tx_error += b.flush() as u64;
+                }
             }
+            self.count_devices();
             control.turn(self, now);
+        }
+    }
+
+    /// Tells the switch what each device took since the last turn (its `tx_*` counters), and
+    /// takes in the frames each backend dropped on receive.
+    fn count_devices(&mut self) {
+        for p in &mut self.ports {
+            if let Some(b) = p.backend.as_mut() {
+                let sent = b.take_sent();
+                self.switch
+                    .count_sent(Egress::Port(p.plan.id), sent.packets, sent.bytes);
+                let rx = b.take_rx_drops();
+                p.extra.truncated += rx.truncated;
+                p.extra.ring_error += rx.bad;
+            }
+        }
+        for (i, u) in self.uplinks.iter_mut().enumerate() {
+            if let Some(b) = u.backend.as_mut() {
+                let sent = b.take_sent();
+                self.switch
+                    .count_sent(Egress::Uplink(UplinkId(i)), sent.packets, sent.bytes);
+                let rx = b.take_rx_drops();
+                u.extra.truncated += rx.truncated;
+                u.extra.ring_error += rx.bad;
+            }
         }
     }
 
@@ -404,7 +510,10 @@ impl Datapath {
     fn effects(&mut self, now: Instant) {
         while let Some(effect) = self.switch.poll_effect() {
             match effect {
-                Effect::Transmit { uplink, frame } => self.uplinks[uplink.0].backend.send_owned(frame),
+                Effect::Transmit { uplink, frame } => match self.uplinks[uplink.0].backend.as_mut() {
+                    Some(b) => b.send_owned(frame),
+                    None => self.uplinks[uplink.0].extra.detached += 1,
+                },
                 Effect::PortMoved(m) => {
                     let name = |u: Option<UplinkId>| u.map(|u| self.uplinks[u.0].plan.name.clone());
                     let port = self
@@ -435,10 +544,14 @@ impl Datapath {
     /// Reads the kernel's receive-ring drop counters into the per-interface drops.
     pub fn collect_ring_drops(&mut self) {
         for p in &mut self.ports {
-            p.extra.ring_full += p.backend.ring_drops();
+            if let Some(b) = p.backend.as_mut() {
+                p.extra.ring_full += b.ring_drops();
+            }
         }
         for u in &mut self.uplinks {
-            u.extra.ring_full += u.backend.ring_drops();
+            if let Some(b) = u.backend.as_mut() {
+                u.extra.ring_full += b.ring_drops();
+            }
         }
     }
 
@@ -469,40 +582,6 @@ impl Datapath {
         self.event(now, "config", "configuration changed".to_string());
     }
 
-    /// Sleeps until a frame, a link change, or the next timer (at most 10 ms).
-    fn wait(&mut self) {
-        let now = self.now();
-        let mut deadline = self.switch.poll_at();
-        for u in &self.uplinks {
-            if let Some(t) = u.pacer.ready_at() {
-                deadline = deadline.min(t);
-            }
-        }
-        let first_uplink = self.ports.len();
-        for (i, u) in self.uplinks.iter().enumerate() {
-            // A busy device: wake when it can take frames again.
-            let busy = u.backend.tx_pending() > 0;
-            self.pollfds[first_uplink + i].events = if busy {
-                libc::POLLIN | libc::POLLOUT
-            } else {
-                libc::POLLIN
-            };
-        }
-        let backlog = self
-            .uplinks
-            .iter()
-            .any(|u| !u.pacer.may_send() || u.backend.tx_pending() > 0);
-        let ms = if backlog {
-            1
-        } else {
-            (deadline - now).as_millis().min(MAX_WAIT_MS as u128) as i32
-        };
-        let fds = &mut self.pollfds;
-        fds.iter_mut().for_each(|f| f.revents = 0);
-        // SAFETY: `fds` is a live array of pollfd of the length passed.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    }
-
     /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each cut
     /// to the egress MTU first.
     fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output)>, now: Instant) {
@@ -511,7 +590,10 @@ impl Datapath {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
                     let port = &mut self.ports[i];
-                    let backend = &mut port.backend;
+                    let Some(backend) = port.backend.as_mut() else {
+                        port.extra.detached += 1;
+                        continue;
+                    };
                     if !fit(out.frame, port.mtu, &mut |f| backend.send_owned(f)) {
                         port.extra.oversize += 1;
                     }
@@ -532,15 +614,16 @@ impl Datapath {
                             // the uplink itself is the bottleneck.
                             pace_one(up, u.0, ioc, now);
                         }
-                        None => up.backend.send_owned(piece),
+                        None => match up.backend.as_mut() {
+                            Some(b) => b.send_owned(piece),
+                            None => up.extra.detached += 1,
+                        },
                     });
-                    up.extra.queue_full += full;
-                    if !fitted {
-                        up.extra.oversize += 1;
-                    }
+                    // Too big for the uplink: the uplink's drop. A full NetIOC queue: the
+                    // sending port's (the queue is its own).
+                    up.extra.oversize += u64::from(!fitted);
                     if let Some(i) = from {
                         self.ports[i].extra.queue_full += full;
-                        self.ports[i].extra.oversize += u64::from(!fitted);
                     }
                 }
             }

@@ -3,7 +3,9 @@
 //! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (TPACKET_V3 receive ring,
 //!   batched transmit) is the first, AF_XDP can follow behind the same trait.
 //! - [`caps`]: the capabilities the data plane needs, checked up front.
-//! - [`netlink`]: link state changes from the kernel, for failover.
+//! - [`netlink`]: link state changes from the kernel, for failover and interfaces that come and
+//!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
+//! - [`ring`]: reading a TPACKET_V3 receive-ring block, every kernel-written offset checked.
 //! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
 //!   rate.
 //!
@@ -13,8 +15,10 @@
 pub mod afpacket;
 pub mod caps;
 pub mod datapath;
+pub mod iface;
 pub mod netlink;
 pub mod pacer;
+pub mod ring;
 
 use std::os::fd::RawFd;
 
@@ -45,4 +49,24 @@ pub trait Backend: Send {
     fn ring_drops(&mut self) -> u64 {
         0
     }
+    /// Frames (and their bytes) the device took since the last call: what went on the wire.
+    fn take_sent(&mut self) -> TxTotals;
+    /// Frames received but not handed on (cut by the kernel, or unreadable), since the last call.
+    fn take_rx_drops(&mut self) -> RxDrops;
+}
+
+/// Frames and bytes sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxTotals {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Frames a backend received and dropped itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxDrops {
+    /// Longer on the wire than what the kernel captured: forwarding it would send another frame.
+    pub truncated: u64,
+    /// In a receive-ring block whose offsets or lengths did not fit the block.
+    pub bad: u64,
 }

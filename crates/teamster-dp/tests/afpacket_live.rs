@@ -67,6 +67,16 @@ fn frames_cross_a_veth_pair_with_their_vlan_tags() {
         a.send(f);
     }
     assert_eq!(a.flush(), 0);
+    let bytes: usize = sent.iter().map(Vec::len).sum();
+    assert_eq!(
+        a.take_sent(),
+        teamster_dp::TxTotals {
+            packets: 3,
+            bytes: bytes as u64
+        },
+        "what the device took is reported once"
+    );
+    assert_eq!(a.take_sent(), teamster_dp::TxTotals::default());
     let (mut got, mut echoed) = (Vec::new(), 0);
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < sent.len() && Instant::now() < deadline {
@@ -88,5 +98,8 @@ fn frames_cross_a_veth_pair_with_their_vlan_tags() {
         assert_eq!(&g[..s.len()], &s[..], "frame (VLAN tag included) arrives as sent");
     }
     assert_eq!(echoed, 0, "a socket does not hear its own transmissions");
-    assert!(AfPacket::open("tmt-no-such").is_err());
+    assert_eq!(b.take_rx_drops(), teamster_dp::RxDrops::default());
+    let missing = AfPacket::open("tmt-no-such").err().expect("no such interface");
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+    assert!(missing.to_string().contains("tmt-no-such"), "{missing}");
 }

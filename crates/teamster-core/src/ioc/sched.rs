@@ -1,7 +1,7 @@
 //! The packet scheduler: hClock-style tags that deliver the [`allocate`](super::allocate) rule.
 //!
 //! Model. One [`Scheduler`] per uplink, over the same tree as the allocator, with a FIFO per
-//! leaf. Every node keeps three tags, in nanoseconds of engine time:
+//! leaf. Every node keeps three tags (R and L in nanoseconds of engine time, S in shares units):
 //! - R, its reservation clock: advanced by `bits / reservation` only when the node is served in
 //!   the *reservation phase*; a node is due while its R tag is at or before `now`;
 //! - L, its limit clock: advanced by `bits / limit` on every service; the node is eligible while
@@ -24,6 +24,16 @@
 //!
 //! A leaf's limit may instead be a [`SharedLimits`] bucket, shared by the schedulers of every
 //! uplink the port uses: a vNIC's limit is one cap across its uplinks.
+//!
+//! Precision. Tags are f64, so they are kept small: R and L tags (and held release times) count
+//! nanoseconds from the scheduler's own epoch, which is moved up to `now` once `now` is
+//! [`Scheduler::REBASE_NS`] past it (every tag shifted by the same amount, heaps re-keyed; the
+//! order of every heap is kept, since subtracting one number is monotone). S tags count from
+//! their parent's virtual time, which is subtracted out at the same moments. An f64 holding at
+//! most a few seconds of nanoseconds (or of shares units) resolves far below one byte at
+//! 100 Gbit/s, so the allocation a year after start is the allocation at start. A
+//! [`SharedLimits`] keeps its own epoch; a scheduler reads and writes its buckets through the
+//! difference of the two epochs (an exact integer).
 
 use super::{NodeId, Tree};
 use crate::Instant;
@@ -33,8 +43,10 @@ use std::collections::VecDeque;
 /// Limit buckets shared between the schedulers of several uplinks, one per limited vNIC.
 #[derive(Debug, Clone, Default)]
 pub struct SharedLimits {
-    /// Per bucket: (nanoseconds per bit, L tag).
+    /// Per bucket: (nanoseconds per bit, L tag in nanoseconds since `epoch`).
     buckets: Vec<(f64, f64)>,
+    /// Engine time (ns) the L tags count from.
+    epoch: u64,
 }
 
 /// A bucket in [`SharedLimits`].
@@ -53,6 +65,35 @@ impl SharedLimits {
     /// old limit (however low it was) are not held by it any longer.
     pub fn set(&mut self, id: LimitId, bps: Option<f64>) {
         self.buckets[id.0] = (bps.map_or(0.0, |b| 1e9 / b.max(1.0)), f64::NEG_INFINITY);
+    }
+
+    /// Bucket `b`'s L tag in nanoseconds since `epoch`.
+    fn tag(&self, b: usize, epoch: u64) -> f64 {
+        self.buckets[b].1 + epoch_offset(self.epoch, epoch)
+    }
+
+    /// Moves the epoch up to `now` once it is [`Scheduler::REBASE_NS`] behind.
+    fn rebase(&mut self, now: u64) {
+        if now.saturating_sub(self.epoch) < REBASE_NS {
+            return;
+        }
+        let shift = (now - self.epoch) as f64;
+        self.buckets.iter_mut().for_each(|(_, tag)| *tag -= shift);
+        self.epoch = now;
+    }
+}
+
+/// How far tags may count from their epoch before it is moved: 2^32 ns (4.3 s), where an f64
+/// still resolves a millionth of a nanosecond.
+const REBASE_NS: u64 = 1 << 32;
+
+/// What to add to a time counted from epoch `from` to count it from epoch `to`.
+#[inline]
+fn epoch_offset(from: u64, to: u64) -> f64 {
+    if from == to {
+        0.0
+    } else {
+        (i128::from(from) - i128::from(to)) as f64
     }
 }
 
@@ -157,6 +198,8 @@ pub struct Scheduler<T> {
     nodes: Vec<SNode>,
     queues: Vec<VecDeque<(u32, T)>>,
     path: Vec<(usize, Phase)>,
+    /// Engine time (ns) the R and L tags count from; see the module's "Precision".
+    epoch: u64,
 }
 
 impl<T> Scheduler<T> {
@@ -170,6 +213,8 @@ impl<T> Scheduler<T> {
     pub const LIMIT_LAG_NS: f64 = 1e6;
     /// The least slack, in bytes.
     pub const LIMIT_MIN_BURST_BYTES: f64 = 3000.0;
+    /// How far `now` may run ahead of the tags' epoch before the epoch is moved up to it.
+    pub const REBASE_NS: u64 = REBASE_NS;
 
     /// The lag allowed for a limit clock costing `cost` nanoseconds per bit.
     fn limit_slack(cost: f64) -> f64 {
@@ -206,7 +251,46 @@ impl<T> Scheduler<T> {
             queues: (0..nodes.len()).map(|_| VecDeque::new()).collect(),
             nodes,
             path: Vec::new(),
+            epoch: 0,
         }
+    }
+
+    /// `now` in nanoseconds since the tags' epoch, moving the epoch up first if `now` has run
+    /// [`Scheduler::REBASE_NS`] past it.
+    fn time(&mut self, now: Instant) -> f64 {
+        let now = now.as_nanos();
+        if now.saturating_sub(self.epoch) >= REBASE_NS {
+            self.rebase(now);
+        }
+        epoch_offset(now, self.epoch)
+    }
+
+    /// Moves the epoch to `now`: every time-valued tag and heap key down by the same amount, and
+    /// every node's children's S tags down by the node's virtual time. Subtracting one number
+    /// keeps every heap's order, so the heaps are re-keyed in place of being rebuilt by pops.
+    fn rebase(&mut self, now: u64) {
+        let shift = (now - self.epoch) as f64;
+        let vtimes: Vec<f64> = self.nodes.iter().map(|n| n.vtime).collect();
+        let rekey = |heap: &mut MinHeap, by: f64| {
+            let mut v = std::mem::take(heap).into_vec();
+            for Reverse(e) in v.iter_mut() {
+                *e = Entry::new(e.key() - by, e.1, e.2);
+            }
+            *heap = MinHeap::from(v);
+        };
+        for n in self.nodes.iter_mut() {
+            n.r_tag -= shift;
+            n.l_tag -= shift;
+            if let Some(p) = n.parent {
+                n.s_tag -= vtimes[p];
+            }
+            let vt = n.vtime;
+            rekey(&mut n.by_r, shift);
+            rekey(&mut n.held, shift);
+            rekey(&mut n.by_s, vt);
+            n.vtime = 0.0;
+        }
+        self.epoch = now;
     }
 
     /// Queues a packet of `len` bytes on leaf `leaf`.
@@ -216,7 +300,7 @@ impl<T> Scheduler<T> {
         if !was_empty {
             return;
         }
-        let t = now.as_nanos() as f64;
+        let t = self.time(now);
         let mut at = leaf.0;
         while let Some(parent) = self.nodes[at].parent {
             self.nodes[at].backlog += 1;
@@ -277,7 +361,7 @@ impl<T> Scheduler<T> {
     /// Whether node `i`'s own limit lets it send at `t`.
     fn limit_ok(&self, i: usize, t: f64, shared: Option<&SharedLimits>) -> bool {
         match (self.nodes[i].shared_limit, shared) {
-            (Some(LimitId(b)), Some(s)) => s.buckets[b].1 <= t,
+            (Some(LimitId(b)), Some(s)) => s.tag(b, self.epoch) <= t,
             (Some(_), None) => true,
             (None, _) => self.nodes[i].l_tag <= t,
         }
@@ -288,7 +372,7 @@ impl<T> Scheduler<T> {
     /// once. Admission control is the caller's: see [`super::admission::set_controls`].
     pub fn set_controls(&mut self, id: NodeId, spec: &super::NodeSpec, now: Instant) {
         let per_bit = |bps: f64| if bps > 0.0 { 1e9 / bps } else { 0.0 };
-        let t = now.as_nanos() as f64;
+        let t = self.time(now);
         let n = &mut self.nodes[id.0];
         n.r_cost = per_bit(spec.reservation.bps_f64());
         n.s_cost = 1.0 / f64::from(spec.shares.get());
@@ -317,10 +401,12 @@ impl<T> Scheduler<T> {
     /// Takes the next packet to send at `now`: `(leaf, bytes, item)`, or None if every backlogged
     /// leaf is held back by a limit (see [`Scheduler::next_eligible`]).
     pub fn dequeue(&mut self, now: Instant, shared: &mut SharedLimits) -> Option<(NodeId, u32, T)> {
-        let t = now.as_nanos() as f64;
         if self.nodes[0].backlog == 0 {
             return None;
         }
+        let t = self.time(now);
+        shared.rebase(now.as_nanos());
+        let to_shared = epoch_offset(self.epoch, shared.epoch);
         self.path.clear();
         let mut at = 0;
         let leaf = loop {
@@ -362,11 +448,13 @@ impl<T> Scheduler<T> {
             let n = &mut self.nodes[i];
             match n.shared_limit {
                 Some(LimitId(b)) => {
+                    // The bucket's tag counts from its own epoch: `to_shared` converts ours.
                     let (cost, tag) = &mut shared.buckets[b];
+                    let ts = t + to_shared;
                     let start = if tag.is_finite() {
-                        tag.max(t - Self::limit_slack(*cost))
+                        tag.max(ts - Self::limit_slack(*cost))
                     } else {
-                        t
+                        ts
                     };
                     *tag = start + bits * *cost;
                 }
@@ -379,7 +467,7 @@ impl<T> Scheduler<T> {
                 n.backlog -= 1;
             }
             let release = match n.shared_limit {
-                Some(LimitId(b)) => shared.buckets[b].1,
+                Some(LimitId(b)) => shared.buckets[b].1 - to_shared,
                 None => n.l_tag,
             };
             if n.backlog == 0 {
@@ -423,7 +511,7 @@ impl<T> Scheduler<T> {
                 self.nodes[p].held.pop();
             } else if when <= t {
                 self.nodes[p].held.pop();
-                let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.buckets[b].1);
+                let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.tag(b, self.epoch));
                 self.place(c, p, t, until);
             } else {
                 break;
@@ -449,7 +537,7 @@ impl<T> Scheduler<T> {
                 }
                 if !self.limit_ok(c, t, Some(shared)) {
                     // A shared bucket was drained by another uplink: hold it here too.
-                    let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.buckets[b].1);
+                    let until = self.nodes[c].shared_limit.map(|LimitId(b)| shared.tag(b, self.epoch));
                     self.place(c, p, t, until);
                     continue;
                 }
@@ -473,17 +561,17 @@ impl<T> Scheduler<T> {
 
     /// The earliest time after `now` at which a backlogged node's limit clock releases it.
     pub fn next_eligible(&self, now: Instant, shared: &SharedLimits) -> Option<Instant> {
-        let t = now.as_nanos() as f64;
+        let t = epoch_offset(now.as_nanos(), self.epoch);
         self.nodes
             .iter()
             .filter(|n| n.backlog > 0)
             .map(|n| match n.shared_limit {
-                Some(LimitId(b)) => shared.buckets[b].1,
+                Some(LimitId(b)) => shared.tag(b, self.epoch),
                 None => n.l_tag,
             })
             .filter(|&tag| tag > t && tag.is_finite())
             .fold(None, |acc: Option<f64>, tag| Some(acc.map_or(tag, |a| a.min(tag))))
-            .map(|tag| Instant::from_nanos(tag.ceil() as u64))
+            .map(|tag| Instant::from_nanos(self.epoch.saturating_add(tag.ceil() as u64)))
     }
 }
 
@@ -501,6 +589,44 @@ mod tests {
             if a < b { prop_assert!(ea < eb); }
             if a > b { prop_assert!(ea > eb); }
         }
+    }
+
+    /// A year of service at 10 Gbit/s leaves S tags and virtual times near 3e17 bits per share,
+    /// where an f64 step is 64: without rebasing, a 128-byte frame's charge (1024 / shares) would
+    /// be rounded by up to 6%. The first call a year after start rebases them, and the split by
+    /// shares is exact again.
+    #[test]
+    fn shares_hold_after_a_year_of_service() {
+        let mut t = Tree::new("uplink");
+        let spec = |name: &str, s: u32| crate::ioc::NodeSpec {
+            name: name.into(),
+            reservation: crate::units::Bandwidth::ZERO,
+            shares: crate::ioc::Shares::new(s).unwrap(),
+            limit: None,
+        };
+        let a = t.add(NodeId::ROOT, spec("a", 1)).unwrap();
+        let b = t.add(NodeId::ROOT, spec("b", 3)).unwrap();
+        let mut s: Scheduler<()> = Scheduler::new(&t, &[]);
+        let year_of_bits = 10e9 * 365.0 * 24.0 * 3600.0;
+        for n in s.nodes.iter_mut() {
+            n.s_tag = year_of_bits;
+            n.vtime = year_of_bits;
+        }
+        let mut shared = SharedLimits::default();
+        let start = 365 * 24 * 3600 * 1_000_000_000u64;
+        let mut sent = [0u64; 2];
+        for k in 0..400_000u64 {
+            let now = Instant::from_nanos(start + k * 10); // 128 B at ~100 Gbit/s
+            for leaf in [a, b] {
+                if s.queued(leaf) < 2 {
+                    s.enqueue(leaf, 128, (), now);
+                }
+            }
+            let (leaf, _, ()) = s.dequeue(now, &mut shared).unwrap();
+            sent[usize::from(leaf == b)] += 1;
+        }
+        let ratio = sent[1] as f64 / sent[0] as f64;
+        assert!((ratio - 3.0).abs() < 0.01 * 3.0, "{sent:?}: {ratio}");
     }
 
     #[test]

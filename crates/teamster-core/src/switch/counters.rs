@@ -1,4 +1,8 @@
 //! Per-interface counters, with drops kept by reason, and MAC-learning refusals.
+//!
+//! `rx_*` count frames the switch took in; `tx_*` count frames the interface's device took, as
+//! the caller reports them through [`Switch::count_sent`](super::Switch::count_sent): segments
+//! after software segmentation, never frames queued or dropped.
 
 use core::fmt;
 
@@ -85,9 +89,9 @@ impl Counters {
         self.rx_bytes += bytes as u64;
     }
 
-    pub(crate) fn tx(&mut self, bytes: usize) {
-        self.tx_packets += 1;
-        self.tx_bytes += bytes as u64;
+    pub(crate) fn sent(&mut self, packets: u64, bytes: u64) {
+        self.tx_packets += packets;
+        self.tx_bytes += bytes;
     }
 
     pub(crate) fn drop(&mut self, why: DropReason) {
@@ -102,5 +106,73 @@ impl Counters {
     /// All drops.
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::switch::{Egress, Ingress, Switch};
+    use crate::teaming::{
+        FailoverOrder, LbtConfig, Policy, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
+    };
+    use crate::units::Bandwidth;
+    use crate::Instant;
+
+    fn switch() -> Switch {
+        let uplinks = vec![UplinkSpec {
+            name: "uplink1".into(),
+            capacity: Bandwidth::from_gbps(10),
+        }];
+        let mut team = Team::new(uplinks, LbtConfig::default()).unwrap();
+        let g = team
+            .add_group(PortGroupSpec {
+                name: "vms".into(),
+                policy: Policy::PORT_ID,
+                order: FailoverOrder {
+                    active: vec![UplinkId(0)],
+                    standby: vec![],
+                },
+                failback: true,
+                notify_switches: true,
+                vlan: None,
+            })
+            .unwrap();
+        for i in 1..=2u8 {
+            team.add_port(PortSpec {
+                id: PortId(u32::from(i)),
+                mac: crate::wire::MacAddr([2, 0, 0, 0, 0, i]),
+                group: g,
+            })
+            .unwrap();
+        }
+        Switch::new(team, core::time::Duration::from_secs(300))
+    }
+
+    /// A broadcast from port 1: to port 2 and to the uplink.
+    fn broadcast() -> Vec<u8> {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x88, 0xb5]);
+        f.resize(60, 0);
+        f
+    }
+
+    #[test]
+    fn tx_counts_only_what_the_devices_report() {
+        let mut s = switch();
+        let out = s.ingress(Ingress::Port(PortId(1)), &broadcast(), Instant::ZERO);
+        assert_eq!(out.len(), 2, "{out:?}");
+        // Deciding where a frame goes sends nothing yet.
+        assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().tx_packets, 0);
+        assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 0);
+        assert_eq!(s.port_counters(PortId(1)).unwrap().rx_packets, 1);
+        // The data plane cut a 9000-byte super-frame into 7 segments and sent them.
+        s.count_sent(Egress::Uplink(UplinkId(0)), 7, 9100);
+        s.count_sent(Egress::Port(PortId(2)), 1, 60);
+        let u = s.uplink_counters(UplinkId(0)).unwrap();
+        assert_eq!((u.tx_packets, u.tx_bytes), (7, 9100));
+        let p = s.port_counters(PortId(2)).unwrap();
+        assert_eq!((p.tx_packets, p.tx_bytes), (1, 60));
+        // An uplink the switch does not have is ignored, not a panic.
+        s.count_sent(Egress::Uplink(UplinkId(9)), 1, 1);
     }
 }

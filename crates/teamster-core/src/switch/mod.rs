@@ -25,8 +25,11 @@
 //! VLAN. Learning is bounded ([`MacLimits`]): past a limit the frame is switched but its source
 //! not learned, and counted as `mac_limit` on the interface it came from.
 //!
-//! Every frame in or out is counted per port and per uplink; every drop is counted with its
-//! [`DropReason`]. Malformed frames are dropped and counted, never a panic.
+//! Every frame in is counted per port and per uplink; every drop is counted with its
+//! [`DropReason`], on the interface the frame came in on. Frames out are counted when whoever
+//! drives the devices says they went ([`Switch::count_sent`]): the switch only decides where a
+//! frame goes, and a frame can still be cut into segments, queued or dropped after that.
+//! Malformed frames are dropped and counted, never a panic.
 
 mod counters;
 mod mac_table;
@@ -327,26 +330,29 @@ impl Switch {
             // Copies do not cross the uplink again: no accounting for them.
             self.copy_to_promiscuous(vlan, None, &untagged, &mut out);
         }
-        self.count_out(&out);
         out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
     }
 
-    /// Counts and returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters).
+    /// Returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters).
     fn send(&mut self, out: Vec<(Egress, Vec<u8>)>, now: Instant, p: PortId) -> Vec<Output> {
         for (to, frame) in &out {
             if let Egress::Uplink(u) = to {
                 self.team.account(p, *u, Direction::Tx, frame.len() as u64, now);
             }
         }
-        self.count_out(&out);
         out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
     }
 
-    fn count_out(&mut self, out: &[(Egress, Vec<u8>)]) {
-        for (to, frame) in out {
-            match to {
-                Egress::Port(q) => self.port(*q).tx(frame.len()),
-                Egress::Uplink(u) => self.uplinks[u.0].tx(frame.len()),
+    /// Counts `packets` frames of `bytes` in total that `to`'s device took: its `tx_*`
+    /// counters, told by whoever hands frames to the devices (after segmentation, and only
+    /// what was not dropped).
+    pub fn count_sent(&mut self, to: Egress, packets: u64, bytes: u64) {
+        match to {
+            Egress::Port(q) => self.port(q).sent(packets, bytes),
+            Egress::Uplink(u) => {
+                if let Some(c) = self.uplinks.get_mut(u.0) {
+                    c.sent(packets, bytes);
+                }
             }
         }
     }
@@ -377,14 +383,9 @@ impl Switch {
         }
     }
 
-    /// The next frame the team asks to send (notify-switch RARPs), counted as sent; port moves
-    /// are passed on as they are.
+    /// The next frame the team asks to send (notify-switch RARPs) or port move.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        let e = self.team.poll_effect()?;
-        if let Effect::Transmit { uplink, frame } = &e {
-            self.uplinks[uplink.0].tx(frame.len());
-        }
-        Some(e)
+        self.team.poll_effect()
     }
 
     /// The team, for link state and policy changes.

@@ -105,11 +105,8 @@ fn a_vm_cannot_take_an_outside_hosts_mac_by_default() {
     );
     assert_eq!(from_remote, [Egress::Port(PortId(2)), Egress::Port(PortId(3))]);
     let vm1 = s.port_counters(PortId(1)).unwrap();
-    let only_the_broadcast = 1;
-    assert_eq!(
-        (vm1.drops(DropReason::ForgedTransmit), vm1.tx_packets),
-        (10, only_the_broadcast)
-    );
+    // Sent frames are counted by the data plane (`Switch::count_sent`); the outputs are above.
+    assert_eq!(vm1.drops(DropReason::ForgedTransmit), 10);
     assert_eq!(
         s.mac_table().lookup(Some(10), MacAddr(REMOTE), Instant::from_secs(1)),
         Some(Location::Remote(UplinkId(0)))
@@ -242,8 +239,7 @@ fn promiscuous_ports_see_their_vlan_and_only_what_is_switched() {
     // Dropped frames are not copied; VLAN 20's sniffer (port 4) saw none of the above.
     assert!(port(&mut s, 1, &arp_from(REMOTE)).is_empty());
     assert!(port(&mut s, 1, &udp(mac(1).0, mac(1).0, None)).is_empty());
-    assert_eq!(s.port_counters(PortId(3)).unwrap().tx_packets, 4);
-    assert_eq!(s.port_counters(PortId(4)).unwrap().tx_packets, 0);
+    // (Sent frames are counted by the data plane; the copies each port got are asserted above.)
     // The sniffer's own frames are not copied back to it.
     assert_eq!(
         port(&mut s, 3, &udp(mac(3).0, mac(1).0, None)),

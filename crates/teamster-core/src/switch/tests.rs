@@ -92,7 +92,9 @@ fn local_unicast_stays_in_its_vlan() {
     let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(3).0, None), Instant::ZERO);
     let home = s.team().port_uplink(PortId(1)).unwrap();
     assert_eq!(targets(&out), [Egress::Uplink(home)]);
-    assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 1);
+    // Sent frames are counted when the data plane reports them (see counters.rs).
+    assert_eq!(s.port_counters(PortId(1)).unwrap().rx_packets, 2);
+    assert_eq!(s.port_counters(PortId(2)).unwrap().tx_packets, 0);
 }
 
 #[test]
@@ -123,7 +125,6 @@ fn to_remote_tags_with_the_group_vlan_on_the_port_uplink() {
         udp(mac(1).0, REMOTE, Some(10)),
         "tagged with VLAN 10 on the trunk"
     );
-    assert_eq!(s.uplink_counters(home).unwrap().tx_packets, 1);
 }
 
 #[test]
@@ -283,7 +284,7 @@ fn switched_traffic_feeds_load_based_teaming() {
 }
 
 #[test]
-fn failover_rarp_is_counted_on_the_new_uplink() {
+fn failover_rarp_goes_out_of_the_new_uplink() {
     let mut s = switch();
     let before = s.team().port_uplink(PortId(1)).unwrap();
     s.team_mut().set_link(before, LinkState::Down, Instant::ZERO).unwrap();
@@ -295,8 +296,6 @@ fn failover_rarp_is_counted_on_the_new_uplink() {
         }
     }
     assert!(rarps >= 1);
-    let other = UplinkId(1 - before.0);
-    assert_eq!(s.uplink_counters(other).unwrap().tx_packets, rarps);
 }
 
 proptest! {

@@ -25,9 +25,9 @@
 //! ```
 //!
 //! Everything is checked before any interface is touched: the TOML shape (errors name the key
-//! path), names, that every interface exists, that no interface or MAC is used twice, that port
-//! MACs are neither zero nor group addresses, that each uplink has a capacity, and admission
-//! control.
+//! path), names, that every uplink's interface exists (a port's may be missing: a stopped VM's
+//! tap; the port then starts detached), that no interface or MAC is used twice, that port MACs
+//! are neither zero nor group addresses, that each uplink has a capacity, and admission control.
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -187,10 +187,15 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
     };
     let mac_limits = mac_limits(f)?;
     let mut interfaces: Vec<(String, String)> = Vec::new();
-    let mut claim = |key: String, name: &str| -> Result<(), String> {
+    // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
+    // but must be a name Linux could give an interface.
+    let mut claim = |key: String, name: &str, must_exist: bool| -> Result<(), String> {
         check_interface(&key, name)?;
-        if !ifs.exists(name) {
+        if must_exist && !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
+        }
+        if !must_exist {
+            teamster_dp::iface::check_name(name).map_err(|e| format!("{key}.interface: {e}"))?;
         }
         if let Some((_, other)) = interfaces.iter().find(|(n, _)| *n == name) {
             return Err(format!("{key}.interface: `{name}` is already used by {other}"));
@@ -201,7 +206,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
     let mut uplinks = Vec::new();
     for (i, u) in f.uplinks.iter().enumerate() {
         let key = format!("uplinks[{i}]");
-        claim(key.clone(), &u.interface)?;
+        claim(key.clone(), &u.interface, true)?;
         let kept = running.iter().find(|(n, _)| *n == u.name).map(|(_, c)| *c);
         let capacity = match (u.capacity, kept) {
             (Some(c), _) | (None, Some(c)) => c,
@@ -215,7 +220,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         uplinks.push((u.interface.clone(), capacity));
     }
     for (i, p) in f.ports.iter().enumerate() {
-        claim(format!("ports[{i}]"), &p.interface)?;
+        claim(format!("ports[{i}]"), &p.interface, false)?;
     }
     let built = host::build(
         HostSpec {
@@ -370,8 +375,12 @@ group = "vms"
     fn bad_files_name_the_key_before_anything_is_attached() {
         let cases = [
             (
-                GOOD.replace("interface = \"vnet1\"", "interface = \"vnet9\""),
-                "ports[1].interface: no interface named `vnet9`",
+                GOOD.replace("interface = \"eth2\"", "interface = \"eth9\""),
+                "uplinks[1].interface: no interface named `eth9`",
+            ),
+            (
+                GOOD.replace("interface = \"vnet1\"", "interface = \"../vnet1\""),
+                "ports[1].interface: `../vnet1` is not an interface name",
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"vnet0\""),

@@ -29,9 +29,12 @@ pub struct Snapshot {
 pub struct CountersView {
     pub rx_packets: u64,
     pub rx_bytes: u64,
+    /// Frames its device took (segments, not super-frames; nothing later dropped).
     pub tx_packets: u64,
     pub tx_bytes: u64,
-    /// Frames dropped, by reason (`malformed`, `reflection`, `queue_full`, ...).
+    /// Frames dropped, by reason (`malformed`, `reflection`, `queue_full`, ...), each on one
+    /// interface: where it arrived for receive-side reasons, the sending port for `queue_full`,
+    /// the interface that could not send it for `oversize`, `tx_error` and `detached`.
     pub drops: BTreeMap<String, u64>,
 }
 
@@ -39,6 +42,9 @@ pub struct CountersView {
 pub struct UplinkView {
     pub name: String,
     pub interface: String,
+    /// Whether its interface exists and is attached (false after it disappeared; it is
+    /// re-attached when an interface of that name returns).
+    pub attached: bool,
     /// Carrier as the kernel reports it: `up` or `down`.
     pub link: String,
     /// Administrative state set by the operator: `up` or `down`.
@@ -60,6 +66,10 @@ pub struct UplinkView {
 pub struct PortView {
     pub name: String,
     pub interface: String,
+    /// Whether its interface exists and is attached: false while it is missing (a stopped VM's
+    /// tap), when frames for it are dropped as `detached`; it attaches when the interface
+    /// appears.
+    pub attached: bool,
     pub mac: String,
     pub group: String,
     /// The uplink carrying its traffic now.
@@ -134,7 +144,7 @@ pub struct EventView {
     /// Increases by one per event since start.
     pub seq: u64,
     pub t_s: f64,
-    /// `link`, `move`, `config` or `start`.
+    /// `link`, `attach`, `move`, `config` or `start`.
     pub kind: String,
     pub message: String,
 }

@@ -23,10 +23,9 @@ fn counters(c: Option<&Counters>, extra: &ExtraDrops) -> CountersView {
         .iter()
         .map(|r| (r.name().to_string(), c.drops(*r)))
         .collect();
-    drops.insert("queue_full".into(), extra.queue_full);
-    drops.insert("oversize".into(), extra.oversize);
-    drops.insert("ring_full".into(), extra.ring_full);
-    drops.insert("tx_error".into(), extra.tx_error);
+    for (reason, n) in extra.by_reason() {
+        drops.insert(reason.into(), n);
+    }
     CountersView {
         rx_packets: c.rx_packets,
         rx_bytes: c.rx_bytes,
@@ -54,6 +53,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             UplinkView {
                 name: u.plan.name.clone(),
                 interface: u.plan.interface.clone(),
+                attached: u.attached(),
                 link: up_down(u.carrier),
                 admin: up_down(u.plan.admin_up),
                 in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
@@ -77,6 +77,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             PortView {
                 name: p.plan.name.clone(),
                 interface: p.plan.interface.clone(),
+                attached: p.attached(),
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),

@@ -1,0 +1,289 @@
+//! Interfaces that come and go, and link state that cannot be lost.
+//!
+//! Model. A port or uplink is *attached* while a packet socket is open on the interface its
+//! configuration names, bound to that interface's index; otherwise it is *detached*. Three
+//! things tell the loop that an interface changed, and each one alone is enough:
+//! - netlink: RTM_DELLINK (or a rename) of an attached index detaches it; RTM_NEWLINK of a name
+//!   we wait for, or of a name we hold under another index, (re)attaches it; carrier and MTU
+//!   changes of attached uplinks are applied at once;
+//! - the socket: the kernel marks a packet socket with an error when its interface goes down or
+//!   away, and poll reports POLLERR until the error is read. The loop reads it and checks the
+//!   name still has the socket's index; if not (or nothing explains the error), the socket is
+//!   closed and a new one opened. Reading the error is what keeps the loop from spinning;
+//! - re-reading: after a netlink overrun every port and uplink is checked; and every second the
+//!   uplinks' carrier is re-read from sysfs and missing interfaces are looked for, so a lost
+//!   message never leaves a dead uplink in use or a returned tap unattached.
+//!
+//! A detached uplink is out of use (the team fails its ports over) and what its scheduler holds
+//! is dropped as `detached`; frames for a detached port are dropped as `detached`. Each attach
+//! and detach is an `attach` event; a failing re-attach is logged once per distinct error.
+
+use super::{Datapath, Instant, Slot};
+use crate::afpacket::AfPacket;
+use crate::iface;
+use crate::netlink::LinkMsg;
+use crate::Backend;
+use std::io;
+use teamster_core::teaming::UplinkId;
+
+/// Opens an uplink's interface: its socket, MTU and whether it can carry traffic now.
+pub(super) fn open_uplink(interface: &str) -> io::Result<(AfPacket, usize, bool)> {
+    let backend = AfPacket::open(interface)?;
+    let mtu = iface::mtu(interface)?;
+    let up = iface::link_up(interface)?;
+    Ok((backend, mtu, up))
+}
+
+/// Opens a port's interface: its socket and MTU.
+fn open_port(interface: &str) -> io::Result<(AfPacket, usize)> {
+    let backend = AfPacket::open(interface)?;
+    Ok((backend, iface::mtu(interface)?))
+}
+
+/// Whether `name` now names the interface with index `ifindex`.
+fn same_interface(name: &str, ifindex: i32) -> bool {
+    iface::index(name).is_ok_and(|i| i == ifindex)
+}
+
+impl Datapath {
+    /// Attaches port `i` at start: a missing interface leaves it detached with a warning; any
+    /// other failure is an error naming the port and interface.
+    pub(super) fn attach_port_at_start(&mut self, i: usize, now: Instant) -> Result<(), String> {
+        let p = &self.ports[i].plan;
+        match open_port(&p.interface) {
+            Ok((backend, mtu)) => {
+                self.ports[i].backend = Some(backend);
+                self.ports[i].mtu = mtu;
+                self.pollfds_stale = true;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let what = format!(
+                    "warning: port {}: interface {} is missing; the port starts detached and attaches when it appears",
+                    p.name, p.interface
+                );
+                self.ports[i].attach_error = Some(e.to_string());
+                self.event(now, "attach", what);
+                Ok(())
+            }
+            Err(e) => Err(format!("port {}: {e}", p.name)),
+        }
+    }
+
+    /// Tries to attach detached port `i`; a failure other than "not there" is logged once.
+    fn attach_port(&mut self, i: usize, now: Instant) {
+        let (name, interface) = (self.ports[i].plan.name.clone(), self.ports[i].plan.interface.clone());
+        match open_port(&interface) {
+            Ok((backend, mtu)) => {
+                let what = format!("port {name}: attached to {interface} (index {})", backend.ifindex());
+                self.ports[i].backend = Some(backend);
+                self.ports[i].mtu = mtu;
+                self.ports[i].attach_error = None;
+                self.pollfds_stale = true;
+                self.event(now, "attach", what);
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if e.kind() != io::ErrorKind::NotFound && self.ports[i].attach_error.as_deref() != Some(&text) {
+                    self.event(now, "attach", format!("port {name}: cannot attach: {text}"));
+                }
+                self.ports[i].attach_error = Some(text);
+            }
+        }
+    }
+
+    /// Detaches port `i` (its interface went away): the socket is closed, what it still held to
+    /// send is counted as `detached`.
+    fn detach_port(&mut self, i: usize, why: &str, now: Instant) {
+        let Some(mut backend) = self.ports[i].backend.take() else {
+            return;
+        };
+        let sent = backend.take_sent();
+        let port = &mut self.ports[i];
+        self.switch.count_sent(
+            teamster_core::switch::Egress::Port(port.plan.id),
+            sent.packets,
+            sent.bytes,
+        );
+        port.extra.detached += backend.tx_pending() as u64;
+        port.attach_error = None;
+        self.pollfds_stale = true;
+        let what = format!("port {}: detached from {} ({why})", port.plan.name, port.plan.interface);
+        self.event(now, "attach", what);
+    }
+
+    /// Tries to attach detached uplink `u`, reading its carrier; a failure other than "not
+    /// there" is logged once.
+    fn attach_uplink(&mut self, u: usize, now: Instant) {
+        let (name, interface) = (
+            self.uplinks[u].plan.name.clone(),
+            self.uplinks[u].plan.interface.clone(),
+        );
+        match open_uplink(&interface) {
+            Ok((backend, mtu, up)) => {
+                let what = format!("uplink {name}: attached to {interface} (index {})", backend.ifindex());
+                self.uplinks[u].backend = Some(backend);
+                self.uplinks[u].mtu = mtu;
+                self.uplinks[u].attach_error = None;
+                self.pollfds_stale = true;
+                self.event(now, "attach", what);
+                self.set_carrier(u, up, now);
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if e.kind() != io::ErrorKind::NotFound && self.uplinks[u].attach_error.as_deref() != Some(&text) {
+                    self.event(now, "attach", format!("uplink {name}: cannot attach: {text}"));
+                }
+                self.uplinks[u].attach_error = Some(text);
+            }
+        }
+    }
+
+    /// Detaches uplink `u` (its interface went away): out of use until it returns.
+    fn detach_uplink(&mut self, u: usize, why: &str, now: Instant) {
+        let Some(mut backend) = self.uplinks[u].backend.take() else {
+            return;
+        };
+        let sent = backend.take_sent();
+        self.switch.count_sent(
+            teamster_core::switch::Egress::Uplink(UplinkId(u)),
+            sent.packets,
+            sent.bytes,
+        );
+        let up = &mut self.uplinks[u];
+        up.extra.detached += backend.tx_pending() as u64;
+        up.attach_error = None;
+        self.pollfds_stale = true;
+        let what = format!("uplink {}: detached from {} ({why})", up.plan.name, up.plan.interface);
+        self.event(now, "attach", what);
+        self.set_carrier(u, false, now);
+    }
+
+    /// Records uplink `u`'s carrier; a change is a `link` event and reaches the team at once.
+    pub(super) fn set_carrier(&mut self, u: usize, up: bool, now: Instant) {
+        if self.uplinks[u].carrier == up {
+            return;
+        }
+        self.uplinks[u].carrier = up;
+        let what = format!(
+            "{} carrier {}",
+            self.uplinks[u].plan.name,
+            if up { "up" } else { "down" }
+        );
+        self.event(now, "link", what);
+        self.refresh_link(u, now);
+    }
+
+    /// Deals with a socket poll reported in error: reads (and so clears) the error, and if the
+    /// name no longer has the socket's index, or nothing explains the error, replaces the socket.
+    pub(super) fn socket_error(&mut self, slot: Slot, now: Instant) {
+        match slot {
+            Slot::Port(i) => {
+                let Some(b) = self.ports[i].backend.as_ref() else {
+                    return;
+                };
+                let err = b.take_error();
+                if err.is_none() || !same_interface(&self.ports[i].plan.interface, b.ifindex()) {
+                    self.detach_port(i, "interface gone", now);
+                    self.attach_port(i, now);
+                }
+            }
+            Slot::Uplink(u) => {
+                let Some(b) = self.uplinks[u].backend.as_ref() else {
+                    return;
+                };
+                let err = b.take_error();
+                if err.is_none() || !same_interface(&self.uplinks[u].plan.interface, b.ifindex()) {
+                    self.detach_uplink(u, "interface gone", now);
+                    self.attach_uplink(u, now);
+                }
+            }
+            Slot::Links => {}
+        }
+    }
+
+    /// Applies one netlink link message.
+    pub(super) fn link_msg(&mut self, msg: &LinkMsg, now: Instant) {
+        let renamed = |iface: &str| msg.name.as_deref().is_some_and(|n| n != iface);
+        for u in 0..self.uplinks.len() {
+            let up = &self.uplinks[u];
+            let ours = up.backend.as_ref().is_some_and(|b| b.ifindex() == msg.ifindex);
+            if ours && (msg.deleted || renamed(&up.plan.interface)) {
+                self.detach_uplink(
+                    u,
+                    if msg.deleted {
+                        "interface deleted"
+                    } else {
+                        "interface renamed"
+                    },
+                    now,
+                );
+            } else if ours {
+                if let Some(mtu) = msg.mtu {
+                    self.uplinks[u].mtu = mtu as usize;
+                }
+                self.set_carrier(u, msg.up, now);
+                continue;
+            }
+            if !msg.deleted && msg.name.as_deref() == Some(self.uplinks[u].plan.interface.as_str()) {
+                // The name is back, or a new interface took it: (re)attach to it.
+                self.detach_uplink(u, "interface replaced", now);
+                self.attach_uplink(u, now);
+            }
+        }
+        for i in 0..self.ports.len() {
+            let p = &self.ports[i];
+            let ours = p.backend.as_ref().is_some_and(|b| b.ifindex() == msg.ifindex);
+            if ours && (msg.deleted || renamed(&p.plan.interface)) {
+                self.detach_port(
+                    i,
+                    if msg.deleted {
+                        "interface deleted"
+                    } else {
+                        "interface renamed"
+                    },
+                    now,
+                );
+            } else if ours {
+                if let Some(mtu) = msg.mtu {
+                    self.ports[i].mtu = mtu as usize;
+                }
+                continue;
+            }
+            if !msg.deleted && msg.name.as_deref() == Some(self.ports[i].plan.interface.as_str()) {
+                self.detach_port(i, "interface replaced", now);
+                self.attach_port(i, now);
+            }
+        }
+    }
+
+    /// Re-reads link state without netlink: every uplink's index and carrier, detached ports'
+    /// interfaces, and with `all` (after an overrun) every attached port's index too.
+    pub(super) fn resync(&mut self, now: Instant, all: bool) {
+        self.next_resync = now + super::RESYNC_EVERY;
+        for u in 0..self.uplinks.len() {
+            let iface = self.uplinks[u].plan.interface.clone();
+            match self.uplinks[u].backend.as_ref().map(|b| b.ifindex()) {
+                Some(ifindex) if same_interface(&iface, ifindex) => match iface::link_up(&iface) {
+                    Ok(up) => self.set_carrier(u, up, now),
+                    Err(_) => self.set_carrier(u, false, now),
+                },
+                Some(_) => {
+                    self.detach_uplink(u, "interface gone", now);
+                    self.attach_uplink(u, now);
+                }
+                None => self.attach_uplink(u, now),
+            }
+        }
+        for i in 0..self.ports.len() {
+            match self.ports[i].backend.as_ref().map(|b| b.ifindex()) {
+                None => self.attach_port(i, now),
+                Some(ifindex) if all && !same_interface(&self.ports[i].plan.interface, ifindex) => {
+                    self.detach_port(i, "interface gone", now);
+                    self.attach_port(i, now);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
