@@ -6,7 +6,7 @@ use super::entries::{ClassEntry, GroupEntry, LbtSection, PortEntry};
 use super::netioc::{build_tree, PortControls};
 use crate::ioc::admission::{admit, ReservationCap};
 use crate::ioc::{NodeId, Tree};
-use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec};
+use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
 use crate::units::Bandwidth;
 use crate::wire::MacAddr;
 
@@ -174,18 +174,8 @@ pub fn build<P: PortEntry>(
     }
     let names: Vec<&str> = spec.uplinks.iter().map(|u| u.name.as_str()).collect();
     let groups = resolve_groups(spec.port_groups, &names)?;
-    let specs = spec
-        .uplinks
-        .iter()
-        .map(|u| UplinkSpec {
-            name: u.name.clone(),
-            capacity: u.capacity,
-        })
-        .collect();
-    let mut team = Team::new(specs, lbt).map_err(|e| e.to_string())?;
-    for g in &groups {
-        team.add_group(g.clone()).map_err(|e| e.to_string())?;
-    }
+    let uplinks = spec.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
+    let mut team = Team::with_groups(uplinks, lbt, &groups).map_err(|e| e.to_string())?;
     if spec.ports.is_empty() {
         return Err("ports: expected at least one [[ports]] table".into());
     }

@@ -106,6 +106,24 @@ pub struct Team {
 }
 
 impl Team {
+    /// A team of uplinks named and sized as given, with `groups` added in order (their IDs are
+    /// their indices); ports are added by the caller.
+    pub fn with_groups(
+        uplinks: impl IntoIterator<Item = (String, crate::units::Bandwidth)>,
+        lbt: LbtConfig,
+        groups: &[PortGroupSpec],
+    ) -> Result<Team, TeamError> {
+        let specs = uplinks
+            .into_iter()
+            .map(|(name, capacity)| UplinkSpec { name, capacity })
+            .collect();
+        let mut team = Team::new(specs, lbt)?;
+        for g in groups {
+            team.add_group(g.clone())?;
+        }
+        Ok(team)
+    }
+
     /// A team of `uplinks`, all up, with Load-Based Teaming knobs `lbt`.
     pub fn new(uplinks: Vec<UplinkSpec>, lbt: LbtConfig) -> Result<Team, TeamError> {
         if uplinks.is_empty() {

@@ -14,9 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use teamster_core::ioc::admission::ReservationCap;
 use teamster_core::ioc::{Ioc, NodeId, NodeSpec, Tree};
-use teamster_core::teaming::{
-    Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId, UplinkSpec,
-};
+use teamster_core::teaming::{Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::{FlowKey, MacAddr};
 use teamster_core::Instant;
@@ -166,18 +164,8 @@ struct Sim<'a> {
 
 /// Runs a host plan to its end.
 pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
-    let specs = plan
-        .uplinks
-        .iter()
-        .map(|u| UplinkSpec {
-            name: u.name.clone(),
-            capacity: u.capacity,
-        })
-        .collect();
-    let mut team = Team::new(specs, plan.lbt).map_err(|e| e.to_string())?;
-    for g in &plan.groups {
-        team.add_group(g.clone()).map_err(|e| e.to_string())?;
-    }
+    let uplinks = plan.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
+    let mut team = Team::with_groups(uplinks, plan.lbt, &plan.groups).map_err(|e| e.to_string())?;
     let mut flows = Vec::new();
     for (i, p) in plan.ports.iter().enumerate() {
         team.add_port(PortSpec {
