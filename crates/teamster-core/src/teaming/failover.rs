@@ -15,7 +15,8 @@
 //!   whose home it is return to it, and ports parked on a standby return to an active uplink
 //!   (reason `failback`); with failback off, ports stay where they are until their uplink fails.
 
-use super::team::{PortState, Team};
+use super::state::PortState;
+use super::team::Team;
 use super::{LinkState, MoveReason, TeamError, UplinkId};
 use crate::Instant;
 

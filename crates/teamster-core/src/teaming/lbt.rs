@@ -50,7 +50,7 @@
 //! Utilisation is relative to each uplink's own capacity, so a 1 GbE and a 10 GbE uplink in one
 //! team are both kept under the threshold. [`evaluate`] is a pure function of its inputs.
 
-use super::policy::Rates;
+use super::state::Rates;
 use super::{Direction, PortId, UplinkId, Utilisation};
 use crate::units::Bandwidth;
 use core::fmt;

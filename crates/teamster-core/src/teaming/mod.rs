@@ -36,6 +36,7 @@ pub mod policy;
 pub mod port_id;
 pub mod registry;
 pub mod source_mac;
+mod state;
 mod team;
 
 #[cfg(test)]

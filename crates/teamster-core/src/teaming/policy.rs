@@ -24,7 +24,8 @@
 //! in the [registry](super::registry).
 
 use super::lbt::LbtConfig;
-use super::team::{PortState, UplinkState};
+pub use super::state::Rates;
+use super::state::{PortState, UplinkState};
 use super::{rendezvous_pick, FailoverOrder, GroupId, MoveReason, PortGroupSpec, PortId, PortSpec, UplinkId};
 use crate::wire::FlowKey;
 use crate::Instant;
@@ -350,11 +351,4 @@ impl<'a> PortView<'a> {
     pub fn recent(&self, now: Instant) -> Rates {
         self.state.recent(now)
     }
-}
-
-/// Measured send and receive rates in bits/s.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Rates {
-    pub tx: f64,
-    pub rx: f64,
 }

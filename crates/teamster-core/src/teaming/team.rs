@@ -3,7 +3,8 @@
 
 use super::lbt::{LbtConfig, LbtDecision};
 use super::meter::RateMeter;
-use super::policy::{PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy};
+use super::policy::{PolicyKnobs, PortView, Rehome, TeamView, TeamingPolicy};
+use super::state::{PortState, UplinkState};
 use super::{
     Direction, Effect, FailoverOrder, GroupId, LinkState, MoveReason, Policy, PortGroupSpec, PortId, PortMove,
     PortSpec, UplinkId, UplinkSpec, Utilisation,
@@ -35,52 +36,6 @@ pub enum TeamError {
     UnknownUplink(usize),
     #[error("{0} is not in the team")]
     UnknownPort(PortId),
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct UplinkState {
-    pub(super) spec: UplinkSpec,
-    pub(super) link: LinkState,
-    tx: RateMeter,
-    rx: RateMeter,
-}
-
-impl UplinkState {
-    pub(super) fn is_up(&self) -> bool {
-        self.link == LinkState::Up
-    }
-
-    pub(super) fn rates(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.mean_bps(now),
-            rx: self.rx.mean_bps(now),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct PortState {
-    pub(super) spec: PortSpec,
-    pub(super) home: UplinkId,
-    pub(super) current: Option<UplinkId>,
-    tx: RateMeter,
-    rx: RateMeter,
-}
-
-impl PortState {
-    pub(super) fn rates(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.mean_bps(now),
-            rx: self.rx.mean_bps(now),
-        }
-    }
-
-    pub(super) fn recent(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.recent_bps(now),
-            rx: self.rx.recent_bps(now),
-        }
-    }
 }
 
 /// A port group: its configuration and its policy's instance.
@@ -140,15 +95,7 @@ impl Team {
         }
         let meter = RateMeter::new(lbt.window);
         Ok(Team {
-            uplinks: uplinks
-                .into_iter()
-                .map(|spec| UplinkState {
-                    spec,
-                    link: LinkState::Up,
-                    tx: meter.clone(),
-                    rx: meter.clone(),
-                })
-                .collect(),
+            uplinks: uplinks.into_iter().map(|spec| UplinkState::new(spec, &meter)).collect(),
             groups: Vec::new(),
             ports: Vec::new(),
             index: HashMap::new(),
@@ -218,14 +165,8 @@ impl Team {
             .get(spec.group.0)
             .ok_or(TeamError::UnknownGroup(spec.group.0))?;
         let home = group.policy.home(&self.view(spec.group), &spec);
-        let meter = RateMeter::new(self.lbt.window);
-        self.ports.push(PortState {
-            spec,
-            home,
-            current: None,
-            tx: meter.clone(),
-            rx: meter,
-        });
+        self.ports
+            .push(PortState::new(spec, home, &RateMeter::new(self.lbt.window)));
         let i = self.ports.len() - 1;
         self.ports[i].current = self.placement(i);
         self.index.insert(self.ports[i].spec.id, i);
@@ -329,17 +270,10 @@ impl Team {
     /// Counts `bytes` of `port`'s traffic carried by `uplink` in direction `dir` at `now`.
     pub fn account(&mut self, port: PortId, uplink: UplinkId, dir: Direction, bytes: u64, now: Instant) {
         if let Some(&i) = self.index.get(&port) {
-            let p = &mut self.ports[i];
-            match dir {
-                Direction::Tx => p.tx.record(bytes, now),
-                Direction::Rx => p.rx.record(bytes, now),
-            }
+            self.ports[i].record(dir, bytes, now);
         }
         if let Some(u) = self.uplinks.get_mut(uplink.0) {
-            match dir {
-                Direction::Tx => u.tx.record(bytes, now),
-                Direction::Rx => u.rx.record(bytes, now),
-            }
+            u.record(dir, bytes, now);
         }
     }
 

@@ -18,6 +18,7 @@ mod dashboard;
 mod listen;
 mod metrics;
 mod openapi;
+mod router;
 mod routes;
 
 use crate::live::config::SwitchFile;
@@ -117,7 +118,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
     if let Some(path) = &api.socket {
         match bind_unix(path) {
             Ok(listener) => {
-                let app = routes::router(state.clone(), None);
+                let app = router::router(state.clone(), None);
                 tasks.spawn(listen::serve(listener, app, false));
             }
             Err(e) => {
@@ -130,7 +131,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 bound = listener.local_addr().ok();
-                let app = routes::router(state.clone(), Some(Arc::new(token.clone())));
+                let app = router::router(state.clone(), Some(Arc::new(token.clone())));
                 tasks.spawn(listen::serve(listener, app, true));
             }
             Err(e) => {

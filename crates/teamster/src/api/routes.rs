@@ -1,4 +1,4 @@
-//! The API's routes and handlers (the OpenAPI document in [`super::openapi`] lists them all).
+//! The API's handlers; [`super::router`] mounts them and [`super::openapi`] documents them.
 
 use super::body::Body;
 use super::changes::{change_group, change_port, change_uplink, ChangeError, GroupChange, PortChange, UplinkChange};
@@ -9,37 +9,10 @@ use crate::live::persist::save_atomically;
 use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::middleware;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
 use teamster_core::units::Bandwidth;
-
-/// The router; with `token`, every request must present it (the TCP listener).
-pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
-    let app = Router::new()
-        .route("/", get(super::dashboard::page))
-        .route("/openapi.json", get(super::openapi::document))
-        .route("/metrics", get(super::metrics::metrics))
-        .route("/api/v1/status", get(status))
-        .route("/api/v1/uplinks", get(uplinks))
-        .route("/api/v1/uplinks/{name}", get(uplink).patch(patch_uplink))
-        .route("/api/v1/ports", get(ports))
-        .route("/api/v1/ports/{name}", get(port).patch(patch_port))
-        .route("/api/v1/port-groups", get(groups))
-        .route("/api/v1/port-groups/{name}", get(group).patch(patch_group))
-        .route("/api/v1/lbt", get(lbt))
-        .route("/api/v1/netioc", get(netioc))
-        .route("/api/v1/events", get(events))
-        .route("/api/v1/stream", get(super::dashboard::stream))
-        .fallback(|| async { ApiError::not_found("no such endpoint: see /openapi.json") })
-        .with_state(state);
-    match token {
-        Some(t) => app.layer(middleware::from_fn_with_state(t, super::auth::require_token)),
-        None => app,
-    }
-}
 
 fn latest(state: &ApiState) -> Arc<Snapshot> {
     state.snapshots.borrow().clone()

@@ -1,0 +1,99 @@
+//! The team's per-uplink and per-port state that policies read: link state, current and home
+//! uplink, and the send and receive meters. Kept apart from the team and the policy trait so that
+//! both read it without importing each other.
+
+use super::meter::RateMeter;
+use super::{Direction, LinkState, PortSpec, UplinkId, UplinkSpec};
+use crate::Instant;
+
+/// Measured send and receive rates in bits/s.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Rates {
+    pub tx: f64,
+    pub rx: f64,
+}
+
+/// An uplink of the team: its configuration, link state and meters.
+#[derive(Debug, Clone)]
+pub(super) struct UplinkState {
+    pub(super) spec: UplinkSpec,
+    pub(super) link: LinkState,
+    tx: RateMeter,
+    rx: RateMeter,
+}
+
+impl UplinkState {
+    /// A live uplink with empty meters shaped like `meter`.
+    pub(super) fn new(spec: UplinkSpec, meter: &RateMeter) -> UplinkState {
+        UplinkState {
+            spec,
+            link: LinkState::Up,
+            tx: meter.clone(),
+            rx: meter.clone(),
+        }
+    }
+
+    pub(super) fn is_up(&self) -> bool {
+        self.link == LinkState::Up
+    }
+
+    /// Counts `bytes` carried in direction `dir` at `now`.
+    pub(super) fn record(&mut self, dir: Direction, bytes: u64, now: Instant) {
+        match dir {
+            Direction::Tx => self.tx.record(bytes, now),
+            Direction::Rx => self.rx.record(bytes, now),
+        }
+    }
+
+    pub(super) fn rates(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.mean_bps(now),
+            rx: self.rx.mean_bps(now),
+        }
+    }
+}
+
+/// A port of the team: its configuration, home and current uplink, and meters.
+#[derive(Debug, Clone)]
+pub(super) struct PortState {
+    pub(super) spec: PortSpec,
+    pub(super) home: UplinkId,
+    pub(super) current: Option<UplinkId>,
+    tx: RateMeter,
+    rx: RateMeter,
+}
+
+impl PortState {
+    /// A port not yet placed, with empty meters shaped like `meter`.
+    pub(super) fn new(spec: PortSpec, home: UplinkId, meter: &RateMeter) -> PortState {
+        PortState {
+            spec,
+            home,
+            current: None,
+            tx: meter.clone(),
+            rx: meter.clone(),
+        }
+    }
+
+    /// Counts `bytes` of this port's traffic in direction `dir` at `now`.
+    pub(super) fn record(&mut self, dir: Direction, bytes: u64, now: Instant) {
+        match dir {
+            Direction::Tx => self.tx.record(bytes, now),
+            Direction::Rx => self.rx.record(bytes, now),
+        }
+    }
+
+    pub(super) fn rates(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.mean_bps(now),
+            rx: self.rx.mean_bps(now),
+        }
+    }
+
+    pub(super) fn recent(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.recent_bps(now),
+            rx: self.rx.recent_bps(now),
+        }
+    }
+}
