@@ -31,11 +31,13 @@ pub fn check_name(name: &str) -> io::Result<()> {
     if name == "." || name == ".." {
         return bad("`.` and `..` are not allowed");
     }
+    // Linux refuses `/`, `:` and whitespace; control characters it would take are refused too,
+    // since the name ends up in logs and sysfs paths.
     if name
         .bytes()
-        .any(|b| b == b'/' || b == b':' || b == 0 || b == 0x0b || b.is_ascii_whitespace())
+        .any(|b| b == b'/' || b == b':' || b.is_ascii_control() || b.is_ascii_whitespace())
     {
-        return bad("no `/`, `:`, NUL or whitespace");
+        return bad("no `/`, `:`, control characters or whitespace");
     }
     Ok(())
 }

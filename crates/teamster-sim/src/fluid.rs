@@ -63,7 +63,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         moves: Vec::new(),
         events: Vec::new(),
         notifications: 0,
-        lbt_threshold: uses_lbt(s).then_some(s.lbt.threshold),
+        lbt_threshold: uses_lbt(s).then_some(s.host.lbt.threshold),
         latencies: Vec::new(),
         rejections: Vec::new(),
         packets: 0,
@@ -189,7 +189,7 @@ fn share_by_netioc(s: &Scenario, cap: f64, claims: &[(usize, f64)]) -> Vec<f64> 
 
 /// True if a port group uses Load-Based Teaming at the start or after a policy event.
 fn uses_lbt(s: &Scenario) -> bool {
-    s.groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
+    s.host.groups.iter().any(|g| g.policy == Policy::LOAD_BASED)
         || s.events
             .iter()
             .any(|e| matches!(e, Event::Policy { policy, .. } if *policy == Policy::LOAD_BASED))
@@ -234,7 +234,7 @@ fn apply_event(team: &mut Team, s: &Scenario, e: &Event, now: Instant) -> Result
                 now,
             )
             .map_err(|e| e.to_string())?;
-            Ok(format!("port group {} policy {policy:?}", s.groups[*group].name))
+            Ok(format!("port group {} policy {policy:?}", s.host.groups[*group].name))
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::timeline;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use teamster_core::host::{self, ClassEntry, GroupEntry, Host, HostSpec, LbtSection, PoolEntry, UplinkDesc};
-use teamster_core::teaming::{Damping, FailoverOrder, LbtConfig, Policy, PortGroupSpec, UplinkId};
+use teamster_core::teaming::{Damping, FailoverOrder, Policy, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
@@ -126,11 +126,9 @@ pub struct ScenarioError {
 pub struct Scenario {
     pub file: ScenarioFile,
     pub path: PathBuf,
-    /// The host the file describes, checked and built.
+    /// The host the file describes, checked and built (team, tree, groups, `[lbt]` knobs).
     pub host: Host,
-    pub lbt: LbtConfig,
     pub ports: Vec<PortPlan>,
-    pub groups: Vec<PortGroupSpec>,
     pub events: Vec<Event>,
 }
 
@@ -363,8 +361,6 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
         x.check(&names, dir).map_err(|e| format!("expect[{i}]: {e}"))?;
     }
     Ok(Scenario {
-        lbt: host.lbt,
-        groups: host.groups.clone(),
         host,
         file,
         path: path.to_path_buf(),

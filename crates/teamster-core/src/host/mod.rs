@@ -26,7 +26,7 @@ mod text;
 pub use build::{build, failover_order, uplink_index, Host, HostPort, HostSpec, UplinkDesc};
 pub use build::{check_capacity, check_name, MAX_CAPACITY, MIN_CAPACITY};
 pub use entries::{ClassEntry, GroupEntry, LbtSection, PoolEntry, PortCommon, PortEntry};
-pub use netioc::{build_tree, check_controls, PortControls, MIN_LIMIT};
+pub use netioc::{build_tree, PortControls};
 pub use text::parse_toml;
 
 /// Declares a file's `[[ports]]` entry: the fields every host file shares (`name`, `id`, `mac`,

@@ -2,15 +2,13 @@
 //! against the smallest); `[[traffic_classes]]` under it (known class names only; shares default
 //! to the class's); `[[pools]]` under the `vm` class (created on demand with high shares); each
 //! port under its pool, or its class (system traffic), or else directly under `vm`. Every name is
-//! unique across classes, pools and ports. A limit under [`MIN_LIMIT`] is refused: a limit of 0
-//! would leave a port queued for ever rather than dropping it, which no operator means.
+//! unique across classes, pools and ports. Every node's controls pass
+//! [`check_controls`](crate::ioc::admission::check_controls).
 
 use super::entries::{ClassEntry, PoolEntry};
+use crate::ioc::admission::check_controls;
 use crate::ioc::{NodeId, NodeSpec, Shares, TrafficClass, Tree, TreeError};
 use crate::units::Bandwidth;
-
-/// The smallest limit accepted on a class, pool or port.
-pub const MIN_LIMIT: Bandwidth = Bandwidth::from_mbps(1);
 
 /// A port's place in the tree and its controls; `key` names it in errors (`ports[3]`).
 #[derive(Debug, Clone)]
@@ -22,25 +20,6 @@ pub struct PortControls<'a> {
     pub reservation: Bandwidth,
     pub shares: Option<Shares>,
     pub limit: Option<Bandwidth>,
-}
-
-/// Checks a node's controls, under `key`: a limit is at least [`MIN_LIMIT`] and not below the
-/// reservation.
-pub fn check_controls(key: &str, spec: &NodeSpec) -> Result<(), String> {
-    if let Some(l) = spec.limit {
-        if l < MIN_LIMIT {
-            return Err(format!(
-                "{key}.limit: {l} is below the smallest limit, {MIN_LIMIT} (remove the limit for none)"
-            ));
-        }
-        if l < spec.reservation {
-            return Err(format!(
-                "{key}.limit: {l} is below the reservation {}",
-                spec.reservation
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Builds the tree under a root named `root`; returns it and each port's leaf, in order.

@@ -9,6 +9,29 @@
 use super::{NodeId, NodeSpec, Tree, TreeError};
 use crate::units::Bandwidth;
 
+/// The smallest limit accepted on a class, pool or port: a limit of 0 would leave a port's
+/// frames queued for ever rather than dropped, which no operator means.
+pub const MIN_LIMIT: Bandwidth = Bandwidth::from_mbps(1);
+
+/// Checks a node's controls, under `key`: a limit is at least [`MIN_LIMIT`] and not below the
+/// reservation.
+pub fn check_controls(key: &str, spec: &NodeSpec) -> Result<(), String> {
+    if let Some(l) = spec.limit {
+        if l < MIN_LIMIT {
+            return Err(format!(
+                "{key}.limit: {l} is below the smallest limit, {MIN_LIMIT} (remove the limit for none)"
+            ));
+        }
+        if l < spec.reservation {
+            return Err(format!(
+                "{key}.limit: {l} is below the reservation {}",
+                spec.reservation
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The share of an uplink's capacity that reservations may take, in (0, 1].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReservationCap(f64);

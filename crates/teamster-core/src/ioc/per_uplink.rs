@@ -121,7 +121,7 @@ impl<T> Ioc<T> {
     /// from `now` on. A refusal names the node and changes nothing.
     pub fn set_controls(&mut self, id: NodeId, spec: NodeSpec, now: Instant) -> Result<(), String> {
         let name = self.tree.node(id).spec.name.clone();
-        crate::host::check_controls(&format!("`{name}`"), &spec)?;
+        admission::check_controls(&format!("`{name}`"), &spec)?;
         let capacity = self.admission_capacity();
         admission::set_controls(&mut self.tree, id, spec, capacity, self.cap).map_err(|e| e.to_string())?;
         self.apply(id, now);

@@ -237,7 +237,7 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
                         Some(LimitFile::Unlimited(_)) => None,
                     },
                 };
-                host::check_controls(&key, &spec)?;
+                teamster_core::ioc::admission::check_controls(&key, &spec)?;
                 (at_s, PlanEvent::SetControls { node: id, spec })
             }
             EventFile::Queueing { at_s, queueing } => {

@@ -150,25 +150,6 @@ pub fn render(f: &SwitchFile) -> String {
 /// The longest MAC ageing time accepted: a day.
 const MAX_AGEING_S: f64 = 86_400.0;
 
-/// Refuses an interface name Linux would refuse (empty, 16 bytes or more, `.`, `..`, or with
-/// `/`, `:` or whitespace), before it is used in a sysfs path or a socket call.
-fn check_interface(key: &str, name: &str) -> Result<(), String> {
-    let bad = name.is_empty()
-        || name.len() >= 16
-        || name == "."
-        || name == ".."
-        || name
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
-    if bad {
-        return Err(format!(
-            "{key}.interface: `{}` is not an interface name (1-15 bytes, no `/`, `:` or spaces, not `.` or `..`)",
-            name.escape_debug()
-        ));
-    }
-    Ok(())
-}
-
 /// Checks a switch file against the host (interfaces, capacities) and admission control, and
 /// builds the switch it describes, at start: an uplink without a capacity in the file gets the
 /// speed its interface reports.
@@ -190,12 +171,9 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
     let mut claim = |key: String, name: &str, must_exist: bool| -> Result<(), String> {
-        check_interface(&key, name)?;
+        teamster_dp::iface::check_name(name).map_err(|e| format!("{key}.interface: {e}"))?;
         if must_exist && !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
-        }
-        if !must_exist {
-            teamster_dp::iface::check_name(name).map_err(|e| format!("{key}.interface: {e}"))?;
         }
         if let Some((_, other)) = interfaces.iter().find(|(n, _)| *n == name) {
             return Err(format!("{key}.interface: `{name}` is already used by {other}"));
@@ -380,7 +358,7 @@ group = "vms"
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"../vnet1\""),
-                "ports[1].interface: `../vnet1` is not an interface name",
+                "ports[1].interface: `../vnet1`: not an interface name",
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"vnet0\""),
@@ -404,11 +382,11 @@ group = "vms"
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"..\""),
-                "ports[1].interface: `..` is not an interface name",
+                "ports[1].interface: `..`: not an interface name",
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"a/b\""),
-                "ports[1].interface: `a/b` is not an interface name",
+                "ports[1].interface: `a/b`: not an interface name",
             ),
             (
                 GOOD.replace("name = \"vm2\"", "name = \"\""),
