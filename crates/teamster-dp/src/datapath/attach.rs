@@ -40,6 +40,17 @@ fn open_port(interface: &str) -> io::Result<(AfPacket, usize)> {
     Ok((backend, iface::mtu(interface)?))
 }
 
+/// Records a failed attach of `who` in `last`, and says what to log: nothing if the interface
+/// is simply not there (yet) or the same error was already logged, so a retry every second
+/// does not flood the event log.
+fn failure_to_log(last: &mut Option<String>, who: &str, e: &io::Error) -> Option<String> {
+    let text = e.to_string();
+    let log = e.kind() != io::ErrorKind::NotFound && last.as_deref() != Some(&text);
+    let what = log.then(|| format!("{who}: cannot attach: {text}"));
+    *last = Some(text);
+    what
+}
+
 /// Whether `name` now names the interface with index `ifindex`.
 fn same_interface(name: &str, ifindex: i32) -> bool {
     iface::index(name).is_ok_and(|i| i == ifindex)
@@ -83,11 +94,9 @@ impl Datapath {
                 self.event(now, "attach", what);
             }
             Err(e) => {
-                let text = e.to_string();
-                if e.kind() != io::ErrorKind::NotFound && self.ports[i].attach_error.as_deref() != Some(&text) {
-                    self.event(now, "attach", format!("port {name}: cannot attach: {text}"));
+                if let Some(what) = failure_to_log(&mut self.ports[i].attach_error, &format!("port {name}"), &e) {
+                    self.event(now, "attach", what);
                 }
-                self.ports[i].attach_error = Some(text);
             }
         }
     }
@@ -130,11 +139,10 @@ impl Datapath {
                 self.set_carrier(u, up, now);
             }
             Err(e) => {
-                let text = e.to_string();
-                if e.kind() != io::ErrorKind::NotFound && self.uplinks[u].attach_error.as_deref() != Some(&text) {
-                    self.event(now, "attach", format!("uplink {name}: cannot attach: {text}"));
+                let who = format!("uplink {name}");
+                if let Some(what) = failure_to_log(&mut self.uplinks[u].attach_error, &who, &e) {
+                    self.event(now, "attach", what);
                 }
-                self.uplinks[u].attach_error = Some(text);
             }
         }
     }
@@ -285,5 +293,28 @@ impl Datapath {
                 Some(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_to_log;
+    use std::io;
+
+    /// A missing interface is never logged; another error is logged once until it changes.
+    #[test]
+    fn attach_failures_are_logged_once_each() {
+        let mut last = None;
+        let missing = io::Error::from(io::ErrorKind::NotFound);
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert_eq!(failure_to_log(&mut last, "port vm1", &missing), None);
+        let first = failure_to_log(&mut last, "port vm1", &denied).unwrap();
+        assert!(first.starts_with("port vm1: cannot attach: "), "{first}");
+        assert_eq!(failure_to_log(&mut last, "port vm1", &denied), None);
+        assert_eq!(failure_to_log(&mut last, "port vm1", &missing), None);
+        assert!(
+            failure_to_log(&mut last, "port vm1", &denied).is_some(),
+            "a new error after a change"
+        );
     }
 }
