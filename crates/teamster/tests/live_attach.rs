@@ -21,37 +21,6 @@ fn switch() -> String {
     )
 }
 
-/// Creates VM `i`'s link as the topology does: tmt-v`i` on the switch, eth0 in tmt-vm`i` with
-/// its MAC and address.
-fn vm_link(i: u8) {
-    let (port, ns) = (format!("tmt-v{i}"), format!("tmt-vm{i}"));
-    must(&[
-        "ip", "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-    ]);
-    must(&[
-        "ip",
-        "-n",
-        &ns,
-        "link",
-        "set",
-        "eth0",
-        "address",
-        &format!("02:00:00:00:00:0{i}"),
-    ]);
-    must(&[
-        "ip",
-        "-n",
-        &ns,
-        "addr",
-        "add",
-        &format!("10.77.0.{i}/24"),
-        "dev",
-        "eth0",
-    ]);
-    must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
-    must(&["ip", "link", "set", &port, "up"]);
-}
-
 /// The port on `interface` in a status snapshot.
 fn port<'a>(s: &'a serde_json::Value, interface: &str) -> &'a serde_json::Value {
     s["ports"]

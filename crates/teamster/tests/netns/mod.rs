@@ -24,10 +24,13 @@ static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Waits for the topology to be free and holds it.
 pub fn lock() -> TopologyLock {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
     let inner = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    // Never through a symlink another user may have planted in /tmp.
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open("/tmp/teamster-live-tests.lock")
         .expect("open /tmp/teamster-live-tests.lock");
     // SAFETY: flock on a descriptor this function owns; blocks until the lock is free.
@@ -46,6 +49,38 @@ pub fn sh(args: &[&str]) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Creates VM `i`'s link: tmt-v`i` on the switch, eth0 in tmt-vm`i` (which must exist) with
+/// MAC 02:00:00:00:00:0`i` and address 10.77.0.`i`/24. Tests that delete and recreate a VM's
+/// interface call it again.
+pub fn vm_link(i: u8) {
+    let (port, ns) = (format!("tmt-v{i}"), format!("tmt-vm{i}"));
+    must(&[
+        "ip", "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+    ]);
+    must(&[
+        "ip",
+        "-n",
+        &ns,
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &format!("02:00:00:00:00:0{i}"),
+    ]);
+    must(&[
+        "ip",
+        "-n",
+        &ns,
+        "addr",
+        "add",
+        &format!("10.77.0.{i}/24"),
+        "dev",
+        "eth0",
+    ]);
+    must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+    must(&["ip", "link", "set", &port, "up"]);
 }
 
 pub fn must(args: &[&str]) {
@@ -93,33 +128,8 @@ impl Topology {
             must(&["ip", "netns", "add", n]);
             must(&["ip", "-n", n, "link", "set", "lo", "up"]);
         }
-        for i in ["1", "2"] {
-            let (port, ns) = (format!("tmt-v{i}"), format!("tmt-vm{i}"));
-            must(&[
-                "ip", "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-            ]);
-            must(&["ip", "link", "set", &port, "up"]);
-            must(&[
-                "ip",
-                "-n",
-                &ns,
-                "link",
-                "set",
-                "eth0",
-                "address",
-                &format!("02:00:00:00:00:0{i}"),
-            ]);
-            must(&[
-                "ip",
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("10.77.0.{i}/24"),
-                "dev",
-                "eth0",
-            ]);
-            must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        for i in [1, 2] {
+            vm_link(i);
         }
         must(&[
             "ip",
