@@ -1,6 +1,7 @@
 //! AF_PACKET on a real veth pair (needs root; CI runs as root). Interfaces are made here and
 //! removed by name when the test ends, whatever happens.
 
+mod live;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use teamster_dp::afpacket::AfPacket;
@@ -32,17 +33,6 @@ impl Drop for Veth {
     }
 }
 
-fn root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 fn frame(vlan: Option<u16>, n: u8) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 0xbb, 0x02, 0, 0, 0, 0, 0xaa];
     if let Some(v) = vlan {
@@ -55,8 +45,7 @@ fn frame(vlan: Option<u16>, n: u8) -> Vec<u8> {
 
 #[test]
 fn frames_cross_a_veth_pair_with_their_vlan_tags() {
-    if !root() {
-        eprintln!("skipped: needs root for veth and AF_PACKET");
+    if !live::as_root() {
         return;
     }
     let _veth = Veth::new("tmtafa", "tmtafb").expect("create veth pair");

@@ -4,6 +4,7 @@
 //! overrun must make the loop re-read every link, so the team stops using the dead uplink.
 //! Interfaces are veth pairs made here (named tmt-o*) and removed by name, whatever happens.
 
+mod live;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -63,17 +64,6 @@ impl Drop for Veths {
             ip(&["link", "del", n]);
         }
     }
-}
-
-fn root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Two uplinks (tmt-ou1, tmt-ou2) under port-ID teaming, one port (ID 1, so at home on
@@ -166,8 +156,7 @@ fn run_until(dp: &mut Datapath, secs: u64, done: impl Fn(&Datapath) -> bool) -> 
 #[test]
 fn a_netlink_overrun_still_fails_the_dead_uplink_over() {
     let _one_at_a_time = lock();
-    if !root() {
-        eprintln!("skipped: needs root for veth and AF_PACKET");
+    if !live::as_root() {
         return;
     }
     let _veths = Veths::new(&["tmt-ou1", "tmt-ou2", "tmt-op1", "tmt-oc"]);

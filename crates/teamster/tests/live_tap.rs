@@ -123,8 +123,7 @@ group = "vms"
 #[test]
 fn a_vm_on_a_tap_device_reaches_the_remote_host() {
     let _one_at_a_time = netns::lock();
-    if !ready() || !std::path::Path::new("/dev/net/tun").exists() {
-        eprintln!("skipped: needs root and /dev/net/tun");
+    if !ready() || !skip_unless(std::path::Path::new("/dev/net/tun").exists(), "/dev/net/tun") {
         return;
     }
     let _topology = Topology::up();

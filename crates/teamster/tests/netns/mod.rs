@@ -219,10 +219,21 @@ pub fn ready() -> bool {
     let tools = ["ip", "ping", "iperf3", "timeout"]
         .iter()
         .all(|t| sh(&["sh", "-c", &format!("command -v {t}")]));
-    if !(root && tools) {
-        eprintln!("skipped: needs root with ip, ping, iperf3 and timeout");
+    skip_unless(root && tools, "root with ip, ping, iperf3 and timeout")
+}
+
+/// Whether a live test may run: true if `have`; else a skip with a message, or, when
+/// `TEAMSTER_REQUIRE_LIVE=1` (as CI sets), a failure, so a live test can never pass there by
+/// skipping.
+pub fn skip_unless(have: bool, needs: &str) -> bool {
+    if !have {
+        assert!(
+            std::env::var("TEAMSTER_REQUIRE_LIVE").as_deref() != Ok("1"),
+            "TEAMSTER_REQUIRE_LIVE=1, but this live test cannot run: it needs {needs}"
+        );
+        eprintln!("skipped: needs {needs}");
     }
-    root && tools
+    have
 }
 
 pub fn status(path: &Path) -> serde_json::Value {
