@@ -69,6 +69,10 @@ pub struct UplinkPlan {
     pub name: String,
     pub interface: String,
     pub capacity: Bandwidth,
+    /// The capacity is the link speed the kernel reports (the configuration set none), so a
+    /// new speed becomes the new capacity; else the configured capacity stays whatever the link
+    /// does.
+    pub follows_link_speed: bool,
     pub admin_up: bool,
 }
 

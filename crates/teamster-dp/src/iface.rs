@@ -76,6 +76,17 @@ pub fn mtu(name: &str) -> io::Result<usize> {
         .map_err(|_| io::Error::other(format!("{name}: mtu `{text}` is not a number")))
 }
 
+/// The link speed the interface reports, in Mbit/s; None when it reports none (sysfs gives -1,
+/// or refuses, while the carrier is down).
+pub fn speed_mbps(name: &str) -> Option<u64> {
+    read(name, "speed")
+        .ok()?
+        .parse::<i64>()
+        .ok()
+        .filter(|v| *v > 0)
+        .map(|v| v as u64)
+}
+
 /// Whether the interface can carry traffic now: carrier, and operationally up (or unknown).
 pub fn link_up(name: &str) -> io::Result<bool> {
     let path = sysfs_path(name, "carrier")?;

@@ -42,6 +42,15 @@ impl Pacer {
         self.last = now;
     }
 
+    /// Sends at `bps` from `now` on (the link's speed changed): what accrued so far at the old
+    /// rate is kept, up to the new burst.
+    pub fn set_rate(&mut self, bps: f64, now: Instant) {
+        self.refill(now);
+        self.bytes_per_ns = bps / 8e9;
+        self.burst = Pacer::burst_for(bps);
+        self.tokens = self.tokens.min(self.burst);
+    }
+
     /// Whether a packet may go now.
     pub fn may_send(&self) -> bool {
         self.tokens > 0.0
@@ -62,6 +71,30 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_rate_applies_from_the_change_on() {
+        // 100 Mbit/s for 10 ms, then 10 Mbit/s for 10 ms, polled every 100 µs with 1500 B frames.
+        let mut p = Pacer::new(100e6, Instant::ZERO);
+        let mut sent = [0usize; 2];
+        for step in 0..200u64 {
+            let now = Instant::from_nanos(step * 100_000);
+            if step == 100 {
+                p.set_rate(10e6, now);
+            }
+            p.refill(now);
+            while p.may_send() {
+                p.charge(1500);
+                sent[(step / 100) as usize] += 1500;
+            }
+        }
+        // 125,000 B at 100 Mbit/s over 10 ms (plus the first burst); 12,500 B at 10 Mbit/s.
+        assert!(
+            (sent[0] as f64 - 125_000.0).abs() <= 2.0 * Pacer::burst_for(100e6),
+            "{sent:?}"
+        );
+        assert!((sent[1] as f64 - 12_500.0).abs() <= 3.0 * 1500.0, "{sent:?}");
+    }
 
     #[test]
     fn long_run_rate_is_exact() {

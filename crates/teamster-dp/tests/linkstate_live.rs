@@ -118,6 +118,7 @@ fn plan() -> DatapathPlan {
                 name: name.into(),
                 interface: interface.into(),
                 capacity: Bandwidth::from_gbps(1),
+                follows_link_speed: false,
                 admin_up: true,
             })
             .to_vec(),
@@ -230,4 +231,58 @@ fn a_missing_uplink_is_an_error_naming_it() {
     p.ports[0].interface = "..".into();
     let e = Datapath::attach(p).err().expect("attached to a path");
     assert!(e.contains("port vm1: `..`: not an interface name"), "{e}");
+}
+
+/// An uplink whose capacity is its link's speed follows a new speed: the loop's once-a-second
+/// re-read finds the veth's 10000 Mbit/s where it was told 1G, and the pacer, the team and
+/// admission control take it, as a `link` event. A speed that leaves reservations too little is
+/// applied all the same, and the event says what no longer fits.
+#[test]
+fn a_new_link_speed_becomes_the_capacity() {
+    let _one_at_a_time = lock();
+    if !live::as_root() {
+        return;
+    }
+    let _veths = Veths::new(&["tmt-ou1", "tmt-ou2", "tmt-op1", "tmt-oc"]);
+    let mut p = plan();
+    p.uplinks[0].follows_link_speed = true;
+    // 600M reserved: within 75% of 1G, not of 100M.
+    let mut tree = Tree::new("uplink");
+    let spec = NodeSpec {
+        reservation: Bandwidth::from_mbps(600),
+        ..p.tree.node(p.ports[0].leaf).spec.clone()
+    };
+    p.ports[0].leaf = tree.add(NodeId::ROOT, spec).unwrap();
+    p.tree = tree;
+    let mut dp = Datapath::attach(p).unwrap();
+    let capacity = |dp: &Datapath| {
+        (
+            dp.uplinks()[0].plan.capacity,
+            dp.switch().team().uplink(UplinkId(0)).unwrap().capacity,
+        )
+    };
+    let ten = Bandwidth::from_gbps(10);
+    assert!(
+        run_until(&mut dp, 5, |dp| capacity(dp) == (ten, ten)),
+        "{:?}\n{:#?}",
+        capacity(&dp),
+        dp.events().collect::<Vec<_>>()
+    );
+    assert!(
+        dp.events()
+            .any(|e| e.kind == "link" && e.message == "uplink1 speed 1Gbps -> 10Gbps"),
+        "{:#?}",
+        dp.events().collect::<Vec<_>>()
+    );
+    // uplink2's capacity was configured: the kernel's speed does not change it.
+    assert_eq!(dp.uplinks()[1].plan.capacity, Bandwidth::from_gbps(1));
+
+    let now = dp.now();
+    dp.set_uplink_speed(0, Bandwidth::from_mbps(100), now);
+    assert_eq!(capacity(&dp), (Bandwidth::from_mbps(100), Bandwidth::from_mbps(100)));
+    let last = dp.events().last().unwrap().message.clone();
+    assert!(
+        last.starts_with("uplink1 speed 10Gbps -> 100Mbps; reservations no longer fit: `vm1`"),
+        "{last}"
+    );
 }

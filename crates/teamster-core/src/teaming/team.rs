@@ -345,6 +345,17 @@ impl Team {
         self.uplinks.get(u.0).map(|s| &s.spec)
     }
 
+    /// Uplink `u` now runs at `capacity` (the kernel reported a new link speed): utilisation and
+    /// Load-Based Teaming count against it from now on.
+    pub fn set_capacity(&mut self, u: UplinkId, capacity: crate::units::Bandwidth) -> Result<(), TeamError> {
+        let s = self.uplinks.get_mut(u.0).ok_or(TeamError::UnknownUplink(u.0))?;
+        if capacity.bps() == 0 {
+            return Err(TeamError::ZeroCapacity(s.spec.name.clone()));
+        }
+        s.spec.capacity = capacity;
+        Ok(())
+    }
+
     /// An uplink's link state.
     pub fn link_state(&self, u: UplinkId) -> Option<LinkState> {
         self.uplinks.get(u.0).map(|s| s.link)

@@ -25,6 +25,7 @@ use crate::netlink::LinkMsg;
 use crate::Backend;
 use std::io;
 use teamster_core::teaming::UplinkId;
+use teamster_core::units::Bandwidth;
 
 /// Opens an uplink's interface: its socket, MTU and whether it can carry traffic now.
 pub(super) fn open_uplink(interface: &str) -> io::Result<(AfPacket, usize, bool)> {
@@ -167,6 +168,26 @@ impl Datapath {
         self.set_carrier(u, false, now);
     }
 
+    /// Uplink `u`'s link now runs at `speed`: if that is not its capacity, the capacity becomes
+    /// `speed` for the pacer, the team (utilisation, LBT) and admission control, and the change
+    /// is a `link` event; reservations that no longer fit are said in the event (the speed is a
+    /// fact, so it applies all the same, and NetIOC shares what there is in proportion to them).
+    pub fn set_uplink_speed(&mut self, u: usize, speed: Bandwidth, now: Instant) {
+        let old = self.uplinks[u].plan.capacity;
+        if speed == old || speed.bps() == 0 {
+            return;
+        }
+        self.uplinks[u].plan.capacity = speed;
+        self.uplinks[u].pacer.set_rate(speed.bps_f64(), now);
+        let _ = self.switch.team_mut().set_capacity(UplinkId(u), speed);
+        let fit = match self.ioc.set_capacity(u, speed) {
+            Ok(()) => String::new(),
+            Err(e) => format!("; reservations no longer fit: {e}"),
+        };
+        let what = format!("{} speed {old} -> {speed}{fit}", self.uplinks[u].plan.name);
+        self.event(now, "link", what);
+    }
+
     /// Records uplink `u`'s carrier; a change is a `link` event and reaches the team at once.
     pub(super) fn set_carrier(&mut self, u: usize, up: bool, now: Instant) {
         if self.uplinks[u].carrier == up {
@@ -272,10 +293,15 @@ impl Datapath {
         for u in 0..self.uplinks.len() {
             let iface = self.uplinks[u].plan.interface.clone();
             match self.uplinks[u].backend.as_ref().map(|b| b.ifindex()) {
-                Some(ifindex) if same_interface(&iface, ifindex) => match iface::link_up(&iface) {
-                    Ok(up) => self.set_carrier(u, up, now),
-                    Err(_) => self.set_carrier(u, false, now),
-                },
+                Some(ifindex) if same_interface(&iface, ifindex) => {
+                    let up = iface::link_up(&iface).unwrap_or(false);
+                    self.set_carrier(u, up, now);
+                    if up && self.uplinks[u].plan.follows_link_speed {
+                        if let Some(mbps) = iface::speed_mbps(&iface) {
+                            self.set_uplink_speed(u, Bandwidth::from_mbps(mbps), now);
+                        }
+                    }
+                }
                 Some(_) => {
                     self.detach_uplink(u, "interface gone", now);
                     self.attach_uplink(u, now);

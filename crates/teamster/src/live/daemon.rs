@@ -87,6 +87,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
             name: uf.name.clone(),
             interface,
             capacity,
+            follows_link_speed: uf.capacity.is_none(),
             admin_up: uf.admin == AdminState::Up,
         })
         .collect();

@@ -1,0 +1,13 @@
+//! Fuzzes the packet-mode scenario loader (parse and resolve, not the run): any text gives a
+//! host plan or an error naming the key, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use teamster_sim::packet::scenario::{resolve, PacketFile};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(f) = teamster_core::host::parse_toml::<PacketFile>(text) {
+        let _ = resolve(&f);
+    }
+});
