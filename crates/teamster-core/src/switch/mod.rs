@@ -165,20 +165,28 @@ impl Switch {
 
     /// Switches one frame that arrived at `from`, returning what to send where.
     pub fn ingress(&mut self, from: Ingress, frame: &[u8], now: Instant) -> Vec<Output> {
+        self.ingress_elided(from, frame, 0, now)
+    }
+
+    /// Switches a frame of which only the first bytes are given: `headers` (everything the switch
+    /// reads) stand for a frame `elided` bytes longer on the wire, and it is counted and metered
+    /// at that length. The simulator's packet mode sends every packet through the switch this
+    /// way, without building its payload; the outputs carry the headers only.
+    pub fn ingress_elided(&mut self, from: Ingress, headers: &[u8], elided: usize, now: Instant) -> Vec<Output> {
         match from {
-            Ingress::Port(p) => self.ingress_port(p, frame, now),
-            Ingress::Uplink(u) => self.ingress_uplink(u, frame, now),
+            Ingress::Port(p) => self.ingress_port(p, headers, elided, now),
+            Ingress::Uplink(u) => self.ingress_uplink(u, headers, elided, now),
         }
     }
 
     /// A frame from local port `p`.
-    fn ingress_port(&mut self, p: PortId, frame: &[u8], now: Instant) -> Vec<Output> {
+    fn ingress_port(&mut self, p: PortId, frame: &[u8], elided: usize, now: Instant) -> Vec<Output> {
         let Some(vlan) = self.guards.get(&p).map(|g| g.vlan) else {
-            self.unattributed.rx(frame.len());
+            self.unattributed.rx(frame.len() + elided);
             self.unattributed.drop(DropReason::UnknownPort);
             return Vec::new();
         };
-        self.port(p).rx(frame.len());
+        self.port(p).rx(frame.len() + elided);
         let key = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Port(p), DropReason::Malformed),
@@ -215,7 +223,7 @@ impl Switch {
             }
         }
         self.copy_to_promiscuous(vlan, Some(p), frame, &mut out);
-        self.send(out, now, p)
+        self.send(out, elided, now, p)
     }
 
     /// Decides whether port `p` may send from `src` under its group's policy, learning the
@@ -277,13 +285,13 @@ impl Switch {
     }
 
     /// A frame from uplink `u`.
-    fn ingress_uplink(&mut self, u: UplinkId, frame: &[u8], now: Instant) -> Vec<Output> {
+    fn ingress_uplink(&mut self, u: UplinkId, frame: &[u8], elided: usize, now: Instant) -> Vec<Output> {
         if u.0 >= self.uplinks.len() {
-            self.unattributed.rx(frame.len());
+            self.unattributed.rx(frame.len() + elided);
             self.unattributed.drop(DropReason::UnknownPort);
             return Vec::new();
         }
-        self.uplinks[u.0].rx(frame.len());
+        self.uplinks[u.0].rx(frame.len() + elided);
         let key: FlowKey = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Uplink(u), DropReason::Malformed),
@@ -323,7 +331,8 @@ impl Switch {
         let untagged = pop_tag(frame, vlan);
         let mut out = Vec::with_capacity(targets.len());
         for q in targets {
-            self.team.account(q, u, Direction::Rx, frame.len() as u64, now);
+            self.team
+                .account(q, u, Direction::Rx, (frame.len() + elided) as u64, now);
             out.push((Egress::Port(q), untagged.clone()));
         }
         if matches!(known, Some(Location::Port(_))) {
@@ -333,11 +342,13 @@ impl Switch {
         out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
     }
 
-    /// Returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters).
-    fn send(&mut self, out: Vec<(Egress, Vec<u8>)>, now: Instant, p: PortId) -> Vec<Output> {
+    /// Returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters, at
+    /// the frame's length on the wire).
+    fn send(&mut self, out: Vec<(Egress, Vec<u8>)>, elided: usize, now: Instant, p: PortId) -> Vec<Output> {
         for (to, frame) in &out {
             if let Egress::Uplink(u) = to {
-                self.team.account(p, *u, Direction::Tx, frame.len() as u64, now);
+                self.team
+                    .account(p, *u, Direction::Tx, (frame.len() + elided) as u64, now);
             }
         }
         out.into_iter().map(|(to, frame)| Output { to, frame }).collect()

@@ -312,3 +312,30 @@ proptest! {
         prop_assert!(raw.iter().all(|o| matches!(o.to, Egress::Port(_))));
     }
 }
+
+/// Headers standing for a longer frame are switched like the frame, and counted and metered at
+/// its wire length: what the simulator's packet mode relies on.
+#[test]
+fn elided_frames_are_counted_at_their_wire_length() {
+    let mut s = switch();
+    let reply = udp(REMOTE, mac(1).0, Some(10));
+    s.ingress(Ingress::Uplink(UplinkId(1)), &reply, Instant::ZERO);
+    let headers = udp(mac(1).0, REMOTE, None);
+    let elided = 9000 - headers.len();
+    let mut whole = headers.clone();
+    whole.resize(9000, 0);
+    let mut t = s.clone();
+    let a = s.ingress_elided(Ingress::Port(PortId(1)), &headers, elided, Instant::ZERO);
+    let b = t.ingress(Ingress::Port(PortId(1)), &whole, Instant::ZERO);
+    assert_eq!(targets(&a), targets(&b), "the same decision");
+    assert_eq!(a[0].frame.len(), headers.len() + 4, "headers only, tagged");
+    let (ca, cb) = (s.port_counters(PortId(1)).unwrap(), t.port_counters(PortId(1)).unwrap());
+    assert_eq!((ca.rx_packets, ca.rx_bytes), (cb.rx_packets, cb.rx_bytes));
+    // The team's meters saw 9000 (+4 tag) bytes either way.
+    let later = Instant::from_secs(2);
+    assert_eq!(
+        s.team().port_rates(PortId(1), later),
+        t.team().port_rates(PortId(1), later)
+    );
+    assert!(s.team().port_rates(PortId(1), later).unwrap().tx > 0.0);
+}

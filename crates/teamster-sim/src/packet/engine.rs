@@ -1,12 +1,18 @@
-//! The packet-mode engine: every packet of every port through the real team and scheduler.
+//! The packet-mode engine: every packet of every port through the real switch, team and
+//! scheduler, as the live data plane sends frames.
 //!
 //! Events, in time order (ties in the order they were scheduled): a source emits, an uplink
 //! finishes sending a packet, a TCP ACK, loss signal or RR response comes back, a timeline event
-//! applies, a one-second row is recorded. A packet goes to the uplink [`Team::select`] gives its
-//! port's flow, into that uplink's queueing discipline: the NetIOC [`Scheduler`] (a queue per
-//! port, `queue_packets` deep) or a FIFO (`fifo_packets` deep, for comparison). A full queue drops
-//! the packet. Each uplink sends one packet at a time at its effective rate.
+//! applies, a one-second row is recorded. A packet is its flow's headers (see [`super::frames`])
+//! handed to [`Switch::ingress_elided`] at its length, so MAC learning, VLAN tagging, port
+//! security and loop prevention decide as live, and the team picks the uplink and meters the
+//! packet as it is offered; it then goes into that uplink's queueing discipline: NetIOC
+//! ([`Ioc`]: a queue per port, `queue_packets` deep) or a FIFO (`fifo_packets` deep, for
+//! comparison). A full queue drops the packet. Each uplink sends one packet at a time at its
+//! effective rate, and the switch counts what left. The remote host the ports send to answers
+//! each port once a second on the uplink it uses, so the switch knows where its MAC lives.
 
+use super::frames::{self, REMOTE_IP, REMOTE_MAC, REMOTE_PORT};
 use super::source::{SourceSpec, Stream};
 use crate::run::{MoveRecord, Row, RunOutput};
 use core::net::Ipv4Addr;
@@ -14,9 +20,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use teamster_core::ioc::admission::ReservationCap;
 use teamster_core::ioc::{Ioc, NodeId, NodeSpec, Tree};
-use teamster_core::teaming::{Direction, Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
+use teamster_core::switch::{Egress, Ingress, SecurityPolicy, Switch, SwitchConfig};
+use teamster_core::teaming::{Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
 use teamster_core::units::Bandwidth;
-use teamster_core::wire::{FlowKey, MacAddr};
+use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 
 /// How an uplink queues packets.
@@ -71,6 +78,8 @@ pub struct HostPlan {
     pub tree: Tree,
     pub reservation_cap: ReservationCap,
     pub ports: Vec<PortPlan>,
+    /// Each port group's security policy (by group index; missing: all rejected).
+    pub security: Vec<SecurityPolicy>,
     pub discipline: Discipline,
     pub queue_packets: usize,
     pub fifo_packets: usize,
@@ -141,7 +150,8 @@ impl Agenda {
 
 struct Sim<'a> {
     plan: &'a HostPlan,
-    team: Team,
+    /// The switch every packet goes through (MAC learning, VLANs, security, the team).
+    switch: Switch,
     /// NetIOC: the tree, a scheduler per uplink, a shared limit bucket per port.
     ioc: Ioc<Pkt>,
     /// Per uplink, when the discipline is FIFO (NetIOC still holds the controls).
@@ -154,7 +164,8 @@ struct Sim<'a> {
     agenda: Agenda,
     active: Vec<bool>,
     streams: Vec<Vec<Stream>>,
-    flows: Vec<Vec<FlowKey>>,
+    /// Per port, per stream: the headers of its flow to the remote host.
+    flows: Vec<Vec<Vec<u8>>>,
     // Per-second counters.
     offered: Vec<f64>,
     delivered: Vec<f64>,
@@ -178,20 +189,23 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
             SourceSpec::TcpStream { streams, .. } => streams,
             _ => 1,
         };
+        let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
         flows.push(
             (0..streams)
-                .map(|s| FlowKey {
-                    src_mac: p.mac,
-                    src_ip: Some(Ipv4Addr::from(0x0a00_0000 + i as u32).into()),
-                    dst_ip: Some(Ipv4Addr::new(172, 16, 0, 1).into()),
-                    ip_proto: Some(6),
-                    src_port: Some(40_000 + s as u16),
-                    dst_port: Some(5001),
-                    ..Default::default()
+                .map(|s| {
+                    let port = 40_000 + s as u16;
+                    frames::headers((p.mac, ip, port), (REMOTE_MAC, REMOTE_IP, REMOTE_PORT), None)
                 })
                 .collect(),
         );
     }
+    let switch = Switch::with_config(
+        team,
+        SwitchConfig {
+            security: plan.security.clone(),
+            ..SwitchConfig::default()
+        },
+    );
     let np = plan.ports.len();
     let leaves: Vec<NodeId> = plan.ports.iter().map(|p| p.leaf).collect();
     let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
@@ -204,7 +218,7 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
     );
     let mut sim = Sim {
         plan,
-        team,
+        switch,
         ioc,
         fifo: (plan.discipline == Discipline::Fifo).then(|| new_fifos(plan)),
         busy: vec![false; plan.uplinks.len()],
@@ -244,6 +258,7 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
             port_uplinks: Vec::new(),
         },
     };
+    sim.announce_remote(Instant::ZERO);
     let end = plan.duration_s * 1e9;
     for (i, p) in plan.ports.iter().enumerate() {
         sim.agenda.push(p.start_s * 1e9, Ev::Start(i));
@@ -264,7 +279,12 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
     sim.out.port_uplinks = plan
         .ports
         .iter()
-        .map(|p| sim.team.port_uplink(PortId(p.id)).map(|u| sim.out.uplinks[u.0].clone()))
+        .map(|p| {
+            sim.switch
+                .team()
+                .port_uplink(PortId(p.id))
+                .map(|u| sim.out.uplinks[u.0].clone())
+        })
         .collect();
     Ok(sim.out)
 }
@@ -366,8 +386,18 @@ impl Sim<'_> {
     fn offer(&mut self, i: usize, stream: u32, bytes: u32, t: f64) -> bool {
         self.offered[i] += f64::from(bytes) * 8.0;
         let p = &self.plan.ports[i];
-        let flow = &self.flows[i][stream as usize % self.flows[i].len()];
-        let Some(UplinkId(u)) = self.team.select(PortId(p.id), Some(flow)) else {
+        let now = Instant::from_nanos(t as u64);
+        // Through the switch, as the live path: it learns, checks, tags and picks the uplink, and
+        // meters the packet at its length; copies it floods to local ports go nowhere here.
+        let headers = &self.flows[i][stream as usize % self.flows[i].len()];
+        let elided = (bytes as usize).saturating_sub(headers.len());
+        let out = self
+            .switch
+            .ingress_elided(Ingress::Port(PortId(p.id)), headers, elided, now);
+        let Some(u) = out.iter().find_map(|o| match o.to {
+            Egress::Uplink(u) => Some(u.0),
+            Egress::Port(_) => None,
+        }) else {
             return false;
         };
         let pkt = Pkt {
@@ -376,7 +406,6 @@ impl Sim<'_> {
             bytes,
             born: t,
         };
-        let now = Instant::from_nanos(t as u64);
         match &mut self.fifo {
             None => {
                 if self.ioc.enqueue(u, p.leaf, bytes, pkt, now).is_err() {
@@ -440,14 +469,9 @@ impl Sim<'_> {
         self.delivered[i] += bits;
         self.uplink_bits[u] += bits;
         self.out.packets += 1;
-        let now = Instant::from_nanos(t as u64);
-        self.team.account(
-            PortId(self.plan.ports[i].id),
-            UplinkId(u),
-            Direction::Tx,
-            u64::from(pkt.bytes),
-            now,
-        );
+        // The switch metered it when it was offered; the uplink counts it as it leaves.
+        self.switch
+            .count_sent(Egress::Uplink(UplinkId(u)), 1, u64::from(pkt.bytes));
         match self.plan.ports[i].source {
             SourceSpec::Greedy { bytes } if self.active[i] => {
                 self.offer(i, 0, bytes, t);
@@ -515,6 +539,21 @@ impl Sim<'_> {
         }
     }
 
+    /// The remote host answers every port once a second (its ACKs, in short): a frame from it
+    /// arrives on the uplink each port uses, so the switch knows where the remote MAC lives and
+    /// sends to it rather than flooding, and keeps knowing as entries age.
+    fn announce_remote(&mut self, now: Instant) {
+        for (i, p) in self.plan.ports.iter().enumerate() {
+            let Some(u) = self.switch.team().port_uplink(PortId(p.id)) else {
+                continue;
+            };
+            let vlan = self.plan.groups[p.group].vlan;
+            let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
+            let reply = frames::headers((REMOTE_MAC, REMOTE_IP, REMOTE_PORT), (p.mac, ip, 40_000), vlan);
+            self.switch.ingress(Ingress::Uplink(u), &reply, now);
+        }
+    }
+
     /// Records the second that just ended, and runs the team's timers.
     fn record(&mut self, t: f64) {
         let np = self.plan.ports.len();
@@ -528,10 +567,11 @@ impl Sim<'_> {
             delivered_rx: vec![0.0; np],
         });
         let now = Instant::from_nanos(t as u64);
-        if self.team.poll_at().is_some_and(|at| at <= now) {
-            self.team.handle_timeout(now);
+        self.announce_remote(now);
+        if self.switch.poll_at() <= now {
+            self.switch.handle_timeout(now);
         }
-        while let Some(e) = self.team.poll_effect() {
+        while let Some(e) = self.switch.poll_effect() {
             if let Effect::PortMoved(m) = e {
                 let port = self
                     .plan

@@ -2,6 +2,7 @@
 //! [`engine`] runs a host; [`source`] holds the traffic sources.
 
 pub mod engine;
+pub mod frames;
 pub mod scenario;
 pub mod source;
 

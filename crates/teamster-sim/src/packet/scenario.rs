@@ -2,7 +2,7 @@
 //!
 //! The file says `mode = "packet"`. Beside the fluid scenario's `uplinks` (with an optional
 //! `effective` rate) and `port_groups`, it has:
-//! - `[[traffic_classes]]` and `[[pools]]` as in [`crate::host`]: `class` (management, vm, nfs, iscsi, storage, live-migration,
+//! - `[[traffic_classes]]` and `[[pools]]` as in [`teamster_core::host`]: `class` (management, vm, nfs, iscsi, storage, live-migration,
 //!   replication, fault-tolerance, backup), `reservation`, `shares` (1-100 or low/normal/high,
 //!   default the class's: vm high, others normal), `limit`;
 //! - `[[pools]]`: network resource pools under the `vm` class: `name`, `reservation`, `shares`,
@@ -251,6 +251,7 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
     // Stable: events at the same instant keep their file order.
     events.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(HostPlan {
+        security: f.port_groups.iter().map(|g| g.security).collect(),
         uplinks,
         groups: host.groups,
         lbt: host.lbt,

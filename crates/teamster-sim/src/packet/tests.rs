@@ -71,6 +71,7 @@ fn host(vm_reservation: f64, sources: Vec<(SourceSpec, f64)>, duration_s: f64) -
         tree,
         reservation_cap: ReservationCap::default(),
         ports,
+        security: Vec::new(),
         discipline: Discipline::Netioc,
         queue_packets: 128,
         fifo_packets: 1024,
