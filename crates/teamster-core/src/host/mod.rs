@@ -14,7 +14,7 @@
 //! control against the smallest uplink. Every error names the key path (`ports[2].mac`) and what
 //! was expected; nothing is half-built.
 //!
-//! A file's port entry is declared with [`port_entry!`], which writes the shared fields once
+//! A file's port entry is declared with [`port_entry!`](crate::port_entry), which writes the shared fields once
 //! (serde's `flatten` cannot be combined with `deny_unknown_fields`, and unknown keys must stay
 //! errors) and lets each file add its own.
 

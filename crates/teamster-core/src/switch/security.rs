@@ -5,7 +5,7 @@
 //! switch cannot see the guest program its NIC, so a port's *effective* MAC (the address the
 //! guest uses) is inferred from the source MAC of the frames it sends:
 //! - **Forged transmits** compares a frame's source MAC with the port's effective MAC. Rejected:
-//!   a frame from any other source is dropped and counted ([`DropReason::ForgedTransmit`]) and
+//!   a frame from any other source is dropped and counted ([`DropReason::ForgedTransmit`](super::DropReason::ForgedTransmit)) and
 //!   its source is never learned. Accepted: no comparison (a guest bridge, a nested hypervisor).
 //! - **MAC address changes** decides whether the port may receive on an address other than its
 //!   configured MAC. Rejected: the effective MAC is always the configured one, and no unicast
