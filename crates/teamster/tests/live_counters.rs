@@ -127,7 +127,7 @@ fn tx_counters_count_what_went_on_the_wire() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    await_listener("tmt-remote", 5201);
     let client = Command::new("timeout")
         .args([
             "12",

@@ -94,7 +94,7 @@ fn live_switch_end_to_end() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    await_listener("tmt-remote", 5201);
     let client = Command::new("timeout")
         .args([
             "12",

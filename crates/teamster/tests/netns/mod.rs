@@ -338,6 +338,27 @@ pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::pat
     (daemon, status_path)
 }
 
+/// Waits (up to 5 s) until something listens on TCP `port` in namespace `ns`: an iperf3 server
+/// is ready for its client, however slowly it started on a busy machine.
+pub fn await_listener(ns: &str, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let filter = format!("sport = :{port}");
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
+            .output()
+            .expect("run ss");
+        if !out.stdout.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on {ns} port {port} after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`)
 /// and returns what the receiver got, in Mbit/s.
 pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<f64> {
@@ -359,7 +380,7 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(400));
+        await_listener("tmt-remote", port);
         let args = [
             &(secs + 6).to_string(),
             "ip",
