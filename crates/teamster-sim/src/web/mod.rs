@@ -1,4 +1,4 @@
-//! The charts the live dashboard and `report.html` share, and the report itself: one
+//! `report.html`, drawn with the charts the live dashboard also uses ([`teamster_web`]): one
 //! self-contained HTML file (its data and chart code inline, no network) beside a run's CSV and
 //! SVG output.
 
@@ -6,18 +6,7 @@ use crate::run::RunOutput;
 use serde_json::json;
 use std::path::Path;
 
-/// The chart code (plain script drawing on canvases), for pages that show Teamster's charts.
-pub const CHARTS_JS: &str = include_str!("charts.js");
-
-/// The style those pages share.
-pub const CHARTS_CSS: &str = include_str!("charts.css");
-
-/// `template` with the shared style and chart code put in place of `/*STYLE*/` and `/*CHARTS*/`.
-pub fn with_charts(template: &str) -> String {
-    template
-        .replace("/*STYLE*/", CHARTS_CSS)
-        .replace("/*CHARTS*/", CHARTS_JS)
-}
+use teamster_web::with_charts;
 
 /// The most points the utilisation chart is given; longer runs are sampled evenly.
 const MAX_POINTS: usize = 2000;

@@ -12,7 +12,7 @@ use tokio_stream::StreamExt;
 
 /// The page, with the chart code it shares with the simulator's report.html inlined.
 pub async fn page() -> Html<String> {
-    Html(teamster_sim::web::with_charts(include_str!("dashboard.html")))
+    Html(teamster_web::with_charts(include_str!("dashboard.html")))
 }
 
 /// Every snapshot, as it is published, as `data: <json>` events.
