@@ -13,13 +13,53 @@ pub struct Rates {
     pub rx: f64,
 }
 
+/// A send and a receive meter: what the team measures of each uplink and each port.
+#[derive(Debug, Clone)]
+pub(super) struct Meters {
+    tx: RateMeter,
+    rx: RateMeter,
+}
+
+impl Meters {
+    /// Two empty meters shaped like `meter`.
+    fn new(meter: &RateMeter) -> Meters {
+        Meters {
+            tx: meter.clone(),
+            rx: meter.clone(),
+        }
+    }
+
+    /// Counts `bytes` carried in direction `dir` at `now`.
+    fn record(&mut self, dir: Direction, bytes: u64, now: Instant) {
+        match dir {
+            Direction::Tx => self.tx.record(bytes, now),
+            Direction::Rx => self.rx.record(bytes, now),
+        }
+    }
+
+    /// Mean rates over the window before `now`.
+    fn rates(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.mean_bps(now),
+            rx: self.rx.mean_bps(now),
+        }
+    }
+
+    /// Rates over the window's last few buckets before `now`.
+    fn recent(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.recent_bps(now),
+            rx: self.rx.recent_bps(now),
+        }
+    }
+}
+
 /// An uplink of the team: its configuration, link state and meters.
 #[derive(Debug, Clone)]
 pub(super) struct UplinkState {
     pub(super) spec: UplinkSpec,
     pub(super) link: LinkState,
-    tx: RateMeter,
-    rx: RateMeter,
+    meters: Meters,
 }
 
 impl UplinkState {
@@ -28,8 +68,7 @@ impl UplinkState {
         UplinkState {
             spec,
             link: LinkState::Up,
-            tx: meter.clone(),
-            rx: meter.clone(),
+            meters: Meters::new(meter),
         }
     }
 
@@ -39,17 +78,11 @@ impl UplinkState {
 
     /// Counts `bytes` carried in direction `dir` at `now`.
     pub(super) fn record(&mut self, dir: Direction, bytes: u64, now: Instant) {
-        match dir {
-            Direction::Tx => self.tx.record(bytes, now),
-            Direction::Rx => self.rx.record(bytes, now),
-        }
+        self.meters.record(dir, bytes, now);
     }
 
     pub(super) fn rates(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.mean_bps(now),
-            rx: self.rx.mean_bps(now),
-        }
+        self.meters.rates(now)
     }
 }
 
@@ -59,8 +92,7 @@ pub(super) struct PortState {
     pub(super) spec: PortSpec,
     pub(super) home: UplinkId,
     pub(super) current: Option<UplinkId>,
-    tx: RateMeter,
-    rx: RateMeter,
+    meters: Meters,
 }
 
 impl PortState {
@@ -70,30 +102,20 @@ impl PortState {
             spec,
             home,
             current: None,
-            tx: meter.clone(),
-            rx: meter.clone(),
+            meters: Meters::new(meter),
         }
     }
 
     /// Counts `bytes` of this port's traffic in direction `dir` at `now`.
     pub(super) fn record(&mut self, dir: Direction, bytes: u64, now: Instant) {
-        match dir {
-            Direction::Tx => self.tx.record(bytes, now),
-            Direction::Rx => self.rx.record(bytes, now),
-        }
+        self.meters.record(dir, bytes, now);
     }
 
     pub(super) fn rates(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.mean_bps(now),
-            rx: self.rx.mean_bps(now),
-        }
+        self.meters.rates(now)
     }
 
     pub(super) fn recent(&self, now: Instant) -> Rates {
-        Rates {
-            tx: self.tx.recent_bps(now),
-            rx: self.rx.recent_bps(now),
-        }
+        self.meters.recent(now)
     }
 }
