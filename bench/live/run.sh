@@ -16,6 +16,10 @@
 # Runs as root; removes everything it made (names tmb-*) on exit.
 set -euo pipefail
 UPLINK_RATE=${UPLINK_RATE:-100mbit}
+# Teamster's configured uplink capacity, which its pacer sends at: by default the shaped rate (so
+# its NetIOC queues, not the physical switch's, hold the excess). CAPACITY=10gbit turns pacing
+# off in effect, as the OVS peer (no QoS) runs; LBT then sees utilisation against 10 Gbit/s.
+CAPACITY=${CAPACITY:-$UPLINK_RATE}
 QLEN=${QLEN:-300}
 NVM=${NVM:-4}
 DURATION=${DURATION:-20}
@@ -74,11 +78,11 @@ cat > "$CONF" <<TOML
 [[uplinks]]
 name = "up0"
 interface = "tmb-u0"
-capacity = "${UPLINK_RATE%bit}"
+capacity = "${CAPACITY%bit}"
 [[uplinks]]
 name = "up1"
 interface = "tmb-u1"
-capacity = "${UPLINK_RATE%bit}"
+capacity = "${CAPACITY%bit}"
 [[port_groups]]
 name = "vms"
 policy = "$POLICY"
@@ -171,9 +175,21 @@ ip -n tmb-psw link set "up$busiest-p" up
 wait $(jobs -p | grep -v "^$DAEMON$") 2>/dev/null || true
 cp "$OUT/status.json" "$OUT/status-end.json" 2>/dev/null || true
 
-python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" <<'PY'
+python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" <<'PY'
 import json, re, sys
-out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail = sys.argv[1:]
+out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity = sys.argv[1:]
+def drops(name):
+    """Every frame the switch dropped (each drop is counted once, on one port or uplink), by
+    reason, from a status snapshot: none inside the switch means every one of these is 0."""
+    try:
+        d = json.load(open(f"{out}/{name}"))
+    except Exception:
+        return None
+    by = {}
+    for x in d["ports"] + d["uplinks"]:
+        for k, v in x["counters"]["drops"].items():
+            by[k] = by.get(k, 0) + v
+    return {"total": sum(by.values()), **{k: v for k, v in by.items() if v}}
 t_fail = float(t_fail)
 dt = float(t1) - float(t0)
 up = [(int(b0e) - int(b0)) * 8 / dt / 1e6, (int(b1e) - int(b1)) * 8 / dt / 1e6]
@@ -222,7 +238,9 @@ s = {
     "vm_mbps_steady": vm,
     "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 else None,
     "tcp_retransmits": retrans,
-    "switch_queue_drops_bond": sum(u["counters"]["drops"].get("queue_full", 0) for u in json.load(open(f"{out}/status-bond.json"))["uplinks"]),
+    "capacity": capacity,
+    "switch_drops_bond": drops("status-bond.json"),
+    "switch_drops_whole_run": drops("status-end.json"),
     "failover_member": failed,
     "failover_max_interarrival_gap_ms_at_fail": at_fail,
     "failover_interarrival_noise_floor_ms": floor,

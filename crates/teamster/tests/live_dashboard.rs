@@ -77,7 +77,7 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     let a = udp_stream("tmt-vm1", 5201, 60, 10);
     let b = udp_stream("tmt-vm2", 5202, 60, 10);
     let out = browser.wait_with_output().unwrap();
-    let (vm1, vm2) = (a.join().unwrap(), b.join().unwrap());
+    let (vm1, vm2) = (a.join().unwrap().mean(), b.join().unwrap().mean());
     let seen = String::from_utf8_lossy(&out.stdout);
     eprintln!(
         "browser: {seen}\n{}; iperf3 vm1 {vm1:.1}, vm2 {vm2:.1} Mbit/s; screenshot {}",

@@ -359,12 +359,45 @@ pub fn await_listener(ns: &str, port: u16) {
     }
 }
 
-/// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`)
-/// and returns what the receiver got, in Mbit/s.
-pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<f64> {
+/// What an iperf3 server received, second by second, from its own interval reports: these
+/// are taken at the receiver, so a slow end-of-test exchange on iperf3's control connection
+/// (which shares the sending port's queue, and so its drops) neither stretches nor empties them.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Mbit/s received in each one-second interval, from the server's start.
+    pub per_second: Vec<f64>,
+    /// Bytes received in all.
+    pub bytes: f64,
+    /// The sender's duration, s.
+    pub secs: u32,
+}
+
+impl Received {
+    /// Everything received, over the sender's duration, in Mbit/s.
+    pub fn mean(&self) -> f64 {
+        self.bytes * 8.0 / 1e6 / f64::from(self.secs)
+    }
+
+    /// The median rate of the intervals while the sender ran, leaving out the first (the
+    /// stream and the queues starting up), in Mbit/s: the steady rate, robust to one stall of
+    /// a busy machine.
+    pub fn steady(&self) -> f64 {
+        let end = (self.secs as usize).min(self.per_second.len());
+        let mut r: Vec<f64> = self.per_second.get(1..end).unwrap_or_default().to_vec();
+        if r.is_empty() {
+            return 0.0;
+        }
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    }
+}
+
+/// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`, a
+/// port in the remote's own namespace) and returns what the receiver got.
+pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<Received> {
     std::thread::spawn(move || {
         let p = port.to_string();
-        let mut server = Command::new("timeout")
+        let server = Command::new("timeout")
             .args([
                 &(secs + 8).to_string(),
                 "ip",
@@ -374,10 +407,13 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
                 "iperf3",
                 "-s",
                 "-1",
+                "-J",
+                "-i",
+                "1",
                 "-p",
                 &p,
             ])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         await_listener("tmt-remote", port);
@@ -399,19 +435,29 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
             "1400",
             "-t",
             &secs.to_string(),
-            "-J",
         ];
-        let out = Command::new("timeout").args(args).output().unwrap();
-        let _ = server.wait();
+        let _ = Command::new("timeout").args(args).output().unwrap();
+        // The server prints its intervals even when ended by `timeout` (SIGTERM).
+        let out = server.wait_with_output().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        let end = &v["end"];
-        // The receiver's figure: sum_received where this iperf3 has it, else sent less loss.
-        let received = end["sum_received"]["bits_per_second"].as_f64().unwrap_or_else(|| {
-            let sum = &end["sum"];
-            sum["bits_per_second"].as_f64().unwrap_or(0.0)
-                * (1.0 - sum["lost_percent"].as_f64().unwrap_or(100.0) / 100.0)
-        });
-        received / 1e6
+        let sums: Vec<(f64, f64)> = v["intervals"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| {
+                        (
+                            i["sum"]["bytes"].as_f64().unwrap_or(0.0),
+                            i["sum"]["seconds"].as_f64().unwrap_or(1.0),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Received {
+            per_second: sums.iter().map(|(b, s)| b * 8.0 / 1e6 / s.max(1e-3)).collect(),
+            bytes: sums.iter().map(|(b, _)| b).sum(),
+            secs,
+        }
     })
 }
 
