@@ -1,11 +1,14 @@
 //! Sleeping until there is work: one poll over every attached port's and uplink's socket and
-//! the netlink socket, for at most 10 ms, or 1 ms while an uplink has frames its pacer or device
-//! holds back. The poll set is rebuilt when an interface is attached or detached. A socket that
+//! the netlink socket, until the next timer, to the nanosecond (`ppoll`), at most 10 ms, or
+//! 1 ms while an uplink's device holds frames back. The timers: the switch's (MAC ageing, LBT,
+//! ...), the link resync, each uplink pacer's next batch, and the next frame a port's limit
+//! releases. A millisecond `poll` rounded a wait under 1 ms down to 0 and spun until it passed. The poll set is rebuilt when an interface is attached or detached. A socket that
 //! polls in error (its interface went down or away) is handed back to the loop, which reads the
 //! error before polling again, so an error never makes the loop spin.
 
 use super::{Datapath, Slot, MAX_WAIT_MS};
 use crate::Backend;
+use core::time::Duration;
 
 impl Datapath {
     /// Sleeps until a frame, a link change, or the next timer (at most 10 ms); puts in `errored`
@@ -17,12 +20,20 @@ impl Datapath {
         }
         let now = self.now();
         let mut deadline = self.switch.poll_at().min(self.next_resync);
-        for u in &self.uplinks {
-            if let Some(t) = u.pacer.ready_at() {
+        for (i, u) in self.uplinks.iter().enumerate() {
+            // Out of balance: wake when a batch may go. Otherwise a backlog held by a limit
+            // (a port over its cap) is released by the scheduler's clock, not by the next
+            // frame to arrive or the 10 ms cap, which would cost the port part of its limit.
+            let next = if u.pacer.may_send() {
+                self.ioc.next_eligible(i, now)
+            } else {
+                u.pacer.batch_ready_at()
+            };
+            if let Some(t) = next {
                 deadline = deadline.min(t);
             }
         }
-        let mut backlog = false;
+        let mut device_busy = false;
         for (fd, slot) in self.pollfds.iter_mut().zip(&self.pollmap) {
             fd.revents = 0;
             if let Slot::Uplink(u) = *slot {
@@ -34,17 +45,20 @@ impl Datapath {
                 } else {
                     libc::POLLIN
                 };
-                backlog |= busy || !u.pacer.may_send();
+                device_busy |= busy;
             }
         }
-        let ms = if backlog {
-            1
-        } else {
-            (deadline - now).as_millis().min(MAX_WAIT_MS as u128) as i32
+        // A busy device also wakes the poll with POLLOUT; the 1 ms cap is a backstop.
+        let cap = Duration::from_millis(if device_busy { 1 } else { MAX_WAIT_MS as u64 });
+        let wait = (deadline - now).min(cap);
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
         };
         let fds = &mut self.pollfds;
-        // SAFETY: `fds` is a live array of pollfd of the length passed.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // SAFETY: `fds` is a live array of pollfd of the length passed; `ts` outlives the call
+        // and a null signal mask leaves the mask unchanged.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
         if n > 0 {
             let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
             errored.extend(
