@@ -150,6 +150,11 @@ sleep $((DURATION - 3))
 b0e=$(up_bytes 0); b1e=$(up_bytes 1); c1=$(cpu_s); t1=$(date +%s.%N)
 for p in "${pids[@]}"; do wait "$p" || true; done
 cp "$OUT/status.json" "$OUT/status-bond.json" 2>/dev/null || true
+# Frames the physical switch's shapers dropped (root htb of each, which counts its leaf's
+# drops) during the ramp: the queue past the uplink, where an unpaced switch's excess waits.
+shaper_drops=$(for d in up0-p ifb-up0-p up1-p ifb-up1-p; do
+  ip netns exec tmb-psw tc -s qdisc show dev "$d" 2>/dev/null | awk '/dropped/ && !n++ {gsub(",", "", $7); s = $7} END {print s + 0}'
+done | paste -sd+ | bc)
 
 # ---- failover-udp ----
 for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done
@@ -175,9 +180,9 @@ ip -n tmb-psw link set "up$busiest-p" up
 wait $(jobs -p | grep -v "^$DAEMON$") 2>/dev/null || true
 cp "$OUT/status.json" "$OUT/status-end.json" 2>/dev/null || true
 
-python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" <<'PY'
+python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" "$shaper_drops" <<'PY'
 import json, re, sys
-out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity = sys.argv[1:]
+out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity, shaper = sys.argv[1:]
 def drops(name):
     """Every frame the switch dropped (each drop is counted once, on one port or uplink), by
     reason, from a status snapshot: none inside the switch means every one of these is 0."""
@@ -240,6 +245,7 @@ s = {
     "tcp_retransmits": retrans,
     "capacity": capacity,
     "switch_drops_bond": drops("status-bond.json"),
+    "pswitch_shaper_drops_bond": int(shaper),
     "switch_drops_whole_run": drops("status-end.json"),
     "failover_member": failed,
     "failover_max_interarrival_gap_ms_at_fail": at_fail,
