@@ -61,12 +61,7 @@ fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
         vm2 >= 0.75 * room,
         "vm2 is held at its limit or its share, not below: {vm2:.1} of {room:.1} ({total:.1} carried)"
     );
-    let best = a
-        .per_second
-        .iter()
-        .zip(&b.per_second)
-        .map(|(x, y)| x + y)
-        .fold(0.0, f64::max);
+    let best = a.best_second_with(&b);
     assert!(
         best >= 0.85 * UPLINK,
         "the uplink never filled: best second {best:.1} Mbit/s"
@@ -118,12 +113,7 @@ fn lbt_moves_a_port_off_a_saturated_uplink() {
     // Before the move the pair shares one uplink; after it each gets its 14 on its own: the
     // best second must clearly exceed one uplink's capacity (the best, so that a stall of a
     // busy machine does not fail a move that happened).
-    let best = a
-        .per_second
-        .iter()
-        .zip(&b.per_second)
-        .map(|(x, y)| x + y)
-        .fold(0.0, f64::max);
+    let best = a.best_second_with(&b);
     assert!(
         best > 1.1 * UPLINK,
         "the pair never got more than one uplink: best second {best:.1} Mbit/s"

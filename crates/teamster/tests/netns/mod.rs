@@ -408,6 +408,15 @@ impl Received {
         self.bytes * 8.0 / 1e6 / f64::from(self.secs)
     }
 
+    /// The most this stream and `other` received together in one second, in Mbit/s.
+    pub fn best_second_with(&self, other: &Received) -> f64 {
+        self.per_second
+            .iter()
+            .zip(&other.per_second)
+            .map(|(x, y)| x + y)
+            .fold(0.0, f64::max)
+    }
+
     /// The median rate of the intervals while the sender ran, leaving out the first (the
     /// stream and the queues starting up), in Mbit/s: the steady rate, robust to one stall of
     /// a busy machine.
