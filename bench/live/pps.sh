@@ -10,6 +10,9 @@
 # 2-core machine the generator and the switch share the CPU, so read the ratios, not the absolutes.
 set -euo pipefail
 DURATION=${DURATION:-5}
+# Offered rate per cell, as iperf3's -b (0: unthrottled). At a fixed rate the figure to read is
+# the daemon's CPU per packet, which a neighbour stealing CPU changes far less than throughput.
+RATE=${RATE:-0}
 OUT=${1:?usage: bench/live/pps.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -53,7 +56,9 @@ interface = "tmq-v1"
 mac = "$MAC"
 group = "vms"
 TOML
-measure() {   # label; prints "label dir bytes pps loss%"
+# The daemon's user + system CPU seconds so far, or "-" when no daemon runs (the bridge).
+cpu_s() { if [ -n "${DAEMON:-}" ]; then awk '{print ($14 + $15) / 100}' "/proc/$DAEMON/stat"; else echo -; fi; }
+measure() {   # label; prints "label dir bytes pps loss% [CPU per packet]"
   local label=$1 dir len args
   for dir in vm-to-uplink uplink-to-vm; do
     for len in 18 1472; do
@@ -61,15 +66,21 @@ measure() {   # label; prints "label dir bytes pps loss%"
       timeout $((DURATION + 15)) ip netns exec tmq-peer iperf3 -s -1 >/dev/null 2>&1 &
       local server=$!
       sleep 0.4
-      timeout $((DURATION + 10)) ip netns exec tmq-vm iperf3 -c 198.18.1.2 -u -b 0 -l "$len" -t "$DURATION" --connect-timeout 3000 "${args[@]}" -J > "$OUT/$label-$dir-$len.json" 2>/dev/null || true
+      local c0; c0=$(cpu_s)
+      timeout $((DURATION + 10)) ip netns exec tmq-vm iperf3 -c 198.18.1.2 -u -b "$RATE" -l "$len" -t "$DURATION" --connect-timeout 3000 "${args[@]}" -J > "$OUT/$label-$dir-$len.json" 2>/dev/null || true
+      local c1; c1=$(cpu_s)
       wait "$server" || true
-      python3 - "$OUT/$label-$dir-$len.json" "$label" "$dir" "$len" <<'PY'
+      python3 - "$OUT/$label-$dir-$len.json" "$label" "$dir" "$len" "$c0" "$c1" <<'PY'
 import json, sys
-path, label, d, ln = sys.argv[1:]
+path, label, d, ln, c0, c1 = sys.argv[1:]
 try:
     s = json.load(open(path))["end"]["sum"]
     got = (s["packets"] - s["lost_packets"]) / s["seconds"]
-    print(f"{label} {d} {'64B' if ln == '18' else '1500B'} {got / 1e3:.1f} kpps received, {s['lost_percent']:.1f}% lost")
+    cpu = ""
+    if c0 != "-" and s["packets"] > s["lost_packets"]:
+        us = (float(c1) - float(c0)) * 1e6 / (s["packets"] - s["lost_packets"])
+        cpu = f", switch CPU {us:.2f} us per packet received"
+    print(f"{label} {d} {'64B' if ln == '18' else '1500B'} {got / 1e3:.1f} kpps received, {s['lost_percent']:.1f}% lost{cpu}")
 except Exception as e:
     print(f"{label} {d} {ln}: no result ({e})")
 PY

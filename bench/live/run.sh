@@ -19,7 +19,8 @@ UPLINK_RATE=${UPLINK_RATE:-100mbit}
 # Teamster's configured uplink capacity, which its pacer sends at: by default the shaped rate (so
 # its NetIOC queues, not the physical switch's, hold the excess). CAPACITY=10gbit turns pacing
 # off in effect, as the OVS peer (no QoS) runs; LBT then sees utilisation against 10 Gbit/s.
-CAPACITY=${CAPACITY:-$UPLINK_RATE}
+# With UPLINK_RATE=none (no shaping) it defaults to 100gbit: nothing to pace to.
+if [ "$UPLINK_RATE" = none ]; then CAPACITY=${CAPACITY:-100gbit}; else CAPACITY=${CAPACITY:-$UPLINK_RATE}; fi
 QLEN=${QLEN:-300}
 NVM=${NVM:-4}
 DURATION=${DURATION:-20}
@@ -153,7 +154,7 @@ cp "$OUT/status.json" "$OUT/status-bond.json" 2>/dev/null || true
 # Frames the physical switch's shapers dropped (root htb of each, which counts its leaf's
 # drops) during the ramp: the queue past the uplink, where an unpaced switch's excess waits.
 shaper_drops=$(for d in up0-p ifb-up0-p up1-p ifb-up1-p; do
-  ip netns exec tmb-psw tc -s qdisc show dev "$d" 2>/dev/null | awk '/dropped/ && !n++ {gsub(",", "", $7); s = $7} END {print s + 0}'
+  { ip netns exec tmb-psw tc -s qdisc show dev "$d" 2>/dev/null || true; } | awk '/dropped/ && !n++ {gsub(",", "", $7); s = $7} END {print s + 0}'
 done | paste -sd+ | bc)
 
 # ---- failover-udp ----
@@ -198,7 +199,8 @@ def drops(name):
 t_fail = float(t_fail)
 dt = float(t1) - float(t0)
 up = [(int(b0e) - int(b0)) * 8 / dt / 1e6, (int(b1e) - int(b1)) * 8 / dt / 1e6]
-cap = float(re.sub(r"[a-z]+", "", rate)) * {"mbit": 1, "gbit": 1000}.get(re.sub(r"[0-9.]+", "", rate), 1)
+# The shaped rate in Mbit/s, or None when the uplinks are not shaped (UPLINK_RATE=none).
+cap = None if rate == "none" else float(re.sub(r"[a-z]+", "", rate)) * {"mbit": 1, "gbit": 1000}.get(re.sub(r"[0-9.]+", "", rate), 1)
 gbit = sum(up) * dt / 1e3
 gaps, lost = {}, {}
 for i in range(1, int(nvm) + 1):
@@ -239,7 +241,7 @@ for i in range(1, int(nvm) + 1):
 s = {
     "aggregate_mbps_steady": round(sum(up), 1),
     "uplinks_mbps_steady": [round(u, 1) for u in up],
-    "uplinks_util_steady": [round(u / cap, 3) for u in up],
+    "uplinks_util_steady": [round(u / cap, 3) for u in up] if cap else None,
     "vm_mbps_steady": vm,
     "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 else None,
     "tcp_retransmits": retrans,

@@ -55,6 +55,9 @@ pub struct AfPacket {
     ring_len: usize,
     next_block: u32,
     tx: Vec<Vec<u8>>,
+    /// sendmmsg's headers and vectors, reused by every flush.
+    iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
     /// Frames dropped on transmit since the last [`Backend::flush`] reported them.
     tx_dropped: u64,
     /// Frames and bytes the kernel accepted since [`Backend::take_sent`] last reported them.
@@ -68,7 +71,8 @@ pub struct AfPacket {
 }
 
 // SAFETY: the ring pointer is owned by this value alone (mapped in `open`, unmapped in `drop`)
-// and only touched through `&mut self`, so moving it to another thread is sound.
+// and only touched through `&mut self`, so moving it to another thread is sound. The pointers
+// in `iov` and `msgs` are rebuilt before each use and only used during one call.
 unsafe impl Send for AfPacket {}
 
 fn check(ret: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
@@ -199,6 +203,8 @@ impl AfPacket {
             ring_len,
             next_block: 0,
             tx: Vec::new(),
+            iov: Vec::with_capacity(Self::TX_BATCH),
+            msgs: Vec::with_capacity(Self::TX_BATCH),
             tx_dropped: 0,
             sent: TxTotals::default(),
             rx_drops: RxDrops::default(),
@@ -347,22 +353,30 @@ impl Backend for AfPacket {
     fn flush(&mut self) -> usize {
         while !self.tx.is_empty() {
             let n = self.tx.len().min(Self::TX_BATCH);
-            let mut iov: Vec<libc::iovec> = self.tx[..n]
-                .iter()
-                .map(|f| libc::iovec {
-                    iov_base: f.as_ptr() as *mut _,
-                    iov_len: f.len(),
-                })
-                .collect();
+            // The headers are rebuilt for each call in vectors kept between calls (no
+            // allocation per batch); their pointers are used only during the call.
+            self.iov.clear();
+            self.iov.extend(self.tx[..n].iter().map(|f| libc::iovec {
+                iov_base: f.as_ptr() as *mut _,
+                iov_len: f.len(),
+            }));
             // SAFETY: mmsghdr is plain data; zeroed is valid, and the iovec pointers set below
-            // point into `self.tx`, alive until after the call.
-            let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            // point into `self.iov`, which is not touched again until after the call.
+            self.msgs.resize_with(n, || unsafe { std::mem::zeroed() });
+            for (m, v) in self.msgs.iter_mut().zip(self.iov.iter_mut()) {
                 m.msg_hdr.msg_iov = v;
                 m.msg_hdr.msg_iovlen = 1;
             }
-            // SAFETY: `msgs` holds `n` initialised headers for this bound socket.
-            let sent = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+            // SAFETY: `msgs` holds `n` initialised headers for this bound socket, pointing into
+            // `self.iov` and `self.tx`, both alive and unchanged until the call returns.
+            let sent = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    n as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
             if sent > 0 {
                 for f in self.tx.drain(..sent as usize) {
                     self.sent.packets += 1;

@@ -245,18 +245,30 @@ fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
         }
         return;
     };
+    // Frames move from the scheduler to the device's transmit batch while the pacer allows and
+    // the device is not holding a full batch it could not send; the backend sends each full
+    // batch with one call, and the rest at the end of the loop's turn ([`flush_uplink`]), so a
+    // burst of arrivals costs one sendmmsg per 64 frames, not one per frame.
+    while u.pacer.may_send() && backend.tx_pending() < AfPacket::TX_BATCH {
+        let Some((_, len, frame)) = ioc.dequeue(i, now) else {
+            break;
+        };
+        backend.send_owned(frame);
+        u.pacer.charge(len as usize);
+    }
+}
+
+/// Paces uplink `i` and sends its whole transmit batch, again while the device takes every
+/// batch in full: the end of a turn, after which the loop may sleep.
+fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
     loop {
-        let mut batch = 0;
-        while batch < AfPacket::TX_BATCH && u.pacer.may_send() {
-            let Some((_, len, frame)) = ioc.dequeue(i, now) else {
-                break;
-            };
-            backend.send_owned(frame);
-            u.pacer.charge(len as usize);
-            batch += 1;
-        }
+        pace_one(u, i, ioc, now);
+        let Some(backend) = u.backend.as_mut() else {
+            return;
+        };
+        let before = backend.tx_pending();
         u.extra.tx_error += backend.flush() as u64;
-        if batch < AfPacket::TX_BATCH || backend.tx_pending() > 0 {
+        if before == 0 || backend.tx_pending() > 0 || !u.pacer.may_send() {
             return;
         }
     }
@@ -475,11 +487,6 @@ impl Datapath {
                     p.extra.tx_error += b.flush() as u64;
                 }
             }
-            for u in &mut self.uplinks {
-                if let Some(b) = u.backend.as_mut() {
-                    u.extra.tx_error += b.flush() as u64;
-                }
-            }
             self.count_devices();
             control.turn(self, now);
         }
@@ -614,8 +621,8 @@ impl Datapath {
                             if ioc.enqueue(u.0, leaf, piece.len() as u32, piece, now).is_err() {
                                 full += 1;
                             }
-                            // Send what the pacer allows at once, so the queue fills only when
-                            // the uplink itself is the bottleneck.
+                            // Move what the pacer allows to the device's batch at once, so the
+                            // queue fills only when the uplink itself is the bottleneck.
                             pace_one(up, u.0, ioc, now);
                         }
                         None => match up.backend.as_mut() {
@@ -634,10 +641,10 @@ impl Datapath {
         }
     }
 
-    /// Lets each uplink's scheduler send what its pacer allows.
+    /// Lets each uplink's scheduler send what its pacer allows, and sends it.
     fn pace(&mut self, now: Instant) {
         for (i, u) in self.uplinks.iter_mut().enumerate() {
-            pace_one(u, i, &mut self.ioc, now);
+            flush_uplink(u, i, &mut self.ioc, now);
         }
     }
 }
