@@ -1,11 +1,12 @@
 //! The daemon: the data plane's poll loop ([`teamster_dp::datapath`]) with the control plane's
 //! turn added: configuration changes from the API applied between packets, snapshots published
 //! for the API (twice a second, and at once after a change), the status file rewritten every
-//! second.
+//! second (by [`super::status_writer`], off the loop's thread).
 
 use super::config::{AdminState, SwitchFile, SwitchPlan};
 use super::safe_file::TrustedDir;
 use super::snapshot::Snapshot;
+use super::status_writer::StatusWriter;
 use std::ffi::OsString;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ pub struct Daemon {
 struct ControlPlane {
     /// The configuration in force (names, MACs, what a restart would load).
     file: SwitchFile,
-    status_file: Option<StatusFile>,
+    status: Option<StatusWriter>,
     link: Option<ControlLink>,
     next_snapshot: Instant,
     next_status: Instant,
@@ -111,11 +112,16 @@ impl Daemon {
         link: Option<ControlLink>,
     ) -> Result<Daemon, String> {
         let (dp_plan, file) = datapath_plan(plan);
+        let dp = Datapath::attach(dp_plan)?;
+        let status = status_file
+            .map(StatusWriter::start)
+            .transpose()
+            .map_err(|e| format!("cannot start the status file's writer: {e}"))?;
         Ok(Daemon {
-            dp: Datapath::attach(dp_plan)?,
+            dp,
             plane: ControlPlane {
                 file,
-                status_file,
+                status,
                 link,
                 next_snapshot: Instant::ZERO,
                 next_status: Instant::ZERO,
@@ -127,8 +133,9 @@ impl Daemon {
     pub fn run(&mut self, stop: &Arc<AtomicBool>) {
         self.dp.run(stop, &mut self.plane);
         let now = self.dp.now();
-        let snap = super::view::snapshot(&self.dp, &self.plane.file, now);
-        self.plane.write_status(&snap);
+        if let Some(w) = self.plane.status.take() {
+            w.finish(Arc::new(super::view::snapshot(&self.dp, &self.plane.file, now)));
+        }
     }
 }
 
@@ -155,7 +162,9 @@ impl Control for ControlPlane {
         dp.collect_ring_drops();
         let snap = Arc::new(super::view::snapshot(dp, &self.file, now));
         if now >= self.next_status {
-            self.write_status(&snap);
+            if let Some(w) = &self.status {
+                w.offer(snap.clone());
+            }
             self.next_status = now + STATUS_EVERY;
         }
         if let Some(l) = &self.link {
@@ -164,25 +173,23 @@ impl Control for ControlPlane {
     }
 }
 
-impl ControlPlane {
+impl StatusFile {
     /// Replaces the status file (mode 0644) atomically, never through a planted name (see
     /// [`super::safe_file`]); a failure is logged once, and its end once.
-    fn write_status(&mut self, snap: &Snapshot) {
-        if let Some(f) = &mut self.status_file {
-            let text = serde_json::to_vec(snap).unwrap_or_default();
-            let shown = f.dir.path().join(&f.name);
-            match f.dir.replace(&f.name, &text, Some(0o644)) {
-                Ok(()) if f.failing => {
-                    eprintln!("teamster: status file {} written again", shown.display());
-                    f.failing = false;
-                }
-                Ok(()) => {}
-                Err(e) if !f.failing => {
-                    eprintln!("teamster: status file {}: {e}", shown.display());
-                    f.failing = true;
-                }
-                Err(_) => {}
+    pub(super) fn write(&mut self, snap: &Snapshot) {
+        let text = serde_json::to_vec(snap).unwrap_or_default();
+        let shown = self.dir.path().join(&self.name);
+        match self.dir.replace(&self.name, &text, Some(0o644)) {
+            Ok(()) if self.failing => {
+                eprintln!("teamster: status file {} written again", shown.display());
+                self.failing = false;
             }
+            Ok(()) => {}
+            Err(e) if !self.failing => {
+                eprintln!("teamster: status file {}: {e}", shown.display());
+                self.failing = true;
+            }
+            Err(_) => {}
         }
     }
 }

@@ -1,0 +1,81 @@
+//! The status file, written off the data plane's thread.
+//!
+//! The loop builds a snapshot every second and offers it here; a thread of its own turns it into
+//! JSON and replaces the file (see [`super::safe_file`]), so neither serialising nor a slow disk
+//! delays a frame. The hand-over holds one snapshot: if the writer is still busy with the last
+//! one, the new one is dropped, since the file is a periodic view and the next second brings a
+//! fresher one. The last snapshot, when the switch stops, is always written.
+
+use super::daemon::StatusFile;
+use super::snapshot::Snapshot;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The writer thread and the way to it.
+pub struct StatusWriter {
+    to: SyncSender<Arc<Snapshot>>,
+    thread: JoinHandle<()>,
+}
+
+impl StatusWriter {
+    /// Starts the thread that writes `file`.
+    pub fn start(mut file: StatusFile) -> std::io::Result<StatusWriter> {
+        let (to, from) = sync_channel::<Arc<Snapshot>>(1);
+        let thread = std::thread::Builder::new()
+            .name("teamster-status".into())
+            .spawn(move || {
+                while let Ok(snap) = from.recv() {
+                    file.write(&snap);
+                }
+            })?;
+        Ok(StatusWriter { to, thread })
+    }
+
+    /// Hands `snap` to the writer, unless it is still writing the previous one.
+    pub fn offer(&self, snap: Arc<Snapshot>) {
+        match self.to.try_send(snap) {
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            // The thread is gone (it panicked): nothing more to write with.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Writes `last` (waiting for the writer to be free) and stops the thread.
+    pub fn finish(self, last: Arc<Snapshot>) {
+        let _ = self.to.send(last);
+        drop(self.to);
+        let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::safe_file::TrustedDir;
+
+    fn at(t_s: f64) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            t_s,
+            ..Snapshot::default()
+        })
+    }
+
+    fn written(dir: &std::path::Path) -> f64 {
+        let text = std::fs::read_to_string(dir.join("status.json")).unwrap();
+        serde_json::from_str::<Snapshot>(&text).unwrap().t_s
+    }
+
+    #[test]
+    fn the_last_snapshot_is_always_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TrustedDir::open(tmp.path(), "status directory").unwrap();
+        let w = StatusWriter::start(StatusFile::new(dir, "status.json".into())).unwrap();
+        // Offers faster than a disk takes them: some may be dropped, never the last.
+        for i in 0..100 {
+            w.offer(at(f64::from(i)));
+        }
+        w.finish(at(1000.0));
+        assert_eq!(written(tmp.path()), 1000.0);
+    }
+}
