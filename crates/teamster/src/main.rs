@@ -211,7 +211,7 @@ fn main() -> ExitCode {
 struct Places {
     config_dir: TrustedDir,
     config_name: std::ffi::OsString,
-    status: Option<live::daemon::StatusFile>,
+    status: Option<live::status_writer::StatusFile>,
     /// The socket's path, with its directory (None: not there yet; checked again once made).
     socket: Option<(PathBuf, Option<TrustedDir>)>,
 }
@@ -226,7 +226,7 @@ impl Places {
             Some(path) => {
                 let (dir, name) = live::safe_file::split(path).map_err(|e| format!("--status-file {e}"))?;
                 let dir = TrustedDir::open(&dir, "--status-file directory")?;
-                Some(live::daemon::StatusFile::new(dir, name))
+                Some(live::status_writer::StatusFile::new(dir, name))
             }
             None => None,
         };

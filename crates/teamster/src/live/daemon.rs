@@ -4,10 +4,8 @@
 //! second (by [`super::status_writer`], off the loop's thread).
 
 use super::config::{AdminState, SwitchFile, SwitchPlan};
-use super::safe_file::TrustedDir;
 use super::snapshot::Snapshot;
-use super::status_writer::StatusWriter;
-use std::ffi::OsString;
+use super::status_writer::{StatusFile, StatusWriter};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
@@ -30,24 +28,6 @@ pub struct Apply {
 pub struct ControlLink {
     pub changes: std::sync::mpsc::Receiver<Apply>,
     pub snapshots: tokio::sync::watch::Sender<Arc<Snapshot>>,
-}
-
-/// Where the status file goes: its directory, checked and held open, and its name there.
-pub struct StatusFile {
-    pub dir: TrustedDir,
-    pub name: OsString,
-    /// The last write failed (said once, not every second).
-    failing: bool,
-}
-
-impl StatusFile {
-    pub fn new(dir: TrustedDir, name: OsString) -> StatusFile {
-        StatusFile {
-            dir,
-            name,
-            failing: false,
-        }
-    }
 }
 
 /// A running switch.
@@ -169,27 +149,6 @@ impl Control for ControlPlane {
         }
         if let Some(l) = &self.link {
             l.snapshots.send_replace(snap);
-        }
-    }
-}
-
-impl StatusFile {
-    /// Replaces the status file (mode 0644) atomically, never through a planted name (see
-    /// [`super::safe_file`]); a failure is logged once, and its end once.
-    pub(super) fn write(&mut self, snap: &Snapshot) {
-        let text = serde_json::to_vec(snap).unwrap_or_default();
-        let shown = self.dir.path().join(&self.name);
-        match self.dir.replace(&self.name, &text, Some(0o644)) {
-            Ok(()) if self.failing => {
-                eprintln!("teamster: status file {} written again", shown.display());
-                self.failing = false;
-            }
-            Ok(()) => {}
-            Err(e) if !self.failing => {
-                eprintln!("teamster: status file {}: {e}", shown.display());
-                self.failing = true;
-            }
-            Err(_) => {}
         }
     }
 }

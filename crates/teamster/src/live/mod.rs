@@ -13,5 +13,5 @@ pub mod daemon;
 pub mod persist;
 pub mod safe_file;
 pub mod snapshot;
-mod status_writer;
+pub mod status_writer;
 mod view;

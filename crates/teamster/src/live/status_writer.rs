@@ -6,11 +6,49 @@
 //! one, the new one is dropped, since the file is a periodic view and the next second brings a
 //! fresher one. The last snapshot, when the switch stops, is always written.
 
-use super::daemon::StatusFile;
+use super::safe_file::TrustedDir;
 use super::snapshot::Snapshot;
+use std::ffi::OsString;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// Where the status file goes: its directory, checked and held open, and its name there.
+pub struct StatusFile {
+    pub dir: TrustedDir,
+    pub name: OsString,
+    /// The last write failed (said once, not every second).
+    failing: bool,
+}
+
+impl StatusFile {
+    pub fn new(dir: TrustedDir, name: OsString) -> StatusFile {
+        StatusFile {
+            dir,
+            name,
+            failing: false,
+        }
+    }
+
+    /// Replaces the status file (mode 0644) atomically, never through a planted name (see
+    /// [`super::safe_file`]); a failure is logged once, and its end once.
+    fn write(&mut self, snap: &Snapshot) {
+        let text = serde_json::to_vec(snap).unwrap_or_default();
+        let shown = self.dir.path().join(&self.name);
+        match self.dir.replace(&self.name, &text, Some(0o644)) {
+            Ok(()) if self.failing => {
+                eprintln!("teamster: status file {} written again", shown.display());
+                self.failing = false;
+            }
+            Ok(()) => {}
+            Err(e) if !self.failing => {
+                eprintln!("teamster: status file {}: {e}", shown.display());
+                self.failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
 
 /// The writer thread and the way to it.
 pub struct StatusWriter {
@@ -52,7 +90,6 @@ impl StatusWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::safe_file::TrustedDir;
 
     fn at(t_s: f64) -> Arc<Snapshot> {
         Arc::new(Snapshot {
