@@ -16,7 +16,7 @@ RATE=${RATE:-0}
 OUT=${1:?usage: bench/live/pps.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd); : > "$OUT/pps.txt"
 TEAMSTER=${TEAMSTER:-$REPO/target/release/teamster}
 [ -x "$TEAMSTER" ] || cargo build -q --release -p teamster --manifest-path "$REPO/Cargo.toml"
 DAEMON=""
@@ -87,12 +87,22 @@ PY
     done
   done
 }
+# Idle round trip through the switch: 500 pings 5 ms apart, p50 / p99 / max in ms.
+rtt() {   # label
+  ip netns exec tmq-vm ping -n -c 500 -i 0.005 -W 1 198.18.1.2 2>/dev/null | python3 -c "
+import re, sys
+t = sorted(float(m) for m in re.findall(r'time=([0-9.]+) ms', sys.stdin.read()))
+q = lambda p: t[min(len(t) - 1, int(p * len(t)))] if t else float('nan')
+print(f'$1 idle ping RTT p50 {q(0.5):.3f} ms, p99 {q(0.99):.3f} ms, max {t[-1] if t else 0:.3f} ms, {len(t)} of 500 answered')
+" | tee -a "$OUT/pps.txt"
+}
 ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
 # Linux bridge baseline.
 ip link add tmq-br type bridge stp_state 0; ip link set tmq-br up
 ip link set tmq-v1 master tmq-br; ip link set tmq-u0 master tmq-br
 sleep 1; ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
-measure linux-bridge | tee "$OUT/pps.txt"
+rtt linux-bridge
+measure linux-bridge | tee -a "$OUT/pps.txt"
 ip link set tmq-v1 nomaster; ip link set tmq-u0 nomaster; ip link del tmq-br
 # Teamster.
 "$TEAMSTER" run "$OUT/switch.toml" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
@@ -100,4 +110,5 @@ DAEMON=$!
 sleep 1.5
 kill -0 "$DAEMON" 2>/dev/null || { echo "teamster did not start:"; cat "$OUT/teamster.log"; exit 1; }
 ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
+rtt teamster
 measure teamster | tee -a "$OUT/pps.txt"
