@@ -1,21 +1,24 @@
-//! AF_PACKET with a TPACKET_V3 receive ring and batched transmit: the first [`Backend`].
+//! AF_PACKET with batched receive and transmit: the first [`Backend`].
 //!
-//! Receive: the kernel fills blocks of a ring shared through mmap; a block handed to user space
-//! holds a batch of frames, read in place and handed back. The handshake is the block's status
-//! word, read with an acquire load and written back with a release store (packet_mmap.rst: the
-//! kernel's data must be visible before user space sees `TP_STATUS_USER`, and user space must be
-//! done with the block before the kernel sees `TP_STATUS_KERNEL`). Everything inside a block is
-//! read by [`crate::ring`], which checks every kernel-written offset against the block, drops
-//! frames the kernel cut (`truncated`) and skips a block it cannot make sense of (`bad`). A VLAN
-//! tag the kernel moved into the frame's metadata (VLAN offload) is put back into the frame, so
-//! the switch sees what was on the wire. Frames leaving the interface (this socket's own, and
-//! any the host sends there) are not received: PACKET_IGNORE_OUTGOING asks the kernel not to
-//! queue them (Linux 4.20+), and the ring reader skips frames marked PACKET_OUTGOING where the
-//! kernel lacks the option. The interface is made promiscuous through a packet-socket
-//! membership, which the kernel drops with the socket: closing restores the interface as it
-//! was. A frame whose TCP/UDP checksum the sender left to hardware (TP_STATUS_CSUMNOTREADY, as
-//! veth and virtio pass them) has it completed in software before the switch sees it, since it
-//! will leave through another interface.
+//! Receive: `recvmmsg` reads up to [`RX_BATCH`] frames per call into buffers kept between calls,
+//! each big enough for a 64 KiB super-frame. A frame is readable the moment the kernel queues
+//! it, so the poll loop wakes per frame when idle: no frame waits for a ring block to fill or
+//! time out (a TPACKET_V3 ring, used before, hands a block over 1 ms after its first frame at
+//! the earliest, which put a 1 ms floor under every hop; a TPACKET_V2 ring's fixed slots would
+//! cut the super-frames a VM with TSO sends). The socket's receive buffer (16 MiB, forced where
+//! allowed) absorbs bursts while the loop is descheduled; what overflows it is counted by the
+//! kernel and read as `ring_full`. The kernel's per-frame metadata comes with each frame
+//! (`PACKET_AUXDATA`): a VLAN tag it moved out of the frame (VLAN offload) is put back, so the
+//! switch sees what was on the wire, and a TCP/UDP checksum the sender left to hardware
+//! (TP_STATUS_CSUMNOTREADY, as veth and virtio pass them) is completed in software before the
+//! switch sees it, since the frame will leave through another interface ([`crate::ring`] does
+//! both). A frame longer than its buffer (`MSG_TRUNC`) is counted as `truncated` and not
+//! forwarded. Frames leaving the interface (this socket's own, and any the host sends there)
+//! are not received: PACKET_IGNORE_OUTGOING asks the kernel not to queue them (Linux 4.20+),
+//! and frames marked PACKET_OUTGOING are skipped where the kernel lacks the option. The
+//! interface is made promiscuous through a packet-socket membership, which the kernel drops
+//! with the socket: closing restores the interface as it was. No memory is shared with the
+//! kernel: every byte is copied into the socket's own buffers by the system call.
 //!
 //! The socket is bound to one interface index. If the interface goes down or is deleted, the
 //! kernel sets a pending error on the socket (so it polls with POLLERR until
@@ -27,33 +30,38 @@
 //! next flush, so the caller can hold back instead of losing them; only frames the kernel
 //! refuses for good, or more than [`AfPacket::TX_PENDING_MAX`] waiting, are dropped and counted.
 //!
-//! No crate offers TPACKET_V3 rings over safe types, so the ring is read by hand here; every
-//! `unsafe` block says why it is sound.
+//! No crate offers batched packet-socket I/O with its auxiliary data over safe types, so the
+//! system calls are made by hand here; every `unsafe` block says why it is sound.
 
-use crate::ring::{read_block, BLOCK_STATUS_OFFSET};
+use crate::ring::deliver_frame;
 use crate::{Backend, RxDrops, TxTotals};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Receive ring: 64 blocks of 256 KiB (16 MiB). The kernel hands a block over when it is full
-/// or 1 ms after its first frame, so at low rates each block holds about a millisecond: many
-/// blocks let the ring ride out the loop being descheduled for tens of milliseconds (16 blocks
-/// of 1 MiB held only 16 ms, and lost frames at a failover on a busy 2-core machine).
-const BLOCK_SIZE: u32 = 1 << 18;
-const BLOCK_NR: u32 = 64;
-const FRAME_SIZE: u32 = 2048;
+/// Frames read per `recvmmsg` call.
+pub const RX_BATCH: usize = 32;
+/// One receive buffer: a 64 KiB super-frame with its Ethernet and VLAN headers.
+const RX_BUF: usize = 65_536 + 64;
+/// Room for the PACKET_AUXDATA control message (CMSG_SPACE of 20 bytes is 40).
+const RX_CTRL: usize = 64;
+/// The receive buffer asked for: room for bursts while the loop is descheduled.
+const RCVBUF: libc::c_int = 16 << 20;
+/// Linux's PACKET_AUXDATA socket option and control message type.
+const PACKET_AUXDATA: libc::c_int = 8;
+/// `sll_pkttype` of a frame leaving the interface.
+const PACKET_OUTGOING: u8 = 4;
 /// Linux's PACKET_IGNORE_OUTGOING (since 4.20); not in every libc release.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-/// enum tpacket_versions: TPACKET_V1, V2, V3.
-const TPACKET_V3: libc::c_int = 2;
 
-/// An AF_PACKET socket on one interface, with its receive ring.
+/// An AF_PACKET socket on one interface, with its receive and transmit batches.
 pub struct AfPacket {
     fd: OwnedFd,
-    ring: *mut u8,
-    ring_len: usize,
-    next_block: u32,
+    /// Receive buffers, their addresses, control messages and headers, reused by every call.
+    rx_bufs: Vec<Vec<u8>>,
+    rx_names: Vec<libc::sockaddr_ll>,
+    rx_ctrl: Vec<[u8; RX_CTRL]>,
+    rx_iov: Vec<libc::iovec>,
+    rx_msgs: Vec<libc::mmsghdr>,
     tx: Vec<Vec<u8>>,
     /// sendmmsg's headers and vectors, reused by every flush.
     iov: Vec<libc::iovec>,
@@ -70,9 +78,9 @@ pub struct AfPacket {
     ifindex: i32,
 }
 
-// SAFETY: the ring pointer is owned by this value alone (mapped in `open`, unmapped in `drop`)
-// and only touched through `&mut self`, so moving it to another thread is sound. The pointers
-// in `iov` and `msgs` are rebuilt before each use and only used during one call.
+// SAFETY: the raw pointers inside (iovec and mmsghdr vectors) point into this value's own
+// vectors, are rebuilt before each system call and used only during it, so moving the value to
+// another thread is sound.
 unsafe impl Send for AfPacket {}
 
 fn check(ret: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
@@ -108,7 +116,8 @@ impl AfPacket {
     /// before the socket pushes back.
     const SNDBUF: libc::c_int = 4 << 20;
 
-    /// Opens interface `name`: socket, TPACKET_V3 ring, promiscuous membership, bind.
+    /// Opens interface `name`: socket, auxiliary data and buffer sizes, promiscuous membership,
+    /// bind.
     pub fn open(name: &str) -> io::Result<AfPacket> {
         let ifindex = crate::iface::index(name)?;
         // Protocol 0: the socket receives nothing until it is bound to the interface below. A
@@ -129,32 +138,28 @@ impl AfPacket {
         )?;
         // SAFETY: `raw` is a fresh descriptor owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let version: libc::c_int = TPACKET_V3;
+        let one: libc::c_int = 1;
         set_opt(
             raw,
             libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            &version,
-            "PACKET_VERSION",
+            PACKET_AUXDATA,
+            &one,
+            "PACKET_AUXDATA",
             name,
         )?;
-        let req = libc::tpacket_req3 {
-            tp_block_size: BLOCK_SIZE,
-            tp_block_nr: BLOCK_NR,
-            tp_frame_size: FRAME_SIZE,
-            tp_frame_nr: BLOCK_SIZE / FRAME_SIZE * BLOCK_NR,
-            tp_retire_blk_tov: 1, // ms: hand partly filled blocks over quickly
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        set_opt(
+        // Best effort, as for the send buffer below.
+        if set_opt(
             raw,
-            libc::SOL_PACKET,
-            libc::PACKET_RX_RING,
-            &req,
-            "PACKET_RX_RING",
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &RCVBUF,
+            "SO_RCVBUFFORCE",
             name,
-        )?;
+        )
+        .is_err()
+        {
+            let _ = set_opt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &RCVBUF, "SO_RCVBUF", name);
+        }
         // Best effort: SO_SNDBUFFORCE needs CAP_NET_ADMIN, SO_SNDBUF is capped by wmem_max.
         if set_opt(
             raw,
@@ -168,8 +173,7 @@ impl AfPacket {
         {
             let _ = set_opt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &Self::SNDBUF, "SO_SNDBUF", name);
         }
-        let one: libc::c_int = 1;
-        // Best effort: older kernels lack it, and then the ring reader skips outgoing frames.
+        // Best effort: older kernels lack it, and then outgoing frames are skipped on receipt.
         let _ = set_opt(
             raw,
             libc::SOL_PACKET,
@@ -178,30 +182,21 @@ impl AfPacket {
             "PACKET_IGNORE_OUTGOING",
             name,
         );
-        let ring_len = (BLOCK_SIZE * BLOCK_NR) as usize;
-        // SAFETY: mapping the ring the kernel just allocated for this socket, with its exact size.
-        let ring = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                raw,
-                0,
+        // SAFETY: sockaddr_ll and mmsghdr are plain data; zeroed is valid, and every pointer
+        // in a header is set before each call.
+        let (rx_names, rx_msgs) = unsafe {
+            (
+                vec![std::mem::zeroed::<libc::sockaddr_ll>(); RX_BATCH],
+                (0..RX_BATCH).map(|_| std::mem::zeroed::<libc::mmsghdr>()).collect(),
             )
         };
-        if ring == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("{name}: mmap of the receive ring: {e}"),
-            ));
-        }
-        let mut sock = AfPacket {
+        let sock = AfPacket {
             fd,
-            ring: ring.cast(),
-            ring_len,
-            next_block: 0,
+            rx_bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+            rx_names,
+            rx_ctrl: vec![[0u8; RX_CTRL]; RX_BATCH],
+            rx_iov: Vec::with_capacity(RX_BATCH),
+            rx_msgs,
             tx: Vec::new(),
             iov: Vec::with_capacity(Self::TX_BATCH),
             msgs: Vec::with_capacity(Self::TX_BATCH),
@@ -238,7 +233,6 @@ impl AfPacket {
             )
         };
         check(r, "bind", name)?;
-        sock.next_block = 0;
         Ok(sock)
     }
 
@@ -269,14 +263,6 @@ impl AfPacket {
         }
     }
 
-    /// The status word of block `i`, shared with the kernel.
-    fn block_status(&self, i: u32) -> &AtomicU32 {
-        // SAFETY: i < BLOCK_NR, so the word lies inside the mapping, which lives as long as
-        // `self`; blocks start at multiples of BLOCK_SIZE in a page-aligned mapping, so it is
-        // 4-byte aligned. The kernel and this socket access it only as the TPACKET_V3 handshake
-        // does (the kernel with its own barriers, we with atomics), never otherwise.
-        unsafe { AtomicU32::from_ptr(self.ring.add((i * BLOCK_SIZE) as usize + BLOCK_STATUS_OFFSET).cast()) }
-    }
 }
 
 impl Backend for AfPacket {
@@ -291,27 +277,57 @@ impl Backend for AfPacket {
     fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize {
         let mut frames = 0;
         loop {
-            let i = self.next_block;
-            // Acquire: the frames the kernel wrote are visible once we see TP_STATUS_USER.
-            if self.block_status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
-                return frames;
+            self.rx_iov.clear();
+            for b in &mut self.rx_bufs {
+                self.rx_iov.push(libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                });
             }
-            // SAFETY: the block lies inside the mapping (i < BLOCK_NR), and it is ours until we
-            // store TP_STATUS_KERNEL below: the kernel does not write it meanwhile. The slice is
-            // gone before that store.
-            let block = unsafe {
-                std::slice::from_raw_parts(
-                    self.ring.add((i * BLOCK_SIZE) as usize).cast_const(),
-                    BLOCK_SIZE as usize,
+            for (i, m) in self.rx_msgs.iter_mut().enumerate() {
+                let h = &mut m.msg_hdr;
+                h.msg_name = (&mut self.rx_names[i] as *mut libc::sockaddr_ll).cast();
+                h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                h.msg_iov = &mut self.rx_iov[i];
+                h.msg_iovlen = 1;
+                h.msg_control = self.rx_ctrl[i].as_mut_ptr().cast();
+                h.msg_controllen = RX_CTRL as _;
+                h.msg_flags = 0;
+                m.msg_len = 0;
+            }
+            // SAFETY: `rx_msgs` holds RX_BATCH headers whose name, iovec and control pointers
+            // point into this value's own vectors, alive and untouched until the call returns.
+            let n = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    self.rx_msgs.as_mut_ptr(),
+                    RX_BATCH as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
                 )
             };
-            let read = read_block(block, &mut self.scratch, sink);
-            frames += read.delivered;
-            self.rx_drops.truncated += read.truncated;
-            self.rx_drops.bad += read.bad;
-            // Release: we are done with the block before the kernel sees it handed back.
-            self.block_status(i).store(libc::TP_STATUS_KERNEL, Ordering::Release);
-            self.next_block = (i + 1) % BLOCK_NR;
+            // Nothing (EAGAIN), or an error the poll reports as POLLERR and the caller reads.
+            if n <= 0 {
+                return frames;
+            }
+            let n = n as usize;
+            for i in 0..n {
+                let h = &self.rx_msgs[i].msg_hdr;
+                if h.msg_flags & libc::MSG_TRUNC != 0 {
+                    self.rx_drops.truncated += 1;
+                    continue;
+                }
+                if self.rx_names[i].sll_pkttype == PACKET_OUTGOING {
+                    continue;
+                }
+                let (status, tci, tpid) = auxdata(h);
+                let len = (self.rx_msgs[i].msg_len as usize).min(RX_BUF);
+                deliver_frame(&self.rx_bufs[i][..len], status, tci, tpid, &mut self.scratch, sink);
+                frames += 1;
+            }
+            if n < RX_BATCH {
+                return frames;
+            }
         }
     }
 
@@ -330,7 +346,8 @@ impl Backend for AfPacket {
     }
 
     fn ring_drops(&mut self) -> u64 {
-        // tpacket_stats_v3: packets, drops, freeze_q_cnt (u32 each); reading resets them.
+        // tpacket_stats: packets, drops (u32 each), the second the frames the receive buffer
+        // had no room for; reading resets them.
         let mut stats = [0u32; 3];
         let mut len = std::mem::size_of_val(&stats) as libc::socklen_t;
         // SAFETY: `stats` is a buffer of `len` bytes that the kernel fills.
@@ -416,9 +433,25 @@ impl Backend for AfPacket {
     }
 }
 
-impl Drop for AfPacket {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `open` mapped; the socket closes with `fd`.
-        unsafe { libc::munmap(self.ring.cast(), self.ring_len) };
+/// The frame's `tp_status`, VLAN TCI and TPID from its PACKET_AUXDATA control message, or zeros
+/// (nothing to restore) if it carries none.
+fn auxdata(h: &libc::msghdr) -> (u32, u16, u16) {
+    // SAFETY: `h` was filled by recvmmsg with `msg_controllen` valid bytes of control messages
+    // in a buffer of RX_CTRL bytes; the CMSG macros stay within that length, and the auxdata is
+    // read unaligned from inside the message it belongs to.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let m = &*c;
+            if m.cmsg_level == libc::SOL_PACKET
+                && m.cmsg_type == PACKET_AUXDATA
+                && m.cmsg_len as usize >= libc::CMSG_LEN(std::mem::size_of::<libc::tpacket_auxdata>() as u32) as usize
+            {
+                let a: libc::tpacket_auxdata = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return (a.tp_status, a.tp_vlan_tci, a.tp_vlan_tpid);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
     }
+    (0, 0, 0)
 }
