@@ -89,7 +89,7 @@ PY
 }
 # Idle round trip through the switch: 500 pings 5 ms apart, p50 / p99 / max in ms.
 rtt() {   # label
-  ip netns exec tmq-vm ping -n -c 500 -i 0.005 -W 1 198.18.1.2 2>/dev/null | python3 -c "
+  ip netns exec tmq-vm ping -n -c 500 -i 0.005 -W 1 198.18.1.2 2>/dev/null | tee "$OUT/ping-$1.txt" | python3 -c "
 import re, sys
 t = sorted(float(m) for m in re.findall(r'time=([0-9.]+) ms', sys.stdin.read()))
 q = lambda p: t[min(len(t) - 1, int(p * len(t)))] if t else float('nan')
