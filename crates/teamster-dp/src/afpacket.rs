@@ -139,14 +139,7 @@ impl AfPacket {
         // SAFETY: `raw` is a fresh descriptor owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let one: libc::c_int = 1;
-        set_opt(
-            raw,
-            libc::SOL_PACKET,
-            PACKET_AUXDATA,
-            &one,
-            "PACKET_AUXDATA",
-            name,
-        )?;
+        set_opt(raw, libc::SOL_PACKET, PACKET_AUXDATA, &one, "PACKET_AUXDATA", name)?;
         // Best effort, as for the send buffer below.
         if set_opt(
             raw,
@@ -262,7 +255,6 @@ impl AfPacket {
             (err != 0).then(|| io::Error::from_raw_os_error(err))
         }
     }
-
 }
 
 impl Backend for AfPacket {

@@ -143,7 +143,14 @@ fn frame_at(block: &[u8], off: usize) -> Option<Frame<'_>> {
 /// Hands one received frame to `sink` given its metadata as the kernel reports it (the
 /// `tp_status`, VLAN TCI and TPID of `tpacket_auxdata` or a ring's frame header), restoring the
 /// VLAN tag and completing a checksum as [`read_block`] does.
-pub fn deliver_frame(data: &[u8], status: u32, vlan_tci: u16, vlan_tpid: u16, scratch: &mut Vec<u8>, sink: &mut dyn FnMut(&[u8])) {
+pub fn deliver_frame(
+    data: &[u8],
+    status: u32,
+    vlan_tci: u16,
+    vlan_tpid: u16,
+    scratch: &mut Vec<u8>,
+    sink: &mut dyn FnMut(&[u8]),
+) {
     let f = Frame {
         next: 0,
         len: data.len(),
