@@ -1,11 +1,14 @@
 //! Teamster's live Linux data plane.
 //!
-//! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (TPACKET_V3 receive ring,
-//!   batched transmit) is the first, AF_XDP can follow behind the same trait.
+//! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (recvmmsg receive with the
+//!   kernel's per-frame metadata, batched transmit) is the first, AF_XDP can follow behind the
+//!   same trait.
 //! - [`caps`]: the capabilities the data plane needs, checked up front.
 //! - [`netlink`]: link state changes from the kernel, for failover and interfaces that come and
 //!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
-//! - [`ring`]: reading a TPACKET_V3 receive-ring block, every kernel-written offset checked.
+//! - [`ring`]: restoring a received frame from the kernel's metadata (VLAN tag, checksum), and
+//!   reading a TPACKET_V3 receive-ring block with every kernel-written offset checked (kept for
+//!   a ring mode at high packet rates; AfPacket reads with recvmmsg).
 //! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
 //!   rate.
 //!
@@ -44,7 +47,7 @@ pub trait Backend: Send {
     fn tx_pending(&self) -> usize {
         0
     }
-    /// Frames the kernel dropped before this backend could read them (receive ring full),
+    /// Frames the kernel dropped before this backend could read them (receive buffer full),
     /// since the last call.
     fn ring_drops(&mut self) -> u64 {
         0
