@@ -78,9 +78,9 @@ pub struct AfPacket {
     ifindex: i32,
 }
 
-// SAFETY: the raw pointers inside (iovec and mmsghdr vectors) point into this value's own
-// vectors, are rebuilt before each system call and used only during it, so moving the value to
-// another thread is sound.
+// SAFETY: the raw pointers inside (iovec and mmsghdr vectors) point into the heap storage of
+// this value's own vectors, which moves with it and is used only through `&mut self`, so moving
+// the value to another thread is sound.
 unsafe impl Send for AfPacket {}
 
 fn check(ret: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
@@ -183,12 +183,12 @@ impl AfPacket {
                 (0..RX_BATCH).map(|_| std::mem::zeroed::<libc::mmsghdr>()).collect(),
             )
         };
-        let sock = AfPacket {
+        let mut sock = AfPacket {
             fd,
             rx_bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
             rx_names,
             rx_ctrl: vec![[0u8; RX_CTRL]; RX_BATCH],
-            rx_iov: Vec::with_capacity(RX_BATCH),
+            rx_iov: Vec::new(),
             rx_msgs,
             tx: Vec::new(),
             iov: Vec::with_capacity(Self::TX_BATCH),
@@ -226,7 +226,29 @@ impl AfPacket {
             )
         };
         check(r, "bind", name)?;
+        sock.point_rx_headers();
         Ok(sock)
+    }
+
+    /// Points each receive header at its buffer, address and control space, once: the vectors
+    /// are never resized afterwards, so their heap storage, and these pointers, stay valid
+    /// when the value moves.
+    fn point_rx_headers(&mut self) {
+        self.rx_iov = self
+            .rx_bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        for (i, m) in self.rx_msgs.iter_mut().enumerate() {
+            let h = &mut m.msg_hdr;
+            h.msg_name = (&mut self.rx_names[i] as *mut libc::sockaddr_ll).cast();
+            h.msg_iov = &mut self.rx_iov[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.rx_ctrl[i].as_mut_ptr().cast();
+        }
     }
 
     /// The interface index the socket is bound to (resolved once, at open).
@@ -269,26 +291,15 @@ impl Backend for AfPacket {
     fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize {
         let mut frames = 0;
         loop {
-            self.rx_iov.clear();
-            for b in &mut self.rx_bufs {
-                self.rx_iov.push(libc::iovec {
-                    iov_base: b.as_mut_ptr().cast(),
-                    iov_len: b.len(),
-                });
-            }
-            for (i, m) in self.rx_msgs.iter_mut().enumerate() {
-                let h = &mut m.msg_hdr;
-                h.msg_name = (&mut self.rx_names[i] as *mut libc::sockaddr_ll).cast();
-                h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-                h.msg_iov = &mut self.rx_iov[i];
-                h.msg_iovlen = 1;
-                h.msg_control = self.rx_ctrl[i].as_mut_ptr().cast();
-                h.msg_controllen = RX_CTRL as _;
-                h.msg_flags = 0;
-                m.msg_len = 0;
+            // The kernel rewrites these three on return; the pointers set at open stand.
+            for m in &mut self.rx_msgs {
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                m.msg_hdr.msg_controllen = RX_CTRL as _;
+                m.msg_hdr.msg_flags = 0;
             }
             // SAFETY: `rx_msgs` holds RX_BATCH headers whose name, iovec and control pointers
-            // point into this value's own vectors, alive and untouched until the call returns.
+            // point into the heap storage of this value's own vectors (set in `open`; none of
+            // them is ever resized, so the storage never moves), alive until the call returns.
             let n = unsafe {
                 libc::recvmmsg(
                     self.fd.as_raw_fd(),

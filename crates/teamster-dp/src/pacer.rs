@@ -61,21 +61,15 @@ impl Pacer {
         self.tokens -= bytes as f64;
     }
 
-    /// When half the burst (1 ms of sending) will have accrued, if less has now: when a loop
-    /// that ran out of balance should wake. It then sends about 1 ms of frames in one batch,
-    /// not one frame per wake, and the other half of the burst is slack for a late wake-up
-    /// before any of the link's time is lost.
+    /// When half the burst (1 ms of sending, or one frame at low rates) will have accrued, if
+    /// less has now: when a loop that ran out of balance should wake. It then sends a batch, not
+    /// one frame per wake, and the other half of the burst is slack for a late wake-up before
+    /// any of the link's time is lost.
     pub fn batch_ready_at(&self) -> Option<Instant> {
         let want = self.burst / 2.0;
         (self.tokens < want).then(|| {
             self.last + core::time::Duration::from_nanos(((want - self.tokens) / self.bytes_per_ns).ceil() as u64)
         })
-    }
-
-    /// When the balance will be positive again, if it is not now.
-    pub fn ready_at(&self) -> Option<Instant> {
-        (self.tokens <= 0.0)
-            .then(|| self.last + core::time::Duration::from_nanos((-self.tokens / self.bytes_per_ns).ceil() as u64 + 1))
     }
 }
 
@@ -122,15 +116,15 @@ mod tests {
         let rate = sent as f64 * 8.0;
         // The initial burst (25 kB = 0.2 Mbit) is on top of the second's 100 Mbit.
         assert!((rate - 100e6).abs() < 0.01 * 100e6, "{rate}");
-        assert!(p.ready_at().is_some());
+        assert!(!p.may_send(), "a backlogged second ends out of balance");
     }
 
     #[test]
     fn waking_at_each_batch_keeps_the_rate_with_a_late_loop() {
         // 20 Mbit/s, 1442-byte frames, always backlogged, for 1 simulated second. The loop wakes
         // at `batch_ready_at` plus a lateness of 0.9 ms (under the half burst of slack): the
-        // link loses none of its time, and it wakes once per batch of about a millisecond of sending,
-        // not once per frame.
+        // link loses none of its time, and it wakes once per batch of about a millisecond of
+        // sending, not once per frame.
         let mut p = Pacer::new(20e6, Instant::ZERO);
         let (mut now, mut sent, mut wakes) = (Instant::ZERO, 0usize, 0u32);
         let end = Instant::from_millis(1000);

@@ -2,8 +2,9 @@
 //! the netlink socket, until the next timer, to the nanosecond (`ppoll`), at most 10 ms, or
 //! 1 ms while an uplink's device holds frames back. The timers: the switch's (MAC ageing, LBT,
 //! ...), the link resync, each uplink pacer's next batch, and the next frame a port's limit
-//! releases. A millisecond `poll` rounded a wait under 1 ms down to 0 and spun until it passed. The poll set is rebuilt when an interface is attached or detached. A socket that
-//! polls in error (its interface went down or away) is handed back to the loop, which reads the
+//! releases. A millisecond `poll` rounded a wait under 1 ms down to 0 and spun until it passed.
+//! The poll set is rebuilt when an interface is attached or detached. A socket that polls in
+//! error (its interface went down or away) is handed back to the loop, which reads the
 //! error before polling again, so an error never makes the loop spin.
 
 use super::{Datapath, Slot, MAX_WAIT_MS};

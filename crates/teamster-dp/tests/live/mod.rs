@@ -1,23 +1,27 @@
-//! What the data plane's live tests share: whether they may run here.
+//! What the live tests share: whether they may run here. The `teamster` crate's live tests
+//! include this file too (`#[path]`), so both crates skip, or fail under CI, the same way.
 
-/// True if this process runs as root; else a skip with a message, or, when
-/// `TEAMSTER_REQUIRE_LIVE=1` (as CI sets), a failure, so a live test never passes there by
+/// Whether this process runs as root.
+pub fn running_as_root() -> bool {
+    // SAFETY: getuid(2) has no preconditions and cannot fail.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// Whether a live test may run: true if `have`; else a skip with a message, or, when
+/// `TEAMSTER_REQUIRE_LIVE=1` (as CI sets), a failure, so a live test can never pass there by
 /// skipping.
-pub fn as_root() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
+pub fn skip_unless(have: bool, needs: &str) -> bool {
+    if !have {
         assert!(
             std::env::var("TEAMSTER_REQUIRE_LIVE").as_deref() != Ok("1"),
-            "TEAMSTER_REQUIRE_LIVE=1, but this live test needs root for veth and AF_PACKET"
+            "TEAMSTER_REQUIRE_LIVE=1, but this live test cannot run: it needs {needs}"
         );
-        eprintln!("skipped: needs root for veth and AF_PACKET");
+        eprintln!("skipped: needs {needs}");
     }
-    root
+    have
+}
+
+/// True if this process runs as root; else a skip (or, under CI, a failure) saying so.
+pub fn as_root() -> bool {
+    skip_unless(running_as_root(), "root for veth and AF_PACKET")
 }

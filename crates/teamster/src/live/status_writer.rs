@@ -9,7 +9,7 @@
 use super::safe_file::TrustedDir;
 use super::snapshot::Snapshot;
 use std::ffi::OsString;
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -72,11 +72,9 @@ impl StatusWriter {
 
     /// Hands `snap` to the writer, unless it is still writing the previous one.
     pub fn offer(&self, snap: Arc<Snapshot>) {
-        match self.to.try_send(snap) {
-            Ok(()) | Err(TrySendError::Full(_)) => {}
-            // The thread is gone (it panicked): nothing more to write with.
-            Err(TrySendError::Disconnected(_)) => {}
-        }
+        // Full: the writer is busy, and the next second brings a fresher one. Disconnected:
+        // the thread is gone (it panicked), and there is nothing left to write with.
+        let _ = self.to.try_send(snap);
     }
 
     /// Writes `last` (waiting for the writer to be free) and stops the thread.

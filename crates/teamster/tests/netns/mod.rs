@@ -8,6 +8,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../../teamster-dp/tests/live/mod.rs"]
+mod live;
+pub use live::{running_as_root, skip_unless};
+
 pub const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
 
 /// The tests share one topology's names: one at a time, across test binaries and across
@@ -212,32 +216,11 @@ pub fn signal(child: &Child, signal: i32) {
 }
 
 pub fn ready() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = running_as_root();
     let tools = ["ip", "ping", "iperf3", "timeout"]
         .iter()
         .all(|t| sh(&["sh", "-c", &format!("command -v {t}")]));
     skip_unless(root && tools, "root with ip, ping, iperf3 and timeout")
-}
-
-/// Whether a live test may run: true if `have`; else a skip with a message, or, when
-/// `TEAMSTER_REQUIRE_LIVE=1` (as CI sets), a failure, so a live test can never pass there by
-/// skipping.
-pub fn skip_unless(have: bool, needs: &str) -> bool {
-    if !have {
-        assert!(
-            std::env::var("TEAMSTER_REQUIRE_LIVE").as_deref() != Ok("1"),
-            "TEAMSTER_REQUIRE_LIVE=1, but this live test cannot run: it needs {needs}"
-        );
-        eprintln!("skipped: needs {needs}");
-    }
-    have
 }
 
 /// One line per port and uplink from the daemon's status: frames in and out and every non-zero
