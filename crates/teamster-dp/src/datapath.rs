@@ -5,7 +5,7 @@
 //! Each turn of [`Datapath::run`]: wait (poll) for frames, a link change or the next timer (at
 //! most 10 ms); apply carrier changes (failover within that turn); pass every received frame
 //! through the switch; send frames for ports at once, queue frames for uplinks in their
-//! scheduler (cut to the MTU, TCP super-frames segmented), and let each pacer release what the
+//! scheduler (fitted to the interface: see the `fit` submodule), and let each pacer release what the
 //! uplink's capacity allows, holding back while the device is busy; run the team's timers (LBT);
 //! send team-originated frames (notify-switch RARPs); tell the switch what each device took
 //! (its `tx_*` counters); then give the [`Control`] its turn, which may reconfigure the switch
@@ -18,18 +18,24 @@
 //! use until it returns. Link state cannot be lost: a netlink overrun re-reads every interface,
 //! and the uplinks' carrier is re-read every second anyway.
 //!
-//! Counting. `tx_packets`/`tx_bytes` of a port or uplink count frames its device took (after
-//! segmentation, so segments and not super-frames), never frames dropped on the way. Each drop
-//! is counted once, on one interface: the switch's reasons, `ring_full`, `truncated` and
-//! `ring_error` on the interface the frame arrived on; `queue_full` on the port whose NetIOC
-//! queue (in an uplink's scheduler) was full; `oversize`, `tx_error` and `detached` on the
-//! interface that could not send it.
+//! Super-frames. A frame travels with its offload request (partial checksum, TSO/GSO
+//! super-frame) from the interface it arrived on to the one it leaves by, and is completed or
+//! cut only where that interface or its pacing needs it (the `fit` submodule). It is counted,
+//! metered (LBT), scheduled and paced at its wire length: its segments' bytes, headers repeated.
+//!
+//! Counting. `tx_packets`/`tx_bytes` of a port or uplink count frames its device took, a
+//! super-frame as the segments it becomes, never frames dropped on the way; `rx_packets` counts
+//! a super-frame once, `rx_bytes` at its wire length. Each drop is counted once, on one
+//! interface: the switch's reasons, `ring_full`, `truncated` and `bad_offload` on the interface
+//! the frame arrived on; `queue_full` on the port whose NetIOC queue (in an uplink's scheduler)
+//! was full; `oversize`, `bad_offload` (a request that cannot be completed in software),
+//! `tx_error` and `detached` on the interface that could not send it.
 
 mod attach;
-mod mtu;
+mod fit;
 mod poll;
 
-use mtu::fit;
+use fit::{fit, Refused};
 
 use crate::afpacket::AfPacket;
 use crate::netlink::LinkWatch;
@@ -38,6 +44,7 @@ use crate::Backend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
+use teamster_core::offload::Offload;
 use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
@@ -101,8 +108,9 @@ pub struct ExtraDrops {
     pub tx_error: u64,
     /// On this interface: longer on the wire than the kernel captured, so not forwarded.
     pub truncated: u64,
-    /// On this interface: in a receive-ring block whose offsets did not fit the block.
-    pub ring_error: u64,
+    /// On this interface: its offload request (virtio-net header) did not match the frame; or,
+    /// to this interface: a partial checksum it cannot take could not be completed.
+    pub bad_offload: u64,
     /// To this interface while it was detached (its interface missing).
     pub detached: u64,
 }
@@ -116,7 +124,7 @@ impl ExtraDrops {
             ("ring_full", self.ring_full),
             ("tx_error", self.tx_error),
             ("truncated", self.truncated),
-            ("ring_error", self.ring_error),
+            ("bad_offload", self.bad_offload),
             ("detached", self.detached),
         ]
     }
@@ -212,8 +220,9 @@ impl Control for () {
 /// The running data plane.
 pub struct Datapath {
     switch: Switch,
-    /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket.
-    ioc: Ioc<Vec<u8>>,
+    /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket; frames wait
+    /// there with their offload requests.
+    ioc: Ioc<(Vec<u8>, Offload)>,
     ports: Vec<Port>,
     index: HashMap<PortId, usize>,
     uplinks: Vec<Uplink>,
@@ -235,7 +244,7 @@ pub struct Datapath {
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
 /// stops while the device is busy: frames then wait in the scheduler, where NetIOC decides whose
 /// are dropped if the wait grows, rather than in the kernel's FIFO.
-fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
+fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
     u.pacer.refill(now);
     let Some(backend) = u.backend.as_mut() else {
         // No device: what the scheduler releases is dropped, not kept for one that may never
@@ -250,17 +259,17 @@ fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
     // batch with one call, and the rest at the end of the loop's turn ([`flush_uplink`]), so a
     // burst of arrivals costs one sendmmsg per 64 frames, not one per frame.
     while u.pacer.may_send() && backend.tx_pending() < AfPacket::TX_BATCH {
-        let Some((_, len, frame)) = ioc.dequeue(i, now) else {
+        let Some((_, len, (frame, offload))) = ioc.dequeue(i, now) else {
             break;
         };
-        backend.send_owned(frame);
+        backend.send_owned(frame, offload);
         u.pacer.charge(len as usize);
     }
 }
 
 /// Paces uplink `i` and sends its whole transmit batch, again while the device takes every
 /// batch in full: the end of a turn, after which the loop may sleep.
-fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
+fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
     loop {
         pace_one(u, i, ioc, now);
         let Some(backend) = u.backend.as_mut() else {
@@ -271,6 +280,37 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) 
         if before == 0 || backend.tx_pending() > 0 || !u.pacer.may_send() {
             return;
         }
+    }
+}
+
+/// Passes one received frame through the switch, each output with the frame's offload request
+/// moved by the tag the switch added or removed, and the frame counted at its wire length.
+fn switch_frame(
+    switch: &mut Switch,
+    from: Ingress,
+    frame: &[u8],
+    offload: Offload,
+    now: Instant,
+    pending: &mut Vec<(Option<PortId>, Output, Offload)>,
+) {
+    let port = match from {
+        Ingress::Port(p) => Some(p),
+        Ingress::Uplink(_) => None,
+    };
+    let extra_wire = offload.wire_len(frame) - frame.len();
+    for o in switch.ingress_elided(from, frame, extra_wire, now) {
+        // The switch edits a frame only by adding or removing one VLAN tag after the MACs.
+        let delta = o.frame.len() as isize - frame.len() as isize;
+        pending.push((port, o, offload.shifted(delta)));
+    }
+}
+
+/// Counts a frame that could not be fitted to its egress interface, on that interface.
+fn count_refusal(extra: &mut ExtraDrops, fitted: Result<(), Refused>) {
+    match fitted {
+        Ok(()) => {}
+        Err(Refused::TooBig) => extra.oversize += 1,
+        Err(Refused::Offload) => extra.bad_offload += 1,
     }
 }
 
@@ -425,7 +465,7 @@ impl Datapath {
 
     /// Runs until `stop` is set, giving `control` a turn each time round.
     pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control) {
-        let mut pending: Vec<(Option<PortId>, Output)> = Vec::new();
+        let mut pending: Vec<(Option<PortId>, Output, Offload)> = Vec::new();
         let mut errored: Vec<Slot> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             self.wait(&mut errored);
@@ -453,13 +493,8 @@ impl Datapath {
                 let Some(backend) = self.ports[p].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame| {
-                    pending.extend(
-                        switch
-                            .ingress(Ingress::Port(id), frame, now)
-                            .into_iter()
-                            .map(|o| (Some(id), o)),
-                    );
+                backend.recv_batch(&mut |frame, offload| {
+                    switch_frame(switch, Ingress::Port(id), frame, offload, now, &mut pending);
                 });
             }
             for u in 0..self.uplinks.len() {
@@ -467,13 +502,9 @@ impl Datapath {
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame| {
-                    pending.extend(
-                        switch
-                            .ingress(Ingress::Uplink(UplinkId(u)), frame, now)
-                            .into_iter()
-                            .map(|o| (None, o)),
-                    );
+                backend.recv_batch(&mut |frame, offload| {
+                    let from = Ingress::Uplink(UplinkId(u));
+                    switch_frame(switch, from, frame, offload, now, &mut pending);
                 });
             }
             self.dispatch(&mut pending, now);
@@ -502,7 +533,7 @@ impl Datapath {
                     .count_sent(Egress::Port(p.plan.id), sent.packets, sent.bytes);
                 let rx = b.take_rx_drops();
                 p.extra.truncated += rx.truncated;
-                p.extra.ring_error += rx.bad;
+                p.extra.bad_offload += rx.bad_offload;
             }
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
@@ -512,7 +543,7 @@ impl Datapath {
                     .count_sent(Egress::Uplink(UplinkId(i)), sent.packets, sent.bytes);
                 let rx = b.take_rx_drops();
                 u.extra.truncated += rx.truncated;
-                u.extra.ring_error += rx.bad;
+                u.extra.bad_offload += rx.bad_offload;
             }
         }
     }
@@ -522,7 +553,7 @@ impl Datapath {
         while let Some(effect) = self.switch.poll_effect() {
             match effect {
                 Effect::Transmit { uplink, frame } => match self.uplinks[uplink.0].backend.as_mut() {
-                    Some(b) => b.send_owned(frame),
+                    Some(b) => b.send_owned(frame, Offload::NONE),
                     None => self.uplinks[uplink.0].extra.detached += 1,
                 },
                 Effect::PortMoved(m) => {
@@ -593,10 +624,10 @@ impl Datapath {
         self.event(now, "config", "configuration changed".to_string());
     }
 
-    /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each cut
-    /// to the egress MTU first.
-    fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output)>, now: Instant) {
-        for (from, out) in pending.drain(..) {
+    /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each
+    /// fitted to its egress interface first (MTU, offloads, pacing).
+    fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output, Offload)>, now: Instant) {
+        for (from, out, offload) in pending.drain(..) {
             match out.to {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
@@ -605,20 +636,29 @@ impl Datapath {
                         port.extra.detached += 1;
                         continue;
                     };
-                    if !fit(out.frame, port.mtu, &mut |f| backend.send_owned(f)) {
-                        port.extra.oversize += 1;
-                    }
+                    let to = fit::Egress {
+                        mtu: port.mtu,
+                        takes_offloads: backend.takes_offloads(),
+                        max_wire: None,
+                    };
+                    let fitted = fit(out.frame, offload, to, &mut |f, o| backend.send_owned(f, o));
+                    count_refusal(&mut port.extra, fitted);
                 }
                 Egress::Uplink(u) => {
                     let from = from.and_then(|p| self.index.get(&p).copied());
                     let leaf = from.map(|i| self.ports[i].plan.leaf);
                     let up = &mut self.uplinks[u.0];
                     let ioc = &mut self.ioc;
-                    let mtu = up.mtu;
+                    let to = fit::Egress {
+                        mtu: up.mtu,
+                        takes_offloads: up.backend.as_ref().is_some_and(|b| b.takes_offloads()),
+                        max_wire: Some(up.pacer.burst() as usize),
+                    };
                     let mut full = 0;
-                    let fitted = fit(out.frame, mtu, &mut |piece| match leaf {
+                    let fitted = fit(out.frame, offload, to, &mut |piece, o| match leaf {
                         Some(leaf) => {
-                            if ioc.enqueue(u.0, leaf, piece.len() as u32, piece, now).is_err() {
+                            let wire = o.wire_len(&piece) as u32;
+                            if ioc.enqueue(u.0, leaf, wire, (piece, o), now).is_err() {
                                 full += 1;
                             }
                             // Move what the pacer allows to the device's batch at once, so the
@@ -626,13 +666,13 @@ impl Datapath {
                             pace_one(up, u.0, ioc, now);
                         }
                         None => match up.backend.as_mut() {
-                            Some(b) => b.send_owned(piece),
+                            Some(b) => b.send_owned(piece, o),
                             None => up.extra.detached += 1,
                         },
                     });
                     // Too big for the uplink: the uplink's drop. A full NetIOC queue: the
                     // sending port's (the queue is its own).
-                    up.extra.oversize += u64::from(!fitted);
+                    count_refusal(&mut up.extra, fitted);
                     if let Some(i) = from {
                         self.ports[i].extra.queue_full += full;
                     }

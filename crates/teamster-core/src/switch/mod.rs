@@ -168,10 +168,10 @@ impl Switch {
         self.ingress_elided(from, frame, 0, now)
     }
 
-    /// Switches a frame of which only the first bytes are given: `headers` (everything the switch
-    /// reads) stand for a frame `elided` bytes longer on the wire, and it is counted and metered
-    /// at that length. The simulator's packet mode sends every packet through the switch this
-    /// way, without building its payload; the outputs carry the headers only.
+    /// Switches a frame that stands for `elided` bytes more on the wire than `headers` holds, and
+    /// counts and meters it at that length: the simulator's packet mode passes only the headers
+    /// (everything the switch reads) and the outputs carry those; the live data plane passes a
+    /// super-frame, whose segments each repeat its headers on the wire.
     pub fn ingress_elided(&mut self, from: Ingress, headers: &[u8], elided: usize, now: Instant) -> Vec<Output> {
         match from {
             Ingress::Port(p) => self.ingress_port(p, headers, elided, now),
