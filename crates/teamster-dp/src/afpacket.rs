@@ -79,6 +79,8 @@ pub struct AfPacket {
     rx_iov: Vec<libc::iovec>,
     rx_msgs: Vec<libc::mmsghdr>,
     tx: Vec<TxFrame>,
+    /// Buffers of frames sent or dropped, until [`Backend::recycle`] hands them back.
+    spent: Vec<Vec<u8>>,
     /// sendmmsg's headers and vectors, reused by every flush.
     iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
@@ -209,6 +211,7 @@ impl AfPacket {
             rx_iov: Vec::new(),
             rx_msgs,
             tx: Vec::new(),
+            spent: Vec::new(),
             iov: Vec::with_capacity(2 * Self::TX_BATCH),
             msgs: Vec::with_capacity(Self::TX_BATCH),
             tx_dropped: 0,
@@ -449,6 +452,7 @@ impl Backend for AfPacket {
                 for f in self.tx.drain(..sent as usize) {
                     self.sent.packets += u64::from(f.segments);
                     self.sent.bytes += u64::from(f.wire_bytes);
+                    self.spent.push(f.bytes);
                 }
                 continue;
             }
@@ -458,14 +462,15 @@ impl Backend for AfPacket {
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => break,
                 // Refused for good (link down, too big): drop that frame and go on.
                 _ => {
-                    self.tx.drain(..1);
+                    let f = self.tx.remove(0);
+                    self.spent.push(f.bytes);
                     self.tx_dropped += 1;
                 }
             }
         }
         if self.tx.len() > Self::TX_PENDING_MAX {
             let excess = self.tx.len() - Self::TX_PENDING_MAX;
-            self.tx.drain(..excess);
+            self.spent.extend(self.tx.drain(..excess).map(|f| f.bytes));
             self.tx_dropped += excess as u64;
         }
         std::mem::take(&mut self.tx_dropped) as usize
@@ -477,6 +482,10 @@ impl Backend for AfPacket {
 
     fn takes_offloads(&self) -> bool {
         true
+    }
+
+    fn recycle(&mut self, sink: &mut dyn FnMut(Vec<u8>)) {
+        self.spent.drain(..).for_each(sink);
     }
 
     fn take_sent(&mut self) -> TxTotals {

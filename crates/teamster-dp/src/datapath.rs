@@ -34,8 +34,10 @@
 mod attach;
 mod fit;
 mod poll;
+mod pool;
 
 use fit::{fit, Refused};
+use pool::FramePool;
 
 use crate::afpacket::AfPacket;
 use crate::netlink::LinkWatch;
@@ -45,7 +47,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
 use teamster_core::offload::Offload;
-use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch, SwitchConfig};
+use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
@@ -239,6 +241,25 @@ pub struct Datapath {
     pollfds_stale: bool,
     /// When the uplinks' carrier is next re-read.
     next_resync: Instant,
+    /// Frame buffers, reused: one copy per forwarded frame, no allocation once warm.
+    pool: FramePool,
+}
+
+/// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
+/// pass.
+struct Pending {
+    /// The port it came from (None: an uplink).
+    from: Option<PortId>,
+    to: Egress,
+    frame: Vec<u8>,
+    offload: Offload,
+}
+
+/// What a turn of the loop reuses from turn to turn.
+#[derive(Default)]
+struct Scratch {
+    pending: Vec<Pending>,
+    forwards: Vec<Forward>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
@@ -283,25 +304,34 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now
     }
 }
 
-/// Passes one received frame through the switch, each output with the frame's offload request
-/// moved by the tag the switch added or removed, and the frame counted at its wire length.
+/// Passes one received frame through the switch (counted at its wire length) and copies it,
+/// edited, into a pooled buffer for each place it goes, its offload request moved by the tag
+/// the switch added or removed.
 fn switch_frame(
     switch: &mut Switch,
     from: Ingress,
-    frame: &[u8],
-    offload: Offload,
+    (frame, offload): (&[u8], Offload),
     now: Instant,
-    pending: &mut Vec<(Option<PortId>, Output, Offload)>,
+    pool: &mut FramePool,
+    scratch: &mut Scratch,
 ) {
     let port = match from {
         Ingress::Port(p) => Some(p),
         Ingress::Uplink(_) => None,
     };
     let extra_wire = offload.wire_len(frame) - frame.len();
-    for o in switch.ingress_elided(from, frame, extra_wire, now) {
-        // The switch edits a frame only by adding or removing one VLAN tag after the MACs.
-        let delta = o.frame.len() as isize - frame.len() as isize;
-        pending.push((port, o, offload.shifted(delta)));
+    scratch.forwards.clear();
+    switch.forward(from, frame, extra_wire, now, &mut scratch.forwards);
+    for f in &scratch.forwards {
+        let delta = f.edit.len_delta();
+        let mut buf = pool.take((frame.len() as isize + delta) as usize);
+        f.edit.apply_into(frame, &mut buf);
+        scratch.pending.push(Pending {
+            from: port,
+            to: f.to,
+            frame: buf,
+            offload: offload.shifted(delta),
+        });
     }
 }
 
@@ -379,6 +409,7 @@ impl Datapath {
             events: VecDeque::new(),
             next_seq: 0,
             failovers: 0,
+            pool: FramePool::default(),
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -465,7 +496,7 @@ impl Datapath {
 
     /// Runs until `stop` is set, giving `control` a turn each time round.
     pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control) {
-        let mut pending: Vec<(Option<PortId>, Output, Offload)> = Vec::new();
+        let mut scratch = Scratch::default();
         let mut errored: Vec<Slot> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             self.wait(&mut errored);
@@ -489,25 +520,25 @@ impl Datapath {
             }
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
-                let switch = &mut self.switch;
+                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.ports[p].backend.as_mut() else {
                     continue;
                 };
                 backend.recv_batch(&mut |frame, offload| {
-                    switch_frame(switch, Ingress::Port(id), frame, offload, now, &mut pending);
+                    switch_frame(switch, Ingress::Port(id), (frame, offload), now, pool, &mut scratch);
                 });
             }
             for u in 0..self.uplinks.len() {
-                let switch = &mut self.switch;
+                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
                     continue;
                 };
                 backend.recv_batch(&mut |frame, offload| {
                     let from = Ingress::Uplink(UplinkId(u));
-                    switch_frame(switch, from, frame, offload, now, &mut pending);
+                    switch_frame(switch, from, (frame, offload), now, pool, &mut scratch);
                 });
             }
-            self.dispatch(&mut pending, now);
+            self.dispatch(&mut scratch.pending, now);
             if now >= self.switch.poll_at() {
                 self.switch.handle_timeout(now);
             }
@@ -518,8 +549,21 @@ impl Datapath {
                     p.extra.tx_error += b.flush() as u64;
                 }
             }
+            self.recycle();
             self.count_devices();
             control.turn(self, now);
+        }
+    }
+
+    /// Takes back into the pool the buffers of frames each device has taken.
+    fn recycle(&mut self) {
+        let pool = &mut self.pool;
+        let backends = self.ports.iter_mut().filter_map(|p| p.backend.as_mut());
+        for b in backends {
+            b.recycle(&mut |buf| pool.give(buf));
+        }
+        for b in self.uplinks.iter_mut().filter_map(|u| u.backend.as_mut()) {
+            b.recycle(&mut |buf| pool.give(buf));
         }
     }
 
@@ -626,9 +670,15 @@ impl Datapath {
 
     /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each
     /// fitted to its egress interface first (MTU, offloads, pacing).
-    fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output, Offload)>, now: Instant) {
-        for (from, out, offload) in pending.drain(..) {
-            match out.to {
+    fn dispatch(&mut self, pending: &mut Vec<Pending>, now: Instant) {
+        for Pending {
+            from,
+            to,
+            frame,
+            offload,
+        } in pending.drain(..)
+        {
+            match to {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
                     let port = &mut self.ports[i];
@@ -641,7 +691,7 @@ impl Datapath {
                         takes_offloads: backend.takes_offloads(),
                         max_wire: None,
                     };
-                    let fitted = fit(out.frame, offload, to, &mut |f, o| backend.send_owned(f, o));
+                    let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
                     count_refusal(&mut port.extra, fitted);
                 }
                 Egress::Uplink(u) => {
@@ -655,7 +705,7 @@ impl Datapath {
                         max_wire: Some(up.pacer.burst() as usize),
                     };
                     let mut full = 0;
-                    let fitted = fit(out.frame, offload, to, &mut |piece, o| match leaf {
+                    let fitted = fit(frame, offload, to, &mut |piece, o| match leaf {
                         Some(leaf) => {
                             let wire = o.wire_len(&piece) as u32;
                             if ioc.enqueue(u.0, leaf, wire, (piece, o), now).is_err() {

@@ -45,6 +45,9 @@ pub trait Backend: Send {
     fn send_owned(&mut self, frame: Vec<u8>, offload: Offload) {
         self.send(&frame, offload);
     }
+    /// Hands back the buffers of frames given to [`Backend::send_owned`] that the kernel has
+    /// taken (or that were dropped), for the caller to reuse.
+    fn recycle(&mut self, _sink: &mut dyn FnMut(Vec<u8>)) {}
     /// Whether frames may be sent with an offload request (partial checksum, super-frame); if
     /// not, the caller completes and segments them first.
     fn takes_offloads(&self) -> bool {
