@@ -45,15 +45,14 @@ use crate::pacer::Pacer;
 use crate::Backend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
+use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
 use teamster_core::offload::Offload;
 use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
+use teamster_core::wire::mark_congestion;
 use teamster_core::Instant;
 
-/// Frames queued per port in an uplink's scheduler before tail drop.
-const LEAF_QUEUE: usize = 1024;
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
 const MAX_WAIT_MS: i32 = 10;
 /// Events kept (the most recent).
@@ -160,6 +159,9 @@ pub struct Uplink {
     pub extra: ExtraDrops,
     /// Carrier as the kernel reports it (false while detached).
     pub carrier: bool,
+    /// Frames queued for this uplink with an ECN Congestion Experienced mark set here (its
+    /// queue was over its byte budget), since start.
+    pub ecn_marked: u64,
     /// The last attach failure reported.
     attach_error: Option<String>,
 }
@@ -374,7 +376,13 @@ impl Datapath {
         }
         let leaves: Vec<NodeId> = ports.iter().map(|p| p.plan.leaf).collect();
         let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
-        let ioc = Ioc::new(plan.tree, &leaves, capacities, plan.reservation_cap, LEAF_QUEUE);
+        let ioc = Ioc::new(
+            plan.tree,
+            &leaves,
+            capacities,
+            plan.reservation_cap,
+            QueueLimit::DEFAULT,
+        );
         let mut uplinks = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
             let (backend, mtu, carrier) =
@@ -388,6 +396,7 @@ impl Datapath {
                 pacer: Pacer::new(u.capacity.bps_f64(), now),
                 extra: ExtraDrops::default(),
                 carrier,
+                ecn_marked: 0,
                 plan: u,
                 attach_error: None,
             });
@@ -437,6 +446,16 @@ impl Datapath {
     /// Frames of port leaf `leaf` waiting in uplink `u`'s scheduler.
     pub fn queued(&self, u: usize, leaf: NodeId) -> usize {
         self.ioc.queued(u, leaf)
+    }
+
+    /// Bytes (on the wire) waiting in uplink `u`'s scheduler.
+    pub fn queued_bytes(&self, u: usize) -> u64 {
+        self.ioc.queued_bytes(u)
+    }
+
+    /// Uplink `u`'s queue budget in bytes.
+    pub fn queue_budget(&self, u: usize) -> u64 {
+        self.ioc.budget(u)
     }
 
     pub fn ports(&self) -> &[Port] {
@@ -708,8 +727,11 @@ impl Datapath {
                     let fitted = fit(frame, offload, to, &mut |piece, o| match leaf {
                         Some(leaf) => {
                             let wire = o.wire_len(&piece) as u32;
-                            if ioc.enqueue(u.0, leaf, wire, (piece, o), now).is_err() {
-                                full += 1;
+                            let mark = |(f, _): &mut (Vec<u8>, Offload)| mark_congestion(f);
+                            match ioc.enqueue_marking(u.0, leaf, wire, (piece, o), now, mark) {
+                                Ok(Enqueued::Plain) => {}
+                                Ok(Enqueued::Marked) => up.ecn_marked += 1,
+                                Err(_) => full += 1,
                             }
                             // Move what the pacer allows to the device's batch at once, so the
                             // queue fills only when the uplink itself is the bottleneck.

@@ -4,8 +4,8 @@
 mod live;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use teamster_dp::afpacket::AfPacket;
 use teamster_core::offload::{Gso, GsoKind, Offload, PartialChecksum};
+use teamster_dp::afpacket::AfPacket;
 use teamster_dp::Backend;
 
 struct Veth(&'static str);
@@ -103,7 +103,9 @@ fn super_frame(payload: usize) -> (Vec<u8>, Offload) {
     f.extend_from_slice(&[10, 9, 0, 1, 10, 9, 0, 2]);
     let c = teamster_core::offload::internet_checksum(&f[14..34]);
     f[24..26].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&[0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend_from_slice(&[
+        0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0,
+    ]);
     f.extend((0..payload).map(|i| (i % 251) as u8));
     let o = Offload {
         csum: Some(PartialChecksum { start: 34, offset: 16 }),
@@ -128,7 +130,11 @@ fn a_super_frame_crosses_a_veth_pair_whole_with_its_offload_request() {
     assert!(a.takes_offloads());
     let (f, o) = super_frame(20_000);
     a.send(&f, o);
-    assert_eq!(a.flush(), 0, "the kernel takes a super-frame with its virtio-net header");
+    assert_eq!(
+        a.flush(),
+        0,
+        "the kernel takes a super-frame with its virtio-net header"
+    );
     // 20,000 bytes in 1,448-byte segments: 14 segments of 54 bytes of headers each.
     assert_eq!(
         a.take_sent(),

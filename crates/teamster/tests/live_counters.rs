@@ -173,7 +173,9 @@ fn tx_counters_count_what_went_on_the_wire() {
 
     // With vm1's segmentation offloads off, every frame is one frame on the wire: the switch's
     // counts must match the kernel's exactly (but for the host's own few packets).
-    must(&["ip", "netns", "exec", "tmt-vm1", "ethtool", "-K", "eth0", "tso", "off", "gso", "off"]);
+    must(&[
+        "ip", "netns", "exec", "tmt-vm1", "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
+    ]);
     let (ours, least, most) = stream_counts(&status_path);
     assert!(least.0 .0 > 10_000, "the stream did not run");
     // The host's own few packets on the uplinks (IPv6 neighbour discovery) are the only
@@ -193,7 +195,9 @@ fn tx_counters_count_what_went_on_the_wire() {
     // With them on (as a virtio-net guest has them), vm1 sends TSO super-frames, and the switch
     // passes them on whole: the veths count each as one packet of its own length, the switch
     // counts the segments and bytes it becomes on a wire (headers repeated, as a NIC counts).
-    must(&["ip", "netns", "exec", "tmt-vm1", "ethtool", "-K", "eth0", "tso", "on", "gso", "on"]);
+    must(&[
+        "ip", "netns", "exec", "tmt-vm1", "ethtool", "-K", "eth0", "tso", "on", "gso", "on",
+    ]);
     let (ours, least, most) = stream_counts(&status_path);
     assert!(ours.0 .0 > 10_000, "the stream did not run");
     assert!(

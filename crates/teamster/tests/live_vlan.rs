@@ -8,8 +8,8 @@ use netns::*;
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId};
 use std::time::{Duration, Instant};
-use teamster_dp::afpacket::AfPacket;
 use teamster_core::offload::Offload;
+use teamster_dp::afpacket::AfPacket;
 use teamster_dp::Backend;
 
 const VM_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];

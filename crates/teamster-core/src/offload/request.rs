@@ -277,7 +277,10 @@ mod tests {
         // Not IP at all.
         let mut arp = f.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(tso(34, 1448, GsoKind::TcpV4).check(&arp), Err(OffloadError::BadSegmentation));
+        assert_eq!(
+            tso(34, 1448, GsoKind::TcpV4).check(&arp),
+            Err(OffloadError::BadSegmentation)
+        );
     }
 
     #[test]

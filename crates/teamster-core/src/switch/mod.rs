@@ -515,4 +515,3 @@ impl Switch {
         &self.macs
     }
 }
-

@@ -10,9 +10,11 @@
 //! fuzzed (`fuzz/` in this crate). Header slicing is done by the `etherparse` crate; only the
 //! VXLAN and RARP layers, which it does not decode, are read here.
 
+mod ecn;
 mod frames;
 mod parse;
 
+pub use ecn::mark_congestion;
 pub use frames::{build_gratuitous_arp, build_rarp, ETHERTYPE_ARP, ETHERTYPE_RARP};
 pub use parse::parse;
 

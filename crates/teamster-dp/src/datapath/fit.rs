@@ -71,7 +71,13 @@ pub(super) fn fit(
             let wire_ok = to.max_wire.is_none_or(|m| offload.wire_len(&frame) <= m);
             if to.takes_offloads && wire_ok && limit > hdr + 8 {
                 let size = g.size.min((limit - hdr).min(usize::from(u16::MAX)) as u16);
-                out(frame, Offload { gso: Some(Gso { size, ..g }), ..offload });
+                out(
+                    frame,
+                    Offload {
+                        gso: Some(Gso { size, ..g }),
+                        ..offload
+                    },
+                );
                 return Ok(());
             }
             if !matches!(g.kind, GsoKind::TcpV4 | GsoKind::TcpV6) {
@@ -136,7 +142,9 @@ mod tests {
             takes_offloads: true,
             max_wire: None,
         };
-        fit_with(f, Offload::NONE, to).ok().map(|v| v.iter().map(|(p, _)| p.len()).collect())
+        fit_with(f, Offload::NONE, to)
+            .ok()
+            .map(|v| v.iter().map(|(p, _)| p.len()).collect())
     }
 
     fn fit_with(f: Vec<u8>, o: Offload, to: Egress) -> Result<Vec<(Vec<u8>, Offload)>, Refused> {

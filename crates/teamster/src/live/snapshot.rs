@@ -59,6 +59,14 @@ pub struct UplinkView {
     pub rx_utilisation: f64,
     /// Frames waiting in the uplink's NetIOC scheduler.
     pub queue_depth: u64,
+    /// Their bytes on the wire.
+    pub queue_bytes: u64,
+    /// What the uplink's queue holds before it refuses frames of ports over their fair part:
+    /// 5 ms at its capacity (at least 16 full-size frames); see `teamster_core::ioc::queue_limit`.
+    pub queue_budget_bytes: u64,
+    /// Frames queued with an ECN Congestion Experienced mark set by the switch (its queue was
+    /// over its budget), since start.
+    pub ecn_marked: u64,
     pub counters: CountersView,
 }
 

@@ -61,6 +61,9 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 tx_utilisation: util.tx,
                 rx_utilisation: util.rx,
                 queue_depth: dp.ports().iter().map(|p| dp.queued(i, p.plan.leaf) as u64).sum(),
+                queue_bytes: dp.queued_bytes(i),
+                queue_budget_bytes: dp.queue_budget(i),
+                ecn_marked: u.ecn_marked,
                 counters: counters(dp.switch().uplink_counters(UplinkId(i)), &u.extra),
             }
         })
