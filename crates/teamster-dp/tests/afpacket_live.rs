@@ -24,6 +24,18 @@ impl Veth {
         for dev in [a, b] {
             Command::new("ip").args(["link", "set", dev, "up"]).status().ok()?;
         }
+        // Until the kernel's link watch has seen the carrier (operstate up), the device has no
+        // queueing discipline and drops what is sent, silently: wait for it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for dev in [a, b] {
+            let path = format!("/sys/class/net/{dev}/operstate");
+            while std::fs::read_to_string(&path).ok()?.trim() != "up" {
+                if Instant::now() > deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         Some(Veth(a))
     }
 }
