@@ -55,6 +55,9 @@ use teamster_core::Instant;
 
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
 const MAX_WAIT_MS: i32 = 10;
+/// How long the loop polls without sleeping after a turn that received frames, by default (see
+/// the `poll` submodule).
+pub const DEFAULT_BUSY_POLL: core::time::Duration = core::time::Duration::from_micros(50);
 /// Events kept (the most recent).
 const EVENTS_KEPT: usize = 1000;
 /// How often the uplinks' carrier is re-read, and missing interfaces looked for, whatever
@@ -93,6 +96,8 @@ pub struct DatapathPlan {
     pub uplinks: Vec<UplinkPlan>,
     /// MAC ageing and limits, and each port group's security policy.
     pub switch: SwitchConfig,
+    /// After a turn that received frames, poll this long without sleeping.
+    pub busy_poll: core::time::Duration,
 }
 
 /// Drops the data plane makes outside the core switch, kept per port and per uplink (each drop
@@ -245,6 +250,9 @@ pub struct Datapath {
     next_resync: Instant,
     /// Frame buffers, reused: one copy per forwarded frame, no allocation once warm.
     pool: FramePool,
+    busy_poll: core::time::Duration,
+    /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).
+    busy_until: Instant,
 }
 
 /// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
@@ -419,6 +427,8 @@ impl Datapath {
             next_seq: 0,
             failovers: 0,
             pool: FramePool::default(),
+            busy_poll: plan.busy_poll,
+            busy_until: now,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -537,13 +547,14 @@ impl Datapath {
             } else if now >= self.next_resync {
                 self.resync(now, false);
             }
+            let mut received = 0;
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
                 let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.ports[p].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame, offload| {
+                received += backend.recv_batch(&mut |frame, offload| {
                     switch_frame(switch, Ingress::Port(id), (frame, offload), now, pool, &mut scratch);
                 });
             }
@@ -552,10 +563,13 @@ impl Datapath {
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame, offload| {
+                received += backend.recv_batch(&mut |frame, offload| {
                     let from = Ingress::Uplink(UplinkId(u));
                     switch_frame(switch, from, (frame, offload), now, pool, &mut scratch);
                 });
+            }
+            if received > 0 {
+                self.busy_until = now + self.busy_poll;
             }
             self.dispatch(&mut scratch.pending, now);
             if now >= self.switch.poll_at() {

@@ -5,6 +5,8 @@
 //! mac_limit = 16384            # optional: learned MAC-table entries in all (1 to 1048576)
 //! mac_limit_per_port = 4096    # optional: learned entries behind one VM port (1 to mac_limit)
 //! reservation_cap = 0.75       # optional
+//! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
+//!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
 //! [lbt]                        # optional, as in scenarios
 //! [[uplinks]]
 //! name = "uplink1"
@@ -44,6 +46,7 @@ pub struct SwitchFile {
     pub mac_limit: Option<u64>,
     pub mac_limit_per_port: Option<u64>,
     pub reservation_cap: Option<f64>,
+    pub busy_poll_us: Option<u64>,
     #[serde(default)]
     pub lbt: LbtSection,
     pub uplinks: Vec<UplinkFile>,
@@ -100,6 +103,8 @@ pub struct SwitchPlan {
     pub reservation_cap: teamster_core::ioc::ReservationCap,
     /// MAC ageing and limits, and each port group's security policy.
     pub switch: SwitchConfig,
+    /// How long the data plane polls without sleeping after frames.
+    pub busy_poll: core::time::Duration,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -167,6 +172,11 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         None => teamster_core::switch::MacTable::DEFAULT_AGEING,
     };
     let mac_limits = mac_limits(f)?;
+    let busy_poll = match f.busy_poll_us {
+        None => teamster_dp::datapath::DEFAULT_BUSY_POLL,
+        Some(us) if us <= 1000 => core::time::Duration::from_micros(us),
+        Some(us) => return Err(format!("busy_poll_us = {us}: expected microseconds from 0 to 1000")),
+    };
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
@@ -238,6 +248,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             mac_limits,
             security: f.port_groups.iter().map(|g| g.security).collect(),
         },
+        busy_poll,
         file: f.clone(),
     })
 }
@@ -403,6 +414,14 @@ group = "vms"
             (
                 GOOD.replace("reservation = \"100M\"", "reservation = \"100M\"\nlimit = 0"),
                 "ports[0].limit: 0bps is below the smallest limit",
+            ),
+            (
+                format!("busy_poll_us = 1001\n{GOOD}"),
+                "busy_poll_us = 1001: expected microseconds from 0 to 1000",
+            ),
+            (
+                format!("busy_poll_us = -1\n{GOOD}"),
+                "busy_poll_us",
             ),
             (
                 format!("mac_ageing_s = 1e20\n{GOOD}"),

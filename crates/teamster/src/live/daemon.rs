@@ -79,6 +79,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         ports,
         uplinks,
         switch: plan.switch,
+        busy_poll: plan.busy_poll,
     };
     (dp, file)
 }
