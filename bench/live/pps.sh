@@ -13,6 +13,10 @@ DURATION=${DURATION:-5}
 # Offered rate per cell, as iperf3's -b (0: unthrottled). At a fixed rate the figure to read is
 # the daemon's CPU per packet, which a neighbour stealing CPU changes far less than throughput.
 RATE=${RATE:-0}
+# PPS=0 measures only the idle ping round trip; BUSY_POLL_US sets Teamster's busy_poll_us
+# (default: the switch's own default, 50).
+PPS=${PPS:-1}
+BUSY_POLL_US=${BUSY_POLL_US:-}
 OUT=${1:?usage: bench/live/pps.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -41,7 +45,8 @@ ip -n tmq-peer addr add 198.18.1.2/24 dev eth0; ip -n tmq-peer link set eth0 up
 for ns in tmq-psw; do ip netns exec $ns bash -c "$(declare -f off); off up0; off pe"; done
 ip netns exec tmq-peer bash -c "$(declare -f off); off eth0"
 MAC=$(ip -n tmq-vm link show eth0 | awk '/ether/ {print $2}')
-cat > "$OUT/switch.toml" <<TOML
+{ [ -n "$BUSY_POLL_US" ] && echo "busy_poll_us = $BUSY_POLL_US"; true; } > "$OUT/switch.toml"
+cat >> "$OUT/switch.toml" <<TOML
 [[uplinks]]
 name = "up0"
 interface = "tmq-u0"
@@ -102,7 +107,7 @@ ip link add tmq-br type bridge stp_state 0; ip link set tmq-br up
 ip link set tmq-v1 master tmq-br; ip link set tmq-u0 master tmq-br
 sleep 1; ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
 rtt linux-bridge
-measure linux-bridge | tee -a "$OUT/pps.txt"
+[ "$PPS" = 0 ] || measure linux-bridge | tee -a "$OUT/pps.txt"
 ip link set tmq-v1 nomaster; ip link set tmq-u0 nomaster; ip link del tmq-br
 # Teamster.
 "$TEAMSTER" run "$OUT/switch.toml" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
@@ -111,4 +116,4 @@ sleep 1.5
 kill -0 "$DAEMON" 2>/dev/null || { echo "teamster did not start:"; cat "$OUT/teamster.log"; exit 1; }
 ip netns exec tmq-vm ping -c 1 -W 2 198.18.1.2 >/dev/null 2>&1 || true
 rtt teamster
-measure teamster | tee -a "$OUT/pps.txt"
+[ "$PPS" = 0 ] || measure teamster | tee -a "$OUT/pps.txt"

@@ -166,9 +166,12 @@ for i in $(seq 1 "$NVM"); do
 done
 sleep 2.5
 b0=$(up_bytes 0); b1=$(up_bytes 1); c0=$(cpu_s); t0=$(date +%s.%N); stat0=$(head -1 /proc/stat)
+# Latency under load: vm1 pings its peer every 10 ms through the steady window.
+ip netns exec tmb-vm1 ping -n -i 0.01 -W 1 -w $((DURATION - 3)) -c $(( (DURATION - 3) * 100 - 50 )) "$(peer_ip 1)" > "$OUT/ping-bond.txt" 2>&1 &
+pinger=$!
 sleep $((DURATION - 3))
 b0e=$(up_bytes 0); b1e=$(up_bytes 1); c1=$(cpu_s); t1=$(date +%s.%N); stat1=$(head -1 /proc/stat)
-for p in "${pids[@]}"; do wait "$p" || true; done
+for p in "${pids[@]}" "$pinger"; do wait "$p" || true; done
 cp "$OUT/status.json" "$OUT/status-bond.json" 2>/dev/null || true
 # Frames the physical switch's shapers dropped (root htb of each, which counts its leaf's
 # drops) during the ramp: the queue past the uplink, where an unpaced switch's excess waits.
@@ -269,8 +272,20 @@ for i in range(1, int(nvm) + 1):
         vm[f"vm{i}"] = round(sum(x["sum"]["bits_per_second"] for x in ivs[-int(dt):]) / max(1, len(ivs[-int(dt):])) / 1e6, 1)
     except Exception:
         vm[f"vm{i}"] = None
+def loaded_rtt():
+    """p50 / p99 / max RTT (ms) and pings lost, from vm1's pings during the steady window."""
+    try:
+        text = open(f"{out}/ping-bond.txt").read()
+    except OSError:
+        return None
+    t = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", text))
+    sent = re.search(r"(\d+) packets transmitted", text)
+    q = lambda p: t[min(len(t) - 1, int(p * len(t)))] if t else None
+    return {"p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": t[-1] if t else None,
+            "lost": (int(sent.group(1)) - len(t)) if sent else None}
 s = {
     "switch": switch,
+    "ping_under_tcp_load": loaded_rtt(),
     "offload": offload,
     "machine_steady": machine,
     "aggregate_mbps_steady": round(sum(up), 1),
