@@ -5,9 +5,11 @@
 //! it, so the poll loop wakes per frame when idle: no frame waits for a ring block to fill or
 //! time out (a TPACKET_V3 ring, used before, hands a block over 1 ms after its first frame at
 //! the earliest, which put a 1 ms floor under every hop; a TPACKET_V2 ring's fixed slots would
-//! cut the super-frames a VM with TSO sends). The socket's receive buffer (16 MiB, forced where
-//! allowed) absorbs bursts while the loop is descheduled; what overflows it is counted by the
-//! kernel and read as `ring_full`. The kernel's per-frame metadata comes with each frame: a VLAN
+//! cut the super-frames a VM with TSO sends). The socket's receive buffer (2 MiB, forced where
+//! allowed: about 900 full-size frames, 2 ms at 5 Gbit/s) absorbs bursts while the loop is
+//! descheduled, and no more: a deeper buffer only holds frames longer when the loop falls
+//! behind (16 MiB held 20-40 ms under a TCP load); what overflows it is counted by the kernel
+//! and read as `ring_full`. The kernel's per-frame metadata comes with each frame: a VLAN
 //! tag it moved out of the frame (VLAN offload, `PACKET_AUXDATA`) is put back, so the switch
 //! sees what was on the wire, and what the sender left to the hardware comes in a virtio-net
 //! header (`PACKET_VNET_HDR`, [`crate::vnet`]): a partial checksum, or a whole TSO/GSO
@@ -48,8 +50,8 @@ pub const RX_BATCH: usize = 32;
 const RX_BUF: usize = 65_536 + 64;
 /// Room for the PACKET_AUXDATA control message (CMSG_SPACE of 20 bytes is 40).
 const RX_CTRL: usize = 64;
-/// The receive buffer asked for: room for bursts while the loop is descheduled.
-const RCVBUF: libc::c_int = 16 << 20;
+/// The receive buffer asked for: room for bursts while the loop is descheduled, not for seconds.
+const RCVBUF: libc::c_int = 2 << 20;
 /// Linux's PACKET_AUXDATA socket option and control message type.
 const PACKET_AUXDATA: libc::c_int = 8;
 /// `sll_pkttype` of a frame leaving the interface.

@@ -419,10 +419,7 @@ group = "vms"
                 format!("busy_poll_us = 1001\n{GOOD}"),
                 "busy_poll_us = 1001: expected microseconds from 0 to 1000",
             ),
-            (
-                format!("busy_poll_us = -1\n{GOOD}"),
-                "busy_poll_us",
-            ),
+            (format!("busy_poll_us = -1\n{GOOD}"), "busy_poll_us"),
             (
                 format!("mac_ageing_s = 1e20\n{GOOD}"),
                 "mac_ageing_s = 100000000000000000000: expected seconds",
