@@ -39,7 +39,7 @@ mod pool;
 use fit::{fit, Refused};
 use pool::FramePool;
 
-use crate::afpacket::AfPacket;
+use crate::backend::{BackendChoice, Link};
 use crate::netlink::LinkWatch;
 use crate::pacer::Pacer;
 use crate::Backend;
@@ -72,6 +72,8 @@ pub struct PortPlan {
     pub interface: String,
     /// Its leaf in the NetIOC tree.
     pub leaf: NodeId,
+    /// AF_PACKET, AF_XDP, or AF_XDP where it works.
+    pub backend: BackendChoice,
 }
 
 /// An uplink to attach (in the team's uplink order).
@@ -85,6 +87,8 @@ pub struct UplinkPlan {
     /// does.
     pub follows_link_speed: bool,
     pub admin_up: bool,
+    /// AF_PACKET, AF_XDP, or AF_XDP where it works.
+    pub backend: BackendChoice,
 }
 
 /// Everything the data plane needs, checked by the caller.
@@ -140,7 +144,7 @@ impl ExtraDrops {
 pub struct Port {
     pub plan: PortPlan,
     /// None while detached.
-    backend: Option<AfPacket>,
+    backend: Option<Link>,
     mtu: usize,
     pub extra: ExtraDrops,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
@@ -152,13 +156,18 @@ impl Port {
     pub fn attached(&self) -> bool {
         self.backend.is_some()
     }
+
+    /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
+    pub fn backend(&self) -> Option<String> {
+        self.backend.as_ref().map(Link::describe)
+    }
 }
 
 /// An uplink: attached while its interface exists.
 pub struct Uplink {
     pub plan: UplinkPlan,
     /// None while detached (its interface went away after start).
-    backend: Option<AfPacket>,
+    backend: Option<Link>,
     mtu: usize,
     pacer: Pacer,
     pub extra: ExtraDrops,
@@ -175,6 +184,11 @@ impl Uplink {
     /// Whether the uplink's interface is attached.
     pub fn attached(&self) -> bool {
         self.backend.is_some()
+    }
+
+    /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
+    pub fn backend(&self) -> Option<String> {
+        self.backend.as_ref().map(Link::describe)
     }
 }
 
@@ -289,7 +303,7 @@ fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: In
     // the device is not holding a full batch it could not send; the backend sends each full
     // batch with one call, and the rest at the end of the loop's turn ([`flush_uplink`]), so a
     // burst of arrivals costs one sendmmsg per 64 frames, not one per frame.
-    while u.pacer.may_send() && backend.tx_pending() < AfPacket::TX_BATCH {
+    while u.pacer.may_send() && backend.tx_pending() < Link::TX_BATCH {
         let Some((_, len, (frame, offload))) = ioc.dequeue(i, now) else {
             break;
         };
@@ -392,9 +406,16 @@ impl Datapath {
             QueueLimit::DEFAULT,
         );
         let mut uplinks = Vec::new();
+        let mut notes = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
-            let (backend, mtu, carrier) =
-                attach::open_uplink(&u.interface).map_err(|e| format!("uplink {}: {e}", u.name))?;
+            let (opened, mtu, carrier) =
+                attach::open_uplink(&u.interface, u.backend).map_err(|e| format!("uplink {}: {e}", u.name))?;
+            notes.push(attach::backend_note(
+                &format!("uplink {}", u.name),
+                &u.interface,
+                &opened,
+            ));
+            let backend = opened.link;
             if !(carrier && u.admin_up) {
                 let _ = switch.team_mut().set_link(UplinkId(i), LinkState::Down, now);
             }
@@ -432,6 +453,9 @@ impl Datapath {
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
+        for note in notes.into_iter().flatten() {
+            dp.event(now, "attach", note);
+        }
         for i in 0..dp.ports.len() {
             dp.attach_port_at_start(i, now)?;
         }

@@ -1,8 +1,9 @@
 //! Teamster's live Linux data plane.
 //!
 //! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (recvmmsg receive with the
-//!   kernel's per-frame metadata, batched transmit) is the first, AF_XDP can follow behind the
-//!   same trait.
+//!   kernel's per-frame metadata, batched transmit) and [`afxdp::AfXdp`] (an XDP program
+//!   redirecting to an AF_XDP socket, frames in a UMEM shared with the kernel) implement it;
+//!   [`backend`] picks one per interface (`af_packet`, `af_xdp` or `auto`).
 //! - [`caps`]: the capabilities the data plane needs, checked up front.
 //! - [`netlink`]: link state changes from the kernel, for failover and interfaces that come and
 //!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
@@ -15,6 +16,8 @@
 //!   binary adds configuration, signals and the control plane through [`datapath::Control`].
 
 pub mod afpacket;
+pub mod afxdp;
+pub mod backend;
 pub mod caps;
 pub mod datapath;
 pub mod iface;

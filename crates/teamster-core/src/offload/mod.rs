@@ -7,12 +7,15 @@
 //! receiver drops the segment: [`fill_l4_checksum`] recomputes the checksum over the IPv4 or
 //! IPv6 pseudo-header and the whole segment (after up to two VLAN tags). An [`Offload`] is that
 //! request (partial checksum, segmentation) carried with a frame through the switch, so that the
-//! work is done only where it must be. Receive coalescing (GRO) comes later.
+//! work is done only where it must be. Where nothing says which frames were left so (AF_XDP
+//! passes no metadata), [`complete_partial_l4_checksum`] recognises them by the mark itself, the
+//! uncomplemented pseudo-header sum in the field, and completes only those. Receive coalescing
+//! (GRO) comes later.
 
 mod checksum;
 mod request;
 mod segment;
 
-pub use checksum::{fill_l4_checksum, internet_checksum};
+pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum};
 pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum};
 pub use segment::segment_tcp;

@@ -49,7 +49,8 @@ impl Datapath {
                 let u = &self.uplinks[u];
                 // A busy device: wake when it can take frames again.
                 let busy = u.backend.as_ref().is_some_and(|b| b.tx_pending() > 0);
-                fd.events = if busy {
+                let pollout = busy && u.backend.as_ref().is_some_and(|b| b.pollout_means_room());
+                fd.events = if pollout {
                     libc::POLLIN | libc::POLLOUT
                 } else {
                     libc::POLLIN
@@ -57,7 +58,8 @@ impl Datapath {
                 device_busy |= busy;
             }
         }
-        // A busy device also wakes the poll with POLLOUT; the 1 ms cap is a backstop.
+        // A busy device also wakes the poll with POLLOUT where that means room (AF_PACKET); the
+        // 1 ms cap is a backstop, and AF_XDP's retry.
         let cap = Duration::from_millis(if device_busy { 1 } else { MAX_WAIT_MS as u64 });
         let spin_until = self.busy_until.min(deadline);
         let mut n = 0;

@@ -12,6 +12,7 @@
 //! name = "uplink1"
 //! interface = "eth1"
 //! capacity = "10G"             # optional: else the speed the interface reports in sysfs
+//! backend = "af_xdp"           # optional: "af_packet" (the default), "af_xdp" or "auto"
 //! [[port_groups]]              # as in scenarios: name, policy, active, standby, failback,
 //!                              # notify_switches, vlan
 //! security = { forged_transmits = "accept" }  # optional: mac_changes, forged_transmits,
@@ -24,7 +25,18 @@
 //! mac = "52:54:00:12:34:56"
 //! group = "vms"
 //! pool = "gold"                # or class = "nfs"; reservation, shares, limit as in scenarios
+//! backend = "auto"             # optional, as for uplinks
 //! ```
+//!
+//! `backend` chooses how frames move between the interface and the switch. `af_packet` (the
+//! default) works on every interface. `af_xdp` attaches an XDP program that redirects the
+//! interface's frames to an AF_XDP socket (native XDP where the driver has it, as veth does, else
+//! generic; zero-copy where the driver supports it, else copy mode); the switch refuses to
+//! start, naming the interface and what is missing, if the kernel, a capability (CAP_BPF), the
+//! driver, the MTU (at most 3822: one 4 KiB frame, no jumbo frames), the number of receive
+//! queues (one) or an XDP program already on the interface stands in the way. `auto` uses
+//! AF_XDP where it works and AF_PACKET elsewhere, and logs which and why. The program is
+//! detached when the switch stops, or dies.
 //!
 //! Everything is checked before any interface is touched: the TOML shape (errors name the key
 //! path), names, that every uplink's interface exists (a port's may be missing: a stopped VM's
@@ -67,6 +79,35 @@ pub struct UplinkFile {
     /// Administrative state: `down` keeps the uplink out of use whatever its carrier says.
     #[serde(default, skip_serializing_if = "AdminState::is_up")]
     pub admin: AdminState,
+    /// How frames move between the interface and the switch.
+    #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
+    pub backend: BackendSetting,
+}
+
+/// An interface's I/O backend (`backend = "af_packet" | "af_xdp" | "auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendSetting {
+    #[default]
+    AfPacket,
+    AfXdp,
+    Auto,
+}
+
+impl BackendSetting {
+    pub fn is_default(&self) -> bool {
+        *self == BackendSetting::AfPacket
+    }
+
+    /// The data plane's choice for this setting.
+    pub fn choice(self) -> teamster_dp::backend::BackendChoice {
+        use teamster_dp::backend::BackendChoice;
+        match self {
+            BackendSetting::AfPacket => BackendChoice::AfPacket,
+            BackendSetting::AfXdp => BackendChoice::AfXdp,
+            BackendSetting::Auto => BackendChoice::Auto,
+        }
+    }
 }
 
 /// An uplink's administrative state, set by the operator.
@@ -89,6 +130,9 @@ teamster_core::port_entry! {
     pub struct PortFile {
         /// The host end of a veth pair, or a tap device.
         pub interface: String,
+        /// How frames move between the interface and the switch.
+        #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
+        pub backend: BackendSetting,
     }
 }
 
@@ -336,6 +380,25 @@ group = "vms"
     }
 
     #[test]
+    fn backends_are_chosen_per_interface_and_saved_as_given() {
+        use teamster_dp::backend::BackendChoice;
+        let p = parse(GOOD, &Fake).unwrap();
+        assert!(p.file.uplinks.iter().all(|u| u.backend == BackendSetting::AfPacket));
+        assert!(!render(&p.file).contains("backend"), "the default is not written out");
+        let text = GOOD
+            .replace("interface = \"eth1\"", "interface = \"eth1\"\nbackend = \"af_xdp\"")
+            .replace("interface = \"vnet1\"", "interface = \"vnet1\"\nbackend = \"auto\"");
+        let p = parse(&text, &Fake).unwrap();
+        assert_eq!(p.file.uplinks[0].backend.choice(), BackendChoice::AfXdp);
+        assert_eq!(p.file.uplinks[1].backend.choice(), BackendChoice::AfPacket);
+        assert_eq!(p.file.ports[0].backend.choice(), BackendChoice::AfPacket);
+        assert_eq!(p.file.ports[1].backend.choice(), BackendChoice::Auto);
+        let again = parse(&render(&p.file), &Fake).unwrap();
+        assert_eq!(again.file.uplinks[0].backend, BackendSetting::AfXdp);
+        assert_eq!(again.file.ports[1].backend, BackendSetting::Auto);
+    }
+
+    #[test]
     fn security_and_mac_limits_reach_the_switch() {
         use teamster_core::switch::{SecurityPolicy, Verdict};
         let p = parse(GOOD, &Fake).unwrap();
@@ -487,6 +550,14 @@ group = "vms"
                 "mac_limit_per_port = 101: expected 1 to mac_limit (100)",
             ),
             (format!("mac_limit_per_port = 0\n{GOOD}"), "mac_limit_per_port = 0"),
+            (
+                GOOD.replace("interface = \"eth2\"", "interface = \"eth2\"\nbackend = \"xdp\""),
+                "unknown variant `xdp`, expected one of `af_packet`, `af_xdp`, `auto`",
+            ),
+            (
+                GOOD.replace("interface = \"vnet0\"", "interface = \"vnet0\"\nbackend = 1"),
+                "ports[0].backend",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(&text, &Fake)

@@ -45,6 +45,9 @@ pub struct UplinkView {
     /// Whether its interface exists and is attached (false after it disappeared; it is
     /// re-attached when an interface of that name returns).
     pub attached: bool,
+    /// How frames move while attached: `af_packet`, or `af_xdp` with its XDP mode (native or
+    /// generic) and copy or zero-copy mode; null while detached.
+    pub backend: Option<String>,
     /// Carrier as the kernel reports it: `up` or `down`.
     pub link: String,
     /// Administrative state set by the operator: `up` or `down`.
@@ -78,6 +81,9 @@ pub struct PortView {
     /// tap), when frames for it are dropped as `detached`; it attaches when the interface
     /// appears.
     pub attached: bool,
+    /// How frames move while attached: `af_packet`, or `af_xdp` with its XDP mode (native or
+    /// generic) and copy or zero-copy mode; null while detached.
+    pub backend: Option<String>,
     pub mac: String,
     pub group: String,
     /// The uplink carrying its traffic now.
