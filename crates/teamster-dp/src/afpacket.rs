@@ -39,6 +39,7 @@
 //! system calls are made by hand here; every `unsafe` block says why it is sound.
 
 use crate::receive::{deliver, AuxData};
+use crate::sockopt::{check, set_opt, take_error};
 use crate::{vnet, Backend, RxDrops, TxTotals};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -102,30 +103,6 @@ pub struct AfPacket {
 // this value's own vectors, which moves with it and is used only through `&mut self`, so moving
 // the value to another thread is sound.
 unsafe impl Send for AfPacket {}
-
-fn check(ret: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{name}: {what}: {e}")))
-    } else {
-        Ok(ret)
-    }
-}
-
-/// setsockopt with a plain-old-data value.
-fn set_opt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T, what: &str, name: &str) -> io::Result<()> {
-    // SAFETY: `val` points to a live `T` of exactly the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (val as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    check(r, what, name).map(|_| ())
-}
 
 impl AfPacket {
     /// Frames sent per sendmmsg call at most.
@@ -292,23 +269,7 @@ impl AfPacket {
     /// Reads and clears the socket's pending error (ENETDOWN after its interface went down or
     /// away), which otherwise keeps it polling with POLLERR.
     pub fn take_error(&self) -> Option<io::Error> {
-        let mut err: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `err` is a c_int of the length passed, filled by the kernel.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if r < 0 {
-            Some(io::Error::last_os_error())
-        } else {
-            (err != 0).then(|| io::Error::from_raw_os_error(err))
-        }
+        take_error(self.fd.as_raw_fd())
     }
 }
 

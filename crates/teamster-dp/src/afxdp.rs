@@ -160,23 +160,7 @@ impl AfXdp {
 
     /// Reads and clears the socket's pending error (ENETDOWN once its interface went away).
     pub fn take_error(&self) -> Option<io::Error> {
-        let mut err: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `err` is a c_int of the length passed, filled by the kernel.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if r < 0 {
-            Some(io::Error::last_os_error())
-        } else {
-            (err != 0).then(|| io::Error::from_raw_os_error(err))
-        }
+        crate::sockopt::take_error(self.fd.as_raw_fd())
     }
 
     /// Takes transmit frames back from the completion ring, counting what went out.

@@ -4,6 +4,7 @@
 //!   kernel's per-frame metadata, batched transmit) and [`afxdp::AfXdp`] (an XDP program
 //!   redirecting to an AF_XDP socket, frames in a UMEM shared with the kernel) implement it;
 //!   [`backend`] picks one per interface (`af_packet`, `af_xdp` or `auto`).
+//! - [`sockopt`]: socket options and pending errors, with errors naming the interface.
 //! - [`caps`]: the capabilities the data plane needs, checked up front.
 //! - [`netlink`]: link state changes from the kernel, for failover and interfaces that come and
 //!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
@@ -24,6 +25,7 @@ pub mod iface;
 pub mod netlink;
 pub mod pacer;
 pub mod receive;
+pub mod sockopt;
 pub mod vnet;
 
 use std::os::fd::RawFd;

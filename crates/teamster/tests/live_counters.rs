@@ -106,27 +106,8 @@ fn drops(s: &serde_json::Value, reason: &str) -> (u64, u64) {
 /// switch counted sending over it (uplinks, vm1's port), and the least and most the kernel saw.
 fn stream_counts(status_path: &std::path::Path) -> (Pair2, Pair2, Pair2) {
     let before = bracketed(status_path);
-    let mut server = Command::new("timeout")
-        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    await_listener("tmt-remote", 5201);
-    let client = Command::new("timeout")
-        .args([
-            "12",
-            "ip",
-            "netns",
-            "exec",
-            "tmt-vm1",
-            "iperf3",
-            "-c",
-            "10.77.0.100",
-            "-t",
-            "3",
-            "-b",
-            "200M",
-        ])
+    let mut server = iperf_server();
+    let client = iperf_client("tmt-vm1", &["-t", "3", "-b", "200M"])
         .stdout(Stdio::null())
         .status()
         .unwrap();

@@ -89,27 +89,8 @@ fn live_switch_end_to_end() {
         .as_str()
         .unwrap()
         .to_string();
-    let mut server = Command::new("timeout")
-        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    await_listener("tmt-remote", 5201);
-    let client = Command::new("timeout")
-        .args([
-            "12",
-            "ip",
-            "netns",
-            "exec",
-            "tmt-vm1",
-            "iperf3",
-            "-c",
-            "10.77.0.100",
-            "-t",
-            "4",
-            "-b",
-            "50M",
-        ])
+    let mut server = iperf_server();
+    let client = iperf_client("tmt-vm1", &["-t", "4", "-b", "50M"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -106,28 +106,8 @@ fn af_xdp_switch_forwards_survives_a_kill_and_detaches_on_exit() {
     let (mut daemon, status_path) = start(dir.path(), &config);
 
     // TCP with the VMs' offloads on (as veth starts): checksums left to offload are completed.
-    let mut server = Command::new("timeout")
-        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    await_listener("tmt-remote", 5201);
-    let iperf = Command::new("timeout")
-        .args([
-            "12",
-            "ip",
-            "netns",
-            "exec",
-            "tmt-vm1",
-            "iperf3",
-            "-c",
-            "10.77.0.100",
-            "-t",
-            "2",
-            "-J",
-        ])
-        .output()
-        .unwrap();
+    let mut server = iperf_server();
+    let iperf = iperf_client("tmt-vm1", &["-t", "2", "-J"]).output().unwrap();
     let _ = server.wait();
     let out = String::from_utf8_lossy(&iperf.stdout);
     assert!(iperf.status.success(), "iperf3 over AF_XDP failed: {out}");

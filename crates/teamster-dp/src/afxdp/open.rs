@@ -6,31 +6,14 @@
 use super::prog;
 use super::rings::{Mmap, Ring};
 use super::{AfXdp, Options, BIND_RETRY, FRAME, MAX_MTU, RX_FRAMES, TX_FRAMES};
+use crate::sockopt::check;
 use crate::{RxDrops, TxTotals};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-fn check(ret: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{name}: {what}: {e}")))
-    } else {
-        Ok(ret)
-    }
-}
-
+/// setsockopt at the XDP level.
 fn set_opt<T>(fd: RawFd, opt: libc::c_int, val: &T, what: &str, name: &str) -> io::Result<()> {
-    // SAFETY: `val` points to a live `T` of exactly the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            (val as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    check(r, what, name).map(|_| ())
+    crate::sockopt::set_opt(fd, libc::SOL_XDP, opt, val, what, name)
 }
 
 /// getsockopt into a plain-data `T`; returns it and the length the kernel wrote.

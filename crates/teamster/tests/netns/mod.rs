@@ -540,3 +540,24 @@ pub fn api_switch() -> String {
         "",
     )
 }
+
+/// An iperf3 server for one test in the remote host's namespace (gone after 15 s at most),
+/// listening when this returns.
+pub fn iperf_server() -> std::process::Child {
+    let server = Command::new("timeout")
+        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    await_listener("tmt-remote", 5201);
+    server
+}
+
+/// An iperf3 client in `vm`'s namespace to the remote host (10.77.0.100), bounded to 12 s,
+/// with `args` after the target.
+pub fn iperf_client(vm: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["12", "ip", "netns", "exec", vm, "iperf3", "-c", "10.77.0.100"])
+        .args(args);
+    c
+}
