@@ -4,7 +4,7 @@
 mod netns;
 use netns::*;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn switch() -> String {
     switch_toml(
@@ -127,16 +127,7 @@ fn live_switch_end_to_end() {
     );
 
     // SIGTERM: a clean exit, and the interfaces as they were (not left promiscuous).
-    signal(&daemon.0, libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let code = loop {
-        if let Some(st) = daemon.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "did not stop within 3 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(code.success(), "exit status {code:?}");
+    stop_cleanly(&mut daemon);
     for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
         let flags = std::fs::read_to_string(format!("/sys/class/net/{dev}/flags")).unwrap();
         let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();

@@ -36,20 +36,6 @@ fn has_xdp(dev: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
 }
 
-/// Stops the daemon with SIGTERM and waits (3 s at most) for a clean exit.
-fn stop(daemon: &mut Daemon) {
-    signal(&daemon.0, libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let code = loop {
-        if let Some(st) = daemon.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "did not stop within 3 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(code.success(), "exit status {code:?}");
-}
-
 /// Runs the daemon on `config` expecting it to refuse to start; returns its log.
 fn refused(dir: &std::path::Path, config: &str) -> String {
     let path = dir.join("bad.toml");
@@ -156,7 +142,7 @@ fn af_xdp_switch_forwards_survives_a_kill_and_detaches_on_exit() {
     assert!(used < 0.6, "the daemon used {used:.2} CPU-s in 2 s with an uplink down");
     must(&["ip", "link", "set", dev, "up"]);
 
-    stop(&mut daemon);
+    stop_cleanly(&mut daemon);
     for dev in DEVICES {
         assert!(!has_xdp(dev), "{dev}: program left after a clean exit");
     }
@@ -197,6 +183,6 @@ fn a_switch_that_cannot_use_af_xdp_does_not_start_half_attached() {
         "{log}"
     );
     assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
-    stop(&mut daemon);
+    stop_cleanly(&mut daemon);
     assert!(!DEVICES.iter().any(|d| has_xdp(d)));
 }

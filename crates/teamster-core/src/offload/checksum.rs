@@ -27,15 +27,7 @@ pub fn internet_checksum(data: &[u8]) -> u16 {
 /// field's offset. None if it is not an unfragmented TCP or UDP segment over IPv4 or IPv6 that
 /// fits in the frame.
 fn locate_l4(frame: &[u8]) -> Option<(u8, usize, usize, u32, usize)> {
-    let mut off = 12;
-    let mut ether_type = u16::from_be_bytes(frame.get(off..off + 2)?.try_into().ok()?);
-    for _ in 0..2 {
-        if ether_type == 0x8100 || ether_type == 0x88a8 {
-            off += 4;
-            ether_type = u16::from_be_bytes(frame.get(off..off + 2)?.try_into().ok()?);
-        }
-    }
-    let ip = off + 2;
+    let (ether_type, ip) = crate::wire::network_layer(frame)?;
     let (proto, l4, l4_len, pseudo) = match ether_type {
         0x0800 => {
             let h = frame.get(ip..ip + 20)?;

@@ -157,15 +157,7 @@ struct Transport {
 /// The TCP or UDP header of an Ethernet frame (up to two VLAN tags, IPv4 without fragments or
 /// IPv6 without extension headers), if the frame has one.
 fn transport(frame: &[u8]) -> Option<Transport> {
-    let mut off = 12;
-    let mut et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
-    for _ in 0..2 {
-        if et == 0x8100 || et == 0x88a8 {
-            off += 4;
-            et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
-        }
-    }
-    let ip = off + 2;
+    let (et, ip) = crate::wire::network_layer(frame)?;
     let (v4, proto, start) = match et {
         0x0800 => {
             let ihl = usize::from(frame.get(ip)? & 0x0f) * 4;

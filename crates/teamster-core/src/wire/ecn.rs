@@ -9,21 +9,9 @@
 
 /// Marks `frame` CE if it carries ECN; returns whether it now carries CE.
 pub fn mark_congestion(frame: &mut [u8]) -> bool {
-    let mut off = 12;
-    let mut et = match frame.get(off..off + 2) {
-        Some(b) => u16::from_be_bytes([b[0], b[1]]),
-        None => return false,
+    let Some((et, ip)) = super::network_layer(frame) else {
+        return false;
     };
-    for _ in 0..2 {
-        if et == 0x8100 || et == 0x88a8 {
-            off += 4;
-            et = match frame.get(off..off + 2) {
-                Some(b) => u16::from_be_bytes([b[0], b[1]]),
-                None => return false,
-            };
-        }
-    }
-    let ip = off + 2;
     match et {
         0x0800 if frame.len() >= ip + 20 && frame[ip] >> 4 == 4 => {
             let ecn = frame[ip + 1] & 3;

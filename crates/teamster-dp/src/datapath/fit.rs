@@ -17,6 +17,7 @@
 //!   be completed in software ([`Refused::Offload`], counted as `bad_offload`).
 
 use teamster_core::offload::{segment_tcp, Gso, GsoKind, Offload};
+use teamster_core::wire::network_layer;
 
 /// What the egress interface takes.
 #[derive(Debug, Clone, Copy)]
@@ -34,23 +35,11 @@ pub(super) enum Refused {
     Offload,
 }
 
-/// The Ethernet header's length: 14 bytes and 4 per VLAN tag (up to two).
-fn l2_len(frame: &[u8]) -> usize {
-    let mut off = 12;
-    for _ in 0..2 {
-        match frame.get(off..off + 2) {
-            Some([0x81, 0x00]) | Some([0x88, 0xa8]) => off += 4,
-            _ => break,
-        }
-    }
-    off + 2
-}
-
 /// The largest frame an interface with `mtu` takes from a packet socket: the MTU and the
 /// Ethernet header, and 4 bytes more if the frame carries a VLAN tag (Linux allows one tag over
 /// the MTU, not two).
 fn frame_limit(frame: &[u8], mtu: usize) -> usize {
-    let tagged = frame.len() >= 14 && matches!(u16::from_be_bytes([frame[12], frame[13]]), 0x8100 | 0x88a8);
+    let tagged = network_layer(frame).is_some_and(|(_, l3)| l3 > 14);
     mtu + 14 + if tagged { 4 } else { 0 }
 }
 
@@ -85,7 +74,8 @@ pub(super) fn fit(
             }
             // Cut at the sender's segment size or the MTU, whichever is smaller: never larger
             // segments than the receiver asked for.
-            let ip_mtu = to.mtu.min(hdr - l2_len(&frame) + usize::from(g.size));
+            let l3 = network_layer(&frame).map_or(14, |(_, l3)| l3);
+            let ip_mtu = to.mtu.min(hdr - l3 + usize::from(g.size));
             return match segment_tcp(&frame, ip_mtu) {
                 Some(pieces) if pieces.iter().all(|p| p.len() <= limit) => {
                     pieces.into_iter().for_each(|p| out(p, Offload::NONE));

@@ -561,3 +561,17 @@ pub fn iperf_client(vm: &str, args: &[&str]) -> Command {
         .args(args);
     c
 }
+
+/// Stops the daemon with SIGTERM and waits (3 s at most) for a clean exit.
+pub fn stop_cleanly(daemon: &mut Daemon) {
+    signal(&daemon.0, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let code = loop {
+        if let Some(st) = daemon.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "did not stop within 3 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(code.success(), "exit status {code:?}");
+}
