@@ -17,5 +17,5 @@ mod request;
 mod segment;
 
 pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum};
-pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum};
+pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum, MIN_TCP_SEGMENT};
 pub use segment::segment_tcp;

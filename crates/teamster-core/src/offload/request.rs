@@ -16,9 +16,15 @@
 //! segments' bytes, headers repeated, which is what links carry and what NetIOC must charge.
 //!
 //! Nothing here trusts the sender: [`Offload::check`] refuses a request whose offsets fall
-//! outside the frame or whose segmentation kind does not match the frame's own headers.
+//! outside the frame, whose segmentation kind does not match the frame's own headers, or whose
+//! TCP segments are smaller than any real stack sends ([`MIN_TCP_SEGMENT`]).
 
 use super::checksum::fill_l4_checksum;
+
+/// The smallest TCP segment a request may ask for: Linux's own floor on the MSS (TCP_MIN_MSS).
+/// A smaller one comes from no real stack, and would turn one 64 KiB super-frame into thousands
+/// of segments wherever it is cut: a sender's cheap way to make the switch (or the kernel) work.
+pub const MIN_TCP_SEGMENT: u16 = 88;
 
 /// A partial checksum: sum from `start` to the end of the frame, store at `start + offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +96,8 @@ impl Offload {
                 GsoKind::TcpV6 => l4.proto == 6 && !l4.v4,
                 GsoKind::UdpL4 => l4.proto == 17,
             };
-            if g.size == 0 || !kind_matches || usize::from(c.start) != l4.start || l4.header_end > frame.len() {
+            let least = if l4.proto == 6 { MIN_TCP_SEGMENT } else { 1 };
+            if g.size < least || !kind_matches || usize::from(c.start) != l4.start || l4.header_end > frame.len() {
                 return Err(OffloadError::BadSegmentation);
             }
         }
@@ -259,6 +266,7 @@ mod tests {
             tso(34, 1448, GsoKind::UdpL4),
             tso(30, 1448, GsoKind::TcpV4),
             tso(34, 0, GsoKind::TcpV4),
+            tso(34, MIN_TCP_SEGMENT - 1, GsoKind::TcpV4),
             Offload {
                 csum: None,
                 gso: tso(34, 1448, GsoKind::TcpV4).gso,
