@@ -125,10 +125,21 @@ pub struct DatapathPlan {
     pub workers: usize,
 }
 
-/// Data-plane threads by default: one per core the process may run on.
+/// Data-plane threads by default: one per core the process may run on, at most
+/// [`DEFAULT_WORKERS_MAX`], but one alone on a machine of two cores or fewer. Measured on two
+/// cores shared with the VMs (`bench/live/RESULTS.md`), a second thread moved 25-35% more
+/// frames only while the switch was short of CPU (offloads off), and cost latency always: the
+/// frames of a port cross threads, one more wake-up each way when idle, and a second thread
+/// polling takes CPU from the VMs.
 pub fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        ..=2 => 1,
+        cores => cores.min(DEFAULT_WORKERS_MAX),
+    }
 }
+
+/// The most data-plane threads a switch starts unless told otherwise.
+pub const DEFAULT_WORKERS_MAX: usize = 8;
 
 /// The most data-plane threads a switch may have.
 pub const MAX_WORKERS: usize = 64;

@@ -7,8 +7,9 @@
 //! reservation_cap = 0.75       # optional
 //! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
 //!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
-//! workers = 2                  # optional: data-plane threads (1 to 64; default one per core
-//!                              # the daemon may run on), see `teamster_dp::datapath`
+//! workers = 2                  # optional: data-plane threads (1 to 64; default one per core,
+//!                              # at most 8, but 1 with two cores or fewer), see
+//!                              # `teamster_dp::datapath::default_workers`
 //! [lbt]                        # optional, as in scenarios
 //! [[uplinks]]
 //! name = "uplink1"
