@@ -63,11 +63,6 @@ fn failure_to_log(last: &mut Option<String>, who: &str, e: &io::Error) -> Option
     what
 }
 
-/// Whether `name` now names the interface with index `ifindex`.
-pub(super) fn same_interface(name: &str, ifindex: i32) -> bool {
-    iface::index(name).is_ok_and(|i| i == ifindex)
-}
-
 impl Datapath {
     /// Attaches port `i` at start: a missing interface leaves it detached with a warning; any
     /// other failure is an error naming the port and interface.
@@ -267,7 +262,7 @@ impl Datapath {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !same_interface(&self.ports[i].plan.interface, b.ifindex()) {
+                if err.is_none() || !iface::is_index(&self.ports[i].plan.interface, b.ifindex()) {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }
@@ -277,7 +272,7 @@ impl Datapath {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !same_interface(&self.uplinks[u].plan.interface, b.ifindex()) {
+                if err.is_none() || !iface::is_index(&self.uplinks[u].plan.interface, b.ifindex()) {
                     self.detach_uplink(u, "interface gone", now);
                     self.attach_uplink(u, now);
                 }
@@ -348,7 +343,7 @@ impl Datapath {
         for u in 0..self.uplinks.len() {
             let iface = self.uplinks[u].plan.interface.clone();
             match self.uplinks[u].backend.as_ref().map(|b| b.ifindex()) {
-                Some(ifindex) if same_interface(&iface, ifindex) => {
+                Some(ifindex) if iface::is_index(&iface, ifindex) => {
                     let up = iface::link_up(&iface).unwrap_or(false);
                     self.set_carrier(u, up, now);
                     if up && self.uplinks[u].plan.follows_link_speed {
@@ -367,7 +362,7 @@ impl Datapath {
         for i in 0..self.ports.len() {
             match self.ports[i].ifindex() {
                 None => self.attach_port(i, now),
-                Some(ifindex) if all && !same_interface(&self.ports[i].plan.interface, ifindex) => {
+                Some(ifindex) if all && !iface::is_index(&self.ports[i].plan.interface, ifindex) => {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }

@@ -425,7 +425,7 @@ impl Run {
         for port in errored {
             let Some(a) = self.ports[port].as_ref() else { continue };
             let explained = a.link.take_error().is_some();
-            if explained && super::attach::same_interface(&a.interface, a.link.ifindex()) {
+            if explained && crate::iface::is_index(&a.interface, a.link.ifindex()) {
                 continue;
             }
             let a = self.ports[port].take().expect("attached");
