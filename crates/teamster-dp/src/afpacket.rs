@@ -329,7 +329,7 @@ impl Backend for AfPacket {
                     Err(_) => self.rx_drops.bad_offload += 1,
                 }
             }
-            if n < RX_BATCH {
+            if n < RX_BATCH || frames >= crate::RX_TURN {
                 return frames;
             }
         }

@@ -334,7 +334,7 @@ impl Backend for AfXdp {
             if n > 0 {
                 self.refill_ring();
             }
-            if n < RX_BATCH {
+            if n < RX_BATCH || frames >= crate::RX_TURN {
                 return frames;
             }
         }
