@@ -22,7 +22,8 @@
 //! enqueue time, flow hash, a few mbuf-like fields), and gives it back on a tail drop; at dequeue
 //! it reads the record, checks its leaf and length against the scheduler's answer and folds its
 //! sequence number and queueing delay into a checksum (printed, so no read can be optimised
-//! away), then frees it.
+//! away), then frees it. Records are read once the burst of up to 32 has been dequeued, as a
+//! transmit loop handles what `rte_sched_port_dequeue` returns.
 //!
 //! Trees: `fifo` (no scheduler: one first-in first-out queue, tail drop at 64 per leaf, the
 //! baseline), `limits` (every leaf: no reservation, equal shares, a limit of 800 Gbit/s that never
@@ -360,6 +361,7 @@ fn drive<Q: Queue>(c: Config, mut q: Q) -> serde_json::Value {
             dropped += 1;
         }
     }
+    let mut out = [(0u32, 0u32, 0u32, 0u64); BURST];
     let mut step = |q: &mut Q, pool: &mut Pool, target: u64| {
         let mut done = 0u64;
         while done < target {
@@ -380,17 +382,22 @@ fn drive<Q: Queue>(c: Config, mut q: Q) -> serde_json::Value {
             } else {
                 pool.pool_empty += 1;
             }
-            for _ in 0..BURST {
+            // Dequeue a burst, as rte_sched_port_dequeue hands one back, then handle each
+            // packet's record, as a transmit loop would.
+            let mut n = 0;
+            while n < BURST {
                 let now_ns = clock as u64;
-                match q.dequeue(Instant::from_nanos(now_ns)) {
-                    Some((leaf, len, idx)) => {
-                        pool.read(idx, leaf, len, now_ns);
-                        clock += per_packet_ns;
-                        done += 1;
-                    }
-                    None => break,
-                }
+                let Some((leaf, len, idx)) = q.dequeue(Instant::from_nanos(now_ns)) else {
+                    break;
+                };
+                out[n] = (leaf, len, idx, now_ns);
+                clock += per_packet_ns;
+                n += 1;
             }
+            for &(leaf, len, idx, now_ns) in &out[..n] {
+                pool.read(idx, leaf, len, now_ns);
+            }
+            done += n as u64;
         }
         done
     };
