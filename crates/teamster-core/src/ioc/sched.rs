@@ -20,17 +20,18 @@
 //!
 //! Each inner node keeps its backlogged children in three priority queues, as mClock does: ready
 //! by R tag, ready by S tag, and held (by limit, or because every leaf below is held) by release
-//! time. They are tournament trees over the children's fixed positions ([`tourney`]), so a
-//! dequeue costs O(depth · log n), and children with equal tags are served in the order the tree
-//! lists them (the earlier child first).
+//! time ([`tourney`]: a heap while few children are in one, a tournament tree while many are),
+//! so a dequeue costs O(depth · log n). Ties between equal tags go to the child filed in an
+//! earlier round of the parent's virtual time (a waking child queues behind those already
+//! waiting with its tag), then to the earlier child in the tree.
 //!
 //! A leaf's limit may instead be a [`SharedLimits`] bucket, shared by the schedulers of every
 //! uplink the port uses: a vNIC's limit is one cap across its uplinks.
 //!
 //! Precision. Tags are f64, so they are kept small: R and L tags (and held release times) count
 //! nanoseconds from the scheduler's own epoch, which is moved up to `now` once `now` is
-//! [`Scheduler::REBASE_NS`] past it (every tag shifted by the same amount, heaps re-keyed; the
-//! order of every heap is kept, since subtracting one number is monotone). S tags count from
+//! [`Scheduler::REBASE_NS`] past it (every tag shifted by the same amount, queues re-keyed; the
+//! order of every queue is kept, since subtracting one number is monotone). S tags count from
 //! their parent's virtual time, which is subtracted out at the same moments. An f64 holding at
 //! most a few seconds of nanoseconds (or of shares units) resolves far below one byte at
 //! 100 Gbit/s, so the allocation a year after start is the allocation at start. A
@@ -48,6 +49,9 @@
 //!   list through it, and a slot also holds its successor's length. The leaf's line thus knows
 //!   its first packet's length, so the charge and the re-keying never wait for the slot's line;
 //!   freed slots are reused last-in first-out, so an enqueue writes a line still in cache.
+//! - The root has a fast path: when no held child is due and no reservation is due there, and
+//!   the least S tag is a leaf that its limit lets send, that leaf is served without the general
+//!   walk (which would pick the same leaf).
 //! - Costs are per byte (8 / shares, ns per byte), so a charge is one multiplication of the
 //!   length; scaling by 8 is exact in binary floating point, so every tag is bit for bit what a
 //!   per-bit cost times `8 · len` gives.
@@ -187,6 +191,9 @@ struct Cold {
 struct Inner {
     /// The S tag of the last child picked in the shares phase: this node's virtual time.
     vtime: f64,
+    /// How many times `vtime` has risen (renumbered before it would wrap): entries filed in
+    /// the queues carry it, and win ties against entries filed in later rounds ([`tourney`]).
+    round: u32,
     /// Children ready, by R tag (only children with a reservation).
     by_r: Tourney,
     /// Children ready, by S tag.
@@ -222,8 +229,6 @@ pub struct Scheduler<T> {
     free: u32,
     /// The nodes picked on the way down, with their phase.
     path: Vec<(u32, Phase)>,
-    /// Keys filed in the queues so far (see [`tourney`]: ties go to the earlier filing).
-    seq: u32,
     /// Engine time (ns) the R and L tags count from; see the module's "Precision".
     epoch: u64,
 }
@@ -301,12 +306,13 @@ impl<T> Scheduler<T> {
                 r_cost,
                 bucket: bucket.map_or(NONE, |b| b as u32),
             });
-            let k = n.children.len();
+            let kids: Vec<u32> = n.children.iter().map(|c| c.0 as u32).collect();
             inner.push(Inner {
                 vtime: 0.0,
-                by_r: Tourney::new(k),
-                by_s: Tourney::new(k),
-                held: Tourney::new(k),
+                round: 0,
+                by_r: Tourney::new(kids.clone()),
+                by_s: Tourney::new(kids.clone()),
+                held: Tourney::new(kids),
             });
         }
         Scheduler {
@@ -316,38 +322,14 @@ impl<T> Scheduler<T> {
             slots: Vec::new(),
             free: NONE,
             path: Vec::with_capacity(depth.iter().max().map_or(0, |d| d + 1)),
-            seq: 0,
             epoch: 0,
         }
     }
 
-    /// The next filing number. When the count would wrap, every queue's entries are numbered
-    /// anew in their order (which changes no decision).
-    #[inline]
-    fn next_seq(&mut self) -> u32 {
-        if self.seq == u32::MAX {
-            self.renumber();
-        }
-        self.seq += 1;
-        self.seq
-    }
-
-    /// Numbers every queue's entries `1, 2, ...` in their order; the count goes on from the
-    /// largest.
-    fn renumber(&mut self) {
-        let mut top = 0;
-        for n in self.inner.iter_mut() {
-            for q in [&mut n.by_r, &mut n.by_s, &mut n.held] {
-                top = top.max(q.renumber());
-            }
-        }
-        self.seq = top;
-    }
-
-    /// Moves the filing count to `n` (tests: the wrap and renumbering).
+    /// Moves node `p`'s round count to `n` (tests: the wrap and renumbering).
     #[cfg(test)]
-    pub(super) fn set_filings(&mut self, n: u32) {
-        self.seq = n;
+    pub(super) fn set_round(&mut self, p: usize, n: u32) {
+        self.inner[p].round = n;
     }
 
     /// Node `i`'s parent, if it has one.
@@ -478,34 +460,46 @@ impl<T> Scheduler<T> {
     fn place(&mut self, i: usize, parent: usize, t: f64, held_below_until: Option<f64>) {
         let own = self.release_time(i);
         let release = held_below_until.map_or(own, |b| max(b, own));
-        let (pos, c, was, reserved) = {
-            let n = &self.hot[i];
-            (n.pos, i as u32, n.state, n.reserved)
-        };
+        let n = &mut self.hot[i];
+        let (pos, c, was) = (n.pos, i as u32, n.state);
+        let p = &mut self.inner[parent];
+        let round = p.round;
         if release <= t {
-            self.hot[i].state = State::Ready;
-            if reserved {
-                let (key, q) = (ord_key(self.cold[i].r_tag), self.next_seq());
-                self.inner[parent].by_r.set(pos, c, key, q);
+            n.state = State::Ready;
+            if n.reserved {
+                p.by_r.set(pos, c, ord_key(self.cold[i].r_tag), round);
             } else if was == State::Ready {
-                self.inner[parent].by_r.set(pos, c, ABSENT, 0);
+                p.by_r.set(pos, c, ABSENT, 0);
             }
-            let (key, q) = (ord_key(self.hot[i].s_tag), self.next_seq());
-            let p = &mut self.inner[parent];
-            p.by_s.set(pos, c, key, q);
+            p.by_s.set(pos, c, ord_key(n.s_tag), round);
             if was == State::Held {
                 p.held.set(pos, c, ABSENT, 0);
             }
         } else {
-            self.hot[i].state = State::Held;
-            let q = self.next_seq();
-            let p = &mut self.inner[parent];
+            n.state = State::Held;
             if was == State::Ready {
                 p.by_r.set(pos, c, ABSENT, 0);
                 p.by_s.set(pos, c, ABSENT, 0);
             }
-            p.held.set(pos, c, ord_key(release), q);
+            p.held.set(pos, c, ord_key(release), round);
         }
+    }
+
+    /// Starts node `p`'s next virtual-time round; before the count would wrap, the rounds filed
+    /// in its queues are numbered anew `1, 2, ...` in their order (which changes no decision).
+    fn next_round(&mut self, p: usize) {
+        let n = &mut self.inner[p];
+        if n.round == u32::MAX {
+            let mut used: Vec<u32> = n.by_r.rounds().chain(n.by_s.rounds()).chain(n.held.rounds()).collect();
+            used.sort_unstable();
+            used.dedup();
+            let rank = |r: u32| used.partition_point(|&u| u < r) as u32 + 1;
+            n.by_r.map_rounds(rank);
+            n.by_s.map_rounds(rank);
+            n.held.map_rounds(rank);
+            n.round = used.len() as u32;
+        }
+        n.round += 1;
     }
 
     /// Takes node `i`, which has no backlog left, out of its parent's queues.
@@ -708,10 +702,14 @@ impl<T> Scheduler<T> {
             Phase::Shares => {
                 let start = n.s_tag;
                 n.s_tag += bytes * n.s_cost;
+                if start > self.inner[parent].vtime {
+                    self.next_round(parent);
+                }
                 self.inner[parent].vtime = start;
-                n.s_tag
+                self.hot[i].s_tag
             }
         };
+        let n = &mut self.hot[i];
         let release = if n.shared {
             // The bucket's tag counts from its own epoch: `to_shared` converts ours.
             let to_shared = epoch_offset(self.epoch, shared.epoch);
@@ -738,12 +736,10 @@ impl<T> Scheduler<T> {
         } else if release <= t {
             // Still ready: only the tag of the phase it was served in moved; the other queue's
             // key stays right.
-            let pos = n.pos;
-            let q = self.next_seq();
-            let p = &mut self.inner[parent];
+            let (pos, p) = (n.pos, &mut self.inner[parent]);
             match phase {
-                Phase::Reservation => p.by_r.set(pos, i as u32, ord_key(key), q),
-                Phase::Shares => p.by_s.set(pos, i as u32, ord_key(key), q),
+                Phase::Reservation => p.by_r.set(pos, i as u32, ord_key(key), p.round),
+                Phase::Shares => p.by_s.set(pos, i as u32, ord_key(key), p.round),
             }
         } else {
             self.place(i, parent, t, Some(release));
@@ -868,6 +864,39 @@ mod tests {
         }
         let ratio = sent[1] as f64 / sent[0] as f64;
         assert!((ratio - 3.0).abs() < 0.01 * 3.0, "{sent:?}: {ratio}");
+    }
+
+    /// Before a parent's round count wraps, the rounds filed in its queues become 1, 2, ... in
+    /// their order and the count goes on from there.
+    #[test]
+    fn rounds_are_renumbered_in_order_before_they_wrap() {
+        let mut t = Tree::new("uplink");
+        let spec = |name: &str| crate::ioc::NodeSpec {
+            name: name.into(),
+            reservation: crate::units::Bandwidth::ZERO,
+            shares: crate::ioc::Shares::NORMAL,
+            limit: None,
+        };
+        let leaves: Vec<NodeId> = ["a", "b", "c"]
+            .iter()
+            .map(|n| t.add(NodeId::ROOT, spec(n)).unwrap())
+            .collect();
+        let mut s: Scheduler<()> = Scheduler::new(&t, &[]);
+        for (leaf, round) in leaves.iter().zip([u32::MAX - 7, u32::MAX - 7, u32::MAX]) {
+            s.inner[0].round = round;
+            s.enqueue(*leaf, 100, (), Instant::ZERO);
+        }
+        s.next_round(0);
+        assert_eq!(s.inner[0].round, 3);
+        let mut rounds: Vec<u32> = s.inner[0].by_s.rounds().collect();
+        rounds.sort_unstable();
+        assert_eq!(rounds, [1, 1, 2]);
+        // The order is kept: a and b (equal tags, round 1) before c (round 2), a before b.
+        let mut shared = SharedLimits::default();
+        let order: Vec<NodeId> = (0..3)
+            .map(|_| s.dequeue(Instant::ZERO, &mut shared).unwrap().0)
+            .collect();
+        assert_eq!(order, leaves);
     }
 
     #[test]

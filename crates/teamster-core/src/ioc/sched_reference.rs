@@ -3,10 +3,11 @@
 //! and operations and requires the same packets in the same order, bit for bit, so the
 //! optimised layout is known to change no decision. Its model is the one `sched.rs` documents.
 //!
-//! One change from dd7b91e: heap entries with equal keys are ordered by when they were filed
-//! (a sequence number; the earlier first), the rule the optimised scheduler's tournament trees
-//! follow; before, the order among equal keys was whatever `BinaryHeap` left, which was mostly,
-//! but not always, the same. Only ties between children with exactly equal tags can be decided
+//! One change from dd7b91e: heap entries with equal keys are ordered by the parent's virtual-time
+//! round when they were filed (how many times its virtual time had risen; the earlier first),
+//! then by child index, the rule the optimised scheduler's tournament trees follow; before, the
+//! order among equal keys was whatever `BinaryHeap` left, which mostly, but not always, put
+//! earlier filings first. Only ties between children with exactly equal tags can be decided
 //! differently.
 #![allow(dead_code)]
 
@@ -73,7 +74,7 @@ fn epoch_offset(from: u64, to: u64) -> f64 {
 }
 
 /// A heap entry: a key (a tag or a time, see [`Entry::new`]), the child, the child's version
-/// when pushed, and the filing sequence number. Ordered by key, then by filing (earlier first).
+/// when pushed, and the parent's round when filed. Ordered by key, round, child.
 #[derive(Debug, Clone, Copy)]
 struct Entry(u64, u32, u32, u64);
 
@@ -106,7 +107,7 @@ fn ord_key(x: f64) -> u64 {
 impl PartialEq for Entry {
     #[inline]
     fn eq(&self, o: &Self) -> bool {
-        (self.0, self.3) == (o.0, o.3)
+        (self.0, self.3, self.1) == (o.0, o.3, o.1)
     }
 }
 impl Eq for Entry {}
@@ -119,7 +120,7 @@ impl PartialOrd for Entry {
 impl Ord for Entry {
     #[inline]
     fn cmp(&self, o: &Self) -> Ordering {
-        (self.0, self.3).cmp(&(o.0, o.3))
+        (self.0, self.3, self.1).cmp(&(o.0, o.3, o.1))
     }
 }
 
@@ -147,6 +148,8 @@ struct SNode {
     l_tag: f64,
     /// The S tag of the last child picked in the shares phase: this node's virtual time.
     vtime: f64,
+    /// How many times `vtime` has risen.
+    round: u64,
     /// Backlogged leaves in this subtree.
     backlog: u32,
     state: State,
@@ -174,8 +177,6 @@ pub struct Scheduler<T> {
     path: Vec<(usize, Phase)>,
     /// Engine time (ns) the R and L tags count from; see the module's "Precision".
     epoch: u64,
-    /// Entries filed so far (each entry's sequence number).
-    seq: u64,
 }
 
 impl<T> Scheduler<T> {
@@ -214,6 +215,7 @@ impl<T> Scheduler<T> {
                     s_tag: 0.0,
                     l_tag: f64::NEG_INFINITY,
                     vtime: 0.0,
+                    round: 0,
                     backlog: 0,
                     state: State::Idle,
                     version: 0,
@@ -228,7 +230,6 @@ impl<T> Scheduler<T> {
             nodes,
             path: Vec::new(),
             epoch: 0,
-            seq: 0,
         }
     }
 
@@ -316,18 +317,16 @@ impl<T> Scheduler<T> {
         if release <= t {
             n.state = State::Ready;
             let p = &mut self.nodes[parent];
+            let round = p.round;
             if r_cost > 0.0 {
-                self.seq += 1;
-                p.by_r.push(Reverse(Entry(Entry::new(r_tag, c, v).0, c, v, self.seq)));
+                p.by_r.push(Reverse(Entry(Entry::new(r_tag, c, v).0, c, v, round)));
             }
-            self.seq += 1;
-            p.by_s.push(Reverse(Entry(Entry::new(s_tag, c, v).0, c, v, self.seq)));
+            p.by_s.push(Reverse(Entry(Entry::new(s_tag, c, v).0, c, v, round)));
         } else {
             n.state = State::Held;
-            self.seq += 1;
-            self.nodes[parent]
-                .held
-                .push(Reverse(Entry(Entry::new(release, c, v).0, c, v, self.seq)));
+            let p = &mut self.nodes[parent];
+            let round = p.round;
+            p.held.push(Reverse(Entry(Entry::new(release, c, v).0, c, v, round)));
         }
     }
 
@@ -424,6 +423,9 @@ impl<T> Scheduler<T> {
                 Phase::Shares => {
                     let start = self.nodes[i].s_tag;
                     self.nodes[i].s_tag += bits * self.nodes[i].s_cost;
+                    if start > self.nodes[parent].vtime {
+                        self.nodes[parent].round += 1;
+                    }
                     self.nodes[parent].vtime = start;
                 }
             }
@@ -462,6 +464,7 @@ impl<T> Scheduler<T> {
                     Phase::Reservation => n.r_tag,
                     Phase::Shares => n.s_tag,
                 };
+                let round = self.nodes[parent].round;
                 let heap = match phase {
                     Phase::Reservation => &mut self.nodes[parent].by_r,
                     Phase::Shares => &mut self.nodes[parent].by_s,
@@ -473,8 +476,7 @@ impl<T> Scheduler<T> {
                 };
                 debug_assert_eq!(top.1 as usize, i, "the picked entry is on top");
                 top.0 = ord_key(key);
-                self.seq += 1;
-                top.3 = self.seq;
+                top.3 = round;
                 heap.push(Reverse(top));
             } else {
                 self.place(i, parent, t, Some(release));
