@@ -736,10 +736,11 @@ impl<T> Scheduler<T> {
         } else if release <= t {
             // Still ready: only the tag of the phase it was served in moved; the other queue's
             // key stays right.
+            // It was picked as the least of that queue, and its key only rose.
             let (pos, p) = (n.pos, &mut self.inner[parent]);
             match phase {
-                Phase::Reservation => p.by_r.set(pos, i as u32, ord_key(key), p.round),
-                Phase::Shares => p.by_s.set(pos, i as u32, ord_key(key), p.round),
+                Phase::Reservation => p.by_r.rekey_top(pos, i as u32, ord_key(key), p.round),
+                Phase::Shares => p.by_s.rekey_top(pos, i as u32, ord_key(key), p.round),
             }
         } else {
             self.place(i, parent, t, Some(release));

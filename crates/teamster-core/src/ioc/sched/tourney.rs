@@ -176,6 +176,31 @@ impl Tourney {
         }
     }
 
+    /// Raises the key of the least entry, at position `pos` (held by `child`), to `key`, filed
+    /// in round `round`: what [`Tourney::set`] does, minus its checks for an early stop, since
+    /// every match on the least entry's path changes (each held the entry with its old key).
+    #[inline]
+    pub fn rekey_top(&mut self, pos: u32, child: u32, key: u64, round: u32) {
+        debug_assert_eq!(self.peek().map(|w| w.child), Some(child), "the least entry");
+        debug_assert!(key != ABSENT && key >= self.min_key(), "a raised key");
+        let w = slot(key, round, pos);
+        if !self.big {
+            self.heap[0] = w;
+            self.sift_down(0);
+            return;
+        }
+        let s = &mut self.tree[..];
+        let mask = s.len() - 1;
+        let mut j = s.len() / 2 + pos as usize;
+        let mut w = w;
+        s[j & mask] = w;
+        while j > 1 {
+            w = min(w, s[(j ^ 1) & mask]);
+            j >>= 1;
+            s[j & mask] = w;
+        }
+    }
+
     /// Sets position `pos`'s tree slot and replays the matches above it, up to the first whose
     /// winner does not change.
     #[inline]
