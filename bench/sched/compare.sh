@@ -6,7 +6,8 @@
 # both, alternating (the peer first in odd rounds, Teamster first in even ones). Both draw the
 # same leaf table (the peer's --dist; Teamster's --dist builds it the same way). Teamster's
 # harness writes and reads a 64-byte metadata record per packet, as rte_sched's mbufs are.
-# Knobs: ROUNDS, PACKETS, DISTS, BACKLOGS, LEAVES, LENS (space-separated lists).
+# Knobs: ROUNDS, PACKETS, DISTS, BACKLOGS, LEAVES, LENS (space-separated lists); TEAMSTER=path
+# runs that binary instead of building this checkout (to measure another version).
 # Output: JSON lines in $OUT (default bench/sched/results.jsonl), each with the 1-minute load
 # average and the steal time (% of the run's wall time, from /proc/stat) measured around it,
 # and a Markdown table on stdout.
@@ -29,8 +30,11 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 cp "$peer"/bench.c "$peer"/Makefile "$build"/
 make -s -C "$build"
-cargo build -q --release -p teamster --manifest-path "$repo/Cargo.toml"
-teamster=$repo/target/release/teamster
+teamster=${TEAMSTER:-}
+if [ -z "$teamster" ]; then
+  cargo build -q --release -p teamster --manifest-path "$repo/Cargo.toml"
+  teamster=$repo/target/release/teamster
+fi
 : > "$OUT"
 # Total and steal jiffies of all CPUs (the "cpu" line of /proc/stat).
 cpu_jiffies() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $9}' /proc/stat; }

@@ -310,6 +310,7 @@ impl Queue for Fifo {
     }
 }
 
+/// This thread's CPU time in seconds (the steadier figure on a shared machine).
 fn thread_cpu_s() -> f64 {
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
 }
