@@ -12,7 +12,9 @@
 # pswitch side of the uplink carrying most VMs goes down for FAIL_HOLD s; receiver inter-arrival
 # gaps from captures at each peer). Writes OUTDIR/summary.json and prints a summary.
 # MODE=soak instead runs every VM's TCP stream for SOAK_S seconds (default 600) and samples the
-# daemon's RSS every 30 s into OUTDIR/soak.json.
+# daemon's RSS every 30 s into OUTDIR/soak.json; MODE=bond runs the TCP ramp only.
+# OFFLOAD=off (default, as the OVS peer's harness sets them) turns checksum/TSO/GSO/GRO off on
+# every veth; OFFLOAD=on leaves them on, as a virtio-net guest has them (super-frames).
 # Runs as root; removes everything it made (names tmb-*) on exit.
 set -euo pipefail
 UPLINK_RATE=${UPLINK_RATE:-100mbit}
@@ -32,6 +34,12 @@ FAIL_TOTAL=${FAIL_TOTAL:-30}
 POLICY=${POLICY:-load-based}
 MODE=${MODE:-compare}
 SOAK_S=${SOAK_S:-600}
+OFFLOAD=${OFFLOAD:-off}
+# SWITCH=bridge puts a Linux bridge (tmb-br, root namespace) where Teamster runs, on the same
+# veths: the VMs' ports and uplink tmb-u0 only (a bridge does not team). MODE=bond only.
+SWITCH=${SWITCH:-teamster}
+case "$SWITCH" in teamster) ;; bridge) MODE=bond ;; *) echo "SWITCH must be teamster or bridge" >&2; exit 2 ;; esac
+case "$OFFLOAD" in on|off) ;; *) echo "OFFLOAD must be on or off, not $OFFLOAD" >&2; exit 2 ;; esac
 OUT=${1:?usage: bench/live/run.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -46,6 +54,7 @@ NS=(tmb-psw); for i in $(seq 1 "$NVM"); do NS+=("tmb-vm$i" "tmb-peer$i"); done
 DAEMON=""
 cleanup() {
   [ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
+  ip link del tmb-br 2>/dev/null || true
   for i in $(seq 1 "$NVM"); do ip link del "tmb-v$i" 2>/dev/null || true; done
   ip link del tmb-u0 2>/dev/null || true; ip link del tmb-u1 2>/dev/null || true
   for n in "${NS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
@@ -54,7 +63,11 @@ trap cleanup EXIT
 cleanup
 vm_ip() { echo "198.18.0.$((10 + $1))"; }
 peer_ip() { echo "198.18.0.$((100 + $1))"; }
-offload_off() { ip netns exec "$1" ethtool -K "$2" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true; }
+offload_off() {   # ns dev (ns "" = the root namespace)
+  [ "$OFFLOAD" = on ] && return 0
+  if [ -z "$1" ]; then ethtool -K "$2" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+  else ip netns exec "$1" ethtool -K "$2" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true; fi
+}
 for n in "${NS[@]}"; do ip netns add "$n"; ip -n "$n" link set lo up; done
 ip -n tmb-psw link add pbr type bridge stp_state 0; ip -n tmb-psw link set pbr up
 shape() {   # dev in tmb-psw: htb both directions on the pswitch side, as the peer does
@@ -70,7 +83,7 @@ shape() {   # dev in tmb-psw: htb both directions on the pswitch side, as the pe
 }
 for j in 0 1; do
   ip link add "tmb-u$j" type veth peer name "up$j-p" netns tmb-psw
-  ip link set "tmb-u$j" up; ethtool -K "tmb-u$j" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+  ip link set "tmb-u$j" up; offload_off "" "tmb-u$j"
   ip -n tmb-psw link set "up$j-p" master pbr; ip -n tmb-psw link set "up$j-p" up; offload_off tmb-psw "up$j-p"
   [ "$UPLINK_RATE" = none ] || shape "up$j-p"
 done
@@ -91,7 +104,7 @@ active = ["up0", "up1"]
 TOML
 for i in $(seq 1 "$NVM"); do
   ip link add "tmb-v$i" type veth peer name eth0 netns "tmb-vm$i"; ip link set "tmb-v$i" up
-  ethtool -K "tmb-v$i" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+  offload_off "" "tmb-v$i"
   ip -n "tmb-vm$i" link set eth0 address "02:00:00:00:01:0$i"
   ip -n "tmb-vm$i" addr add "$(vm_ip "$i")/24" dev eth0; ip -n "tmb-vm$i" link set eth0 up; offload_off "tmb-vm$i" eth0
   ip -n tmb-psw link add "pe$i" type veth peer name eth0 netns "tmb-peer$i"
@@ -101,11 +114,17 @@ for i in $(seq 1 "$NVM"); do
 done
 ip -n tmb-psw link set dev ifb-up0-p up 2>/dev/null || true
 up_bytes() { ip netns exec tmb-psw cat "/sys/class/net/up$1-p/statistics/rx_bytes"; }
-"$TEAMSTER" run "$CONF" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
-DAEMON=$!
+if [ "$SWITCH" = bridge ]; then
+  ip link add tmb-br type bridge stp_state 0; ip link set tmb-br up
+  for l in tmb-u0 $(for i in $(seq 1 "$NVM"); do echo "tmb-v$i"; done); do ip link set "$l" master tmb-br; done
+else
+  "$TEAMSTER" run "$CONF" --status-file "$OUT/status.json" 2> "$OUT/teamster.log" &
+  DAEMON=$!
+fi
 sleep 1.5
 for i in $(seq 1 "$NVM"); do ip netns exec "tmb-vm$i" ping -c 1 -W 2 "$(peer_ip "$i")" >/dev/null || true; done
-cpu_s() { awk '{print ($14 + $15) / 100}' "/proc/$DAEMON/stat"; }
+# The daemon's CPU seconds (0 for the bridge, whose work is the kernel's softirq time).
+cpu_s() { if [ -n "$DAEMON" ]; then awk '{print ($14 + $15) / 100}' "/proc/$DAEMON/stat"; else echo 0; fi; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON/status"; }
 
 if [ "$MODE" = soak ]; then
@@ -146,10 +165,13 @@ for i in $(seq 1 "$NVM"); do
   [ "$i" -lt "$NVM" ] && sleep "$RAMP"
 done
 sleep 2.5
-b0=$(up_bytes 0); b1=$(up_bytes 1); c0=$(cpu_s); t0=$(date +%s.%N)
+b0=$(up_bytes 0); b1=$(up_bytes 1); c0=$(cpu_s); t0=$(date +%s.%N); stat0=$(head -1 /proc/stat)
+# Latency under load: vm1 pings its peer every 10 ms through the steady window.
+ip netns exec tmb-vm1 ping -n -i 0.01 -W 1 -w $((DURATION - 3)) -c $(( (DURATION - 3) * 100 - 50 )) "$(peer_ip 1)" > "$OUT/ping-bond.txt" 2>&1 &
+pinger=$!
 sleep $((DURATION - 3))
-b0e=$(up_bytes 0); b1e=$(up_bytes 1); c1=$(cpu_s); t1=$(date +%s.%N)
-for p in "${pids[@]}"; do wait "$p" || true; done
+b0e=$(up_bytes 0); b1e=$(up_bytes 1); c1=$(cpu_s); t1=$(date +%s.%N); stat1=$(head -1 /proc/stat)
+for p in "${pids[@]}" "$pinger"; do wait "$p" || true; done
 cp "$OUT/status.json" "$OUT/status-bond.json" 2>/dev/null || true
 # Frames the physical switch's shapers dropped (root htb of each, which counts its leaf's
 # drops) during the ramp: the queue past the uplink, where an unpaced switch's excess waits.
@@ -158,6 +180,8 @@ shaper_drops=$(for d in up0-p ifb-up0-p up1-p ifb-up1-p; do
 done | paste -sd+ | bc)
 
 # ---- failover-udp ----
+busiest=none; t_fail=0
+if [ "$MODE" != bond ]; then
 for i in $(seq 1 "$NVM"); do ip netns exec "tmb-peer$i" iperf3 -s -1 -B "$(peer_ip "$i")" >/dev/null 2>&1 & done
 sleep 0.5
 for i in $(seq 1 "$NVM"); do
@@ -179,11 +203,17 @@ ip -n tmb-psw link set "up$busiest-p" down
 sleep "$FAIL_HOLD"
 ip -n tmb-psw link set "up$busiest-p" up
 wait $(jobs -p | grep -v "^$DAEMON$") 2>/dev/null || true
+fi
 cp "$OUT/status.json" "$OUT/status-end.json" 2>/dev/null || true
 
-python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" "$shaper_drops" <<'PY'
+python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" "$shaper_drops" "$stat0" "$stat1" "$SWITCH" "$OFFLOAD" <<'PY'
 import json, re, sys
-out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity, shaper = sys.argv[1:]
+out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity, shaper, stat0, stat1, switch, offload = sys.argv[1:]
+# The machine over the steady window: busy and steal (time the hypervisor gave to others) as
+# shares of all CPU time, from /proc/stat's cpu line (user nice system idle iowait irq softirq steal).
+st0, st1 = [list(map(int, x.split()[1:9])) for x in (stat0, stat1)]
+dst = [b - a for a, b in zip(st0, st1)]
+machine = {"busy_pct": round(100 * (sum(dst) - dst[3] - dst[4]) / max(1, sum(dst)), 1), "steal_pct": round(100 * dst[7] / max(1, sum(dst)), 1)}
 def drops(name):
     """Every frame the switch dropped (each drop is counted once, on one port or uplink), by
     reason, from a status snapshot: none inside the switch means every one of these is 0."""
@@ -204,7 +234,11 @@ cap = None if rate == "none" else float(re.sub(r"[a-z]+", "", rate)) * {"mbit": 
 gbit = sum(up) * dt / 1e3
 gaps, lost = {}, {}
 for i in range(1, int(nvm) + 1):
-    seqs = [int(m) for m in re.findall(r"icmp_seq=(\d+)", open(f"{out}/ping-vm{i}.txt").read())]
+    try:
+        seqs = [int(m) for m in re.findall(r"icmp_seq=(\d+)", open(f"{out}/ping-vm{i}.txt").read())]
+    except OSError:  # MODE=bond: no failover run
+        gaps[f"vm{i}"] = None
+        continue
     gaps[f"vm{i}"] = max([(b - a - 1) * 10 for a, b in zip(seqs, seqs[1:])] or [0])
     try:
         s = json.load(open(f"{out}/udp-vm{i}.json"))["end"]["sum"]
@@ -238,12 +272,27 @@ for i in range(1, int(nvm) + 1):
         vm[f"vm{i}"] = round(sum(x["sum"]["bits_per_second"] for x in ivs[-int(dt):]) / max(1, len(ivs[-int(dt):])) / 1e6, 1)
     except Exception:
         vm[f"vm{i}"] = None
+def loaded_rtt():
+    """p50 / p99 / max RTT (ms) and pings lost, from vm1's pings during the steady window."""
+    try:
+        text = open(f"{out}/ping-bond.txt").read()
+    except OSError:
+        return None
+    t = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", text))
+    sent = re.search(r"(\d+) packets transmitted", text)
+    q = lambda p: t[min(len(t) - 1, int(p * len(t)))] if t else None
+    return {"p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": t[-1] if t else None,
+            "lost": (int(sent.group(1)) - len(t)) if sent else None}
 s = {
+    "switch": switch,
+    "ping_under_tcp_load": loaded_rtt(),
+    "offload": offload,
+    "machine_steady": machine,
     "aggregate_mbps_steady": round(sum(up), 1),
     "uplinks_mbps_steady": [round(u, 1) for u in up],
     "uplinks_util_steady": [round(u / cap, 3) for u in up] if cap else None,
     "vm_mbps_steady": vm,
-    "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 else None,
+    "teamster_cpu_s_per_gbit": round((float(c1) - float(c0)) / gbit, 2) if gbit > 0 and float(c1) > 0 else None,
     "tcp_retransmits": retrans,
     "capacity": capacity,
     "switch_drops_bond": drops("status-bond.json"),

@@ -5,7 +5,7 @@
 //! Each turn of [`Datapath::run`]: wait (poll) for frames, a link change or the next timer (at
 //! most 10 ms); apply carrier changes (failover within that turn); pass every received frame
 //! through the switch; send frames for ports at once, queue frames for uplinks in their
-//! scheduler (cut to the MTU, TCP super-frames segmented), and let each pacer release what the
+//! scheduler (fitted to the interface: see the `fit` submodule), and let each pacer release what the
 //! uplink's capacity allows, holding back while the device is busy; run the team's timers (LBT);
 //! send team-originated frames (notify-switch RARPs); tell the switch what each device took
 //! (its `tx_*` counters); then give the [`Control`] its turn, which may reconfigure the switch
@@ -18,35 +18,46 @@
 //! use until it returns. Link state cannot be lost: a netlink overrun re-reads every interface,
 //! and the uplinks' carrier is re-read every second anyway.
 //!
-//! Counting. `tx_packets`/`tx_bytes` of a port or uplink count frames its device took (after
-//! segmentation, so segments and not super-frames), never frames dropped on the way. Each drop
-//! is counted once, on one interface: the switch's reasons, `ring_full`, `truncated` and
-//! `ring_error` on the interface the frame arrived on; `queue_full` on the port whose NetIOC
-//! queue (in an uplink's scheduler) was full; `oversize`, `tx_error` and `detached` on the
-//! interface that could not send it.
+//! Super-frames. A frame travels with its offload request (partial checksum, TSO/GSO
+//! super-frame) from the interface it arrived on to the one it leaves by, and is completed or
+//! cut only where that interface or its pacing needs it (the `fit` submodule). It is counted,
+//! metered (LBT), scheduled and paced at its wire length: its segments' bytes, headers repeated.
+//!
+//! Counting. `tx_packets`/`tx_bytes` of a port or uplink count frames its device took, a
+//! super-frame as the segments it becomes, never frames dropped on the way; `rx_packets` counts
+//! a super-frame once, `rx_bytes` at its wire length. Each drop is counted once, on one
+//! interface: the switch's reasons, `ring_full`, `truncated` and `bad_offload` on the interface
+//! the frame arrived on; `queue_full` on the port whose NetIOC queue (in an uplink's scheduler)
+//! was full; `oversize`, `bad_offload` (a request that cannot be completed in software),
+//! `tx_error` and `detached` on the interface that could not send it.
 
 mod attach;
-mod mtu;
+mod fit;
 mod poll;
+mod pool;
 
-use mtu::fit;
+use fit::{fit, Refused};
+use pool::FramePool;
 
-use crate::afpacket::AfPacket;
+use crate::backend::{BackendChoice, Link};
 use crate::netlink::LinkWatch;
 use crate::pacer::Pacer;
 use crate::Backend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use teamster_core::ioc::{Ioc, NodeId, ReservationCap, Tree};
-use teamster_core::switch::{Counters, Egress, Ingress, Output, Switch, SwitchConfig};
+use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
+use teamster_core::offload::Offload;
+use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
+use teamster_core::wire::mark_congestion;
 use teamster_core::Instant;
 
-/// Frames queued per port in an uplink's scheduler before tail drop.
-const LEAF_QUEUE: usize = 1024;
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
 const MAX_WAIT_MS: i32 = 10;
+/// How long the loop polls without sleeping after a turn that received frames, by default (see
+/// the `poll` submodule).
+pub const DEFAULT_BUSY_POLL: core::time::Duration = core::time::Duration::from_micros(50);
 /// Events kept (the most recent).
 const EVENTS_KEPT: usize = 1000;
 /// How often the uplinks' carrier is re-read, and missing interfaces looked for, whatever
@@ -61,6 +72,8 @@ pub struct PortPlan {
     pub interface: String,
     /// Its leaf in the NetIOC tree.
     pub leaf: NodeId,
+    /// AF_PACKET, AF_XDP, or AF_XDP where it works.
+    pub backend: BackendChoice,
 }
 
 /// An uplink to attach (in the team's uplink order).
@@ -74,6 +87,8 @@ pub struct UplinkPlan {
     /// does.
     pub follows_link_speed: bool,
     pub admin_up: bool,
+    /// AF_PACKET, AF_XDP, or AF_XDP where it works.
+    pub backend: BackendChoice,
 }
 
 /// Everything the data plane needs, checked by the caller.
@@ -85,6 +100,8 @@ pub struct DatapathPlan {
     pub uplinks: Vec<UplinkPlan>,
     /// MAC ageing and limits, and each port group's security policy.
     pub switch: SwitchConfig,
+    /// After a turn that received frames, poll this long without sleeping.
+    pub busy_poll: core::time::Duration,
 }
 
 /// Drops the data plane makes outside the core switch, kept per port and per uplink (each drop
@@ -101,8 +118,9 @@ pub struct ExtraDrops {
     pub tx_error: u64,
     /// On this interface: longer on the wire than the kernel captured, so not forwarded.
     pub truncated: u64,
-    /// On this interface: in a receive-ring block whose offsets did not fit the block.
-    pub ring_error: u64,
+    /// On this interface: its offload request (virtio-net header) did not match the frame; or,
+    /// to this interface: a partial checksum it cannot take could not be completed.
+    pub bad_offload: u64,
     /// To this interface while it was detached (its interface missing).
     pub detached: u64,
 }
@@ -116,7 +134,7 @@ impl ExtraDrops {
             ("ring_full", self.ring_full),
             ("tx_error", self.tx_error),
             ("truncated", self.truncated),
-            ("ring_error", self.ring_error),
+            ("bad_offload", self.bad_offload),
             ("detached", self.detached),
         ]
     }
@@ -126,7 +144,7 @@ impl ExtraDrops {
 pub struct Port {
     pub plan: PortPlan,
     /// None while detached.
-    backend: Option<AfPacket>,
+    backend: Option<Link>,
     mtu: usize,
     pub extra: ExtraDrops,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
@@ -138,18 +156,26 @@ impl Port {
     pub fn attached(&self) -> bool {
         self.backend.is_some()
     }
+
+    /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
+    pub fn backend(&self) -> Option<String> {
+        self.backend.as_ref().map(Link::describe)
+    }
 }
 
 /// An uplink: attached while its interface exists.
 pub struct Uplink {
     pub plan: UplinkPlan,
     /// None while detached (its interface went away after start).
-    backend: Option<AfPacket>,
+    backend: Option<Link>,
     mtu: usize,
     pacer: Pacer,
     pub extra: ExtraDrops,
     /// Carrier as the kernel reports it (false while detached).
     pub carrier: bool,
+    /// Frames queued for this uplink with an ECN Congestion Experienced mark set here (its
+    /// queue was over its byte budget), since start.
+    pub ecn_marked: u64,
     /// The last attach failure reported.
     attach_error: Option<String>,
 }
@@ -158,6 +184,11 @@ impl Uplink {
     /// Whether the uplink's interface is attached.
     pub fn attached(&self) -> bool {
         self.backend.is_some()
+    }
+
+    /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
+    pub fn backend(&self) -> Option<String> {
+        self.backend.as_ref().map(Link::describe)
     }
 }
 
@@ -212,8 +243,9 @@ impl Control for () {
 /// The running data plane.
 pub struct Datapath {
     switch: Switch,
-    /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket.
-    ioc: Ioc<Vec<u8>>,
+    /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket; frames wait
+    /// there with their offload requests.
+    ioc: Ioc<(Vec<u8>, Offload)>,
     ports: Vec<Port>,
     index: HashMap<PortId, usize>,
     uplinks: Vec<Uplink>,
@@ -230,12 +262,34 @@ pub struct Datapath {
     pollfds_stale: bool,
     /// When the uplinks' carrier is next re-read.
     next_resync: Instant,
+    /// Frame buffers, reused: one copy per forwarded frame, no allocation once warm.
+    pool: FramePool,
+    busy_poll: core::time::Duration,
+    /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).
+    busy_until: Instant,
+}
+
+/// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
+/// pass.
+struct Pending {
+    /// The port it came from (None: an uplink).
+    from: Option<PortId>,
+    to: Egress,
+    frame: Vec<u8>,
+    offload: Offload,
+}
+
+/// What a turn of the loop reuses from turn to turn.
+#[derive(Default)]
+struct Scratch {
+    pending: Vec<Pending>,
+    forwards: Vec<Forward>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
 /// stops while the device is busy: frames then wait in the scheduler, where NetIOC decides whose
 /// are dropped if the wait grows, rather than in the kernel's FIFO.
-fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
+fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
     u.pacer.refill(now);
     let Some(backend) = u.backend.as_mut() else {
         // No device: what the scheduler releases is dropped, not kept for one that may never
@@ -249,18 +303,18 @@ fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
     // the device is not holding a full batch it could not send; the backend sends each full
     // batch with one call, and the rest at the end of the loop's turn ([`flush_uplink`]), so a
     // burst of arrivals costs one sendmmsg per 64 frames, not one per frame.
-    while u.pacer.may_send() && backend.tx_pending() < AfPacket::TX_BATCH {
-        let Some((_, len, frame)) = ioc.dequeue(i, now) else {
+    while u.pacer.may_send() && backend.tx_pending() < Link::TX_BATCH {
+        let Some((_, len, (frame, offload))) = ioc.dequeue(i, now) else {
             break;
         };
-        backend.send_owned(frame);
+        backend.send_owned(frame, offload);
         u.pacer.charge(len as usize);
     }
 }
 
 /// Paces uplink `i` and sends its whole transmit batch, again while the device takes every
 /// batch in full: the end of a turn, after which the loop may sleep.
-fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) {
+fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
     loop {
         pace_one(u, i, ioc, now);
         let Some(backend) = u.backend.as_mut() else {
@@ -271,6 +325,46 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<Vec<u8>>, now: Instant) 
         if before == 0 || backend.tx_pending() > 0 || !u.pacer.may_send() {
             return;
         }
+    }
+}
+
+/// Passes one received frame through the switch (counted at its wire length) and copies it,
+/// edited, into a pooled buffer for each place it goes, its offload request moved by the tag
+/// the switch added or removed.
+fn switch_frame(
+    switch: &mut Switch,
+    from: Ingress,
+    (frame, offload): (&[u8], Offload),
+    now: Instant,
+    pool: &mut FramePool,
+    scratch: &mut Scratch,
+) {
+    let port = match from {
+        Ingress::Port(p) => Some(p),
+        Ingress::Uplink(_) => None,
+    };
+    let extra_wire = offload.wire_len(frame) - frame.len();
+    scratch.forwards.clear();
+    switch.forward(from, frame, extra_wire, now, &mut scratch.forwards);
+    for f in &scratch.forwards {
+        let delta = f.edit.len_delta();
+        let mut buf = pool.take((frame.len() as isize + delta) as usize);
+        f.edit.apply_into(frame, &mut buf);
+        scratch.pending.push(Pending {
+            from: port,
+            to: f.to,
+            frame: buf,
+            offload: offload.shifted(delta),
+        });
+    }
+}
+
+/// Counts a frame that could not be fitted to its egress interface, on that interface.
+fn count_refusal(extra: &mut ExtraDrops, fitted: Result<(), Refused>) {
+    match fitted {
+        Ok(()) => {}
+        Err(Refused::TooBig) => extra.oversize += 1,
+        Err(Refused::Offload) => extra.bad_offload += 1,
     }
 }
 
@@ -304,11 +398,24 @@ impl Datapath {
         }
         let leaves: Vec<NodeId> = ports.iter().map(|p| p.plan.leaf).collect();
         let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
-        let ioc = Ioc::new(plan.tree, &leaves, capacities, plan.reservation_cap, LEAF_QUEUE);
+        let ioc = Ioc::new(
+            plan.tree,
+            &leaves,
+            capacities,
+            plan.reservation_cap,
+            QueueLimit::DEFAULT,
+        );
         let mut uplinks = Vec::new();
+        let mut notes = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
-            let (backend, mtu, carrier) =
-                attach::open_uplink(&u.interface).map_err(|e| format!("uplink {}: {e}", u.name))?;
+            let (opened, mtu, carrier) =
+                attach::open_uplink(&u.interface, u.backend).map_err(|e| format!("uplink {}: {e}", u.name))?;
+            notes.push(attach::backend_note(
+                &format!("uplink {}", u.name),
+                &u.interface,
+                &opened,
+            ));
+            let backend = opened.link;
             if !(carrier && u.admin_up) {
                 let _ = switch.team_mut().set_link(UplinkId(i), LinkState::Down, now);
             }
@@ -318,6 +425,7 @@ impl Datapath {
                 pacer: Pacer::new(u.capacity.bps_f64(), now),
                 extra: ExtraDrops::default(),
                 carrier,
+                ecn_marked: 0,
                 plan: u,
                 attach_error: None,
             });
@@ -339,9 +447,15 @@ impl Datapath {
             events: VecDeque::new(),
             next_seq: 0,
             failovers: 0,
+            pool: FramePool::default(),
+            busy_poll: plan.busy_poll,
+            busy_until: now,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
+        for note in notes.into_iter().flatten() {
+            dp.event(now, "attach", note);
+        }
         for i in 0..dp.ports.len() {
             dp.attach_port_at_start(i, now)?;
         }
@@ -366,6 +480,16 @@ impl Datapath {
     /// Frames of port leaf `leaf` waiting in uplink `u`'s scheduler.
     pub fn queued(&self, u: usize, leaf: NodeId) -> usize {
         self.ioc.queued(u, leaf)
+    }
+
+    /// Bytes (on the wire) waiting in uplink `u`'s scheduler.
+    pub fn queued_bytes(&self, u: usize) -> u64 {
+        self.ioc.queued_bytes(u)
+    }
+
+    /// Uplink `u`'s queue budget in bytes.
+    pub fn queue_budget(&self, u: usize) -> u64 {
+        self.ioc.budget(u)
     }
 
     pub fn ports(&self) -> &[Port] {
@@ -425,7 +549,7 @@ impl Datapath {
 
     /// Runs until `stop` is set, giving `control` a turn each time round.
     pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control) {
-        let mut pending: Vec<(Option<PortId>, Output)> = Vec::new();
+        let mut scratch = Scratch::default();
         let mut errored: Vec<Slot> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             self.wait(&mut errored);
@@ -447,36 +571,31 @@ impl Datapath {
             } else if now >= self.next_resync {
                 self.resync(now, false);
             }
+            let mut received = 0;
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
-                let switch = &mut self.switch;
+                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.ports[p].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame| {
-                    pending.extend(
-                        switch
-                            .ingress(Ingress::Port(id), frame, now)
-                            .into_iter()
-                            .map(|o| (Some(id), o)),
-                    );
+                received += backend.recv_batch(&mut |frame, offload| {
+                    switch_frame(switch, Ingress::Port(id), (frame, offload), now, pool, &mut scratch);
                 });
             }
             for u in 0..self.uplinks.len() {
-                let switch = &mut self.switch;
+                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
                     continue;
                 };
-                backend.recv_batch(&mut |frame| {
-                    pending.extend(
-                        switch
-                            .ingress(Ingress::Uplink(UplinkId(u)), frame, now)
-                            .into_iter()
-                            .map(|o| (None, o)),
-                    );
+                received += backend.recv_batch(&mut |frame, offload| {
+                    let from = Ingress::Uplink(UplinkId(u));
+                    switch_frame(switch, from, (frame, offload), now, pool, &mut scratch);
                 });
             }
-            self.dispatch(&mut pending, now);
+            if received > 0 {
+                self.busy_until = now + self.busy_poll;
+            }
+            self.dispatch(&mut scratch.pending, now);
             if now >= self.switch.poll_at() {
                 self.switch.handle_timeout(now);
             }
@@ -487,8 +606,21 @@ impl Datapath {
                     p.extra.tx_error += b.flush() as u64;
                 }
             }
+            self.recycle();
             self.count_devices();
             control.turn(self, now);
+        }
+    }
+
+    /// Takes back into the pool the buffers of frames each device has taken.
+    fn recycle(&mut self) {
+        let pool = &mut self.pool;
+        let backends = self.ports.iter_mut().filter_map(|p| p.backend.as_mut());
+        for b in backends {
+            b.recycle(&mut |buf| pool.give(buf));
+        }
+        for b in self.uplinks.iter_mut().filter_map(|u| u.backend.as_mut()) {
+            b.recycle(&mut |buf| pool.give(buf));
         }
     }
 
@@ -502,7 +634,7 @@ impl Datapath {
                     .count_sent(Egress::Port(p.plan.id), sent.packets, sent.bytes);
                 let rx = b.take_rx_drops();
                 p.extra.truncated += rx.truncated;
-                p.extra.ring_error += rx.bad;
+                p.extra.bad_offload += rx.bad_offload;
             }
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
@@ -512,7 +644,7 @@ impl Datapath {
                     .count_sent(Egress::Uplink(UplinkId(i)), sent.packets, sent.bytes);
                 let rx = b.take_rx_drops();
                 u.extra.truncated += rx.truncated;
-                u.extra.ring_error += rx.bad;
+                u.extra.bad_offload += rx.bad_offload;
             }
         }
     }
@@ -522,7 +654,7 @@ impl Datapath {
         while let Some(effect) = self.switch.poll_effect() {
             match effect {
                 Effect::Transmit { uplink, frame } => match self.uplinks[uplink.0].backend.as_mut() {
-                    Some(b) => b.send_owned(frame),
+                    Some(b) => b.send_owned(frame, Offload::NONE),
                     None => self.uplinks[uplink.0].extra.detached += 1,
                 },
                 Effect::PortMoved(m) => {
@@ -593,11 +725,17 @@ impl Datapath {
         self.event(now, "config", "configuration changed".to_string());
     }
 
-    /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each cut
-    /// to the egress MTU first.
-    fn dispatch(&mut self, pending: &mut Vec<(Option<PortId>, Output)>, now: Instant) {
-        for (from, out) in pending.drain(..) {
-            match out.to {
+    /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each
+    /// fitted to its egress interface first (MTU, offloads, pacing).
+    fn dispatch(&mut self, pending: &mut Vec<Pending>, now: Instant) {
+        for Pending {
+            from,
+            to,
+            frame,
+            offload,
+        } in pending.drain(..)
+        {
+            match to {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
                     let port = &mut self.ports[i];
@@ -605,34 +743,46 @@ impl Datapath {
                         port.extra.detached += 1;
                         continue;
                     };
-                    if !fit(out.frame, port.mtu, &mut |f| backend.send_owned(f)) {
-                        port.extra.oversize += 1;
-                    }
+                    let to = fit::Egress {
+                        mtu: port.mtu,
+                        takes_offloads: backend.takes_offloads(),
+                        max_wire: None,
+                    };
+                    let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
+                    count_refusal(&mut port.extra, fitted);
                 }
                 Egress::Uplink(u) => {
                     let from = from.and_then(|p| self.index.get(&p).copied());
                     let leaf = from.map(|i| self.ports[i].plan.leaf);
                     let up = &mut self.uplinks[u.0];
                     let ioc = &mut self.ioc;
-                    let mtu = up.mtu;
+                    let to = fit::Egress {
+                        mtu: up.mtu,
+                        takes_offloads: up.backend.as_ref().is_some_and(|b| b.takes_offloads()),
+                        max_wire: Some(up.pacer.burst() as usize),
+                    };
                     let mut full = 0;
-                    let fitted = fit(out.frame, mtu, &mut |piece| match leaf {
+                    let fitted = fit(frame, offload, to, &mut |piece, o| match leaf {
                         Some(leaf) => {
-                            if ioc.enqueue(u.0, leaf, piece.len() as u32, piece, now).is_err() {
-                                full += 1;
+                            let wire = o.wire_len(&piece) as u32;
+                            let mark = |(f, _): &mut (Vec<u8>, Offload)| mark_congestion(f);
+                            match ioc.enqueue_marking(u.0, leaf, wire, (piece, o), now, mark) {
+                                Ok(Enqueued::Plain) => {}
+                                Ok(Enqueued::Marked) => up.ecn_marked += 1,
+                                Err(_) => full += 1,
                             }
                             // Move what the pacer allows to the device's batch at once, so the
                             // queue fills only when the uplink itself is the bottleneck.
                             pace_one(up, u.0, ioc, now);
                         }
                         None => match up.backend.as_mut() {
-                            Some(b) => b.send_owned(piece),
+                            Some(b) => b.send_owned(piece, o),
                             None => up.extra.detached += 1,
                         },
                     });
                     // Too big for the uplink: the uplink's drop. A full NetIOC queue: the
                     // sending port's (the queue is its own).
-                    up.extra.oversize += u64::from(!fitted);
+                    count_refusal(&mut up.extra, fitted);
                     if let Some(i) = from {
                         self.ports[i].extra.queue_full += full;
                     }

@@ -76,6 +76,19 @@ pub fn mtu(name: &str) -> io::Result<usize> {
         .map_err(|_| io::Error::other(format!("{name}: mtu `{text}` is not a number")))
 }
 
+/// How many receive queues the interface has (the `rx-N` entries under `queues` in sysfs).
+pub fn rx_queues(name: &str) -> io::Result<usize> {
+    let path = sysfs_path(name, "queues")?;
+    let entries = std::fs::read_dir(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{name}: cannot read {}: {e}", path.display())))?;
+    let mut n = 0;
+    for e in entries {
+        let e = e.map_err(|e| io::Error::new(e.kind(), format!("{name}: cannot read {}: {e}", path.display())))?;
+        n += usize::from(e.file_name().to_string_lossy().starts_with("rx-"));
+    }
+    Ok(n)
+}
+
 /// The link speed the interface reports, in Mbit/s; None when it reports none (sysfs gives -1,
 /// or refuses, while the carrier is down).
 pub fn speed_mbps(name: &str) -> Option<u64> {
@@ -144,5 +157,6 @@ mod tests {
     fn loopback_is_read() {
         assert!(index("lo").unwrap() > 0);
         assert!(mtu("lo").unwrap() >= 1500);
+        assert_eq!(rx_queues("lo").unwrap(), 1);
     }
 }

@@ -1,14 +1,15 @@
 //! Teamster's live Linux data plane.
 //!
 //! - [`Backend`]: frame I/O on one interface; [`afpacket::AfPacket`] (recvmmsg receive with the
-//!   kernel's per-frame metadata, batched transmit) is the first, AF_XDP can follow behind the
-//!   same trait.
+//!   kernel's per-frame metadata, batched transmit) and [`afxdp::AfXdp`] (an XDP program
+//!   redirecting to an AF_XDP socket, frames in a UMEM shared with the kernel) implement it;
+//!   [`backend`] picks one per interface (`af_packet`, `af_xdp` or `auto`).
+//! - [`sockopt`]: socket options and pending errors, with errors naming the interface.
 //! - [`caps`]: the capabilities the data plane needs, checked up front.
 //! - [`netlink`]: link state changes from the kernel, for failover and interfaces that come and
 //!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
-//! - [`ring`]: restoring a received frame from the kernel's metadata (VLAN tag, checksum), and
-//!   reading a TPACKET_V3 receive-ring block with every kernel-written offset checked (kept for
-//!   a ring mode at high packet rates; AfPacket reads with recvmmsg).
+//! - [`receive`]: restoring a received frame from the kernel's metadata (VLAN tag) with its
+//!   offload request; [`vnet`]: the virtio-net header that carries that request.
 //! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
 //!   rate.
 //!
@@ -16,28 +17,46 @@
 //!   binary adds configuration, signals and the control plane through [`datapath::Control`].
 
 pub mod afpacket;
+pub mod afxdp;
+pub mod backend;
 pub mod caps;
 pub mod datapath;
 pub mod iface;
 pub mod netlink;
 pub mod pacer;
-pub mod ring;
+pub mod receive;
+pub mod sockopt;
+pub mod vnet;
 
 use std::os::fd::RawFd;
+use teamster_core::offload::Offload;
 
 /// Frame I/O on one interface.
+///
+/// A frame travels with its [`Offload`] request (a partial checksum, segmentation left to the
+/// device). A backend that [takes offloads](Backend::takes_offloads) receives and sends such
+/// frames as they are; one that does not is handed complete frames only (the data plane
+/// finishes them first) and reports [`Offload::NONE`] with every frame it receives.
 pub trait Backend: Send {
     /// The interface name.
     fn name(&self) -> &str;
     /// A descriptor that becomes readable when frames arrive.
     fn raw_fd(&self) -> RawFd;
-    /// Hands every frame received so far to `sink`; returns how many.
-    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8])) -> usize;
+    /// Hands every frame received so far to `sink`, with its offload request; returns how many.
+    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8], Offload)) -> usize;
     /// Queues a frame for transmission.
-    fn send(&mut self, frame: &[u8]);
+    fn send(&mut self, frame: &[u8], offload: Offload);
     /// Queues a frame the caller no longer needs, without copying it where the backend can.
-    fn send_owned(&mut self, frame: Vec<u8>) {
-        self.send(&frame);
+    fn send_owned(&mut self, frame: Vec<u8>, offload: Offload) {
+        self.send(&frame, offload);
+    }
+    /// Hands back the buffers of frames given to [`Backend::send_owned`] that the kernel has
+    /// taken (or that were dropped), for the caller to reuse.
+    fn recycle(&mut self, _sink: &mut dyn FnMut(Vec<u8>)) {}
+    /// Whether frames may be sent with an offload request (partial checksum, super-frame); if
+    /// not, the caller completes and segments them first.
+    fn takes_offloads(&self) -> bool {
+        false
     }
     /// Sends what is queued. Frames the device cannot take yet stay queued for the next flush;
     /// returns the frames dropped since the last flush (refused for good, or too many waiting).
@@ -52,9 +71,11 @@ pub trait Backend: Send {
     fn ring_drops(&mut self) -> u64 {
         0
     }
-    /// Frames (and their bytes) the device took since the last call: what went on the wire.
+    /// Frames (and their bytes) the device took since the last call: what went on the wire, a
+    /// super-frame counted as its segments and their bytes.
     fn take_sent(&mut self) -> TxTotals;
-    /// Frames received but not handed on (cut by the kernel, or unreadable), since the last call.
+    /// Frames received but not handed on (cut by the kernel, or with an offload request that
+    /// does not match the frame), since the last call.
     fn take_rx_drops(&mut self) -> RxDrops;
 }
 
@@ -70,6 +91,6 @@ pub struct TxTotals {
 pub struct RxDrops {
     /// Longer on the wire than what the kernel captured: forwarding it would send another frame.
     pub truncated: u64,
-    /// In a receive-ring block whose offsets or lengths did not fit the block.
-    pub bad: u64,
+    /// With an offload request (virtio-net header) whose offsets or kind do not match the frame.
+    pub bad_offload: u64,
 }

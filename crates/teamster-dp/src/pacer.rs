@@ -51,6 +51,11 @@ impl Pacer {
         self.tokens = self.tokens.min(self.burst);
     }
 
+    /// The most bytes the pacer lets go at once.
+    pub fn burst(&self) -> f64 {
+        self.burst
+    }
+
     /// Whether a packet may go now.
     pub fn may_send(&self) -> bool {
         self.tokens > 0.0

@@ -112,6 +112,7 @@ fn plan() -> DatapathPlan {
             name: "vm1".into(),
             interface: "tmt-op1".into(),
             leaf,
+            backend: Default::default(),
         }],
         uplinks: [("uplink1", "tmt-ou1"), ("uplink2", "tmt-ou2")]
             .map(|(name, interface)| UplinkPlan {
@@ -120,10 +121,12 @@ fn plan() -> DatapathPlan {
                 capacity: Bandwidth::from_gbps(1),
                 follows_link_speed: false,
                 admin_up: true,
+                backend: Default::default(),
             })
             .to_vec(),
         switch: teamster_core::switch::SwitchConfig::default(),
         reservation_cap: teamster_core::ioc::ReservationCap::default(),
+        busy_poll: teamster_dp::datapath::DEFAULT_BUSY_POLL,
     }
 }
 

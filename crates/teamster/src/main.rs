@@ -361,6 +361,7 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         changes: change_rx,
         snapshots: snap_tx,
     };
+    keep_freed_heap();
     let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link)) {
         Ok(d) => d,
         Err(e) => {
@@ -493,4 +494,17 @@ fn print_text(o: &teamster_sim::Outcome) {
         o.summary.expectations.len(),
         o.out_dir.display()
     );
+}
+
+/// Lets glibc keep up to 64 MiB of freed heap instead of returning its top to the kernel past
+/// 128 KiB: the data plane allocates and frees a buffer per frame for now, and at 1500 B the
+/// shrinking and refaulting heap (brk, page faults) cost about as much again as forwarding
+/// (bench/live/RESULTS.md, "AF_XDP"). Memory stays bounded by that much over the peak in use.
+fn keep_freed_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes the allocator's parameters; nothing else runs yet that could
+    // allocate concurrently except threads glibc already serialises.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+    }
 }

@@ -4,7 +4,7 @@
 mod netns;
 use netns::*;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn switch() -> String {
     switch_toml(
@@ -89,27 +89,8 @@ fn live_switch_end_to_end() {
         .as_str()
         .unwrap()
         .to_string();
-    let mut server = Command::new("timeout")
-        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    await_listener("tmt-remote", 5201);
-    let client = Command::new("timeout")
-        .args([
-            "12",
-            "ip",
-            "netns",
-            "exec",
-            "tmt-vm1",
-            "iperf3",
-            "-c",
-            "10.77.0.100",
-            "-t",
-            "4",
-            "-b",
-            "50M",
-        ])
+    let mut server = iperf_server();
+    let client = iperf_client("tmt-vm1", &["-t", "4", "-b", "50M"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -146,16 +127,7 @@ fn live_switch_end_to_end() {
     );
 
     // SIGTERM: a clean exit, and the interfaces as they were (not left promiscuous).
-    signal(&daemon.0, libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let code = loop {
-        if let Some(st) = daemon.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "did not stop within 3 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(code.success(), "exit status {code:?}");
+    stop_cleanly(&mut daemon);
     for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
         let flags = std::fs::read_to_string(format!("/sys/class/net/{dev}/flags")).unwrap();
         let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();

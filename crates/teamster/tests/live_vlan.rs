@@ -8,6 +8,7 @@ use netns::*;
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId};
 use std::time::{Duration, Instant};
+use teamster_core::offload::Offload;
 use teamster_dp::afpacket::AfPacket;
 use teamster_dp::Backend;
 
@@ -133,9 +134,9 @@ fn a_vlan_port_group_is_tagged_on_the_uplink_and_untagged_to_the_vm() {
     let mut answered = 0;
     while !pinger.is_finished() && Instant::now() < deadline {
         let mut replies = Vec::new();
-        network.recv_batch(&mut |frame| replies.extend(answer(frame)));
+        network.recv_batch(&mut |frame, _| replies.extend(answer(frame)));
         for r in replies {
-            network.send(&r);
+            network.send(&r, Offload::NONE);
             answered += 1;
         }
         network.flush();
@@ -151,7 +152,7 @@ fn a_vlan_port_group_is_tagged_on_the_uplink_and_untagged_to_the_vm() {
         .icmpv4_echo_request(1, 1);
     let mut frame = Vec::new();
     stray.write(&mut frame, &[0; 16]).unwrap();
-    network.send(&frame);
+    network.send(&frame, Offload::NONE);
     network.flush();
     std::thread::sleep(Duration::from_millis(1200)); // the status file is rewritten every second
     let s = status(&status_path);

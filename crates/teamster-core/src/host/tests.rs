@@ -1,7 +1,7 @@
 //! The host model's checks, through a small file shape declared with [`port_entry!`].
 
 use super::*;
-use crate::ioc::{Ioc, NodeSpec};
+use crate::ioc::{Ioc, NodeSpec, QueueLimit};
 use crate::units::Bandwidth;
 use crate::wire::MacAddr;
 use crate::Instant;
@@ -185,7 +185,7 @@ fn a_limit_set_and_removed_restores_service() {
     let h = build_text(GOOD).unwrap();
     let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
     let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, 64);
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
     let vm2 = h.ports[1].leaf;
     let spec = |limit| NodeSpec {
         limit,
@@ -215,10 +215,58 @@ fn admission_follows_the_smallest_uplink() {
     let h = build_text(GOOD).unwrap();
     let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
     let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, 64);
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
     assert_eq!(ioc.admission_capacity(), Bandwidth::from_gbps(1));
     let e = ioc.set_capacity(1, Bandwidth::from_mbps(100)).unwrap_err();
     assert!(e.to_string().contains("`vm`: reservation 600Mbps does not fit"), "{e}");
     assert_eq!(ioc.admission_capacity(), Bandwidth::from_mbps(100));
     ioc.set_capacity(1, Bandwidth::from_gbps(1)).unwrap();
+}
+
+/// An uplink's queue is bounded in bytes: a port that fills it cannot shut out one that sends
+/// little, ECN-capable frames are marked rather than refused up to twice the budget, and the
+/// byte counts return to zero as frames leave.
+#[test]
+fn the_byte_budget_bounds_the_queue_and_shares_it_fairly() {
+    let h = build_text(GOOD).unwrap();
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    let limit = QueueLimit {
+        frames_per_port: 100_000,
+        time: Some(core::time::Duration::from_millis(5)),
+    };
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, limit);
+    let (hog, light) = (h.ports[0].leaf, h.ports[1].leaf);
+    let budget = ioc.budget(0);
+    assert_eq!(budget, (ioc.capacity(0).bps_f64() / 8.0 * 0.005) as u64);
+    let t = Instant::ZERO;
+    let mut hog_in = 0u64;
+    while ioc.enqueue(0, hog, 1500, 0, t).is_ok() {
+        hog_in += 1500;
+    }
+    assert!(
+        hog_in <= budget && hog_in + 1500 > budget,
+        "the hog alone fills the budget: {hog_in}"
+    );
+    // The light port holds nothing: its fair part is half the budget, past the budget.
+    let mut light_in = 0u64;
+    while ioc.enqueue(0, light, 1500, 1, t).is_ok() {
+        light_in += 1500;
+    }
+    assert!(light_in + 1500 > budget / 2 && light_in <= budget / 2, "{light_in}");
+    // ECN-capable frames of the hog join, marked, up to twice the budget; then nothing does.
+    let mut marked = 0u64;
+    while let Ok(how) = ioc.enqueue_marking(0, hog, 1500, 2, t, |_| true) {
+        assert_eq!(how, crate::ioc::Enqueued::Marked);
+        marked += 1500;
+    }
+    let total = hog_in + light_in + marked;
+    assert!(total <= 2 * budget && total + 1500 > 2 * budget, "{total} vs {budget}");
+    assert_eq!(ioc.queued_bytes(0), total);
+    // Frames leave (a limit on a port may hold some back; draining takes them all).
+    assert!(ioc.dequeue(0, Instant::from_millis(1)).is_some());
+    assert!(ioc.queued_bytes(0) < total);
+    ioc.drain(0);
+    assert_eq!(ioc.queued_bytes(0), 0);
+    assert!(ioc.enqueue(0, light, 1500, 1, t).is_ok(), "empty again: open to all");
 }

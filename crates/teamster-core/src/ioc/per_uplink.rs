@@ -6,11 +6,14 @@
 //! IP hash is capped once), so it lives in [`SharedLimits`], not in any one scheduler. Admission
 //! control counts against the smallest uplink, since any port may fail over to any of them, and a
 //! change of controls is applied to the tree, the buckets and every scheduler at once, or not at
-//! all. Each port's queue in an uplink's scheduler holds at most `leaf_queue` frames; past that,
-//! [`Ioc::enqueue`] hands the frame back (tail drop, counted by the caller). The simulator's
-//! packet mode and the live data plane both drive this type, so both share exactly this logic.
+//! all. What waits for each uplink is bounded by a [`QueueLimit`] (a byte budget of a few
+//! milliseconds at the uplink's capacity, shared fairly between ports, and a frame count per
+//! port; see [`queue_limit`](super::queue_limit)); a frame refused is handed back by
+//! [`Ioc::enqueue`] (counted by the caller). The simulator's packet mode and the live data plane
+//! both drive this type, so both share exactly this logic.
 
 use super::admission::{self, admit, AdmissionError, ReservationCap};
+use super::queue_limit::{self, Admit, QueueLimit};
 use super::{LimitId, NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
 use crate::units::Bandwidth;
 use crate::Instant;
@@ -25,18 +28,35 @@ pub struct Ioc<T> {
     shared: SharedLimits,
     /// Each port's leaf and its limit bucket.
     buckets: Vec<(NodeId, LimitId)>,
-    leaf_queue: usize,
+    limit: QueueLimit,
+    /// Per uplink: bytes queued, bytes queued per node (by index), and ports with bytes queued.
+    queued_bytes: Vec<Queued>,
+}
+
+/// What waits on one uplink, in bytes.
+#[derive(Debug, Clone)]
+struct Queued {
+    total: u64,
+    per_node: Vec<u64>,
+    ports: usize,
+}
+
+/// Whether a frame joined its uplink's queue, and with a congestion mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    Plain,
+    Marked,
 }
 
 impl<T> Ioc<T> {
     /// NetIOC over `tree` for uplinks of `capacities`, with a shared limit bucket for each of
-    /// `leaves` (the ports) and at most `leaf_queue` frames queued per port and uplink.
+    /// `leaves` (the ports), and queues bounded by `limit`.
     pub fn new(
         tree: Tree,
         leaves: &[NodeId],
         capacities: Vec<Bandwidth>,
         cap: ReservationCap,
-        leaf_queue: usize,
+        limit: QueueLimit,
     ) -> Ioc<T> {
         let mut shared = SharedLimits::default();
         let buckets: Vec<(NodeId, LimitId)> = leaves
@@ -47,14 +67,23 @@ impl<T> Ioc<T> {
                 (leaf, id)
             })
             .collect();
+        let empty = Queued {
+            total: 0,
+            per_node: vec![0; tree.len()],
+            ports: 0,
+        };
         Ioc {
             scheds: capacities.iter().map(|_| Scheduler::new(&tree, &buckets)).collect(),
+            queued_bytes: vec![empty; capacities.len()],
             tree,
             cap,
             capacities,
             shared,
             buckets,
-            leaf_queue: leaf_queue.max(1),
+            limit: QueueLimit {
+                frames_per_port: limit.frames_per_port.max(1),
+                ..limit
+            },
         }
     }
 
@@ -79,19 +108,71 @@ impl<T> Ioc<T> {
     }
 
     /// Queues a frame of `len` bytes from port leaf `leaf` on uplink `u`; gives it back if the
-    /// port's queue there is full.
+    /// queue limit refuses it (a frame that could join only with a congestion mark included).
     pub fn enqueue(&mut self, u: usize, leaf: NodeId, len: u32, item: T, now: Instant) -> Result<(), T> {
-        let s = &mut self.scheds[u];
-        if s.queued(leaf) >= self.leaf_queue {
+        self.enqueue_marking(u, leaf, len, item, now, |_| false).map(|_| ())
+    }
+
+    /// Queues a frame as [`Ioc::enqueue`] does, except that over the byte budget `mark` is asked
+    /// to set the frame's ECN Congestion Experienced mark (true if the frame carries ECN and
+    /// now has it), and a frame the rule admits only marked joins if marked.
+    pub fn enqueue_marking(
+        &mut self,
+        u: usize,
+        leaf: NodeId,
+        len: u32,
+        mut item: T,
+        now: Instant,
+        mark: impl FnOnce(&mut T) -> bool,
+    ) -> Result<Enqueued, T> {
+        if self.scheds[u].queued(leaf) >= self.limit.frames_per_port {
             return Err(item);
         }
-        s.enqueue(leaf, len, item, now);
-        Ok(())
+        let q = &self.queued_bytes[u];
+        let mine = q.per_node[leaf.0];
+        let others = q.ports - usize::from(mine > 0);
+        let budget = self.limit.budget(self.capacities[u].bps_f64());
+        let how = match queue_limit::admit(q.total, mine, others, u64::from(len), budget) {
+            Admit::Join => Enqueued::Plain,
+            Admit::Refuse => return Err(item),
+            fair => match (mark(&mut item), fair) {
+                (true, _) => Enqueued::Marked,
+                (false, Admit::JoinMarked) => Enqueued::Plain,
+                (false, _) => return Err(item),
+            },
+        };
+        let q = &mut self.queued_bytes[u];
+        q.total += u64::from(len);
+        q.ports += usize::from(mine == 0);
+        q.per_node[leaf.0] += u64::from(len);
+        self.scheds[u].enqueue(leaf, len, item, now);
+        Ok(how)
     }
 
     /// The next frame uplink `u` should send at `now`, if any is allowed by the limits.
     pub fn dequeue(&mut self, u: usize, now: Instant) -> Option<(NodeId, u32, T)> {
-        self.scheds[u].dequeue(now, &mut self.shared)
+        let out = self.scheds[u].dequeue(now, &mut self.shared)?;
+        self.dequeued(u, out.0, out.1);
+        Some(out)
+    }
+
+    /// Bytes waiting on uplink `u`.
+    pub fn queued_bytes(&self, u: usize) -> u64 {
+        self.queued_bytes[u].total
+    }
+
+    /// Uplink `u`'s byte budget at its capacity now.
+    pub fn budget(&self, u: usize) -> u64 {
+        self.limit.budget(self.capacities[u].bps_f64())
+    }
+
+    /// Takes a frame that left uplink `u`'s queue off its byte counts.
+    fn dequeued(&mut self, u: usize, leaf: NodeId, len: u32) {
+        let q = &mut self.queued_bytes[u];
+        let node = &mut q.per_node[leaf.0];
+        *node = node.saturating_sub(u64::from(len));
+        q.ports -= usize::from(*node == 0);
+        q.total = q.total.saturating_sub(u64::from(len));
     }
 
     /// When uplink `u` next has a frame a limit now holds back.
@@ -107,10 +188,16 @@ impl<T> Ioc<T> {
     /// Every frame waiting on uplink `u`, in the order the scheduler would send them if no limit
     /// held any back (for a change of queueing discipline, or an uplink leaving the team).
     pub fn drain(&mut self, u: usize) -> Vec<(NodeId, T)> {
-        let mut none = SharedLimits::default();
+        // Every port's shared bucket, none of them limiting (an empty set would not have the
+        // buckets the scheduler refers to).
+        let mut none = self.shared.clone();
+        for &(_, b) in &self.buckets {
+            none.set(b, None);
+        }
         let far = Instant::from_nanos(u64::MAX / 2);
         let mut out = Vec::new();
-        while let Some((leaf, _, item)) = self.scheds[u].dequeue(far, &mut none) {
+        while let Some((leaf, len, item)) = self.scheds[u].dequeue(far, &mut none) {
+            self.dequeued(u, leaf, len);
             out.push((leaf, item));
         }
         out

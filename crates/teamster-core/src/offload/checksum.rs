@@ -22,33 +22,20 @@ pub fn internet_checksum(data: &[u8]) -> u16 {
     !(sum(data, 0) as u16)
 }
 
-/// Recomputes the TCP or UDP checksum of an Ethernet frame in place. Returns false (and leaves
-/// the frame alone) if it is not an unfragmented TCP or UDP segment over IPv4 or IPv6 that fits
-/// in the frame.
-pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
-    let mut off = 12;
-    let mut ether_type = match frame.get(off..off + 2) {
-        Some(b) => u16::from_be_bytes([b[0], b[1]]),
-        None => return false,
-    };
-    for _ in 0..2 {
-        if ether_type == 0x8100 || ether_type == 0x88a8 {
-            off += 4;
-            ether_type = match frame.get(off..off + 2) {
-                Some(b) => u16::from_be_bytes([b[0], b[1]]),
-                None => return false,
-            };
-        }
-    }
-    let ip = off + 2;
+/// Where a frame's TCP or UDP checksum is, and what it covers: the protocol, the transport
+/// header's offset and length (header and payload), the pseudo-header's sum, and the checksum
+/// field's offset. None if it is not an unfragmented TCP or UDP segment over IPv4 or IPv6 that
+/// fits in the frame.
+fn locate_l4(frame: &[u8]) -> Option<(u8, usize, usize, u32, usize)> {
+    let (ether_type, ip) = crate::wire::network_layer(frame)?;
     let (proto, l4, l4_len, pseudo) = match ether_type {
         0x0800 => {
-            let Some(h) = frame.get(ip..ip + 20) else { return false };
+            let h = frame.get(ip..ip + 20)?;
             let ihl = usize::from(h[0] & 0x0f) * 4;
             let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
             let fragmented = u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0;
             if h[0] >> 4 != 4 || ihl < 20 || total < ihl || ip + total > frame.len() || fragmented {
-                return false;
+                return None;
             }
             let proto = h[9];
             let l4_len = total - ihl;
@@ -58,24 +45,34 @@ pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
             (proto, ip + ihl, l4_len, p)
         }
         0x86dd => {
-            let Some(h) = frame.get(ip..ip + 40) else { return false };
+            let h = frame.get(ip..ip + 40)?;
             let payload = usize::from(u16::from_be_bytes([h[4], h[5]]));
             // Only a TCP or UDP header straight after the fixed header (no extension headers).
             let proto = h[6];
             if h[0] >> 4 != 6 || ip + 40 + payload > frame.len() {
-                return false;
+                return None;
             }
             let mut p = sum(&h[8..40], 0);
             p = sum(&(payload as u32).to_be_bytes(), p);
             p = sum(&[0, 0, 0, proto], p);
             (proto, ip + 40, payload, p)
         }
-        _ => return false,
+        _ => return None,
     };
     let field = match proto {
         6 if l4_len >= 20 => l4 + 16,
         17 if l4_len >= 8 => l4 + 6,
-        _ => return false,
+        _ => return None,
+    };
+    Some((proto, l4, l4_len, pseudo, field))
+}
+
+/// Recomputes the TCP or UDP checksum of an Ethernet frame in place. Returns false (and leaves
+/// the frame alone) if it is not an unfragmented TCP or UDP segment over IPv4 or IPv6 that fits
+/// in the frame.
+pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
+    let Some((proto, l4, l4_len, pseudo, field)) = locate_l4(frame) else {
+        return false;
     };
     frame[field] = 0;
     frame[field + 1] = 0;
@@ -85,6 +82,22 @@ pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
     }
     frame[field..field + 2].copy_from_slice(&c.to_be_bytes());
     true
+}
+
+/// Completes the TCP or UDP checksum of a frame whose sender left it to offload, and leaves
+/// every other frame alone; returns whether it wrote one. A checksum left to offload
+/// (CHECKSUM_PARTIAL) holds the pseudo-header's sum, uncomplemented: that is what is looked
+/// for, so a frame that carries no such mark costs only the pseudo-header's sum, and a frame
+/// whose complete checksum is wrong stays wrong. A complete checksum that happens to equal the
+/// pseudo-header's sum is recomputed to the same value.
+pub fn complete_partial_l4_checksum(frame: &mut [u8]) -> bool {
+    let Some((_, _, _, pseudo, field)) = locate_l4(frame) else {
+        return false;
+    };
+    let held = u16::from_be_bytes([frame[field], frame[field + 1]]);
+    // One's complement has two zeros: the folded sum may be written either way.
+    let partial = held == pseudo as u16 || (pseudo as u16 == 0xffff && held == 0);
+    partial && fill_l4_checksum(frame)
 }
 
 #[cfg(test)]
@@ -188,10 +201,35 @@ mod tests {
             }
         }
 
+        /// A checksum holding the pseudo-header's sum (as CHECKSUM_PARTIAL leaves it) is
+        /// completed; a complete one is left as it is, and so is a wrong one of any other value.
+        #[test]
+        fn completes_only_what_was_left_to_offload(payload in proptest::collection::vec(any::<u8>(), 0..300), junk in any::<u16>()) {
+            for f in frames(&payload) {
+                let mut same = f.clone();
+                prop_assert!(!complete_partial_l4_checksum(&mut same) || same == f);
+                prop_assert_eq!(&same, &f);
+                let at = locate(&f);
+                let (_, _, _, pseudo, field) = locate_l4(&f).unwrap();
+                prop_assert_eq!(field, at);
+                let mut partial = f.clone();
+                partial[at..at + 2].copy_from_slice(&(pseudo as u16).to_be_bytes());
+                prop_assert!(complete_partial_l4_checksum(&mut partial));
+                prop_assert_eq!(&partial, &f);
+                let mut wrong = f.clone();
+                wrong[at..at + 2].copy_from_slice(&junk.to_be_bytes());
+                if junk != pseudo as u16 && junk != u16::from_be_bytes([f[at], f[at + 1]]) {
+                    prop_assert!(!complete_partial_l4_checksum(&mut wrong));
+                    prop_assert!(!valid(&wrong));
+                }
+            }
+        }
+
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
             let mut b = bytes.clone();
             let _ = fill_l4_checksum(&mut b);
+            let _ = complete_partial_l4_checksum(&mut b);
         }
     }
 

@@ -5,11 +5,17 @@
 //! AF_PACKET as TP_STATUS_CSUMNOTREADY) carries only the pseudo-header sum in its TCP or UDP
 //! checksum field. A switch that forwards it to another interface must finish it, or the
 //! receiver drops the segment: [`fill_l4_checksum`] recomputes the checksum over the IPv4 or
-//! IPv6 pseudo-header and the whole segment (after up to two VLAN tags). Receive coalescing (GRO)
-//! comes later.
+//! IPv6 pseudo-header and the whole segment (after up to two VLAN tags). An [`Offload`] is that
+//! request (partial checksum, segmentation) carried with a frame through the switch, so that the
+//! work is done only where it must be. Where nothing says which frames were left so (AF_XDP
+//! passes no metadata), [`complete_partial_l4_checksum`] recognises them by the mark itself, the
+//! uncomplemented pseudo-header sum in the field, and completes only those. Receive coalescing
+//! (GRO) comes later.
 
 mod checksum;
+mod request;
 mod segment;
 
-pub use checksum::{fill_l4_checksum, internet_checksum};
+pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum};
+pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum, MIN_TCP_SEGMENT};
 pub use segment::segment_tcp;

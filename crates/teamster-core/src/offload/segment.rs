@@ -14,14 +14,7 @@ use super::checksum::{fill_l4_checksum, internet_checksum};
 /// frame already fits, or is not a TCP segment over IPv4/IPv6 (without IPv6 extension headers)
 /// that can be split; the caller then sends it as is or drops it.
 pub fn segment_tcp(frame: &[u8], mtu: usize) -> Option<Vec<Vec<u8>>> {
-    let mut ip = 14;
-    let mut et = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    for _ in 0..2 {
-        if et == 0x8100 || et == 0x88a8 {
-            et = u16::from_be_bytes([*frame.get(ip + 2)?, *frame.get(ip + 3)?]);
-            ip += 4;
-        }
-    }
+    let (et, ip) = crate::wire::network_layer(frame)?;
     let (v4, ip_len, proto) = match et {
         0x0800 => {
             let ihl = usize::from(frame.get(ip)? & 0x0f) * 4;

@@ -73,6 +73,62 @@ pub struct Output {
     pub frame: Vec<u8>,
 }
 
+/// How a frame changes on its way out: the switch edits frames in no other way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagEdit {
+    /// Sent as it came.
+    Keep,
+    /// An 802.1Q tag for this VLAN inserted after the MAC addresses (port to uplink).
+    Push(u16),
+    /// The outer tag removed (uplink to port; the parser has checked there is one).
+    Pop,
+}
+
+impl TagEdit {
+    /// The edit for a frame of port-group VLAN `vlan` leaving on an uplink.
+    fn push(vlan: Option<u16>) -> TagEdit {
+        vlan.map_or(TagEdit::Keep, TagEdit::Push)
+    }
+
+    /// The edit for a frame of VLAN `vlan` from an uplink leaving on a port.
+    fn pop(vlan: Option<u16>) -> TagEdit {
+        vlan.map_or(TagEdit::Keep, |_| TagEdit::Pop)
+    }
+
+    /// How many bytes longer (or shorter) the frame becomes.
+    pub fn len_delta(self) -> isize {
+        match self {
+            TagEdit::Keep => 0,
+            TagEdit::Push(_) => 4,
+            TagEdit::Pop => -4,
+        }
+    }
+
+    /// Appends `frame`, edited, to `into` (a buffer the caller reuses).
+    pub fn apply_into(self, frame: &[u8], into: &mut Vec<u8>) {
+        match self {
+            TagEdit::Keep => into.extend_from_slice(frame),
+            TagEdit::Push(v) => {
+                into.extend_from_slice(&frame[..12]);
+                into.extend_from_slice(&[0x81, 0x00, (v >> 8) as u8 & 0x0f, v as u8]);
+                into.extend_from_slice(&frame[12..]);
+            }
+            TagEdit::Pop => {
+                into.extend_from_slice(&frame[..12]);
+                into.extend_from_slice(&frame[16..]);
+            }
+        }
+    }
+}
+
+/// Where a frame goes, and how it changes on the way: the switch's decision, without a copy of
+/// the frame (the caller builds each copy where it will be sent from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    pub to: Egress,
+    pub edit: TagEdit,
+}
+
 /// How a switch is set up beyond its team: MAC ageing and limits, and each port group's
 /// security policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,23 +224,38 @@ impl Switch {
         self.ingress_elided(from, frame, 0, now)
     }
 
-    /// Switches a frame of which only the first bytes are given: `headers` (everything the switch
-    /// reads) stand for a frame `elided` bytes longer on the wire, and it is counted and metered
-    /// at that length. The simulator's packet mode sends every packet through the switch this
-    /// way, without building its payload; the outputs carry the headers only.
-    pub fn ingress_elided(&mut self, from: Ingress, headers: &[u8], elided: usize, now: Instant) -> Vec<Output> {
+    /// Switches one frame that arrived at `from` (standing for `elided` bytes more on the wire,
+    /// as in [`Switch::ingress_elided`]), appending where it goes and how it changes to `out`;
+    /// no copy of the frame is made.
+    pub fn forward(&mut self, from: Ingress, frame: &[u8], elided: usize, now: Instant, out: &mut Vec<Forward>) {
         match from {
-            Ingress::Port(p) => self.ingress_port(p, headers, elided, now),
-            Ingress::Uplink(u) => self.ingress_uplink(u, headers, elided, now),
+            Ingress::Port(p) => self.ingress_port(p, frame, elided, now, out),
+            Ingress::Uplink(u) => self.ingress_uplink(u, frame, elided, now, out),
         }
     }
 
+    /// Switches a frame that stands for `elided` bytes more on the wire than `headers` holds, and
+    /// counts and meters it at that length: the simulator's packet mode passes only the headers
+    /// (everything the switch reads) and the outputs carry those; the live data plane passes a
+    /// super-frame, whose segments each repeat its headers on the wire.
+    pub fn ingress_elided(&mut self, from: Ingress, headers: &[u8], elided: usize, now: Instant) -> Vec<Output> {
+        let mut out = Vec::new();
+        self.forward(from, headers, elided, now, &mut out);
+        out.into_iter()
+            .map(|f| {
+                let mut frame = Vec::with_capacity((headers.len() as isize + f.edit.len_delta()) as usize);
+                f.edit.apply_into(headers, &mut frame);
+                Output { to: f.to, frame }
+            })
+            .collect()
+    }
+
     /// A frame from local port `p`.
-    fn ingress_port(&mut self, p: PortId, frame: &[u8], elided: usize, now: Instant) -> Vec<Output> {
+    fn ingress_port(&mut self, p: PortId, frame: &[u8], elided: usize, now: Instant, out: &mut Vec<Forward>) {
         let Some(vlan) = self.guards.get(&p).map(|g| g.vlan) else {
             self.unattributed.rx(frame.len() + elided);
             self.unattributed.drop(DropReason::UnknownPort);
-            return Vec::new();
+            return;
         };
         self.port(p).rx(frame.len() + elided);
         let key = match parse(frame) {
@@ -202,12 +273,20 @@ impl Switch {
         } else {
             self.macs.lookup(vlan, key.dst_mac, now)
         };
-        let mut out: Vec<(Egress, Vec<u8>)> = Vec::new();
+        let first = out.len();
+        let keep = |q: PortId| Forward {
+            to: Egress::Port(q),
+            edit: TagEdit::Keep,
+        };
+        let tagged = |u: UplinkId| Forward {
+            to: Egress::Uplink(u),
+            edit: TagEdit::push(vlan),
+        };
         match known {
             Some(Location::Port(q)) if q == p => return self.dropped(Ingress::Port(p), DropReason::Hairpin),
-            Some(Location::Port(q)) => out.push((Egress::Port(q), frame.to_vec())),
+            Some(Location::Port(q)) => out.push(keep(q)),
             Some(Location::Remote(_)) => match self.team.select(p, Some(&key)) {
-                Some(u) => out.push((Egress::Uplink(u), push_tag(frame, vlan))),
+                Some(u) => out.push(tagged(u)),
                 None => return self.dropped(Ingress::Port(p), DropReason::NoUplink),
             },
             None => {
@@ -215,15 +294,15 @@ impl Switch {
                     self.domains[&vlan]
                         .iter()
                         .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
-                        .map(|(q, _)| (Egress::Port(*q), frame.to_vec())),
+                        .map(|(q, _)| keep(*q)),
                 );
                 if let Some(u) = self.team.select(p, Some(&key)) {
-                    out.push((Egress::Uplink(u), push_tag(frame, vlan)));
+                    out.push(tagged(u));
                 }
             }
         }
-        self.copy_to_promiscuous(vlan, Some(p), frame, &mut out);
-        self.send(out, elided, now, p)
+        self.copy_to_promiscuous(vlan, Some(p), TagEdit::Keep, out, first);
+        self.account_sent(&out[first..], frame.len() + elided, now, p);
     }
 
     /// Decides whether port `p` may send from `src` under its group's policy, learning the
@@ -264,32 +343,36 @@ impl Switch {
         self.guards.get_mut(&p).expect("a known port").changed = new;
     }
 
-    /// Adds a copy of `frame` for every promiscuous port of `vlan` that is neither the sender
-    /// nor already a destination.
+    /// Adds a copy (changed by `edit`) for every promiscuous port of `vlan` that is neither the
+    /// sender nor already a destination among `out[first..]`.
     fn copy_to_promiscuous(
         &self,
         vlan: Option<u16>,
         sender: Option<PortId>,
-        frame: &[u8],
-        out: &mut Vec<(Egress, Vec<u8>)>,
+        edit: TagEdit,
+        out: &mut Vec<Forward>,
+        first: usize,
     ) {
         let Some(listeners) = self.promiscuous.get(&vlan) else {
             return;
         };
         for q in listeners {
-            let listed = out.iter().any(|(to, _)| *to == Egress::Port(*q));
+            let listed = out[first..].iter().any(|f| f.to == Egress::Port(*q));
             if Some(*q) != sender && !listed {
-                out.push((Egress::Port(*q), frame.to_vec()));
+                out.push(Forward {
+                    to: Egress::Port(*q),
+                    edit,
+                });
             }
         }
     }
 
     /// A frame from uplink `u`.
-    fn ingress_uplink(&mut self, u: UplinkId, frame: &[u8], elided: usize, now: Instant) -> Vec<Output> {
+    fn ingress_uplink(&mut self, u: UplinkId, frame: &[u8], elided: usize, now: Instant, out: &mut Vec<Forward>) {
         if u.0 >= self.uplinks.len() {
             self.unattributed.rx(frame.len() + elided);
             self.unattributed.drop(DropReason::UnknownPort);
-            return Vec::new();
+            return;
         }
         self.uplinks[u.0].rx(frame.len() + elided);
         let key: FlowKey = match parse(frame) {
@@ -310,48 +393,52 @@ impl Switch {
         };
         // A frame for a local port arrives once; anything else the physical switch floods to
         // every team member, so each group takes it from its receive uplink only.
-        let targets: Vec<PortId> = match known {
-            Some(Location::Port(q)) => vec![q],
-            _ => members
-                .iter()
-                .filter(|(q, g)| {
-                    let guard = &self.guards[q];
-                    let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(key.dst_mac));
-                    takes && self.team.group_receive_uplink(*g) == Some(u)
-                })
-                .map(|(q, _)| *q)
-                .collect(),
+        let first = out.len();
+        let edit = TagEdit::pop(vlan);
+        let to = |q: PortId| Forward {
+            to: Egress::Port(q),
+            edit,
         };
+        match known {
+            Some(Location::Port(q)) => out.push(to(q)),
+            _ => out.extend(
+                members
+                    .iter()
+                    .filter(|(q, g)| {
+                        let guard = &self.guards[q];
+                        let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(key.dst_mac));
+                        takes && self.team.group_receive_uplink(*g) == Some(u)
+                    })
+                    .map(|(q, _)| to(*q)),
+            ),
+        }
         if self.macs.learn(vlan, key.src_mac, Location::Remote(u), now) == Learned::Refused {
             self.uplinks[u.0].mac_limit += 1;
         }
-        if targets.is_empty() {
+        if out.len() == first {
             return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
         }
-        let untagged = pop_tag(frame, vlan);
-        let mut out = Vec::with_capacity(targets.len());
-        for q in targets {
-            self.team
-                .account(q, u, Direction::Rx, (frame.len() + elided) as u64, now);
-            out.push((Egress::Port(q), untagged.clone()));
+        let wire = (frame.len() + elided) as u64;
+        for f in &out[first..] {
+            if let Egress::Port(q) = f.to {
+                self.team.account(q, u, Direction::Rx, wire, now);
+            }
         }
         if matches!(known, Some(Location::Port(_))) {
             // Copies do not cross the uplink again: no accounting for them.
-            self.copy_to_promiscuous(vlan, None, &untagged, &mut out);
+            self.copy_to_promiscuous(vlan, None, edit, out, first);
         }
-        out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
     }
 
-    /// Returns frames sent on behalf of port `p` (uplink traffic feeds the team's meters, at
-    /// the frame's length on the wire).
-    fn send(&mut self, out: Vec<(Egress, Vec<u8>)>, elided: usize, now: Instant, p: PortId) -> Vec<Output> {
-        for (to, frame) in &out {
-            if let Egress::Uplink(u) = to {
-                self.team
-                    .account(p, *u, Direction::Tx, (frame.len() + elided) as u64, now);
+    /// Feeds the team's meters with what port `p` sends to uplinks, at the frame's length on
+    /// the wire after its edit (`wire` is its length as it came).
+    fn account_sent(&mut self, out: &[Forward], wire: usize, now: Instant, p: PortId) {
+        for f in out {
+            if let Egress::Uplink(u) = f.to {
+                let len = (wire as isize + f.edit.len_delta()) as u64;
+                self.team.account(p, u, Direction::Tx, len, now);
             }
         }
-        out.into_iter().map(|(to, frame)| Output { to, frame }).collect()
     }
 
     /// Counts `packets` frames of `bytes` in total that `to`'s device took: its `tx_*`
@@ -368,12 +455,11 @@ impl Switch {
         }
     }
 
-    fn dropped(&mut self, at: Ingress, why: DropReason) -> Vec<Output> {
+    fn dropped(&mut self, at: Ingress, why: DropReason) {
         match at {
             Ingress::Port(p) => self.port(p).drop(why),
             Ingress::Uplink(u) => self.uplinks[u.0].drop(why),
         }
-        Vec::new()
     }
 
     fn port(&mut self, p: PortId) -> &mut Counters {
@@ -427,32 +513,5 @@ impl Switch {
     /// The MAC table.
     pub fn mac_table(&self) -> &MacTable {
         &self.macs
-    }
-}
-
-/// The frame with an 802.1Q tag for `vlan` inserted after the MACs (unchanged if none).
-fn push_tag(frame: &[u8], vlan: Option<u16>) -> Vec<u8> {
-    match vlan {
-        None => frame.to_vec(),
-        Some(v) => {
-            let mut out = Vec::with_capacity(frame.len() + 4);
-            out.extend_from_slice(&frame[..12]);
-            out.extend_from_slice(&[0x81, 0x00, (v >> 8) as u8 & 0x0f, v as u8]);
-            out.extend_from_slice(&frame[12..]);
-            out
-        }
-    }
-}
-
-/// The frame without its outer tag, if it had one (the parser has checked the length).
-fn pop_tag(frame: &[u8], vlan: Option<u16>) -> Vec<u8> {
-    match vlan {
-        None => frame.to_vec(),
-        Some(_) => {
-            let mut out = Vec::with_capacity(frame.len() - 4);
-            out.extend_from_slice(&frame[..12]);
-            out.extend_from_slice(&frame[16..]);
-            out
-        }
     }
 }

@@ -10,14 +10,33 @@
 //! fuzzed (`fuzz/` in this crate). Header slicing is done by the `etherparse` crate; only the
 //! VXLAN and RARP layers, which it does not decode, are read here.
 
+mod ecn;
 mod frames;
 mod parse;
 
+pub use ecn::mark_congestion;
 pub use frames::{build_gratuitous_arp, build_rarp, ETHERTYPE_ARP, ETHERTYPE_RARP};
 pub use parse::parse;
 
 use core::fmt;
 use core::net::IpAddr;
+
+/// The EtherType after up to two 802.1Q/802.1ad tags, and the offset of the header it names
+/// (IPv4, IPv6, ...), or None if the frame ends before either. Shared by everything that edits
+/// a frame in place (checksums, segmentation, ECN marks, offload requests), which needs offsets
+/// rather than the parser's slices.
+pub fn network_layer(frame: &[u8]) -> Option<(u16, usize)> {
+    let ether_type = |at: usize| frame.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let mut off = 12;
+    let mut et = ether_type(off)?;
+    for _ in 0..2 {
+        if et == 0x8100 || et == 0x88a8 {
+            off += 4;
+            et = ether_type(off)?;
+        }
+    }
+    Some((et, off + 2))
+}
 
 /// The UDP destination port that marks VXLAN (IANA).
 pub const VXLAN_PORT: u16 = 4789;

@@ -1,7 +1,7 @@
 //! Interfaces that come and go, and link state that cannot be lost.
 //!
-//! Model. A port or uplink is *attached* while a packet socket is open on the interface its
-//! configuration names, bound to that interface's index; otherwise it is *detached*. Three
+//! Model. A port or uplink is *attached* while its backend (an AF_PACKET or AF_XDP socket, as
+//! its configuration chooses) is open on the interface its configuration names, bound to that interface's index; otherwise it is *detached*. Three
 //! things tell the loop that an interface changed, and each one alone is enough:
 //! - netlink: RTM_DELLINK (or a rename) of an attached index detaches it; RTM_NEWLINK of a name
 //!   we wait for, or of a name we hold under another index, (re)attaches it; carrier and MTU
@@ -19,7 +19,7 @@
 //! and detach is an `attach` event; a failing re-attach is logged once per distinct error.
 
 use super::{Datapath, Instant, Slot};
-use crate::afpacket::AfPacket;
+use crate::backend::{self, BackendChoice, Opened};
 use crate::iface;
 use crate::netlink::LinkMsg;
 use crate::Backend;
@@ -27,18 +27,28 @@ use std::io;
 use teamster_core::teaming::UplinkId;
 use teamster_core::units::Bandwidth;
 
-/// Opens an uplink's interface: its socket, MTU and whether it can carry traffic now.
-pub(super) fn open_uplink(interface: &str) -> io::Result<(AfPacket, usize, bool)> {
-    let backend = AfPacket::open(interface)?;
+/// Opens an uplink's interface: its backend, MTU and whether it can carry traffic now.
+pub(super) fn open_uplink(interface: &str, choice: BackendChoice) -> io::Result<(Opened, usize, bool)> {
+    let backend = backend::open(interface, choice)?;
     let mtu = iface::mtu(interface)?;
     let up = iface::link_up(interface)?;
     Ok((backend, mtu, up))
 }
 
-/// Opens a port's interface: its socket and MTU.
-fn open_port(interface: &str) -> io::Result<(AfPacket, usize)> {
-    let backend = AfPacket::open(interface)?;
+/// Opens a port's interface: its backend and MTU.
+fn open_port(interface: &str, choice: BackendChoice) -> io::Result<(Opened, usize)> {
+    let backend = backend::open(interface, choice)?;
     Ok((backend, iface::mtu(interface)?))
+}
+
+/// What to log about the backend `who` got on `interface`: which AF_XDP modes, or why `auto`
+/// fell back; nothing for plain AF_PACKET.
+pub(super) fn backend_note(who: &str, interface: &str, opened: &Opened) -> Option<String> {
+    match (&opened.note, &opened.link) {
+        (Some(note), _) => Some(format!("{who}: {note}")),
+        (None, backend::Link::Xdp(_)) => Some(format!("{who}: {interface} on {}", opened.link.describe())),
+        (None, backend::Link::Packet(_)) => None,
+    }
 }
 
 /// Records a failed attach of `who` in `last`, and says what to log: nothing if the interface
@@ -62,11 +72,15 @@ impl Datapath {
     /// other failure is an error naming the port and interface.
     pub(super) fn attach_port_at_start(&mut self, i: usize, now: Instant) -> Result<(), String> {
         let p = &self.ports[i].plan;
-        match open_port(&p.interface) {
-            Ok((backend, mtu)) => {
-                self.ports[i].backend = Some(backend);
+        match open_port(&p.interface, p.backend) {
+            Ok((opened, mtu)) => {
+                let note = backend_note(&format!("port {}", p.name), &p.interface, &opened);
+                self.ports[i].backend = Some(opened.link);
                 self.ports[i].mtu = mtu;
                 self.pollfds_stale = true;
+                if let Some(note) = note {
+                    self.event(now, "attach", note);
+                }
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -85,9 +99,15 @@ impl Datapath {
     /// Tries to attach detached port `i`; a failure other than "not there" is logged once.
     fn attach_port(&mut self, i: usize, now: Instant) {
         let (name, interface) = (self.ports[i].plan.name.clone(), self.ports[i].plan.interface.clone());
-        match open_port(&interface) {
-            Ok((backend, mtu)) => {
-                let what = format!("port {name}: attached to {interface} (index {})", backend.ifindex());
+        match open_port(&interface, self.ports[i].plan.backend) {
+            Ok((opened, mtu)) => {
+                let backend = opened.link;
+                let what = format!(
+                    "port {name}: attached to {interface} (index {}, {}){}",
+                    backend.ifindex(),
+                    backend.describe(),
+                    opened.note.map(|n| format!("; {n}")).unwrap_or_default()
+                );
                 self.ports[i].backend = Some(backend);
                 self.ports[i].mtu = mtu;
                 self.ports[i].attach_error = None;
@@ -129,9 +149,15 @@ impl Datapath {
             self.uplinks[u].plan.name.clone(),
             self.uplinks[u].plan.interface.clone(),
         );
-        match open_uplink(&interface) {
-            Ok((backend, mtu, up)) => {
-                let what = format!("uplink {name}: attached to {interface} (index {})", backend.ifindex());
+        match open_uplink(&interface, self.uplinks[u].plan.backend) {
+            Ok((opened, mtu, up)) => {
+                let backend = opened.link;
+                let what = format!(
+                    "uplink {name}: attached to {interface} (index {}, {}){}",
+                    backend.ifindex(),
+                    backend.describe(),
+                    opened.note.map(|n| format!("; {n}")).unwrap_or_default()
+                );
                 self.uplinks[u].backend = Some(backend);
                 self.uplinks[u].mtu = mtu;
                 self.uplinks[u].attach_error = None;

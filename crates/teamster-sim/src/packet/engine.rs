@@ -19,7 +19,7 @@ use core::net::Ipv4Addr;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use teamster_core::ioc::admission::ReservationCap;
-use teamster_core::ioc::{Ioc, NodeId, NodeSpec, Tree};
+use teamster_core::ioc::{Ioc, NodeId, NodeSpec, QueueLimit, Tree};
 use teamster_core::switch::{Egress, Ingress, SecurityPolicy, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
 use teamster_core::units::Bandwidth;
@@ -82,9 +82,21 @@ pub struct HostPlan {
     pub security: Vec<SecurityPolicy>,
     pub discipline: Discipline,
     pub queue_packets: usize,
+    /// Each uplink's byte budget in milliseconds at its capacity (None: packets only).
+    pub queue_ms: Option<f64>,
     pub fifo_packets: usize,
     pub events: Vec<(f64, PlanEvent)>,
     pub duration_s: f64,
+}
+
+impl HostPlan {
+    /// What bounds each uplink's NetIOC queues.
+    fn queue_limit(&self) -> QueueLimit {
+        QueueLimit {
+            frames_per_port: self.queue_packets,
+            time: self.queue_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1e3)),
+        }
+    }
 }
 
 /// A packet in a queue.
@@ -163,6 +175,9 @@ struct Sim<'a> {
     cbr_clock: Vec<f64>,
     agenda: Agenda,
     active: Vec<bool>,
+    /// Per port: a greedy source whose last packet was refused (its queue full), which offers
+    /// again at the next departure, as a blasting sender keeps sending.
+    refused: Vec<bool>,
     streams: Vec<Vec<Stream>>,
     /// Per port, per stream: the headers of its flow to the remote host.
     flows: Vec<Vec<Vec<u8>>>,
@@ -214,7 +229,7 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
         &leaves,
         capacities,
         plan.reservation_cap,
-        plan.queue_packets,
+        plan.queue_limit(),
     );
     let mut sim = Sim {
         plan,
@@ -231,6 +246,7 @@ pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
             seq: 0,
         },
         active: vec![false; np],
+        refused: vec![false; np],
         streams: plan
             .ports
             .iter()
@@ -352,6 +368,7 @@ impl Sim<'_> {
             SourceSpec::Greedy { bytes } => {
                 for _ in 0..self.plan.queue_packets {
                     if !self.offer(i, 0, bytes, t) {
+                        self.refused[i] = true;
                         break;
                     }
                 }
@@ -474,11 +491,19 @@ impl Sim<'_> {
             .count_sent(Egress::Uplink(UplinkId(u)), 1, u64::from(pkt.bytes));
         match self.plan.ports[i].source {
             SourceSpec::Greedy { bytes } if self.active[i] => {
-                self.offer(i, 0, bytes, t);
+                self.refused[i] = !self.offer(i, 0, bytes, t);
             }
             SourceSpec::TcpStream { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Ack(i, pkt.stream)),
             SourceSpec::TcpRr { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Response(i, pkt.born)),
             _ => {}
+        }
+        // Room was made: greedy sources refused before offer again.
+        for k in 0..self.refused.len() {
+            if self.refused[k] && self.active[k] {
+                if let SourceSpec::Greedy { bytes } = self.plan.ports[k].source {
+                    self.refused[k] = !self.offer(k, 0, bytes, t);
+                }
+            }
         }
         self.start_tx(u, t);
     }

@@ -13,7 +13,9 @@
 //! - `[[events]]`: `set-controls` (`node`, and any of `reservation`, `shares`, `limit` =
 //!   "unlimited" or a bandwidth; the rest stay) through admission control, or `queueing`
 //!   (`queueing` = "netioc" or "fifo");
-//! - `queueing` (default netioc), `queue_packets` per port (default 128), `fifo_packets`
+//! - `queueing` (default netioc), `queue_packets` per port (default 128), `queue_ms` (each
+//!   uplink's byte budget, as milliseconds of sending at its capacity, shared fairly between
+//!   ports as the live switch does; default none: packets per port only), `fifo_packets`
 //!   (default 1024), `reservation_cap` (default 0.75).
 //!
 //! A port with neither `pool` nor `class` sits directly under the `vm` class. Every name (class,
@@ -47,6 +49,7 @@ pub struct PacketFile {
     pub queue_packets: usize,
     #[serde(default = "default_fifo")]
     pub fifo_packets: usize,
+    pub queue_ms: Option<f64>,
     pub reservation_cap: Option<f64>,
     pub uplinks: Vec<UplinkFile>,
     pub port_groups: Vec<GroupEntry>,
@@ -136,6 +139,11 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
     }
     if !(1..=1 << 20).contains(&f.queue_packets) || !(1..=1 << 24).contains(&f.fifo_packets) {
         return Err("queue_packets and fifo_packets: expected 1 to 1048576 and 1 to 16777216".into());
+    }
+    if let Some(ms) = f.queue_ms {
+        if !(ms.is_finite() && (0.01..=10_000.0).contains(&ms)) {
+            return Err(format!("queue_ms = {ms}: expected milliseconds from 0.01 to 10000"));
+        }
     }
     for (i, u) in f.uplinks.iter().enumerate() {
         let rate = u.effective.unwrap_or(u.capacity);
@@ -260,6 +268,7 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
         ports,
         discipline: f.queueing,
         queue_packets: f.queue_packets,
+        queue_ms: f.queue_ms,
         fifo_packets: f.fifo_packets,
         events,
         duration_s: f.duration_s,

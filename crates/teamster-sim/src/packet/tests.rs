@@ -74,6 +74,7 @@ fn host(vm_reservation: f64, sources: Vec<(SourceSpec, f64)>, duration_s: f64) -
         security: Vec::new(),
         discipline: Discipline::Netioc,
         queue_packets: 128,
+        queue_ms: None,
         fifo_packets: 1024,
         events: Vec::new(),
         duration_s,

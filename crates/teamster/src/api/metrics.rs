@@ -3,7 +3,9 @@
 //! Names: `teamster_uplink_*{uplink}` and `teamster_port_*{port}` (packets, bytes, drops by
 //! `reason`, utilisation or rate by `direction`), `teamster_netioc_*{node}` (reservation,
 //! limit, allocation, demand in bits/s), `teamster_lbt_moves_total`, `teamster_port_moves_total{reason}`,
-//! `teamster_failovers_total` and `teamster_scheduler_queue_depth{uplink}`.
+//! `teamster_failovers_total`, `teamster_scheduler_queue_depth{uplink}` (frames),
+//! `teamster_scheduler_queue_bytes{uplink}`, `teamster_scheduler_queue_budget_bytes{uplink}`
+//! and `teamster_uplink_ecn_marked_total{uplink}` (frames marked Congestion Experienced).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -95,6 +97,22 @@ pub fn encode(s: &Snapshot) -> String {
         "scheduler_queue_depth",
         "Frames waiting in the uplink's NetIOC scheduler",
     );
+    let queue_bytes = gauge(
+        &mut reg,
+        "scheduler_queue_bytes",
+        "Bytes waiting in the uplink's NetIOC scheduler",
+    );
+    let budget = gauge(
+        &mut reg,
+        "scheduler_queue_budget_bytes",
+        "Bytes the uplink's queue holds before it refuses ports over their fair part",
+    );
+    let marked = Family::<Labels, Counter>::default();
+    reg.register(
+        "uplink_ecn_marked",
+        "Frames marked ECN Congestion Experienced by the switch",
+        marked.clone(),
+    );
     let rate = gauge(&mut reg, "port_rate_bits_per_second", "Mean rate over the LBT window");
     let reservation = gauge(
         &mut reg,
@@ -133,6 +151,9 @@ pub fn encode(s: &Snapshot) -> String {
         in_use.get_or_create(&o).set(if u.in_use { 1.0 } else { 0.0 });
         capacity.get_or_create(&o).set(u.capacity_bps as f64);
         depth.get_or_create(&o).set(u.queue_depth as f64);
+        queue_bytes.get_or_create(&o).set(u.queue_bytes as f64);
+        budget.get_or_create(&o).set(u.queue_budget_bytes as f64);
+        marked.get_or_create(&o).inc_by(u.ecn_marked);
     }
     for p in &s.ports {
         port.record(&p.name, &p.counters);

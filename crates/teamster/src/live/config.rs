@@ -5,11 +5,14 @@
 //! mac_limit = 16384            # optional: learned MAC-table entries in all (1 to 1048576)
 //! mac_limit_per_port = 4096    # optional: learned entries behind one VM port (1 to mac_limit)
 //! reservation_cap = 0.75       # optional
+//! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
+//!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
 //! [lbt]                        # optional, as in scenarios
 //! [[uplinks]]
 //! name = "uplink1"
 //! interface = "eth1"
 //! capacity = "10G"             # optional: else the speed the interface reports in sysfs
+//! backend = "af_xdp"           # optional: "af_packet" (the default), "af_xdp" or "auto"
 //! [[port_groups]]              # as in scenarios: name, policy, active, standby, failback,
 //!                              # notify_switches, vlan
 //! security = { forged_transmits = "accept" }  # optional: mac_changes, forged_transmits,
@@ -22,7 +25,18 @@
 //! mac = "52:54:00:12:34:56"
 //! group = "vms"
 //! pool = "gold"                # or class = "nfs"; reservation, shares, limit as in scenarios
+//! backend = "auto"             # optional, as for uplinks
 //! ```
+//!
+//! `backend` chooses how frames move between the interface and the switch. `af_packet` (the
+//! default) works on every interface. `af_xdp` attaches an XDP program that redirects the
+//! interface's frames to an AF_XDP socket (native XDP where the driver has it, as veth does, else
+//! generic; zero-copy where the driver supports it, else copy mode); the switch refuses to
+//! start, naming the interface and what is missing, if the kernel, a capability (CAP_BPF), the
+//! driver, the MTU (at most 3822: one 4 KiB frame, no jumbo frames), the number of receive
+//! queues (one) or an XDP program already on the interface stands in the way. `auto` uses
+//! AF_XDP where it works and AF_PACKET elsewhere, and logs which and why. The program is
+//! detached when the switch stops, or dies.
 //!
 //! Everything is checked before any interface is touched: the TOML shape (errors name the key
 //! path), names, that every uplink's interface exists (a port's may be missing: a stopped VM's
@@ -44,6 +58,7 @@ pub struct SwitchFile {
     pub mac_limit: Option<u64>,
     pub mac_limit_per_port: Option<u64>,
     pub reservation_cap: Option<f64>,
+    pub busy_poll_us: Option<u64>,
     #[serde(default)]
     pub lbt: LbtSection,
     pub uplinks: Vec<UplinkFile>,
@@ -64,6 +79,35 @@ pub struct UplinkFile {
     /// Administrative state: `down` keeps the uplink out of use whatever its carrier says.
     #[serde(default, skip_serializing_if = "AdminState::is_up")]
     pub admin: AdminState,
+    /// How frames move between the interface and the switch.
+    #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
+    pub backend: BackendSetting,
+}
+
+/// An interface's I/O backend (`backend = "af_packet" | "af_xdp" | "auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendSetting {
+    #[default]
+    AfPacket,
+    AfXdp,
+    Auto,
+}
+
+impl BackendSetting {
+    pub fn is_default(&self) -> bool {
+        *self == BackendSetting::AfPacket
+    }
+
+    /// The data plane's choice for this setting.
+    pub fn choice(self) -> teamster_dp::backend::BackendChoice {
+        use teamster_dp::backend::BackendChoice;
+        match self {
+            BackendSetting::AfPacket => BackendChoice::AfPacket,
+            BackendSetting::AfXdp => BackendChoice::AfXdp,
+            BackendSetting::Auto => BackendChoice::Auto,
+        }
+    }
 }
 
 /// An uplink's administrative state, set by the operator.
@@ -86,6 +130,9 @@ teamster_core::port_entry! {
     pub struct PortFile {
         /// The host end of a veth pair, or a tap device.
         pub interface: String,
+        /// How frames move between the interface and the switch.
+        #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
+        pub backend: BackendSetting,
     }
 }
 
@@ -100,6 +147,8 @@ pub struct SwitchPlan {
     pub reservation_cap: teamster_core::ioc::ReservationCap,
     /// MAC ageing and limits, and each port group's security policy.
     pub switch: SwitchConfig,
+    /// How long the data plane polls without sleeping after frames.
+    pub busy_poll: core::time::Duration,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -167,6 +216,11 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         None => teamster_core::switch::MacTable::DEFAULT_AGEING,
     };
     let mac_limits = mac_limits(f)?;
+    let busy_poll = match f.busy_poll_us {
+        None => teamster_dp::datapath::DEFAULT_BUSY_POLL,
+        Some(us) if us <= 1000 => core::time::Duration::from_micros(us),
+        Some(us) => return Err(format!("busy_poll_us = {us}: expected microseconds from 0 to 1000")),
+    };
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
@@ -238,6 +292,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             mac_limits,
             security: f.port_groups.iter().map(|g| g.security).collect(),
         },
+        busy_poll,
         file: f.clone(),
     })
 }
@@ -325,6 +380,25 @@ group = "vms"
     }
 
     #[test]
+    fn backends_are_chosen_per_interface_and_saved_as_given() {
+        use teamster_dp::backend::BackendChoice;
+        let p = parse(GOOD, &Fake).unwrap();
+        assert!(p.file.uplinks.iter().all(|u| u.backend == BackendSetting::AfPacket));
+        assert!(!render(&p.file).contains("backend"), "the default is not written out");
+        let text = GOOD
+            .replace("interface = \"eth1\"", "interface = \"eth1\"\nbackend = \"af_xdp\"")
+            .replace("interface = \"vnet1\"", "interface = \"vnet1\"\nbackend = \"auto\"");
+        let p = parse(&text, &Fake).unwrap();
+        assert_eq!(p.file.uplinks[0].backend.choice(), BackendChoice::AfXdp);
+        assert_eq!(p.file.uplinks[1].backend.choice(), BackendChoice::AfPacket);
+        assert_eq!(p.file.ports[0].backend.choice(), BackendChoice::AfPacket);
+        assert_eq!(p.file.ports[1].backend.choice(), BackendChoice::Auto);
+        let again = parse(&render(&p.file), &Fake).unwrap();
+        assert_eq!(again.file.uplinks[0].backend, BackendSetting::AfXdp);
+        assert_eq!(again.file.ports[1].backend, BackendSetting::Auto);
+    }
+
+    #[test]
     fn security_and_mac_limits_reach_the_switch() {
         use teamster_core::switch::{SecurityPolicy, Verdict};
         let p = parse(GOOD, &Fake).unwrap();
@@ -405,6 +479,11 @@ group = "vms"
                 "ports[0].limit: 0bps is below the smallest limit",
             ),
             (
+                format!("busy_poll_us = 1001\n{GOOD}"),
+                "busy_poll_us = 1001: expected microseconds from 0 to 1000",
+            ),
+            (format!("busy_poll_us = -1\n{GOOD}"), "busy_poll_us"),
+            (
                 format!("mac_ageing_s = 1e20\n{GOOD}"),
                 "mac_ageing_s = 100000000000000000000: expected seconds",
             ),
@@ -471,6 +550,14 @@ group = "vms"
                 "mac_limit_per_port = 101: expected 1 to mac_limit (100)",
             ),
             (format!("mac_limit_per_port = 0\n{GOOD}"), "mac_limit_per_port = 0"),
+            (
+                GOOD.replace("interface = \"eth2\"", "interface = \"eth2\"\nbackend = \"xdp\""),
+                "unknown variant `xdp`, expected one of `af_packet`, `af_xdp`, `auto`",
+            ),
+            (
+                GOOD.replace("interface = \"vnet0\"", "interface = \"vnet0\"\nbackend = 1"),
+                "ports[0].backend",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(&text, &Fake)

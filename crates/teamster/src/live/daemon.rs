@@ -58,6 +58,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
             name: pf.name.clone(),
             interface,
             leaf,
+            backend: pf.backend.choice(),
         })
         .collect();
     let uplinks = plan
@@ -70,6 +71,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
             capacity,
             follows_link_speed: uf.capacity.is_none(),
             admin_up: uf.admin == AdminState::Up,
+            backend: uf.backend.choice(),
         })
         .collect();
     let dp = DatapathPlan {
@@ -79,6 +81,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         ports,
         uplinks,
         switch: plan.switch,
+        busy_poll: plan.busy_poll,
     };
     (dp, file)
 }

@@ -45,6 +45,9 @@ pub struct UplinkView {
     /// Whether its interface exists and is attached (false after it disappeared; it is
     /// re-attached when an interface of that name returns).
     pub attached: bool,
+    /// How frames move while attached: `af_packet`, or `af_xdp` with its XDP mode (native or
+    /// generic) and copy or zero-copy mode; null while detached.
+    pub backend: Option<String>,
     /// Carrier as the kernel reports it: `up` or `down`.
     pub link: String,
     /// Administrative state set by the operator: `up` or `down`.
@@ -59,6 +62,14 @@ pub struct UplinkView {
     pub rx_utilisation: f64,
     /// Frames waiting in the uplink's NetIOC scheduler.
     pub queue_depth: u64,
+    /// Their bytes on the wire.
+    pub queue_bytes: u64,
+    /// What the uplink's queue holds before it refuses frames of ports over their fair part:
+    /// 5 ms at its capacity (at least 16 full-size frames); see `teamster_core::ioc::queue_limit`.
+    pub queue_budget_bytes: u64,
+    /// Frames queued with an ECN Congestion Experienced mark set by the switch (its queue was
+    /// over its budget), since start.
+    pub ecn_marked: u64,
     pub counters: CountersView,
 }
 
@@ -70,6 +81,9 @@ pub struct PortView {
     /// tap), when frames for it are dropped as `detached`; it attaches when the interface
     /// appears.
     pub attached: bool,
+    /// How frames move while attached: `af_packet`, or `af_xdp` with its XDP mode (native or
+    /// generic) and copy or zero-copy mode; null while detached.
+    pub backend: Option<String>,
     pub mac: String,
     pub group: String,
     /// The uplink carrying its traffic now.

@@ -54,6 +54,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 name: u.plan.name.clone(),
                 interface: u.plan.interface.clone(),
                 attached: u.attached(),
+                backend: u.backend(),
                 link: up_down(u.carrier),
                 admin: up_down(u.plan.admin_up),
                 in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
@@ -61,6 +62,9 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 tx_utilisation: util.tx,
                 rx_utilisation: util.rx,
                 queue_depth: dp.ports().iter().map(|p| dp.queued(i, p.plan.leaf) as u64).sum(),
+                queue_bytes: dp.queued_bytes(i),
+                queue_budget_bytes: dp.queue_budget(i),
+                ecn_marked: u.ecn_marked,
                 counters: counters(dp.switch().uplink_counters(UplinkId(i)), &u.extra),
             }
         })
@@ -78,6 +82,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 name: p.plan.name.clone(),
                 interface: p.plan.interface.clone(),
                 attached: p.attached(),
+                backend: p.backend(),
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),

@@ -540,3 +540,38 @@ pub fn api_switch() -> String {
         "",
     )
 }
+
+/// An iperf3 server for one test in the remote host's namespace (gone after 15 s at most),
+/// listening when this returns.
+pub fn iperf_server() -> std::process::Child {
+    let server = Command::new("timeout")
+        .args(["15", "ip", "netns", "exec", "tmt-remote", "iperf3", "-s", "-1"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    await_listener("tmt-remote", 5201);
+    server
+}
+
+/// An iperf3 client in `vm`'s namespace to the remote host (10.77.0.100), bounded to 12 s,
+/// with `args` after the target.
+pub fn iperf_client(vm: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["12", "ip", "netns", "exec", vm, "iperf3", "-c", "10.77.0.100"])
+        .args(args);
+    c
+}
+
+/// Stops the daemon with SIGTERM and waits (3 s at most) for a clean exit.
+pub fn stop_cleanly(daemon: &mut Daemon) {
+    signal(&daemon.0, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let code = loop {
+        if let Some(st) = daemon.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "did not stop within 3 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(code.success(), "exit status {code:?}");
+}

@@ -1,0 +1,86 @@
+//! Frame buffers, reused: the data plane's answer to a heap allocation per frame.
+//!
+//! Model. Every frame the switch forwards is copied once, from the receive buffer into a buffer
+//! from this pool, and that buffer travels (through an uplink's scheduler, or straight to a
+//! port's transmit batch) to the backend, which hands it back once the kernel has taken the
+//! frame. Buffers come in two sizes, so a queue of small frames does not pin 64 KiB each: small
+//! ([`SMALL`] bytes, a full-size frame with tags) and large (a 64 KiB super-frame). Each size
+//! keeps at most [`KEPT`] free buffers; beyond that a returned buffer is freed, so a burst that
+//! needed many buffers does not hold them for ever.
+
+/// A small buffer: a 1500-byte MTU frame with two VLAN tags, rounded up.
+pub(super) const SMALL: usize = 2048;
+/// A large buffer: the largest super-frame a packet socket hands over, with two tags.
+pub(super) const LARGE: usize = 65_536 + 64;
+/// Free buffers kept per size (small: 8 MiB, large: 32 MiB at most).
+pub(super) const KEPT: [usize; 2] = [4096, 512];
+
+/// Free frame buffers of two sizes.
+#[derive(Debug, Default)]
+pub(super) struct FramePool {
+    free: [Vec<Vec<u8>>; 2],
+    /// Buffers allocated because none was free, since start.
+    pub allocated: u64,
+}
+
+impl FramePool {
+    /// An empty buffer that holds `len` bytes without growing: from the pool where one is free.
+    pub fn take(&mut self, len: usize) -> Vec<u8> {
+        let class = usize::from(len > SMALL);
+        if let Some(mut b) = self.free[class].pop() {
+            b.clear();
+            if b.capacity() >= len {
+                return b;
+            }
+        }
+        self.allocated += 1;
+        Vec::with_capacity(if len > SMALL { len.max(LARGE) } else { SMALL })
+    }
+
+    /// Takes back a buffer whose frame was sent (or dropped), unless enough are free already.
+    pub fn give(&mut self, b: Vec<u8>) {
+        let class = usize::from(b.capacity() > SMALL);
+        if b.capacity() >= SMALL && self.free[class].len() < KEPT[class] {
+            self.free[class].push(b);
+        }
+    }
+
+    /// Free buffers of each size.
+    #[cfg(test)]
+    pub fn free(&self) -> [usize; 2] {
+        [self.free[0].len(), self.free[1].len()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_by_size_and_the_pool_is_bounded() {
+        let mut pool = FramePool::default();
+        let small = pool.take(60);
+        let large = pool.take(40_000);
+        assert!(small.capacity() >= SMALL && small.capacity() < LARGE);
+        assert!(large.capacity() >= LARGE);
+        assert_eq!(pool.allocated, 2);
+        let (sp, lp) = (small.as_ptr(), large.as_ptr());
+        pool.give(small);
+        pool.give(large);
+        assert_eq!(pool.free(), [1, 1]);
+        // The same buffers come back, empty, for frames of their size.
+        let again = pool.take(1514);
+        assert_eq!((again.as_ptr(), again.len()), (sp, 0));
+        let big = pool.take(65_000);
+        assert_eq!(big.as_ptr(), lp);
+        assert_eq!(pool.allocated, 2, "no allocation while buffers are free");
+        // Bounded: past KEPT free buffers of a size, returned ones are freed.
+        for _ in 0..KEPT[0] + 10 {
+            pool.give(Vec::with_capacity(SMALL));
+        }
+        assert_eq!(pool.free()[0], KEPT[0]);
+        // A buffer too small for any class (not ours) is not kept.
+        pool.give(Vec::with_capacity(16));
+        assert_eq!(pool.free()[0], KEPT[0]);
+    }
+}
