@@ -5,7 +5,8 @@
 //!
 //! One change from dd7b91e: heap entries with equal keys are ordered by the parent's virtual-time
 //! round when they were filed (how many times its virtual time had risen; the earlier first),
-//! then by child index, the rule the optimised scheduler's tournament trees follow; before, the
+//! then by child index, the rule the optimised scheduler's tournament trees follow (rounds count
+//! from 1; a child filed as it wakes from idle is filed in round 0, ahead of equal tags); before, the
 //! order among equal keys was whatever `BinaryHeap` left, which mostly, but not always, put
 //! earlier filings first. Only ties between children with exactly equal tags can be decided
 //! differently.
@@ -215,7 +216,7 @@ impl<T> Scheduler<T> {
                     s_tag: 0.0,
                     l_tag: f64::NEG_INFINITY,
                     vtime: 0.0,
-                    round: 0,
+                    round: 1,
                     backlog: 0,
                     state: State::Idle,
                     version: 0,
@@ -311,13 +312,15 @@ impl<T> Scheduler<T> {
         let own = self.release_time(i);
         let release = held_below_until.map_or(own, |b| b.max(own));
         let n = &mut self.nodes[i];
+        // A child waking from idle files in round 0, as the optimised scheduler's does.
+        let woke = n.state == State::Idle;
         n.version = n.version.wrapping_add(1);
         let (v, c) = (n.version, i as u32);
         let (r_cost, r_tag, s_tag) = (n.r_cost, n.r_tag, n.s_tag);
         if release <= t {
             n.state = State::Ready;
             let p = &mut self.nodes[parent];
-            let round = p.round;
+            let round = if woke { 0 } else { p.round };
             if r_cost > 0.0 {
                 p.by_r.push(Reverse(Entry(Entry::new(r_tag, c, v).0, c, v, round)));
             }
@@ -325,7 +328,7 @@ impl<T> Scheduler<T> {
         } else {
             n.state = State::Held;
             let p = &mut self.nodes[parent];
-            let round = p.round;
+            let round = if woke { 0 } else { p.round };
             p.held.push(Reverse(Entry(Entry::new(release, c, v).0, c, v, round)));
         }
     }

@@ -4,11 +4,10 @@
 //! Model. Every child has a fixed position (its index among its parent's children) and holds a
 //! key or is absent. The least entry is the least `(key, round, position)`, where `round` is the
 //! parent's virtual-time round when the key was filed (how many times the parent's virtual time
-//! had risen). Among equal keys, the one filed in an earlier round wins, then the earlier child
-//! (positions follow node order): a child that wakes with the virtual time as its tag queues
-//! behind those already waiting with that tag (filed in earlier rounds), as it would behind equal
-//! finish times in a fair queue, while children re-filed in the same round keep their tree
-//! order. An entry is one `u128` (key, round, position), so every comparison is one unsigned
+//! had risen, from 1), or 0 for a child filed as it wakes from idle. Among equal keys, the one
+//! filed in an earlier round wins, then the earlier child (positions follow node order): a
+//! waking child goes ahead of those waiting with its tag, children re-filed in the same round
+//! keep their tree order. An entry is one `u128` (key, round, position), so every comparison is one unsigned
 //! comparison and the order is total: which structure holds the entries never changes a decision.
 //!
 //! Why two structures. A tournament tree over all `m` positions (a power of two) makes a change
