@@ -23,6 +23,8 @@ RATE=${RATE:-0}
 # (default: the switch's own default, 50).
 PPS=${PPS:-1}
 BUSY_POLL_US=${BUSY_POLL_US:-}
+# WORKERS sets Teamster's data-plane threads (default: one per core).
+WORKERS=${WORKERS:-}
 BACKENDS=${BACKENDS:-${BACKEND:-af_packet}}
 OUT=${1:?usage: bench/live/pps.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +56,7 @@ ip netns exec tmq-peer bash -c "$(declare -f off); off eth0"
 MAC=$(ip -n tmq-vm link show eth0 | awk '/ether/ {print $2}')
 switch_toml() {   # backend
   [ -n "$BUSY_POLL_US" ] && echo "busy_poll_us = $BUSY_POLL_US"
+  [ -n "$WORKERS" ] && echo "workers = $WORKERS"
   cat <<TOML
 [[uplinks]]
 name = "up0"

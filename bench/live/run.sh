@@ -35,6 +35,8 @@ POLICY=${POLICY:-load-based}
 MODE=${MODE:-compare}
 SOAK_S=${SOAK_S:-600}
 OFFLOAD=${OFFLOAD:-off}
+# WORKERS sets Teamster's data-plane threads (workers in switch.toml; default: one per core).
+WORKERS=${WORKERS:-}
 # SWITCH=bridge puts a Linux bridge (tmb-br, root namespace) where Teamster runs, on the same
 # veths: the VMs' ports and uplink tmb-u0 only (a bridge does not team). MODE=bond only.
 SWITCH=${SWITCH:-teamster}
@@ -88,7 +90,7 @@ for j in 0 1; do
   [ "$UPLINK_RATE" = none ] || shape "up$j-p"
 done
 CONF=$OUT/switch.toml
-cat > "$CONF" <<TOML
+{ [ -n "$WORKERS" ] && echo "workers = $WORKERS"; cat <<TOML
 [[uplinks]]
 name = "up0"
 interface = "tmb-u0"
@@ -102,6 +104,7 @@ name = "vms"
 policy = "$POLICY"
 active = ["up0", "up1"]
 TOML
+} > "$CONF"
 for i in $(seq 1 "$NVM"); do
   ip link add "tmb-v$i" type veth peer name eth0 netns "tmb-vm$i"; ip link set "tmb-v$i" up
   offload_off "" "tmb-v$i"

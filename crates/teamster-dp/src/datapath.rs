@@ -12,6 +12,18 @@
 //! between packets or read its state. A limit is one bucket per port across every uplink's
 //! scheduler, so a port spread over several uplinks (IP hash) is capped once.
 //!
+//! Threads. The loop above is the switching worker. With `workers` above one it starts port
+//! workers (the `port_worker` submodule) that do the ports' receiving and sending: what they
+//! receive it takes from their queues in its receive pass, and what it sends to their ports it
+//! hands them, fitted, in its dispatch; their counts reach the switch each turn. The switch and
+//! the schedulers stay in this one thread, so forwarding decisions and NetIOC's order are
+//! exactly those of one thread, and nothing on the frames' path takes a lock. Why not a switch
+//! per thread: the MAC table, the team's meters and NetIOC's shared limits would have to be
+//! merged between threads, and NetIOC would stop being exact; the switching itself is a small
+//! part of the cost per frame, the system calls and copies the large part, and those are what
+//! the port workers take. On a machine with many cores the switching worker is the bound: it
+//! still does the uplinks' I/O.
+//!
 //! Interfaces come and go (the `attach` submodule states the rules): a VM's tap disappears
 //! when the VM stops and returns, with a new index, when it starts. The port is then detached (its
 //! frames dropped as `detached`) and re-attached by name; an uplink that disappears is out of
@@ -33,11 +45,15 @@
 
 mod attach;
 mod fit;
+mod handoff;
 mod poll;
 mod pool;
+mod port_worker;
 
 use fit::{fit, Refused};
+use handoff::{Doorbell, Spill};
 use pool::FramePool;
+use port_worker::{Gone, Handed, PortWorker, Upstream};
 
 use crate::backend::{BackendChoice, Link};
 use crate::netlink::LinkWatch;
@@ -45,9 +61,11 @@ use crate::pacer::Pacer;
 use crate::Backend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
 use teamster_core::offload::Offload;
-use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig};
+use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig, TagEdit};
 use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::mark_congestion;
@@ -102,7 +120,29 @@ pub struct DatapathPlan {
     pub switch: SwitchConfig,
     /// After a turn that received frames, poll this long without sleeping.
     pub busy_poll: core::time::Duration,
+    /// Data-plane threads: the switching worker, and `workers - 1` port workers that share
+    /// the ports' receiving and sending (see the `port_worker` submodule). At least 1.
+    pub workers: usize,
 }
+
+/// Data-plane threads by default: one per core the process may run on, at most
+/// [`DEFAULT_WORKERS_MAX`], but one alone on a machine of two cores or fewer. Measured on two
+/// cores shared with the VMs (`bench/live/RESULTS.md`), a second thread moved 25-35% more
+/// frames only while the switch was short of CPU (offloads off), and cost latency always: the
+/// frames of a port cross threads, one more wake-up each way when idle, and a second thread
+/// polling takes CPU from the VMs.
+pub fn default_workers() -> usize {
+    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        ..=2 => 1,
+        cores => cores.min(DEFAULT_WORKERS_MAX),
+    }
+}
+
+/// The most data-plane threads a switch starts unless told otherwise.
+pub const DEFAULT_WORKERS_MAX: usize = 8;
+
+/// The most data-plane threads a switch may have.
+pub const MAX_WORKERS: usize = 64;
 
 /// Drops the data plane makes outside the core switch, kept per port and per uplink (each drop
 /// on one interface: see the module documentation).
@@ -123,11 +163,14 @@ pub struct ExtraDrops {
     pub bad_offload: u64,
     /// To this interface while it was detached (its interface missing).
     pub detached: u64,
+    /// From or to this port: the queue between its port worker and the switching worker was
+    /// full (the other thread had fallen behind by thousands of frames).
+    pub handoff_full: u64,
 }
 
 impl ExtraDrops {
     /// Every reason with its count, in a stable order, for status and metrics.
-    pub fn by_reason(&self) -> [(&'static str, u64); 7] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
         [
             ("queue_full", self.queue_full),
             ("oversize", self.oversize),
@@ -136,15 +179,36 @@ impl ExtraDrops {
             ("truncated", self.truncated),
             ("bad_offload", self.bad_offload),
             ("detached", self.detached),
+            ("handoff_full", self.handoff_full),
         ]
     }
+}
+
+/// Where a port's socket is.
+// One per port: the bytes a detached or away port wastes are nothing beside a pointer chase per
+// batch for the ports this thread serves.
+#[allow(clippy::large_enum_variant)]
+enum PortIo {
+    /// Its interface is missing.
+    Detached,
+    /// The switching worker does its I/O.
+    Here(Link),
+    /// A port worker does its I/O; what the switching worker needs of the socket is copied
+    /// here.
+    Away {
+        worker: usize,
+        /// Which attach this is (a report about an earlier socket is ignored).
+        generation: u64,
+        ifindex: i32,
+        takes_offloads: bool,
+        describe: String,
+    },
 }
 
 /// A VM port: attached while its interface exists.
 pub struct Port {
     pub plan: PortPlan,
-    /// None while detached.
-    backend: Option<Link>,
+    io: PortIo,
     mtu: usize,
     pub extra: ExtraDrops,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
@@ -154,12 +218,42 @@ pub struct Port {
 impl Port {
     /// Whether the port's interface is attached (it exists, and its socket is open).
     pub fn attached(&self) -> bool {
-        self.backend.is_some()
+        !matches!(self.io, PortIo::Detached)
     }
 
     /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
     pub fn backend(&self) -> Option<String> {
-        self.backend.as_ref().map(Link::describe)
+        match &self.io {
+            PortIo::Detached => None,
+            PortIo::Here(link) => Some(link.describe()),
+            PortIo::Away { describe, .. } => Some(describe.clone()),
+        }
+    }
+
+    /// The data-plane thread doing its I/O while attached: 0 for the switching worker.
+    pub fn worker(&self) -> Option<usize> {
+        match &self.io {
+            PortIo::Detached => None,
+            PortIo::Here(_) => Some(0),
+            PortIo::Away { worker, .. } => Some(worker + 1),
+        }
+    }
+
+    /// The index of the interface its socket is bound to, while attached.
+    fn ifindex(&self) -> Option<i32> {
+        match &self.io {
+            PortIo::Detached => None,
+            PortIo::Here(link) => Some(link.ifindex()),
+            PortIo::Away { ifindex, .. } => Some(*ifindex),
+        }
+    }
+
+    /// Its socket, if the switching worker does its I/O.
+    fn here(&mut self) -> Option<&mut Link> {
+        match &mut self.io {
+            PortIo::Here(link) => Some(link),
+            _ => None,
+        }
     }
 }
 
@@ -206,6 +300,8 @@ enum Slot {
     Port(usize),
     Uplink(usize),
     Links,
+    /// The switching worker's doorbell: a port worker handed it frames.
+    Bell,
 }
 
 /// Something that happened, for logs and the control plane.
@@ -267,6 +363,14 @@ pub struct Datapath {
     busy_poll: core::time::Duration,
     /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).
     busy_until: Instant,
+    /// The port workers (none with one data-plane thread); port `i` goes to `i % len`.
+    workers: Vec<PortWorker>,
+    /// Rung by port workers when they hand this thread frames while it sleeps.
+    bell: Arc<Doorbell>,
+    /// Ports whose socket a port worker closed.
+    gone: Receiver<Gone>,
+    /// Attaches so far (each attach to a port worker carries the next).
+    generation: u64,
 }
 
 /// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
@@ -359,6 +463,47 @@ fn switch_frame(
     }
 }
 
+/// Passes one frame a port worker handed over (already in a pooled buffer) through the switch,
+/// like [`switch_frame`], but sends the buffer itself where the frame goes one place unedited
+/// (most unicast frames): no second copy.
+fn switch_handed(
+    switch: &mut Switch,
+    from: PortId,
+    Handed { frame, offload, .. }: Handed,
+    now: Instant,
+    pool: &mut FramePool,
+    scratch: &mut Scratch,
+) {
+    let extra_wire = offload.wire_len(&frame) - frame.len();
+    scratch.forwards.clear();
+    switch.forward(Ingress::Port(from), &frame, extra_wire, now, &mut scratch.forwards);
+    if let [Forward {
+        to,
+        edit: TagEdit::Keep,
+    }] = scratch.forwards[..]
+    {
+        scratch.pending.push(Pending {
+            from: Some(from),
+            to,
+            frame,
+            offload,
+        });
+        return;
+    }
+    for f in &scratch.forwards {
+        let delta = f.edit.len_delta();
+        let mut buf = pool.take((frame.len() as isize + delta) as usize);
+        f.edit.apply_into(&frame, &mut buf);
+        scratch.pending.push(Pending {
+            from: Some(from),
+            to: f.to,
+            frame: buf,
+            offload: offload.shifted(delta),
+        });
+    }
+    pool.give(frame);
+}
+
 /// Counts a frame that could not be fitted to its egress interface, on that interface.
 fn count_refusal(extra: &mut ExtraDrops, fitted: Result<(), Refused>) {
     match fitted {
@@ -381,6 +526,12 @@ impl Datapath {
     pub fn attach_with(plan: DatapathPlan, options: AttachOptions) -> Result<Datapath, String> {
         let started = std::time::Instant::now();
         let now = Instant::ZERO;
+        if !(1..=MAX_WORKERS).contains(&plan.workers) {
+            return Err(format!(
+                "workers = {}: a switch needs 1 to {MAX_WORKERS} data-plane threads",
+                plan.workers
+            ));
+        }
         // Subscribe before reading carriers, so a change in between is not missed.
         let links =
             LinkWatch::open_with_rcvbuf(options.netlink_rcvbuf).map_err(|e| format!("netlink link watch: {e}"))?;
@@ -390,7 +541,7 @@ impl Datapath {
             crate::iface::check_name(&p.interface).map_err(|e| format!("port {}: {e}", p.name))?;
             ports.push(Port {
                 plan: p,
-                backend: None,
+                io: PortIo::Detached,
                 mtu: 0,
                 extra: ExtraDrops::default(),
                 attach_error: None,
@@ -431,6 +582,20 @@ impl Datapath {
             });
         }
         let index = ports.iter().enumerate().map(|(i, p)| (p.plan.id, i)).collect();
+        let bell = Arc::new(Doorbell::new().map_err(|e| format!("eventfd: {e}"))?);
+        let spill = Arc::new(Spill::new(pool::KEPT));
+        let (gone_tx, gone) = std::sync::mpsc::channel();
+        let upstream = Upstream {
+            bell: bell.clone(),
+            gone: gone_tx,
+            spill: spill.clone(),
+        };
+        // No port worker for a switch without ports: the switching worker has nothing to share.
+        let port_workers = if ports.is_empty() { 0 } else { plan.workers - 1 };
+        let workers = (0..port_workers)
+            .map(|k| PortWorker::spawn(k + 1, ports.len(), upstream.clone(), plan.busy_poll))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("cannot start a port worker thread: {e}"))?;
         let mut dp = Datapath {
             pollfds: Vec::new(),
             pollmap: Vec::new(),
@@ -447,9 +612,13 @@ impl Datapath {
             events: VecDeque::new(),
             next_seq: 0,
             failovers: 0,
-            pool: FramePool::default(),
+            pool: FramePool::sharing(spill),
             busy_poll: plan.busy_poll,
             busy_until: now,
+            workers,
+            bell,
+            gone,
+            generation: 0,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -571,17 +740,19 @@ impl Datapath {
             } else if now >= self.next_resync {
                 self.resync(now, false);
             }
+            self.take_gone(now);
             let mut received = 0;
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
                 let (switch, pool) = (&mut self.switch, &mut self.pool);
-                let Some(backend) = self.ports[p].backend.as_mut() else {
+                let PortIo::Here(backend) = &mut self.ports[p].io else {
                     continue;
                 };
                 received += backend.recv_batch(&mut |frame, offload| {
                     switch_frame(switch, Ingress::Port(id), (frame, offload), now, pool, &mut scratch);
                 });
             }
+            received += self.take_handed(now, &mut scratch);
             for u in 0..self.uplinks.len() {
                 let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
@@ -602,9 +773,12 @@ impl Datapath {
             self.effects(now);
             self.pace(now);
             for p in &mut self.ports {
-                if let Some(b) = p.backend.as_mut() {
+                if let Some(b) = p.here() {
                     p.extra.tx_error += b.flush() as u64;
                 }
+            }
+            for w in &self.workers {
+                w.lane.bell.ring();
             }
             self.recycle();
             self.count_devices();
@@ -612,10 +786,47 @@ impl Datapath {
         }
     }
 
+    /// Passes through the switch the frames port workers handed over (at most one queue's worth
+    /// each, so a flood from them cannot starve the uplinks); returns how many.
+    fn take_handed(&mut self, now: Instant, scratch: &mut Scratch) -> usize {
+        let mut taken = 0;
+        for w in &self.workers {
+            for _ in 0..port_worker::HANDOFF_FRAMES {
+                let Some(h) = w.lane.from_ports.pop() else { break };
+                let id = self.ports[h.port as usize].plan.id;
+                switch_handed(&mut self.switch, id, h, now, &mut self.pool, scratch);
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// Re-attaches the ports whose socket a port worker closed (its interface went away).
+    fn take_gone(&mut self, now: Instant) {
+        while let Ok(Gone { port, generation }) = self.gone.try_recv() {
+            let p = &mut self.ports[port];
+            if matches!(p.io, PortIo::Away { generation: g, .. } if g == generation) {
+                p.io = PortIo::Detached;
+                self.pollfds_stale = true;
+                let what = format!(
+                    "port {}: detached from {} (interface gone)",
+                    p.plan.name, p.plan.interface
+                );
+                self.event(now, "attach", what);
+                self.attach_port(port, now);
+            }
+        }
+    }
+
+    /// Whether a port worker has handed over frames not yet taken.
+    fn handed_waiting(&self) -> bool {
+        self.workers.iter().any(|w| !w.lane.from_ports.is_empty())
+    }
+
     /// Takes back into the pool the buffers of frames each device has taken.
     fn recycle(&mut self) {
         let pool = &mut self.pool;
-        let backends = self.ports.iter_mut().filter_map(|p| p.backend.as_mut());
+        let backends = self.ports.iter_mut().filter_map(|p| p.here());
         for b in backends {
             b.recycle(&mut |buf| pool.give(buf));
         }
@@ -628,13 +839,30 @@ impl Datapath {
     /// takes in the frames each backend dropped on receive.
     fn count_devices(&mut self) {
         for p in &mut self.ports {
-            if let Some(b) = p.backend.as_mut() {
+            let id = p.plan.id;
+            if let Some(b) = p.here() {
                 let sent = b.take_sent();
-                self.switch
-                    .count_sent(Egress::Port(p.plan.id), sent.packets, sent.bytes);
+                self.switch.count_sent(Egress::Port(id), sent.packets, sent.bytes);
                 let rx = b.take_rx_drops();
                 p.extra.truncated += rx.truncated;
                 p.extra.bad_offload += rx.bad_offload;
+            }
+        }
+        // A port worker's counts, whether or not the port is still attached (what a closed
+        // socket held is counted there too).
+        for (k, w) in self.workers.iter().enumerate() {
+            for i in (k..self.ports.len()).step_by(self.workers.len()) {
+                let t = w.lane.tallies[i].take();
+                let p = &mut self.ports[i];
+                self.switch
+                    .count_sent(Egress::Port(p.plan.id), t.sent_packets, t.sent_bytes);
+                let x = &mut p.extra;
+                x.truncated += t.truncated;
+                x.bad_offload += t.bad_offload;
+                x.tx_error += t.tx_error;
+                x.ring_full += t.ring_full;
+                x.detached += t.detached;
+                x.handoff_full += t.handoff_full;
             }
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
@@ -686,8 +914,9 @@ impl Datapath {
 
     /// Reads the kernel's receive-ring drop counters into the per-interface drops.
     pub fn collect_ring_drops(&mut self) {
+        // Port workers read their own ports' counters (into their tallies).
         for p in &mut self.ports {
-            if let Some(b) = p.backend.as_mut() {
+            if let Some(b) = p.here() {
                 p.extra.ring_full += b.ring_drops();
             }
         }
@@ -739,17 +968,45 @@ impl Datapath {
                 Egress::Port(q) => {
                     let Some(&i) = self.index.get(&q) else { continue };
                     let port = &mut self.ports[i];
-                    let Some(backend) = port.backend.as_mut() else {
-                        port.extra.detached += 1;
-                        continue;
-                    };
-                    let to = fit::Egress {
-                        mtu: port.mtu,
-                        takes_offloads: backend.takes_offloads(),
-                        max_wire: None,
-                    };
-                    let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
-                    count_refusal(&mut port.extra, fitted);
+                    match &mut port.io {
+                        PortIo::Detached => {
+                            port.extra.detached += 1;
+                            self.pool.give(frame);
+                        }
+                        PortIo::Here(backend) => {
+                            let to = fit::Egress {
+                                mtu: port.mtu,
+                                takes_offloads: backend.takes_offloads(),
+                                max_wire: None,
+                            };
+                            let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
+                            count_refusal(&mut port.extra, fitted);
+                        }
+                        PortIo::Away {
+                            worker, takes_offloads, ..
+                        } => {
+                            let to = fit::Egress {
+                                mtu: port.mtu,
+                                takes_offloads: *takes_offloads,
+                                max_wire: None,
+                            };
+                            let lane = &self.workers[*worker].lane;
+                            let mut full = 0;
+                            let fitted = fit(frame, offload, to, &mut |frame, offload| {
+                                let h = Handed {
+                                    port: i as u32,
+                                    frame,
+                                    offload,
+                                };
+                                if let Err(h) = lane.to_ports.push(h) {
+                                    full += 1;
+                                    self.pool.give(h.frame);
+                                }
+                            });
+                            count_refusal(&mut port.extra, fitted);
+                            port.extra.handoff_full += full;
+                        }
+                    }
                 }
                 Egress::Uplink(u) => {
                     let from = from.and_then(|p| self.index.get(&p).copied());

@@ -42,6 +42,11 @@ pub fn check_name(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `name` now names the interface with index `ifindex`.
+pub fn is_index(name: &str, ifindex: i32) -> bool {
+    index(name).is_ok_and(|i| i == ifindex)
+}
+
 /// The interface's index now, or NotFound.
 pub fn index(name: &str) -> io::Result<i32> {
     check_name(name)?;

@@ -127,6 +127,7 @@ fn plan() -> DatapathPlan {
         switch: teamster_core::switch::SwitchConfig::default(),
         reservation_cap: teamster_core::ioc::ReservationCap::default(),
         busy_poll: teamster_dp::datapath::DEFAULT_BUSY_POLL,
+        workers: 2,
     }
 }
 

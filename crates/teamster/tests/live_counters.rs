@@ -133,8 +133,20 @@ fn stream_counts(status_path: &std::path::Path) -> (Pair2, Pair2, Pair2) {
 /// (uplinks, vm1's port), each (packets, bytes).
 type Pair2 = (Pair, Pair);
 
+/// Two data-plane threads: the ports' frames cross between threads, and their counts are
+/// taken from the port worker.
 #[test]
 fn tx_counters_count_what_went_on_the_wire() {
+    counters_match_the_wire("workers = 2");
+}
+
+/// One data-plane thread: the switching worker does every interface's I/O.
+#[test]
+fn tx_counters_count_what_went_on_the_wire_with_one_thread() {
+    counters_match_the_wire("workers = 1");
+}
+
+fn counters_match_the_wire(workers: &str) {
     let _one_at_a_time = netns::lock();
     if !ready() {
         return;
@@ -142,7 +154,7 @@ fn tx_counters_count_what_went_on_the_wire() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let config = switch_toml(
-        "",
+        workers,
         "1G",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "",

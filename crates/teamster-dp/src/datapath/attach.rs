@@ -18,8 +18,9 @@
 //! is dropped as `detached`; frames for a detached port are dropped as `detached`. Each attach
 //! and detach is an `attach` event; a failing re-attach is logged once per distinct error.
 
-use super::{Datapath, Instant, Slot};
-use crate::backend::{self, BackendChoice, Opened};
+use super::port_worker::Command;
+use super::{Datapath, Instant, PortIo, Slot};
+use crate::backend::{self, BackendChoice, Link, Opened};
 use crate::iface;
 use crate::netlink::LinkMsg;
 use crate::Backend;
@@ -62,11 +63,6 @@ fn failure_to_log(last: &mut Option<String>, who: &str, e: &io::Error) -> Option
     what
 }
 
-/// Whether `name` now names the interface with index `ifindex`.
-fn same_interface(name: &str, ifindex: i32) -> bool {
-    iface::index(name).is_ok_and(|i| i == ifindex)
-}
-
 impl Datapath {
     /// Attaches port `i` at start: a missing interface leaves it detached with a warning; any
     /// other failure is an error naming the port and interface.
@@ -75,9 +71,8 @@ impl Datapath {
         match open_port(&p.interface, p.backend) {
             Ok((opened, mtu)) => {
                 let note = backend_note(&format!("port {}", p.name), &p.interface, &opened);
-                self.ports[i].backend = Some(opened.link);
                 self.ports[i].mtu = mtu;
-                self.pollfds_stale = true;
+                self.place_port(i, opened.link);
                 if let Some(note) = note {
                     self.event(now, "attach", note);
                 }
@@ -97,7 +92,7 @@ impl Datapath {
     }
 
     /// Tries to attach detached port `i`; a failure other than "not there" is logged once.
-    fn attach_port(&mut self, i: usize, now: Instant) {
+    pub(super) fn attach_port(&mut self, i: usize, now: Instant) {
         let (name, interface) = (self.ports[i].plan.name.clone(), self.ports[i].plan.interface.clone());
         match open_port(&interface, self.ports[i].plan.backend) {
             Ok((opened, mtu)) => {
@@ -108,10 +103,9 @@ impl Datapath {
                     backend.describe(),
                     opened.note.map(|n| format!("; {n}")).unwrap_or_default()
                 );
-                self.ports[i].backend = Some(backend);
                 self.ports[i].mtu = mtu;
                 self.ports[i].attach_error = None;
-                self.pollfds_stale = true;
+                self.place_port(i, backend);
                 self.event(now, "attach", what);
             }
             Err(e) => {
@@ -125,21 +119,51 @@ impl Datapath {
     /// Detaches port `i` (its interface went away): the socket is closed, what it still held to
     /// send is counted as `detached`.
     fn detach_port(&mut self, i: usize, why: &str, now: Instant) {
-        let Some(mut backend) = self.ports[i].backend.take() else {
-            return;
-        };
-        let sent = backend.take_sent();
+        match std::mem::replace(&mut self.ports[i].io, PortIo::Detached) {
+            PortIo::Detached => return,
+            PortIo::Here(mut backend) => {
+                let sent = backend.take_sent();
+                let port = &mut self.ports[i];
+                self.switch.count_sent(
+                    teamster_core::switch::Egress::Port(port.plan.id),
+                    sent.packets,
+                    sent.bytes,
+                );
+                port.extra.detached += backend.tx_pending() as u64;
+            }
+            // The worker counts what the socket sent and held in the port's tally.
+            PortIo::Away { worker, .. } => self.workers[worker].command(Command::Detach { port: i }),
+        }
         let port = &mut self.ports[i];
-        self.switch.count_sent(
-            teamster_core::switch::Egress::Port(port.plan.id),
-            sent.packets,
-            sent.bytes,
-        );
-        port.extra.detached += backend.tx_pending() as u64;
         port.attach_error = None;
         self.pollfds_stale = true;
         let what = format!("port {}: detached from {} ({why})", port.plan.name, port.plan.interface);
         self.event(now, "attach", what);
+    }
+
+    /// Gives port `i` its newly opened socket: to the port worker whose share it is, if there
+    /// are any (see [`super::port_worker`]), else to this thread.
+    fn place_port(&mut self, i: usize, link: Link) {
+        self.pollfds_stale = true;
+        if self.workers.is_empty() {
+            self.ports[i].io = PortIo::Here(link);
+            return;
+        }
+        let worker = i % self.workers.len();
+        self.generation += 1;
+        self.ports[i].io = PortIo::Away {
+            worker,
+            generation: self.generation,
+            ifindex: link.ifindex(),
+            takes_offloads: link.takes_offloads(),
+            describe: link.describe(),
+        };
+        self.workers[worker].command(Command::Attach {
+            port: i,
+            generation: self.generation,
+            link: Box::new(link),
+            interface: self.ports[i].plan.interface.clone(),
+        });
     }
 
     /// Tries to attach detached uplink `u`, reading its carrier; a failure other than "not
@@ -234,11 +258,11 @@ impl Datapath {
     pub(super) fn socket_error(&mut self, slot: Slot, now: Instant) {
         match slot {
             Slot::Port(i) => {
-                let Some(b) = self.ports[i].backend.as_ref() else {
+                let PortIo::Here(b) = &self.ports[i].io else {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !same_interface(&self.ports[i].plan.interface, b.ifindex()) {
+                if err.is_none() || !iface::is_index(&self.ports[i].plan.interface, b.ifindex()) {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }
@@ -248,12 +272,12 @@ impl Datapath {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !same_interface(&self.uplinks[u].plan.interface, b.ifindex()) {
+                if err.is_none() || !iface::is_index(&self.uplinks[u].plan.interface, b.ifindex()) {
                     self.detach_uplink(u, "interface gone", now);
                     self.attach_uplink(u, now);
                 }
             }
-            Slot::Links => {}
+            Slot::Links | Slot::Bell => {}
         }
     }
 
@@ -288,7 +312,7 @@ impl Datapath {
         }
         for i in 0..self.ports.len() {
             let p = &self.ports[i];
-            let ours = p.backend.as_ref().is_some_and(|b| b.ifindex() == msg.ifindex);
+            let ours = p.ifindex() == Some(msg.ifindex);
             if ours && (msg.deleted || renamed(&p.plan.interface)) {
                 self.detach_port(
                     i,
@@ -319,7 +343,7 @@ impl Datapath {
         for u in 0..self.uplinks.len() {
             let iface = self.uplinks[u].plan.interface.clone();
             match self.uplinks[u].backend.as_ref().map(|b| b.ifindex()) {
-                Some(ifindex) if same_interface(&iface, ifindex) => {
+                Some(ifindex) if iface::is_index(&iface, ifindex) => {
                     let up = iface::link_up(&iface).unwrap_or(false);
                     self.set_carrier(u, up, now);
                     if up && self.uplinks[u].plan.follows_link_speed {
@@ -336,9 +360,9 @@ impl Datapath {
             }
         }
         for i in 0..self.ports.len() {
-            match self.ports[i].backend.as_ref().map(|b| b.ifindex()) {
+            match self.ports[i].ifindex() {
                 None => self.attach_port(i, now),
-                Some(ifindex) if all && !same_interface(&self.ports[i].plan.interface, ifindex) => {
+                Some(ifindex) if all && !iface::is_index(&self.ports[i].plan.interface, ifindex) => {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }

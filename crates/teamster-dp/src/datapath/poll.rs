@@ -14,8 +14,12 @@
 //! millisecond to wake on a busy host: waking costs more than the wait. The price is CPU: at
 //! most `busy_poll` of spinning per burst of frames, so a trickle of one frame every `busy_poll`
 //! keeps one core busy; `busy_poll_us = 0` turns it off.
+//!
+//! Port workers hand this thread frames through queues, not sockets: it stops busy polling as
+//! soon as one has, and before it sleeps it arms its doorbell (in the poll set) and looks at
+//! their queues once more (see the `handoff` submodule).
 
-use super::{Datapath, Slot, MAX_WAIT_MS};
+use super::{Datapath, PortIo, Slot, MAX_WAIT_MS};
 use crate::Backend;
 use core::time::Duration;
 
@@ -65,11 +69,18 @@ impl Datapath {
         let mut n = 0;
         let mut t = now;
         while n == 0 && t < spin_until {
+            if self.handed_waiting() {
+                return;
+            }
             n = self.poll_for(Duration::ZERO);
             t = self.now();
         }
         if n == 0 {
-            n = self.poll_for((deadline - t).min(cap));
+            self.bell.arm();
+            if !self.handed_waiting() {
+                n = self.poll_for((deadline - t).min(cap));
+            }
+            self.bell.disarm();
         }
         if n > 0 {
             let fds = &self.pollfds;
@@ -99,11 +110,10 @@ impl Datapath {
     fn rebuild_pollfds(&mut self) {
         self.pollfds.clear();
         self.pollmap.clear();
-        let ports = self
-            .ports
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((p.backend.as_ref()?.raw_fd(), Slot::Port(i))));
+        let ports = self.ports.iter().enumerate().filter_map(|(i, p)| match &p.io {
+            PortIo::Here(link) => Some((link.raw_fd(), Slot::Port(i))),
+            _ => None,
+        });
         let uplinks = self
             .uplinks
             .iter()
@@ -112,6 +122,7 @@ impl Datapath {
         for (fd, slot) in ports
             .chain(uplinks)
             .chain(std::iter::once((self.links.raw_fd(), Slot::Links)))
+            .chain(std::iter::once((self.bell.raw_fd(), Slot::Bell)))
         {
             self.pollfds.push(libc::pollfd {
                 fd,

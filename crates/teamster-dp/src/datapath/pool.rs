@@ -7,27 +7,54 @@
 //! ([`SMALL`] bytes, a full-size frame with tags) and large (a 64 KiB super-frame). Each size
 //! keeps at most [`KEPT`] free buffers; beyond that a returned buffer is freed, so a burst that
 //! needed many buffers does not hold them for ever.
+//!
+//! With several data-plane threads, buffers travel between them (received by one, sent and
+//! freed by another), so each thread keeps at most [`LOCAL`] free buffers per size and spills
+//! the rest into a [`Spill`] shared by all (holding at most [`KEPT`]), where the thread that
+//! runs short takes them back before it allocates.
+
+use super::handoff::Spill;
+use std::sync::Arc;
 
 /// A small buffer: a 1500-byte MTU frame with two VLAN tags, rounded up.
 pub(super) const SMALL: usize = 2048;
 /// A large buffer: the largest super-frame a packet socket hands over, with two tags.
 pub(super) const LARGE: usize = 65_536 + 64;
-/// Free buffers kept per size (small: 8 MiB, large: 32 MiB at most).
+/// Free buffers kept per size in the shared spill (small: 8 MiB, large: 32 MiB at most).
 pub(super) const KEPT: [usize; 2] = [4096, 512];
+/// Free buffers kept per size by each thread before it spills.
+pub(super) const LOCAL: [usize; 2] = [1024, 128];
 
-/// Free frame buffers of two sizes.
-#[derive(Debug, Default)]
+/// Free frame buffers of two sizes, one thread's.
+#[derive(Debug)]
 pub(super) struct FramePool {
     free: [Vec<Vec<u8>>; 2],
+    spill: Arc<Spill>,
     /// Buffers allocated because none was free, since start.
     pub allocated: u64,
 }
 
+impl Default for FramePool {
+    /// A pool with a spill of its own (one thread).
+    fn default() -> FramePool {
+        FramePool::sharing(Arc::new(Spill::new(KEPT)))
+    }
+}
+
 impl FramePool {
+    /// A thread's pool spilling into `spill`.
+    pub fn sharing(spill: Arc<Spill>) -> FramePool {
+        FramePool {
+            free: [Vec::new(), Vec::new()],
+            spill,
+            allocated: 0,
+        }
+    }
+
     /// An empty buffer that holds `len` bytes without growing: from the pool where one is free.
     pub fn take(&mut self, len: usize) -> Vec<u8> {
         let class = usize::from(len > SMALL);
-        if let Some(mut b) = self.free[class].pop() {
+        if let Some(mut b) = self.free[class].pop().or_else(|| self.spill.take(class)) {
             b.clear();
             if b.capacity() >= len {
                 return b;
@@ -40,15 +67,23 @@ impl FramePool {
     /// Takes back a buffer whose frame was sent (or dropped), unless enough are free already.
     pub fn give(&mut self, b: Vec<u8>) {
         let class = usize::from(b.capacity() > SMALL);
-        if b.capacity() >= SMALL && self.free[class].len() < KEPT[class] {
+        if b.capacity() < SMALL {
+            return;
+        }
+        if self.free[class].len() < LOCAL[class] {
             self.free[class].push(b);
+        } else {
+            self.spill.give(class, b);
         }
     }
 
-    /// Free buffers of each size.
+    /// Free buffers of each size, kept here and in the spill.
     #[cfg(test)]
     pub fn free(&self) -> [usize; 2] {
-        [self.free[0].len(), self.free[1].len()]
+        [
+            self.free[0].len() + self.spill.len(0),
+            self.free[1].len() + self.spill.len(1),
+        ]
     }
 }
 
@@ -74,13 +109,28 @@ mod tests {
         let big = pool.take(65_000);
         assert_eq!(big.as_ptr(), lp);
         assert_eq!(pool.allocated, 2, "no allocation while buffers are free");
-        // Bounded: past KEPT free buffers of a size, returned ones are freed.
-        for _ in 0..KEPT[0] + 10 {
+        // Bounded: past LOCAL + KEPT free buffers of a size, returned ones are freed.
+        for _ in 0..LOCAL[0] + KEPT[0] + 10 {
             pool.give(Vec::with_capacity(SMALL));
         }
-        assert_eq!(pool.free()[0], KEPT[0]);
+        assert_eq!(pool.free()[0], LOCAL[0] + KEPT[0]);
         // A buffer too small for any class (not ours) is not kept.
         pool.give(Vec::with_capacity(16));
-        assert_eq!(pool.free()[0], KEPT[0]);
+        assert_eq!(pool.free()[0], LOCAL[0] + KEPT[0]);
+    }
+
+    /// A buffer freed by one thread past its local stock serves another thread's next frame.
+    #[test]
+    fn threads_share_what_they_do_not_keep() {
+        let spill = Arc::new(Spill::new(KEPT));
+        let (mut a, mut b) = (FramePool::sharing(spill.clone()), FramePool::sharing(spill));
+        let bufs: Vec<_> = (0..LOCAL[0] + 1).map(|_| a.take(100)).collect();
+        let last = bufs.last().unwrap().as_ptr();
+        for buf in bufs {
+            a.give(buf);
+        }
+        let got = b.take(100);
+        assert_eq!(got.as_ptr(), last, "the spilled buffer");
+        assert_eq!(b.allocated, 0);
     }
 }

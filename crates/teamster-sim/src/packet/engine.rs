@@ -8,7 +8,9 @@
 //! security and loop prevention decide as live, and the team picks the uplink and meters the
 //! packet as it is offered; it then goes into that uplink's queueing discipline: NetIOC
 //! ([`Ioc`]: a queue per port, `queue_packets` deep) or a FIFO (`fifo_packets` deep, for
-//! comparison). A full queue drops the packet. Each uplink sends one packet at a time at its
+//! comparison). A full queue drops the packet, except a greedy source's: that source holds it and
+//! waits, as a sender blocked on a full socket buffer, until a frame leaves the uplink, then
+//! fills its queue again (see `Blocked`). Each uplink sends one packet at a time at its
 //! effective rate, and the switch counts what left. The remote host the ports send to answers
 //! each port once a second on the uplink it uses, so the switch knows where its MAC lives.
 
@@ -122,6 +124,18 @@ enum Ev {
     Record,
 }
 
+/// Why a greedy source is not sending: it sends until a frame of it does not join a queue, then
+/// waits, as a sender blocked on a full socket buffer does, until a frame leaves an uplink.
+#[derive(Debug, Clone, Copy)]
+enum Blocked {
+    /// Its frame was refused by uplink `.0`'s queue: the source holds it (it was offered and
+    /// metered once) until a frame leaves that uplink, then tries it again.
+    Holding(usize, Pkt),
+    /// The switch dropped its frame (no uplink took it): it sends again at the next departure
+    /// on any uplink.
+    Dropped,
+}
+
 /// The FIFO that replaces NetIOC on an uplink when the discipline says so.
 struct Fifo {
     queue: VecDeque<Pkt>,
@@ -175,9 +189,11 @@ struct Sim<'a> {
     cbr_clock: Vec<f64>,
     agenda: Agenda,
     active: Vec<bool>,
-    /// Per port: a greedy source whose last packet was refused (its queue full), which offers
-    /// again at the next departure, as a blasting sender keeps sending.
-    refused: Vec<bool>,
+    /// Per port: what a greedy source waits for, if anything (see [`Blocked`]).
+    blocked: Vec<Option<Blocked>>,
+    /// The port whose blocked source is first to retry at the next departure (the turn rotates,
+    /// so blocked sources share the room a shared queue makes).
+    turn: usize,
     streams: Vec<Vec<Stream>>,
     /// Per port, per stream: the headers of its flow to the remote host.
     flows: Vec<Vec<Vec<u8>>>,
@@ -190,119 +206,159 @@ struct Sim<'a> {
 
 /// Runs a host plan to its end.
 pub fn run(plan: &HostPlan) -> Result<RunOutput, String> {
-    let uplinks = plan.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
-    let mut team = Team::with_groups(uplinks, plan.lbt, &plan.groups).map_err(|e| e.to_string())?;
-    let mut flows = Vec::new();
-    for (i, p) in plan.ports.iter().enumerate() {
-        team.add_port(PortSpec {
-            id: PortId(p.id),
-            mac: p.mac,
-            group: GroupId(p.group),
-        })
-        .map_err(|e| format!("ports[{i}]: {e}"))?;
-        let streams = match p.source {
-            SourceSpec::TcpStream { streams, .. } => streams,
-            _ => 1,
-        };
-        let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
-        flows.push(
-            (0..streams)
-                .map(|s| {
-                    let port = 40_000 + s as u16;
-                    frames::headers((p.mac, ip, port), (REMOTE_MAC, REMOTE_IP, REMOTE_PORT), None)
+    let mut sim = Sim::new(plan)?;
+    sim.run_to_end()?;
+    Ok(sim.finish())
+}
+
+/// Runs a host plan to its end, and also gives, per port, the frames waiting in its uplinks'
+/// queues at the end (a test's view of how full the sources keep them).
+#[cfg(test)]
+pub(super) fn run_with_queues(plan: &HostPlan) -> Result<(RunOutput, Vec<usize>), String> {
+    let mut sim = Sim::new(plan)?;
+    sim.run_to_end()?;
+    let queued = (0..plan.ports.len())
+        .map(|i| {
+            (0..plan.uplinks.len())
+                .map(|u| match &sim.fifo {
+                    Some(fifos) => fifos[u].per_port[i],
+                    None => sim.ioc.queued(u, plan.ports[i].leaf),
                 })
-                .collect(),
-        );
-    }
-    let switch = Switch::with_config(
-        team,
-        SwitchConfig {
-            security: plan.security.clone(),
-            ..SwitchConfig::default()
-        },
-    );
-    let np = plan.ports.len();
-    let leaves: Vec<NodeId> = plan.ports.iter().map(|p| p.leaf).collect();
-    let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
-    let ioc = Ioc::new(
-        plan.tree.clone(),
-        &leaves,
-        capacities,
-        plan.reservation_cap,
-        plan.queue_limit(),
-    );
-    let mut sim = Sim {
-        plan,
-        switch,
-        ioc,
-        fifo: (plan.discipline == Discipline::Fifo).then(|| new_fifos(plan)),
-        busy: vec![false; plan.uplinks.len()],
-        line_clock: vec![f64::NEG_INFINITY; plan.uplinks.len()],
-        cbr_clock: vec![f64::NEG_INFINITY; np],
-        agenda: Agenda {
-            heap: BinaryHeap::new(),
-            events: Vec::new(),
-            free: Vec::new(),
-            seq: 0,
-        },
-        active: vec![false; np],
-        refused: vec![false; np],
-        streams: plan
-            .ports
-            .iter()
-            .map(|p| match p.source {
-                SourceSpec::TcpStream { streams, .. } => vec![Stream::new(); streams as usize],
-                _ => Vec::new(),
-            })
-            .collect(),
-        flows,
-        offered: vec![0.0; np],
-        delivered: vec![0.0; np],
-        uplink_bits: vec![0.0; plan.uplinks.len()],
-        out: RunOutput {
-            uplinks: plan.uplinks.iter().map(|u| u.name.clone()).collect(),
-            capacities: plan.uplinks.iter().map(|u| u.rate_bps).collect(),
-            ports: plan.ports.iter().map(|p| p.name.clone()).collect(),
-            rows: Vec::new(),
-            moves: Vec::new(),
-            events: Vec::new(),
-            notifications: 0,
-            lbt_threshold: None,
-            latencies: vec![Vec::new(); np],
-            rejections: Vec::new(),
-            packets: 0,
-            port_uplinks: Vec::new(),
-        },
-    };
-    sim.announce_remote(Instant::ZERO);
-    let end = plan.duration_s * 1e9;
-    for (i, p) in plan.ports.iter().enumerate() {
-        sim.agenda.push(p.start_s * 1e9, Ev::Start(i));
-        if let Some(stop) = p.stop_s {
-            sim.agenda.push(stop * 1e9, Ev::Stop(i));
-        }
-    }
-    for (k, (at, _)) in plan.events.iter().enumerate() {
-        sim.agenda.push(at * 1e9, Ev::Timeline(k));
-    }
-    sim.agenda.push(1e9, Ev::Record);
-    while let Some((t, ev)) = sim.agenda.pop() {
-        if t > end {
-            break;
-        }
-        sim.handle(t, ev)?;
-    }
-    sim.out.port_uplinks = plan
-        .ports
-        .iter()
-        .map(|p| {
-            sim.switch
-                .team()
-                .port_uplink(PortId(p.id))
-                .map(|u| sim.out.uplinks[u.0].clone())
+                .sum()
         })
         .collect();
-    Ok(sim.out)
+    Ok((sim.finish(), queued))
+}
+
+impl<'a> Sim<'a> {
+    /// A host built from `plan`, with its ports' starts, stops, timeline and first row due.
+    fn new(plan: &'a HostPlan) -> Result<Sim<'a>, String> {
+        let uplinks = plan.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
+        let mut team = Team::with_groups(uplinks, plan.lbt, &plan.groups).map_err(|e| e.to_string())?;
+        let mut flows = Vec::new();
+        for (i, p) in plan.ports.iter().enumerate() {
+            team.add_port(PortSpec {
+                id: PortId(p.id),
+                mac: p.mac,
+                group: GroupId(p.group),
+            })
+            .map_err(|e| format!("ports[{i}]: {e}"))?;
+            let streams = match p.source {
+                SourceSpec::TcpStream { streams, .. } => streams,
+                _ => 1,
+            };
+            let ip = Ipv4Addr::from(0x0a00_0000 + i as u32);
+            flows.push(
+                (0..streams)
+                    .map(|s| {
+                        let port = 40_000 + s as u16;
+                        frames::headers((p.mac, ip, port), (REMOTE_MAC, REMOTE_IP, REMOTE_PORT), None)
+                    })
+                    .collect(),
+            );
+        }
+        let switch = Switch::with_config(
+            team,
+            SwitchConfig {
+                security: plan.security.clone(),
+                ..SwitchConfig::default()
+            },
+        );
+        let np = plan.ports.len();
+        let leaves: Vec<NodeId> = plan.ports.iter().map(|p| p.leaf).collect();
+        let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
+        let ioc = Ioc::new(
+            plan.tree.clone(),
+            &leaves,
+            capacities,
+            plan.reservation_cap,
+            plan.queue_limit(),
+        );
+        let mut sim = Sim {
+            plan,
+            switch,
+            ioc,
+            fifo: (plan.discipline == Discipline::Fifo).then(|| new_fifos(plan)),
+            busy: vec![false; plan.uplinks.len()],
+            line_clock: vec![f64::NEG_INFINITY; plan.uplinks.len()],
+            cbr_clock: vec![f64::NEG_INFINITY; np],
+            agenda: Agenda {
+                heap: BinaryHeap::new(),
+                events: Vec::new(),
+                free: Vec::new(),
+                seq: 0,
+            },
+            active: vec![false; np],
+            blocked: vec![None; np],
+            turn: 0,
+            streams: plan
+                .ports
+                .iter()
+                .map(|p| match p.source {
+                    SourceSpec::TcpStream { streams, .. } => vec![Stream::new(); streams as usize],
+                    _ => Vec::new(),
+                })
+                .collect(),
+            flows,
+            offered: vec![0.0; np],
+            delivered: vec![0.0; np],
+            uplink_bits: vec![0.0; plan.uplinks.len()],
+            out: RunOutput {
+                uplinks: plan.uplinks.iter().map(|u| u.name.clone()).collect(),
+                capacities: plan.uplinks.iter().map(|u| u.rate_bps).collect(),
+                ports: plan.ports.iter().map(|p| p.name.clone()).collect(),
+                rows: Vec::new(),
+                moves: Vec::new(),
+                events: Vec::new(),
+                notifications: 0,
+                lbt_threshold: None,
+                latencies: vec![Vec::new(); np],
+                rejections: Vec::new(),
+                packets: 0,
+                port_uplinks: Vec::new(),
+            },
+        };
+        sim.announce_remote(Instant::ZERO);
+        for (i, p) in plan.ports.iter().enumerate() {
+            sim.agenda.push(p.start_s * 1e9, Ev::Start(i));
+            if let Some(stop) = p.stop_s {
+                sim.agenda.push(stop * 1e9, Ev::Stop(i));
+            }
+        }
+        for (k, (at, _)) in plan.events.iter().enumerate() {
+            sim.agenda.push(at * 1e9, Ev::Timeline(k));
+        }
+        sim.agenda.push(1e9, Ev::Record);
+        Ok(sim)
+    }
+
+    /// Handles every event due by the plan's end.
+    fn run_to_end(&mut self) -> Result<(), String> {
+        let end = self.plan.duration_s * 1e9;
+        while let Some((t, ev)) = self.agenda.pop() {
+            if t > end {
+                break;
+            }
+            self.handle(t, ev)?;
+        }
+        Ok(())
+    }
+
+    /// The run's output, with the uplink each port ended on.
+    fn finish(mut self) -> RunOutput {
+        self.out.port_uplinks = self
+            .plan
+            .ports
+            .iter()
+            .map(|p| {
+                self.switch
+                    .team()
+                    .port_uplink(PortId(p.id))
+                    .map(|u| self.out.uplinks[u.0].clone())
+            })
+            .collect();
+        self.out
+    }
 }
 
 /// An empty FIFO per uplink.
@@ -319,7 +375,10 @@ impl Sim<'_> {
     fn handle(&mut self, t: f64, ev: Ev) -> Result<(), String> {
         match ev {
             Ev::Start(i) => self.start(i, t),
-            Ev::Stop(i) => self.active[i] = false,
+            Ev::Stop(i) => {
+                self.active[i] = false;
+                self.blocked[i] = None;
+            }
             Ev::CbrTick(i) => {
                 if let (true, SourceSpec::Cbr { rate, bytes }) = (self.active[i], &self.plan.ports[i].source) {
                     let (rate, bytes) = (rate.bps_f64(), *bytes);
@@ -366,12 +425,7 @@ impl Sim<'_> {
         self.active[i] = true;
         match self.plan.ports[i].source {
             SourceSpec::Greedy { bytes } => {
-                for _ in 0..self.plan.queue_packets {
-                    if !self.offer(i, 0, bytes, t) {
-                        self.refused[i] = true;
-                        break;
-                    }
-                }
+                self.fill(i, bytes, t);
             }
             SourceSpec::Cbr { .. } => self.agenda.push(t, Ev::CbrTick(i)),
             SourceSpec::TcpStream { streams, .. } => {
@@ -401,6 +455,15 @@ impl Sim<'_> {
 
     /// Queues a packet of port `i` on the uplink its flow maps to; false if it was dropped.
     fn offer(&mut self, i: usize, stream: u32, bytes: u32, t: f64) -> bool {
+        match self.route(i, stream, bytes, t) {
+            Some((u, pkt)) => self.queue(u, pkt, t).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Offers a packet of port `i` to the switch, which meters it and picks its uplink; None if
+    /// the switch sends it to no uplink.
+    fn route(&mut self, i: usize, stream: u32, bytes: u32, t: f64) -> Option<(usize, Pkt)> {
         self.offered[i] += f64::from(bytes) * 8.0;
         let p = &self.plan.ports[i];
         let now = Instant::from_nanos(t as u64);
@@ -411,28 +474,31 @@ impl Sim<'_> {
         let out = self
             .switch
             .ingress_elided(Ingress::Port(PortId(p.id)), headers, elided, now);
-        let Some(u) = out.iter().find_map(|o| match o.to {
+        let u = out.iter().find_map(|o| match o.to {
             Egress::Uplink(u) => Some(u.0),
             Egress::Port(_) => None,
-        }) else {
-            return false;
-        };
+        })?;
         let pkt = Pkt {
             port: i as u32,
             stream,
             bytes,
             born: t,
         };
+        Some((u, pkt))
+    }
+
+    /// Puts `pkt` in uplink `u`'s queue, and starts the uplink if idle; gives it back if full.
+    fn queue(&mut self, u: usize, pkt: Pkt, t: f64) -> Result<(), Pkt> {
+        let i = pkt.port as usize;
         match &mut self.fifo {
             None => {
-                if self.ioc.enqueue(u, p.leaf, bytes, pkt, now).is_err() {
-                    return false;
-                }
+                let now = Instant::from_nanos(t as u64);
+                self.ioc.enqueue(u, self.plan.ports[i].leaf, pkt.bytes, pkt, now)?;
             }
             Some(fifos) => {
                 let f = &mut fifos[u];
                 if f.queue.len() >= self.plan.fifo_packets || f.per_port[i] >= self.plan.queue_packets {
-                    return false;
+                    return Err(pkt);
                 }
                 f.queue.push_back(pkt);
                 f.per_port[i] += 1;
@@ -441,7 +507,29 @@ impl Sim<'_> {
         if !self.busy[u] {
             self.start_tx(u, t);
         }
-        true
+        Ok(())
+    }
+
+    /// Greedy port `i` sends (its held frame first, if any) until a frame does not join a
+    /// queue; it then holds that frame and waits (see [`Blocked`]). True if a frame joined.
+    fn fill(&mut self, i: usize, bytes: u32, t: f64) -> bool {
+        let mut next = match self.blocked[i].take() {
+            Some(Blocked::Holding(u, pkt)) => Some((u, pkt)),
+            _ => self.route(i, 0, bytes, t),
+        };
+        let mut joined = false;
+        loop {
+            let Some((u, pkt)) = next else {
+                self.blocked[i] = Some(Blocked::Dropped);
+                return joined;
+            };
+            if let Err(pkt) = self.queue(u, pkt, t) {
+                self.blocked[i] = Some(Blocked::Holding(u, pkt));
+                return joined;
+            }
+            joined = true;
+            next = self.route(i, 0, bytes, t);
+        }
     }
 
     /// Starts sending the next packet on uplink `u`, or waits for a limit to release one.
@@ -490,22 +578,49 @@ impl Sim<'_> {
         self.switch
             .count_sent(Egress::Uplink(UplinkId(u)), 1, u64::from(pkt.bytes));
         match self.plan.ports[i].source {
-            SourceSpec::Greedy { bytes } if self.active[i] => {
-                self.refused[i] = !self.offer(i, 0, bytes, t);
-            }
             SourceSpec::TcpStream { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Ack(i, pkt.stream)),
             SourceSpec::TcpRr { rtt_us, .. } => self.agenda.push(t + rtt_us * 1e3, Ev::Response(i, pkt.born)),
             _ => {}
         }
-        // Room was made: greedy sources refused before offer again.
-        for k in 0..self.refused.len() {
-            if self.refused[k] && self.active[k] {
-                if let SourceSpec::Greedy { bytes } = self.plan.ports[k].source {
-                    self.refused[k] = !self.offer(k, 0, bytes, t);
-                }
+        self.refill(u, i, t);
+        self.start_tx(u, t);
+    }
+
+    /// A frame of port `departed` left uplink `u`: the greedy sources with room fill their
+    /// queues again, the departed one and those holding a frame for `u` or dropped by the switch,
+    /// in round-robin order: from `self.turn`, which then moves past the first port that got a
+    /// frame in, so that where ports share a queue (a FIFO, a byte budget) they take the room in
+    /// turn.
+    fn refill(&mut self, u: usize, departed: usize, t: f64) {
+        let np = self.plan.ports.len();
+        let first = self.turn;
+        let mut moved = false;
+        for k in (first..np).chain(0..first) {
+            let SourceSpec::Greedy { bytes } = self.plan.ports[k].source else {
+                continue;
+            };
+            let wants = match self.blocked[k] {
+                None => k == departed,
+                Some(Blocked::Holding(on, _)) => on == u && self.may_join(k, u),
+                Some(Blocked::Dropped) => true,
+            };
+            if wants && self.active[k] && self.fill(k, bytes, t) && !moved {
+                self.turn = (k + 1) % np;
+                moved = true;
             }
         }
-        self.start_tx(u, t);
+    }
+
+    /// False if port `k`'s frame surely cannot join uplink `u`'s queue now: the port holds its
+    /// most frames there, or the FIFO is full (a quick test; the queue has the last word).
+    fn may_join(&self, k: usize, u: usize) -> bool {
+        match &self.fifo {
+            None => self.ioc.queued(u, self.plan.ports[k].leaf) < self.plan.queue_packets,
+            Some(fifos) => {
+                let f = &fifos[u];
+                f.queue.len() < self.plan.fifo_packets && f.per_port[k] < self.plan.queue_packets
+            }
+        }
     }
 
     /// Applies timeline event `k`.

@@ -1,6 +1,8 @@
 //! Traffic sources for packet mode.
 //!
-//! - `greedy`: always has a packet queued (a UDP blast): refilled as each one is sent.
+//! - `greedy`: keeps its queue full (a bulk sender with a deep socket buffer): it sends until a
+//!   frame is refused, holds that frame, and fills the queue again each time a frame leaves its
+//!   uplink. Nothing it sends is lost; it is only held back.
 //! - `cbr`: one packet every `bytes * 8 / rate` seconds, dropped if the port queue is full.
 //! - `tcp-stream`: netperf TCP_STREAM-like. Each of `streams` connections keeps a window of
 //!   packets in flight: slow start (+1 per ACK) up to the slow-start threshold, then congestion

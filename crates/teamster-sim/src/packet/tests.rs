@@ -163,18 +163,22 @@ fn tcp_streams_share_and_back_off() {
     assert!(offered > delivered, "no loss seen");
 }
 
+/// A TCP_RR port (64 B each way, 50 µs round trip) and twelve greedy ports of `bytes` frames,
+/// all from the start.
+fn rr_amid_greedy(bytes: u32) -> Vec<(SourceSpec, f64)> {
+    let rr = SourceSpec::TcpRr {
+        request: 64,
+        response: 64,
+        rtt_us: 50.0,
+    };
+    let mut sources = vec![(rr, 0.0)];
+    sources.extend((0..12).map(|_| (SourceSpec::Greedy { bytes }, 0.0)));
+    sources
+}
+
 #[test]
 fn rr_latency_fifo_vs_netioc() {
-    let mut sources = vec![(
-        SourceSpec::TcpRr {
-            request: 64,
-            response: 64,
-            rtt_us: 50.0,
-        },
-        0.0,
-    )];
-    sources.extend((0..12).map(|_| (SourceSpec::Greedy { bytes: 1500 }, 0.0)));
-    let mut plan = host(0.0, sources, 4.0);
+    let mut plan = host(0.0, rr_amid_greedy(1500), 4.0);
     plan.discipline = Discipline::Fifo;
     plan.events = vec![(2.0, PlanEvent::Discipline(Discipline::Netioc))];
     let out = run(&plan).unwrap();
@@ -302,4 +306,38 @@ fn greedy_sources_get_line_rate_and_no_more() {
             );
         }
     }
+}
+
+/// A greedy source keeps its queue full, as a sender blocked on a full socket buffer does: one
+/// refused for a while (here by a full FIFO for 1 s) fills its queue again once there is room
+/// (here when NetIOC gives every port a queue of its own), rather than sending one frame at a
+/// time from then on; and under a byte budget every greedy port keeps about its fair part queued.
+#[test]
+fn greedy_sources_keep_their_queues_full() {
+    let sources = rr_amid_greedy(9000);
+    let mut plan = host(0.0, sources.clone(), 2.0);
+    plan.discipline = Discipline::Fifo;
+    plan.events = vec![(1.0, PlanEvent::Discipline(Discipline::Netioc))];
+    let (_, queued) = super::engine::run_with_queues(&plan).unwrap();
+    // 128 frames each, less at most the one on the wire.
+    for (i, &q) in queued.iter().enumerate().skip(1) {
+        assert!(q >= 127, "greedy port vm{} holds {q} frames: {queued:?}", i + 1);
+    }
+
+    // Eight greedy ports on 1 Gbit/s with a 2 ms budget (250 kB). Frames join while they fit
+    // the budget, so after a departure's refill less than one frame of room is left, and one
+    // more frame is on the wire: at least 250 kB - 18 kB queued. Each port's fair part is
+    // 31,250 B, within which it joins even past the budget: three 9000 B frames, less the one
+    // on the wire.
+    let mut plan = host(0.0, sources[1..9].to_vec(), 0.5);
+    plan.uplinks[0].capacity = Bandwidth::from_gbps(1);
+    plan.uplinks[0].rate_bps = 0.94e9;
+    plan.queue_ms = Some(2.0);
+    let (_, queued) = super::engine::run_with_queues(&plan).unwrap();
+    assert!(queued.iter().all(|&q| q >= 2), "{queued:?}");
+    let bytes: usize = queued.iter().sum::<usize>() * 9000;
+    assert!(
+        bytes > 250_000 - 18_000,
+        "{bytes} B queued of a 250 kB budget: {queued:?}"
+    );
 }

@@ -7,6 +7,9 @@
 //! reservation_cap = 0.75       # optional
 //! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
 //!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
+//! workers = 2                  # optional: data-plane threads (1 to 64; default one per core,
+//!                              # at most 8, but 1 with two cores or fewer), see
+//!                              # `teamster_dp::datapath::default_workers`
 //! [lbt]                        # optional, as in scenarios
 //! [[uplinks]]
 //! name = "uplink1"
@@ -59,6 +62,7 @@ pub struct SwitchFile {
     pub mac_limit_per_port: Option<u64>,
     pub reservation_cap: Option<f64>,
     pub busy_poll_us: Option<u64>,
+    pub workers: Option<u64>,
     #[serde(default)]
     pub lbt: LbtSection,
     pub uplinks: Vec<UplinkFile>,
@@ -149,6 +153,8 @@ pub struct SwitchPlan {
     pub switch: SwitchConfig,
     /// How long the data plane polls without sleeping after frames.
     pub busy_poll: core::time::Duration,
+    /// Data-plane threads.
+    pub workers: usize,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -220,6 +226,12 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         None => teamster_dp::datapath::DEFAULT_BUSY_POLL,
         Some(us) if us <= 1000 => core::time::Duration::from_micros(us),
         Some(us) => return Err(format!("busy_poll_us = {us}: expected microseconds from 0 to 1000")),
+    };
+    let max = teamster_dp::datapath::MAX_WORKERS;
+    let workers = match f.workers {
+        None => teamster_dp::datapath::default_workers().min(max),
+        Some(n) if (1..=max as u64).contains(&n) => n as usize,
+        Some(n) => return Err(format!("workers = {n}: expected data-plane threads from 1 to {max}")),
     };
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
@@ -293,6 +305,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             security: f.port_groups.iter().map(|g| g.security).collect(),
         },
         busy_poll,
+        workers,
         file: f.clone(),
     })
 }
@@ -483,6 +496,15 @@ group = "vms"
                 "busy_poll_us = 1001: expected microseconds from 0 to 1000",
             ),
             (format!("busy_poll_us = -1\n{GOOD}"), "busy_poll_us"),
+            (
+                format!("workers = 0\n{GOOD}"),
+                "workers = 0: expected data-plane threads from 1 to 64",
+            ),
+            (
+                format!("workers = 65\n{GOOD}"),
+                "workers = 65: expected data-plane threads from 1 to 64",
+            ),
+            (format!("workers = \"two\"\n{GOOD}"), "workers"),
             (
                 format!("mac_ageing_s = 1e20\n{GOOD}"),
                 "mac_ageing_s = 100000000000000000000: expected seconds",

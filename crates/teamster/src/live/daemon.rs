@@ -82,6 +82,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         uplinks,
         switch: plan.switch,
         busy_poll: plan.busy_poll,
+        workers: plan.workers,
     };
     (dp, file)
 }

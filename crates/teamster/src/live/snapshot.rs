@@ -84,6 +84,9 @@ pub struct PortView {
     /// How frames move while attached: `af_packet`, or `af_xdp` with its XDP mode (native or
     /// generic) and copy or zero-copy mode; null while detached.
     pub backend: Option<String>,
+    /// The data-plane thread receiving and sending its frames while attached: 0 is the
+    /// switching worker, 1 and up the port workers (`workers` in `switch.toml`).
+    pub worker: Option<usize>,
     pub mac: String,
     pub group: String,
     /// The uplink carrying its traffic now.

@@ -83,6 +83,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 interface: p.plan.interface.clone(),
                 attached: p.attached(),
                 backend: p.backend(),
+                worker: p.worker(),
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),

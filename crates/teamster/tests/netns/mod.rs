@@ -491,10 +491,13 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
 /// A switch file for the shared topology: `head` first (an `[lbt]` table, say), uplinks
 /// `uplink1`/`uplink2` on tmt-u1/tmt-u2 at `capacity`, port group `vms` with the `group` lines
 /// (policy, failover order), the `classes` tables, and ports vm1 and vm2 on tmt-v1/tmt-v2 with
-/// their extra lines (reservation, limit, id).
+/// their extra lines (reservation, limit, id). Two data-plane threads (a port worker beside the
+/// switching worker) whatever the machine's cores, unless `head` sets `workers`.
 pub fn switch_toml(head: &str, capacity: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> String {
+    let workers = if head.contains("workers =") { "" } else { "workers = 2" };
     format!(
-        r#"{head}
+        r#"{workers}
+{head}
 [[uplinks]]
 name = "uplink1"
 interface = "tmt-u1"
