@@ -49,6 +49,9 @@ mod handoff;
 mod poll;
 mod pool;
 mod port_worker;
+mod publish;
+
+pub use publish::{PortState, Published, UplinkState};
 
 use fit::{fit, Refused};
 use handoff::{Doorbell, Spill};
