@@ -360,7 +360,7 @@ pub struct Datapath {
     pollfds_stale: bool,
     /// When the uplinks' carrier is next re-read.
     next_resync: Instant,
-    /// Frame buffers, reused: one copy per forwarded frame, no allocation once warm.
+    /// Frame buffers, reused: frames are received into them, no allocation once warm.
     pool: FramePool,
     busy_poll: core::time::Duration,
     /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).

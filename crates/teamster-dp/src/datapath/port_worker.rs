@@ -3,9 +3,9 @@
 //!
 //! Model. The switching worker (the thread running [`super::Datapath::run`]) owns the core
 //! switch, every uplink with its NetIOC scheduler and pacer, netlink and the control plane's
-//! turn. A port worker owns the sockets of the ports given to it, and nothing else: it copies
-//! each frame it receives into a pooled buffer and hands it, with its port and offload request,
-//! to the switching worker; it sends the frames the switching worker hands it for its ports
+//! turn. A port worker owns the sockets of the ports given to it, and nothing else: it receives
+//! each frame into a pooled buffer and hands it, with its port and offload request, to the
+//! switching worker; it sends the frames the switching worker hands it for its ports
 //! (already fitted to the port), and counts what it did in its ports' [`PortTally`], which the
 //! switching worker takes each turn. A port has one socket, read by one thread, so its frames
 //! reach the switch in the order they arrived; a frame for a port is sent by that port's

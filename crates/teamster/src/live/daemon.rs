@@ -218,21 +218,7 @@ mod tests {
         }
     }
 
-    const FILE: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "eth1"
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1"]
-[[ports]]
-name = "vm1"
-interface = "vnet0"
-mac = "52:54:00:00:00:01"
-group = "vms"
-limit = "2G"
-"#;
+    use super::super::config::ONE_PORT as FILE;
 
     /// A data plane's state as `publish` would copy it at 3 s, from FILE's plan.
     fn published() -> (Published, SwitchFile) {
