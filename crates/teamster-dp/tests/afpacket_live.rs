@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use teamster_core::offload::{Gso, GsoKind, Offload, PartialChecksum};
 use teamster_dp::afpacket::AfPacket;
+use teamster_dp::pool::FramePool;
 use teamster_dp::Backend;
 
 struct Veth(&'static str);
@@ -82,12 +83,12 @@ fn frames_cross_a_veth_pair_with_their_vlan_tags() {
     let (mut got, mut echoed) = (Vec::new(), 0);
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < sent.len() && Instant::now() < deadline {
-        b.recv_batch(&mut |f, _| {
+        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
             if f.len() >= 14 && f[12..14] != [0x86, 0xdd] && f[12..14] != [0x08, 0x06] {
-                got.push(f.to_vec());
+                got.push(f);
             }
         });
-        a.recv_batch(&mut |f, _| {
+        a.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
             if f.len() >= 14 && (f[12..14] == [0x88, 0xb5] || f[16..18] == [0x88, 0xb5]) {
                 echoed += 1;
             }
@@ -159,9 +160,9 @@ fn a_super_frame_crosses_a_veth_pair_whole_with_its_offload_request() {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.is_empty() && Instant::now() < deadline {
-        b.recv_batch(&mut |g, go| {
+        b.recv_batch(&mut FramePool::default(), &mut |g: Vec<u8>, go| {
             if g.len() > 14 && g[12..14] == [0x08, 0x00] {
-                got.push((g.to_vec(), go));
+                got.push((g, go));
             }
         });
         std::thread::sleep(Duration::from_millis(5));
@@ -175,4 +176,49 @@ fn a_super_frame_crosses_a_veth_pair_whole_with_its_offload_request() {
     a.send(&f, Offload::NONE);
     assert_eq!(a.flush(), 1);
     assert_eq!(a.take_sent(), teamster_dp::TxTotals::default());
+}
+
+/// One call hands over a turn's worth of frames and leaves the rest in the socket for the
+/// next, so the poll loop can serve the other interfaces in between.
+#[test]
+fn a_receive_call_takes_one_turn_of_frames_and_leaves_the_rest() {
+    if !live::as_root() {
+        return;
+    }
+    let _veth = Veth::new("tmtafta", "tmtaftb").expect("create veth pair");
+    let mut a = AfPacket::open("tmtafta").unwrap();
+    let mut b = AfPacket::open("tmtaftb").unwrap();
+    let sent = 3 * teamster_dp::RX_TURN;
+    for n in 0..sent {
+        a.send(&frame(None, n as u8), Offload::NONE);
+    }
+    assert_eq!(a.flush(), 0);
+    let ours = |f: &[u8]| f.len() >= 14 && f[12..14] == [0x88, 0xb5];
+    // Wait until the socket holds them all: the first call must then stop at a turn.
+    let mut calls = Vec::new();
+    let mut order = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    std::thread::sleep(Duration::from_millis(50));
+    while order.len() < sent && Instant::now() < deadline {
+        let mut got = 0;
+        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+            if ours(&f) {
+                order.push(f[14]);
+                got += 1;
+            }
+        });
+        if got > 0 {
+            calls.push(got);
+        }
+    }
+    assert_eq!(order.len(), sent, "every frame arrives");
+    assert!(
+        order.iter().enumerate().all(|(i, &n)| n == i as u8),
+        "in order across calls"
+    );
+    assert!(
+        calls.iter().all(|&c| c <= teamster_dp::RX_TURN + 32),
+        "no call takes much more than a turn: {calls:?}"
+    );
+    assert!(calls.len() >= 3, "the frames took several calls: {calls:?}");
 }
