@@ -7,7 +7,6 @@ use super::*;
 use crate::units::Bandwidth;
 use crate::Instant;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
 /// A node: parent pick, reservation (fraction of 10 Gbit/s, 0 if under 0.4), shares, limit.
 type RawNode = (usize, f64, u32, Option<f64>);
@@ -146,18 +145,7 @@ fn case() -> impl Strategy<Value = (Vec<RawNode>, Vec<Option<f64>>, Vec<Op>, u64
 
 #[test]
 fn the_optimised_scheduler_decides_as_the_reference() {
-    let config = Config {
-        cases: 400,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = match std::env::var("TEAMSTER_RANDOM_TREES").ok().and_then(|n| n.parse().ok()) {
-        Some(n) => TestRunner::new(Config { cases: n, ..config }),
-        None => TestRunner::new_with_rng(
-            config,
-            proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha),
-        ),
-    };
+    let mut runner = super::sched_tests::random_tree_runner(400);
     runner
         .run(&case(), |(raw, buckets, ops, start)| {
             run_case(&raw, &buckets, &ops, start)
