@@ -38,6 +38,7 @@
 //! No crate offers batched packet-socket I/O with its auxiliary data over safe types, so the
 //! system calls are made by hand here; every `unsafe` block says why it is sound.
 
+use crate::pool::FramePool;
 use crate::receive::{deliver, AuxData};
 use crate::sockopt::{check, set_opt, take_error};
 use crate::{vnet, Backend, RxDrops, TxTotals};
@@ -73,8 +74,9 @@ struct TxFrame {
 /// An AF_PACKET socket on one interface, with its receive and transmit batches.
 pub struct AfPacket {
     fd: OwnedFd,
-    /// Receive buffers, their virtio-net headers, addresses, control messages and message
-    /// headers, reused by every call.
+    /// Receive buffers (empty, with room for [`RX_BUF`] bytes, which the kernel fills), their
+    /// virtio-net headers, addresses, control messages and message headers, reused by every
+    /// call; a buffer holding a super-frame is handed on whole and replaced from the pool.
     rx_bufs: Vec<Vec<u8>>,
     rx_vnet: Vec<[u8; vnet::LEN]>,
     rx_names: Vec<libc::sockaddr_ll>,
@@ -93,8 +95,6 @@ pub struct AfPacket {
     sent: TxTotals,
     /// Receive-side drops since [`Backend::take_rx_drops`] last reported them.
     rx_drops: RxDrops,
-    /// Reused to rebuild frames (VLAN tag).
-    scratch: Vec<u8>,
     name: String,
     ifindex: i32,
 }
@@ -183,7 +183,7 @@ impl AfPacket {
         };
         let mut sock = AfPacket {
             fd,
-            rx_bufs: (0..RX_BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
+            rx_bufs: (0..RX_BATCH).map(|_| Vec::with_capacity(RX_BUF)).collect(),
             rx_vnet: vec![[0u8; vnet::LEN]; RX_BATCH],
             rx_names,
             rx_ctrl: vec![[0u8; RX_CTRL]; RX_BATCH],
@@ -196,7 +196,6 @@ impl AfPacket {
             tx_dropped: 0,
             sent: TxTotals::default(),
             rx_drops: RxDrops::default(),
-            scratch: Vec::new(),
             name: name.to_string(),
             ifindex,
         };
@@ -232,7 +231,8 @@ impl AfPacket {
 
     /// Points each receive header at its buffer, address and control space, once: the vectors
     /// are never resized afterwards, so their heap storage, and these pointers, stay valid
-    /// when the value moves.
+    /// when the value moves (a buffer handed on is replaced, and its vector re-pointed, by
+    /// `take_frame`).
     fn point_rx_headers(&mut self) {
         // Two vectors per message: the virtio-net header, then the frame.
         self.rx_iov = self
@@ -247,7 +247,7 @@ impl AfPacket {
                     },
                     libc::iovec {
                         iov_base: b.as_mut_ptr().cast(),
-                        iov_len: b.len(),
+                        iov_len: b.capacity(),
                     },
                 ]
             })
@@ -259,6 +259,32 @@ impl AfPacket {
             h.msg_iovlen = 2;
             h.msg_control = self.rx_ctrl[i].as_mut_ptr().cast();
         }
+    }
+
+    /// The `len` bytes the kernel put in receive buffer `i`, in a buffer of the caller's: a
+    /// frame that fits a small buffer (with room for a VLAN tag) is copied into one; a larger
+    /// one (a super-frame) keeps the buffer it was received in, and the slot gets a fresh one
+    /// from `pool`: no copy of 64 KiB.
+    fn take_frame(&mut self, i: usize, len: usize, pool: &mut FramePool) -> Vec<u8> {
+        let slot = &mut self.rx_bufs[i];
+        debug_assert!(len <= slot.capacity());
+        if len + 4 <= crate::pool::SMALL {
+            let mut small = pool.take(len + 4);
+            // SAFETY: the kernel wrote the first `len` bytes of the slot's storage (recvmmsg's
+            // length for this message, within the iovec's capacity), so they are initialised.
+            small.extend_from_slice(unsafe { std::slice::from_raw_parts(slot.as_ptr(), len) });
+            return small;
+        }
+        let mut frame = std::mem::replace(slot, pool.take(RX_BUF));
+        // SAFETY: as above, the kernel initialised the first `len` bytes, within capacity.
+        unsafe { frame.set_len(len) };
+        let fresh = &mut self.rx_bufs[i];
+        fresh.clear();
+        self.rx_iov[2 * i + 1] = libc::iovec {
+            iov_base: fresh.as_mut_ptr().cast(),
+            iov_len: fresh.capacity(),
+        };
+        frame
     }
 
     /// The interface index the socket is bound to (resolved once, at open).
@@ -282,7 +308,7 @@ impl Backend for AfPacket {
         self.fd.as_raw_fd()
     }
 
-    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8], Offload)) -> usize {
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
         let mut frames = 0;
         loop {
             // The kernel rewrites these three on return; the pointers set at open stand.
@@ -323,10 +349,13 @@ impl Backend for AfPacket {
                     self.rx_drops.truncated += 1;
                     continue;
                 };
-                let data = &self.rx_bufs[i][..len.min(RX_BUF)];
-                match deliver(data, &self.rx_vnet[i], aux, &mut self.scratch, sink) {
+                let frame = self.take_frame(i, len.min(RX_BUF), pool);
+                match deliver(frame, &self.rx_vnet[i], aux, sink) {
                     Ok(()) => frames += 1,
-                    Err(_) => self.rx_drops.bad_offload += 1,
+                    Err((_, frame)) => {
+                        self.rx_drops.bad_offload += 1;
+                        pool.give(frame);
+                    }
                 }
             }
             if n < RX_BATCH || frames >= crate::RX_TURN {

@@ -55,6 +55,7 @@ mod rings;
 pub use open::check_interface;
 pub use prog::AttachMode;
 
+use crate::pool::FramePool;
 use crate::{Backend, RxDrops, TxTotals};
 use open::get_opt;
 use prog::XdpAttach;
@@ -301,7 +302,7 @@ impl Backend for AfXdp {
         self.fd.as_raw_fd()
     }
 
-    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8], Offload)) -> usize {
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
         let mut frames = 0;
         let rx_end = u64::from(RX_FRAMES) * FRAME as u64;
         loop {
@@ -320,7 +321,11 @@ impl Backend for AfXdp {
                     if self.options.fill_checksums {
                         teamster_core::offload::complete_partial_l4_checksum(frame);
                     }
-                    sink(frame, Offload::NONE);
+                    // Copied out: the chunk goes back to the kernel now, while the frame may
+                    // wait in a queue.
+                    let mut buf = pool.take(len);
+                    buf.extend_from_slice(frame);
+                    sink(buf, Offload::NONE);
                     frames += 1;
                 } else {
                     // Not readable as one frame: counted as cut, and not handed on.

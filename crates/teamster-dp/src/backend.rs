@@ -15,6 +15,7 @@
 
 use crate::afpacket::AfPacket;
 use crate::afxdp::{self, AfXdp};
+use crate::pool::FramePool;
 use crate::{Backend, RxDrops, TxTotals};
 use std::io;
 use std::os::fd::RawFd;
@@ -147,10 +148,10 @@ impl Backend for Link {
         }
     }
 
-    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8], Offload)) -> usize {
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
         match self {
-            Link::Packet(b) => b.recv_batch(sink),
-            Link::Xdp(b) => b.recv_batch(sink),
+            Link::Packet(b) => b.recv_batch(pool, sink),
+            Link::Xdp(b) => b.recv_batch(pool, sink),
         }
     }
 

@@ -47,12 +47,14 @@ mod attach;
 mod fit;
 mod handoff;
 mod poll;
-mod pool;
 mod port_worker;
+mod publish;
 
+pub use publish::{PortState, Published, UplinkState};
+
+use crate::pool::{self, FramePool, Spill};
 use fit::{fit, Refused};
-use handoff::{Doorbell, Spill};
-use pool::FramePool;
+use handoff::Doorbell;
 use port_worker::{Gone, Handed, PortWorker, Upstream};
 
 use crate::backend::{BackendChoice, Link};
@@ -358,7 +360,7 @@ pub struct Datapath {
     pollfds_stale: bool,
     /// When the uplinks' carrier is next re-read.
     next_resync: Instant,
-    /// Frame buffers, reused: one copy per forwarded frame, no allocation once warm.
+    /// Frame buffers, reused: frames are received into them, no allocation once warm.
     pool: FramePool,
     busy_poll: core::time::Duration,
     /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).
@@ -386,6 +388,8 @@ struct Pending {
 /// What a turn of the loop reuses from turn to turn.
 #[derive(Default)]
 struct Scratch {
+    /// Frames received this turn, where they came from, before the switch sees them.
+    received: Vec<(Ingress, Vec<u8>, Offload)>,
     pending: Vec<Pending>,
     forwards: Vec<Forward>,
 }
@@ -432,70 +436,45 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now
     }
 }
 
-/// Passes one received frame through the switch (counted at its wire length) and copies it,
-/// edited, into a pooled buffer for each place it goes, its offload request moved by the tag
-/// the switch added or removed.
+/// Passes one received frame (in a pooled buffer) through the switch, counted at its wire
+/// length, and queues it for each place it goes: the buffer itself where it goes one place
+/// unedited (most unicast frames: no copy), else a copy per place, edited, its offload request
+/// moved by the tag the switch added or removed.
 fn switch_frame(
     switch: &mut Switch,
     from: Ingress,
-    (frame, offload): (&[u8], Offload),
+    (frame, offload): (Vec<u8>, Offload),
     now: Instant,
     pool: &mut FramePool,
-    scratch: &mut Scratch,
+    pending: &mut Vec<Pending>,
+    forwards: &mut Vec<Forward>,
 ) {
     let port = match from {
         Ingress::Port(p) => Some(p),
         Ingress::Uplink(_) => None,
     };
-    let extra_wire = offload.wire_len(frame) - frame.len();
-    scratch.forwards.clear();
-    switch.forward(from, frame, extra_wire, now, &mut scratch.forwards);
-    for f in &scratch.forwards {
-        let delta = f.edit.len_delta();
-        let mut buf = pool.take((frame.len() as isize + delta) as usize);
-        f.edit.apply_into(frame, &mut buf);
-        scratch.pending.push(Pending {
-            from: port,
-            to: f.to,
-            frame: buf,
-            offload: offload.shifted(delta),
-        });
-    }
-}
-
-/// Passes one frame a port worker handed over (already in a pooled buffer) through the switch,
-/// like [`switch_frame`], but sends the buffer itself where the frame goes one place unedited
-/// (most unicast frames): no second copy.
-fn switch_handed(
-    switch: &mut Switch,
-    from: PortId,
-    Handed { frame, offload, .. }: Handed,
-    now: Instant,
-    pool: &mut FramePool,
-    scratch: &mut Scratch,
-) {
     let extra_wire = offload.wire_len(&frame) - frame.len();
-    scratch.forwards.clear();
-    switch.forward(Ingress::Port(from), &frame, extra_wire, now, &mut scratch.forwards);
+    forwards.clear();
+    switch.forward(from, &frame, extra_wire, now, forwards);
     if let [Forward {
         to,
         edit: TagEdit::Keep,
-    }] = scratch.forwards[..]
+    }] = forwards[..]
     {
-        scratch.pending.push(Pending {
-            from: Some(from),
+        pending.push(Pending {
+            from: port,
             to,
             frame,
             offload,
         });
         return;
     }
-    for f in &scratch.forwards {
+    for f in forwards.iter() {
         let delta = f.edit.len_delta();
         let mut buf = pool.take((frame.len() as isize + delta) as usize);
         f.edit.apply_into(&frame, &mut buf);
-        scratch.pending.push(Pending {
-            from: Some(from),
+        pending.push(Pending {
+            from: port,
             to: f.to,
             frame: buf,
             offload: offload.shifted(delta),
@@ -744,24 +723,33 @@ impl Datapath {
             let mut received = 0;
             for p in 0..self.ports.len() {
                 let id = self.ports[p].plan.id;
-                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let PortIo::Here(backend) = &mut self.ports[p].io else {
                     continue;
                 };
-                received += backend.recv_batch(&mut |frame, offload| {
-                    switch_frame(switch, Ingress::Port(id), (frame, offload), now, pool, &mut scratch);
+                received += backend.recv_batch(&mut self.pool, &mut |frame, offload| {
+                    scratch.received.push((Ingress::Port(id), frame, offload));
                 });
             }
             received += self.take_handed(now, &mut scratch);
             for u in 0..self.uplinks.len() {
-                let (switch, pool) = (&mut self.switch, &mut self.pool);
                 let Some(backend) = self.uplinks[u].backend.as_mut() else {
                     continue;
                 };
-                received += backend.recv_batch(&mut |frame, offload| {
-                    let from = Ingress::Uplink(UplinkId(u));
-                    switch_frame(switch, from, (frame, offload), now, pool, &mut scratch);
+                received += backend.recv_batch(&mut self.pool, &mut |frame, offload| {
+                    scratch.received.push((Ingress::Uplink(UplinkId(u)), frame, offload));
                 });
+            }
+            for (from, frame, offload) in scratch.received.drain(..) {
+                let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
+                switch_frame(
+                    &mut self.switch,
+                    from,
+                    (frame, offload),
+                    now,
+                    &mut self.pool,
+                    pending,
+                    forwards,
+                );
             }
             if received > 0 {
                 self.busy_until = now + self.busy_poll;
@@ -794,7 +782,17 @@ impl Datapath {
             for _ in 0..port_worker::HANDOFF_FRAMES {
                 let Some(h) = w.lane.from_ports.pop() else { break };
                 let id = self.ports[h.port as usize].plan.id;
-                switch_handed(&mut self.switch, id, h, now, &mut self.pool, scratch);
+                let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
+                let frame = (h.frame, h.offload);
+                switch_frame(
+                    &mut self.switch,
+                    Ingress::Port(id),
+                    frame,
+                    now,
+                    &mut self.pool,
+                    pending,
+                    forwards,
+                );
                 taken += 1;
             }
         }

@@ -24,10 +24,12 @@ pub mod datapath;
 pub mod iface;
 pub mod netlink;
 pub mod pacer;
+pub mod pool;
 pub mod receive;
 pub mod sockopt;
 pub mod vnet;
 
+use pool::FramePool;
 use std::os::fd::RawFd;
 use teamster_core::offload::Offload;
 
@@ -42,9 +44,10 @@ pub trait Backend: Send {
     fn name(&self) -> &str;
     /// A descriptor that becomes readable when frames arrive.
     fn raw_fd(&self) -> RawFd;
-    /// Hands the frames received so far to `sink`, with their offload requests, about
-    /// [`RX_TURN`] at most (a whole batch of the kernel's past it); returns how many.
-    fn recv_batch(&mut self, sink: &mut dyn FnMut(&[u8], Offload)) -> usize;
+    /// Hands the frames received so far to `sink`, each in a buffer from `pool` that the
+    /// caller keeps, with their offload requests, about [`RX_TURN`] at most (a whole batch of
+    /// the kernel's past it); returns how many.
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize;
     /// Queues a frame for transmission.
     fn send(&mut self, frame: &[u8], offload: Offload);
     /// Queues a frame the caller no longer needs, without copying it where the backend can.

@@ -25,19 +25,21 @@ pub struct AuxData {
     pub vlan_tpid: u16,
 }
 
-/// Hands one received frame to `sink` with its offload request: as it is, or rebuilt in
-/// `scratch` (reused between calls) with its VLAN tag put back. A request that does not match
-/// the frame is refused and nothing is handed on.
+/// Hands one received frame (in its own buffer) to `sink` with its offload request, its VLAN
+/// tag put back where the kernel took it out. A request that does not match the frame is
+/// refused and the buffer given back.
 pub fn deliver(
-    data: &[u8],
+    mut frame: Vec<u8>,
     vnet_hdr: &[u8; vnet::LEN],
     aux: AuxData,
-    scratch: &mut Vec<u8>,
-    sink: &mut dyn FnMut(&[u8], Offload),
-) -> Result<(), OffloadError> {
-    let offload = vnet::parse(vnet_hdr, data)?;
-    if aux.status & TP_STATUS_VLAN_VALID == 0 || data.len() < 12 {
-        sink(data, offload);
+    sink: &mut dyn FnMut(Vec<u8>, Offload),
+) -> Result<(), (OffloadError, Vec<u8>)> {
+    let offload = match vnet::parse(vnet_hdr, &frame) {
+        Ok(o) => o,
+        Err(e) => return Err((e, frame)),
+    };
+    if aux.status & TP_STATUS_VLAN_VALID == 0 || frame.len() < 12 {
+        sink(frame, offload);
         return Ok(());
     }
     let tpid = if aux.status & TP_STATUS_VLAN_TPID_VALID != 0 {
@@ -45,12 +47,10 @@ pub fn deliver(
     } else {
         0x8100
     };
-    scratch.clear();
-    scratch.extend_from_slice(&data[..12]);
-    scratch.extend_from_slice(&tpid.to_be_bytes());
-    scratch.extend_from_slice(&aux.vlan_tci.to_be_bytes());
-    scratch.extend_from_slice(&data[12..]);
-    sink(scratch, offload.shifted(4));
+    let [t0, t1] = tpid.to_be_bytes();
+    let [v0, v1] = aux.vlan_tci.to_be_bytes();
+    frame.splice(12..12, [t0, t1, v0, v1]);
+    sink(frame, offload.shifted(4));
     Ok(())
 }
 
@@ -70,7 +70,7 @@ mod tests {
 
     fn got(data: &[u8], h: [u8; vnet::LEN], aux: AuxData) -> Result<(Vec<u8>, Offload), OffloadError> {
         let mut out = None;
-        deliver(data, &h, aux, &mut Vec::new(), &mut |f, o| out = Some((f.to_vec(), o)))?;
+        deliver(data.to_vec(), &h, aux, &mut |f, o| out = Some((f, o))).map_err(|(e, _)| e)?;
         Ok(out.expect("delivered"))
     }
 

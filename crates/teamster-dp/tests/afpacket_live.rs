@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use teamster_core::offload::{Gso, GsoKind, Offload, PartialChecksum};
 use teamster_dp::afpacket::AfPacket;
+use teamster_dp::pool::FramePool;
 use teamster_dp::Backend;
 
 struct Veth(&'static str);
@@ -82,12 +83,12 @@ fn frames_cross_a_veth_pair_with_their_vlan_tags() {
     let (mut got, mut echoed) = (Vec::new(), 0);
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < sent.len() && Instant::now() < deadline {
-        b.recv_batch(&mut |f, _| {
+        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
             if f.len() >= 14 && f[12..14] != [0x86, 0xdd] && f[12..14] != [0x08, 0x06] {
-                got.push(f.to_vec());
+                got.push(f);
             }
         });
-        a.recv_batch(&mut |f, _| {
+        a.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
             if f.len() >= 14 && (f[12..14] == [0x88, 0xb5] || f[16..18] == [0x88, 0xb5]) {
                 echoed += 1;
             }
@@ -159,9 +160,9 @@ fn a_super_frame_crosses_a_veth_pair_whole_with_its_offload_request() {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.is_empty() && Instant::now() < deadline {
-        b.recv_batch(&mut |g, go| {
+        b.recv_batch(&mut FramePool::default(), &mut |g: Vec<u8>, go| {
             if g.len() > 14 && g[12..14] == [0x08, 0x00] {
-                got.push((g.to_vec(), go));
+                got.push((g, go));
             }
         });
         std::thread::sleep(Duration::from_millis(5));
@@ -200,8 +201,8 @@ fn a_receive_call_takes_one_turn_of_frames_and_leaves_the_rest() {
     std::thread::sleep(Duration::from_millis(50));
     while order.len() < sent && Instant::now() < deadline {
         let mut got = 0;
-        b.recv_batch(&mut |f, _| {
-            if ours(f) {
+        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+            if ours(&f) {
                 order.push(f[14]);
                 got += 1;
             }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use teamster_core::offload::Offload;
 use teamster_dp::afpacket::AfPacket;
 use teamster_dp::afxdp::{AfXdp, AttachMode};
+use teamster_dp::pool::FramePool;
 use teamster_dp::{Backend, RxDrops, TxTotals};
 
 /// A veth pair `a`/`b` (both up), deleted by name on drop; `extra` goes on `ip link add`.
@@ -94,9 +95,9 @@ fn collect(rx: &mut dyn Backend, tx: &mut dyn Backend, want: usize) -> Vec<Vec<u
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < want && Instant::now() < deadline {
         tx.flush();
-        rx.recv_batch(&mut |f, _| {
-            if ours(f) {
-                got.push(f.to_vec());
+        rx.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+            if ours(&f) {
+                got.push(f);
             }
         });
         std::thread::sleep(Duration::from_millis(2));
@@ -234,9 +235,9 @@ fn checksums_left_to_offload_are_completed() {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < 20 && Instant::now() < deadline {
-        x.recv_batch(&mut |f, _| {
+        x.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
             if f.len() > 42 && f[12..14] == [0x08, 0x00] && f[23] == 17 {
-                got.push(f.to_vec());
+                got.push(f);
             }
         });
         std::thread::sleep(Duration::from_millis(2));

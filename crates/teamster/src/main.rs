@@ -135,6 +135,10 @@ enum BenchCommand {
         /// Packet sizes in bytes.
         #[arg(long = "pkt-len", value_delimiter = ',', default_values_t = [64, 1500])]
         pkt_len: Vec<u32>,
+        /// How each packet's leaf is drawn: uniform, or Zipf (s = 1) over a random permutation
+        /// of the leaves (the rte_sched peer's `--dist`).
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["uniform"])]
+        dist: Vec<bench_cmd::Dist>,
         /// Packets to time per configuration.
         #[arg(long, default_value_t = 10_000_000)]
         packets: u64,
@@ -191,11 +195,12 @@ fn main() -> ExitCode {
                     tree,
                     leaves,
                     pkt_len,
+                    dist,
                     packets,
                     backlog,
                     json,
                 },
-        } => bench_cmd::sched_cmd(&tree, &leaves, &pkt_len, packets, backlog, json),
+        } => bench_cmd::sched_cmd(&tree, &leaves, &pkt_len, &dist, packets, backlog, json),
         Command::Ioc {
             command: IocCommand::Allocate { file, json },
         } => ioc_cmd::allocate_cmd(&file, json),

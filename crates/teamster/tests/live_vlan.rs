@@ -132,9 +132,10 @@ fn a_vlan_port_group_is_tagged_on_the_uplink_and_untagged_to_the_vm() {
     let pinger = std::thread::spawn(|| ping("tmt-vm1", "10.77.0.100", "3", "0.2"));
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut answered = 0;
+    let mut pool = teamster_dp::pool::FramePool::default();
     while !pinger.is_finished() && Instant::now() < deadline {
         let mut replies = Vec::new();
-        network.recv_batch(&mut |frame, _| replies.extend(answer(frame)));
+        network.recv_batch(&mut pool, &mut |frame, _| replies.extend(answer(&frame)));
         for r in replies {
             network.send(&r, Offload::NONE);
             answered += 1;

@@ -29,6 +29,10 @@ pub mod spec;
 mod tree;
 
 #[cfg(test)]
+mod sched_equiv_tests;
+#[cfg(test)]
+mod sched_reference;
+#[cfg(test)]
 mod sched_tests;
 #[cfg(test)]
 mod tests;

@@ -305,22 +305,27 @@ fn random_case() -> impl Strategy<Value = RandomCase> {
     )
 }
 
-#[test]
-fn matches_the_allocator_on_a_thousand_random_trees() {
-    // (See a_limited_node_picked_late_keeps_its_limit for what an earlier run of this found.)
-    // A fixed seed keeps CI reproducible; TEAMSTER_RANDOM_TREES=N explores N fresh trees instead.
+/// A property-test runner over `cases` random trees from a fixed seed, which keeps CI
+/// reproducible; TEAMSTER_RANDOM_TREES=N explores N fresh trees instead.
+pub(super) fn random_tree_runner(cases: u32) -> TestRunner {
     let config = Config {
-        cases: 1000,
+        cases,
         failure_persistence: None,
         ..Config::default()
     };
-    let mut runner = match std::env::var("TEAMSTER_RANDOM_TREES").ok().and_then(|n| n.parse().ok()) {
+    match std::env::var("TEAMSTER_RANDOM_TREES").ok().and_then(|n| n.parse().ok()) {
         Some(n) => TestRunner::new(Config { cases: n, ..config }),
         None => TestRunner::new_with_rng(
             config,
             proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha),
         ),
-    };
+    }
+}
+
+#[test]
+fn matches_the_allocator_on_a_thousand_random_trees() {
+    // (See a_limited_node_picked_late_keeps_its_limit for what an earlier run of this found.)
+    let mut runner = random_tree_runner(1000);
     runner
         .run(&random_case(), |(cap, raw, cbr)| {
             // Reservations are fractions of the capacity, scaled to fit at each level; limits are

@@ -12,12 +12,7 @@
 //! queues once more before it sleeps; the producer pushes, then looks at the bell. Each side's
 //! store is fenced before its load (`SeqCst`), so at least one of them sees the other: either
 //! the consumer finds the frame, or the producer finds it asleep and wakes it.
-//!
-//! Frame buffers flow one way more than the other (a port worker receives into buffers that
-//! the switching worker frees after an uplink sent them), so each thread's pool spills what it
-//! does not keep into a [`Spill`] shared by all, and takes from it before allocating.
 
-use crossbeam_queue::ArrayQueue;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -74,40 +69,10 @@ impl Doorbell {
     }
 }
 
-/// Free frame buffers shared by every data-plane thread, of the two sizes the pool keeps.
-#[derive(Debug)]
-pub(crate) struct Spill {
-    free: [ArrayQueue<Vec<u8>>; 2],
-}
-
-impl Spill {
-    /// Room for `kept[class]` buffers of each size.
-    pub fn new(kept: [usize; 2]) -> Spill {
-        Spill {
-            free: [ArrayQueue::new(kept[0]), ArrayQueue::new(kept[1])],
-        }
-    }
-
-    /// A free buffer of size class `class`, if there is one.
-    pub fn take(&self, class: usize) -> Option<Vec<u8>> {
-        self.free[class].pop()
-    }
-
-    /// Keeps `b` for any thread, or frees it when enough are kept.
-    pub fn give(&self, class: usize, b: Vec<u8>) {
-        let _ = self.free[class].push(b);
-    }
-
-    /// Free buffers of size class `class`.
-    #[cfg(test)]
-    pub fn len(&self, class: usize) -> usize {
-        self.free[class].len()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossbeam_queue::ArrayQueue;
 
     fn readable(fd: RawFd) -> bool {
         let mut p = libc::pollfd {
@@ -171,16 +136,5 @@ mod tests {
             bell.disarm();
         }
         producer.join().unwrap();
-    }
-
-    #[test]
-    fn the_spill_is_bounded() {
-        let spill = Spill::new([2, 1]);
-        for _ in 0..5 {
-            spill.give(0, Vec::with_capacity(10));
-        }
-        assert!(spill.take(0).is_some() && spill.take(0).is_some());
-        assert!(spill.take(0).is_none(), "the third was freed");
-        assert!(spill.take(1).is_none());
     }
 }

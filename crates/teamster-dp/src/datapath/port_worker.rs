@@ -3,9 +3,9 @@
 //!
 //! Model. The switching worker (the thread running [`super::Datapath::run`]) owns the core
 //! switch, every uplink with its NetIOC scheduler and pacer, netlink and the control plane's
-//! turn. A port worker owns the sockets of the ports given to it, and nothing else: it copies
-//! each frame it receives into a pooled buffer and hands it, with its port and offload request,
-//! to the switching worker; it sends the frames the switching worker hands it for its ports
+//! turn. A port worker owns the sockets of the ports given to it, and nothing else: it receives
+//! each frame into a pooled buffer and hands it, with its port and offload request, to the
+//! switching worker; it sends the frames the switching worker hands it for its ports
 //! (already fitted to the port), and counts what it did in its ports' [`PortTally`], which the
 //! switching worker takes each turn. A port has one socket, read by one thread, so its frames
 //! reach the switch in the order they arrived; a frame for a port is sent by that port's
@@ -20,9 +20,9 @@
 //! [`Gone`], and the switching worker re-attaches it like any other. Each attach carries a
 //! generation, so a report about a socket the switching worker has already replaced is ignored.
 
-use super::handoff::{Doorbell, Spill};
-use super::pool::FramePool;
+use super::handoff::Doorbell;
 use crate::backend::Link;
+use crate::pool::{FramePool, Spill};
 use crate::Backend;
 use crossbeam_queue::ArrayQueue;
 use std::io;
@@ -266,22 +266,25 @@ impl Run {
                 break;
             }
             let tally = &lane.tallies[port];
-            received += a.link.recv_batch(&mut |frame, offload| {
-                let mut buf = pool.take(frame.len());
-                buf.extend_from_slice(frame);
+            // Refused by a full queue (rare: no allocation otherwise), back to the pool after.
+            let mut full = Vec::new();
+            received += a.link.recv_batch(pool, &mut |frame, offload| {
                 let h = Handed {
                     port: port as u32,
-                    frame: buf,
+                    frame,
                     offload,
                 };
                 match lane.from_ports.push(h) {
                     Ok(()) => handed += 1,
                     Err(h) => {
                         add(&tally.handoff_full, 1);
-                        pool.give(h.frame);
+                        full.push(h.frame);
                     }
                 }
             });
+            for frame in full {
+                pool.give(frame);
+            }
         }
         if handed > 0 {
             self.upstream.bell.ring();

@@ -227,22 +227,7 @@ mod tests {
     use super::*;
     use crate::live::config::parse_file;
 
-    const FILE: &str = r#"
-[[uplinks]]
-name = "uplink1"
-interface = "eth1"
-capacity = "10G"
-[[port_groups]]
-name = "vms"
-policy = "port-id"
-active = ["uplink1"]
-[[ports]]
-name = "vm1"
-interface = "vnet0"
-mac = "52:54:00:00:00:01"
-group = "vms"
-limit = "2G"
-"#;
+    use crate::live::config::ONE_PORT as FILE;
 
     /// Parses a body as the API does (axum's JSON extractor reports the field's path).
     fn port_change(json: &str) -> Result<PortChange, String> {

@@ -140,6 +140,25 @@ teamster_core::port_entry! {
     }
 }
 
+/// A switch file with one 10 Gbit/s uplink and one port (vm1, limited to 2 Gbit/s), for tests.
+#[cfg(test)]
+pub(crate) const ONE_PORT: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "eth1"
+capacity = "10G"
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1"]
+[[ports]]
+name = "vm1"
+interface = "vnet0"
+mac = "52:54:00:00:00:01"
+group = "vms"
+limit = "2G"
+"#;
+
 /// A checked switch, ready to attach.
 pub struct SwitchPlan {
     pub team: Team,

@@ -1,11 +1,14 @@
 //! The daemon: the data plane's poll loop ([`teamster_dp::datapath`]) with the control plane's
-//! turn added: configuration changes from the API applied between packets, snapshots published
-//! for the API (twice a second, and at once after a change), the status file rewritten every
-//! second (by [`super::status_writer`], off the loop's thread).
+//! turn added: configuration changes from the API applied between packets, and the data
+//! plane's state copied twice a second (and at once after a change) for
+//! [`super::snapshot_thread`], which builds the snapshots for the API and the status file
+//! (rewritten every second by [`super::status_writer`]) off the loop's thread.
 
 use super::config::{AdminState, SwitchFile, SwitchPlan};
 use super::snapshot::Snapshot;
+use super::snapshot_thread::{SnapshotThread, Taken};
 use super::status_writer::{StatusFile, StatusWriter};
+use super::view::{EVENTS_SHOWN, MOVES_SHOWN};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
@@ -39,9 +42,12 @@ pub struct Daemon {
 /// The daemon's side of each turn of the loop.
 struct ControlPlane {
     /// The configuration in force (names, MACs, what a restart would load).
-    file: SwitchFile,
-    status: Option<StatusWriter>,
-    link: Option<ControlLink>,
+    file: Arc<SwitchFile>,
+    /// Where copies of the data plane's state go to become snapshots (None once stopped).
+    snapshots: Option<SnapshotThread>,
+    /// A copy the snapshot thread had no room for, answering a change: offered again next turn.
+    held: Option<Taken>,
+    changes: Option<std::sync::mpsc::Receiver<Apply>>,
     next_snapshot: Instant,
     next_status: Instant,
 }
@@ -101,12 +107,19 @@ impl Daemon {
             .map(StatusWriter::start)
             .transpose()
             .map_err(|e| format!("cannot start the status file's writer: {e}"))?;
+        let (changes, watch) = match link {
+            Some(l) => (Some(l.changes), Some(l.snapshots)),
+            None => (None, None),
+        };
+        let snapshots =
+            SnapshotThread::start(watch, status).map_err(|e| format!("cannot start the snapshot thread: {e}"))?;
         Ok(Daemon {
             dp,
             plane: ControlPlane {
-                file,
-                status,
-                link,
+                file: Arc::new(file),
+                snapshots: Some(snapshots),
+                held: None,
+                changes,
                 next_snapshot: Instant::ZERO,
                 next_status: Instant::ZERO,
             },
@@ -116,43 +129,165 @@ impl Daemon {
     /// Runs until `stop` is set; writes the status file a last time.
     pub fn run(&mut self, stop: &Arc<AtomicBool>) {
         self.dp.run(stop, &mut self.plane);
-        let now = self.dp.now();
-        if let Some(w) = self.plane.status.take() {
-            w.finish(Arc::new(super::view::snapshot(&self.dp, &self.plane.file, now)));
+        let status = self.plane.snapshots.take().and_then(SnapshotThread::stop);
+        if let Some(w) = status {
+            self.dp.collect_ring_drops();
+            let state = self.dp.publish(self.dp.now(), MOVES_SHOWN, EVENTS_SHOWN);
+            w.finish(Arc::new(super::view::snapshot(&state, &self.plane.file)));
         }
     }
 }
 
+impl ControlPlane {
+    /// Copies the data plane's state for the snapshot thread.
+    fn take(&self, dp: &Datapath, now: Instant, status_due: bool, done: Option<Done>) -> Taken {
+        Taken {
+            state: dp.publish(now, MOVES_SHOWN, EVENTS_SHOWN),
+            file: self.file.clone(),
+            status_due,
+            done,
+        }
+    }
+
+    /// Hands `taken` to the snapshot thread; a change's copy that finds no room is held for the
+    /// next turn, a periodic one is skipped.
+    fn hand_over(&mut self, taken: Taken) {
+        let Some(thread) = &self.snapshots else { return };
+        if let Some(t) = thread.offer(taken) {
+            if t.done.is_some() {
+                self.held = Some(t);
+            }
+        }
+    }
+}
+
+/// Where a change's snapshot is answered.
+type Done = tokio::sync::oneshot::Sender<Arc<Snapshot>>;
+
 impl Control for ControlPlane {
     fn turn(&mut self, dp: &mut Datapath, now: Instant) {
-        while let Some(apply) = self.link.as_ref().and_then(|l| l.changes.try_recv().ok()) {
+        if let Some(t) = self.held.take() {
+            self.hand_over(t);
+            if self.held.is_some() {
+                // Still no room: the change after it waits too, so answers keep their order.
+                return;
+            }
+        }
+        while let Some(apply) = self.changes.as_ref().and_then(|c| c.try_recv().ok()) {
             let plan = *apply.plan;
             let groups: Vec<PortGroupSpec> = (0..plan.file.port_groups.len())
                 .filter_map(|g| plan.team.group(GroupId(g)).cloned())
                 .collect();
             let admin: Vec<bool> = plan.file.uplinks.iter().map(|u| u.admin == AdminState::Up).collect();
             dp.reconfigure(plan.tree, &groups, &admin, now);
-            self.file = plan.file;
-            let snap = Arc::new(super::view::snapshot(dp, &self.file, now));
-            if let Some(l) = &self.link {
-                l.snapshots.send_replace(snap.clone());
+            self.file = Arc::new(plan.file);
+            let taken = self.take(dp, now, false, Some(apply.done));
+            self.hand_over(taken);
+            if self.held.is_some() {
+                return;
             }
-            let _ = apply.done.send(snap);
         }
         if now < self.next_snapshot {
             return;
         }
         self.next_snapshot = now + SNAPSHOT_EVERY;
         dp.collect_ring_drops();
-        let snap = Arc::new(super::view::snapshot(dp, &self.file, now));
-        if now >= self.next_status {
-            if let Some(w) = &self.status {
-                w.offer(snap.clone());
-            }
+        let status_due = now >= self.next_status;
+        if status_due {
             self.next_status = now + STATUS_EVERY;
         }
-        if let Some(l) = &self.link {
-            l.snapshots.send_replace(snap);
+        let taken = self.take(dp, now, status_due, None);
+        self.hand_over(taken);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teamster_dp::datapath::{PortState, Published, UplinkState};
+
+    /// Every interface exists and reports 10 Gbit/s.
+    struct AllThere;
+
+    impl super::super::config::Interfaces for AllThere {
+        fn exists(&self, _: &str) -> bool {
+            true
         }
+        fn speed_mbps(&self, _: &str) -> Option<u64> {
+            Some(10_000)
+        }
+    }
+
+    use super::super::config::ONE_PORT as FILE;
+
+    /// A data plane's state as `publish` would copy it at 3 s, from FILE's plan.
+    fn published() -> (Published, SwitchFile) {
+        let plan = super::super::config::parse(FILE, &AllThere).unwrap();
+        let (dp, file) = datapath_plan(plan);
+        let ports = dp
+            .ports
+            .iter()
+            .map(|p| PortState {
+                plan: p.clone(),
+                attached: true,
+                backend: Some("af_packet".into()),
+                worker: Some(0),
+                extra: Default::default(),
+                counters: None,
+            })
+            .collect();
+        let uplinks = dp
+            .uplinks
+            .iter()
+            .map(|u| UplinkState {
+                plan: u.clone(),
+                attached: true,
+                backend: Some("af_packet".into()),
+                carrier: true,
+                extra: Default::default(),
+                ecn_marked: 0,
+                counters: None,
+                queued_frames: 0,
+                queued_bytes: 0,
+                queue_budget: 62_500,
+            })
+            .collect();
+        let state = Published {
+            at: Instant::from_secs(3),
+            team: dp.team,
+            tree: dp.tree,
+            ports,
+            uplinks,
+            moves: Vec::new(),
+            events: Vec::new(),
+            failovers: 0,
+        };
+        (state, file)
+    }
+
+    /// The snapshot thread builds the snapshot from the copy, publishes it to the API and
+    /// answers the change with the same one; stopping it hands back the status writer.
+    #[test]
+    fn snapshots_are_built_off_the_loop_and_answer_changes() {
+        let (watch, seen) = tokio::sync::watch::channel(Arc::new(Snapshot::default()));
+        let thread = SnapshotThread::start(Some(watch), None).unwrap();
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let (state, file) = published();
+        let taken = Taken {
+            state,
+            file: Arc::new(file),
+            status_due: false,
+            done: Some(done),
+        };
+        assert!(thread.offer(taken).is_none(), "room for the first copy");
+        let snap = answer.blocking_recv().expect("the change is answered");
+        assert_eq!(snap.t_s, 3.0);
+        assert_eq!(snap.uplinks[0].name, "uplink1");
+        assert_eq!(snap.uplinks[0].queue_budget_bytes, 62_500);
+        assert_eq!(snap.ports[0].name, "vm1");
+        assert_eq!(snap.ports[0].limit_bps, Some(2_000_000_000));
+        assert_eq!(snap.ports[0].worker, Some(0));
+        assert!(Arc::ptr_eq(&seen.borrow(), &snap), "the API sees the same snapshot");
+        assert!(thread.stop().is_none(), "no status file here");
     }
 }

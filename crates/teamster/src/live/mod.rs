@@ -13,5 +13,6 @@ pub mod daemon;
 pub mod persist;
 pub mod safe_file;
 pub mod snapshot;
+mod snapshot_thread;
 pub mod status_writer;
 mod view;

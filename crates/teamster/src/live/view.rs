@@ -1,4 +1,5 @@
-//! Building the [`Snapshot`] of a running data plane.
+//! Building the [`Snapshot`] of a running data plane from what it [`Published`], on the
+//! control plane's thread.
 
 use super::config::SwitchFile;
 use super::snapshot::{
@@ -8,13 +9,12 @@ use std::collections::HashSet;
 use teamster_core::ioc::{allocate, NodeId};
 use teamster_core::switch::{Counters, DropReason};
 use teamster_core::teaming::{GroupId, LinkState, UplinkId};
-use teamster_core::Instant;
-use teamster_dp::datapath::{Datapath, ExtraDrops};
+use teamster_dp::datapath::{ExtraDrops, Published};
 
 /// Moves kept in a snapshot (the most recent).
-const MOVES_SHOWN: usize = 500;
+pub(super) const MOVES_SHOWN: usize = 500;
 /// Events kept in a snapshot (the most recent).
-const EVENTS_SHOWN: usize = 200;
+pub(super) const EVENTS_SHOWN: usize = 200;
 
 /// The core switch's counters with the data plane's own drops added under their reasons.
 fn counters(c: Option<&Counters>, extra: &ExtraDrops) -> CountersView {
@@ -39,13 +39,13 @@ fn up_down(up: bool) -> String {
     if up { "up" } else { "down" }.to_string()
 }
 
-/// The switch as the API shows it at `now`; `file` is the configuration in force.
-pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapshot {
-    let team = dp.switch().team();
-    let tree = dp.tree();
-    let uplink_name = |u: UplinkId| dp.uplinks()[u.0].plan.name.clone();
+/// The switch as the API shows it, from what the data plane published; `file` is the
+/// configuration in force.
+pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
+    let (team, tree, now) = (&dp.team, &dp.tree, dp.at);
+    let uplink_name = |u: UplinkId| dp.uplinks[u.0].plan.name.clone();
     let uplinks = dp
-        .uplinks()
+        .uplinks
         .iter()
         .enumerate()
         .map(|(i, u)| {
@@ -53,26 +53,26 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             UplinkView {
                 name: u.plan.name.clone(),
                 interface: u.plan.interface.clone(),
-                attached: u.attached(),
-                backend: u.backend(),
+                attached: u.attached,
+                backend: u.backend.clone(),
                 link: up_down(u.carrier),
                 admin: up_down(u.plan.admin_up),
                 in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
                 capacity_bps: u.plan.capacity.bps(),
                 tx_utilisation: util.tx,
                 rx_utilisation: util.rx,
-                queue_depth: dp.ports().iter().map(|p| dp.queued(i, p.plan.leaf) as u64).sum(),
-                queue_bytes: dp.queued_bytes(i),
-                queue_budget_bytes: dp.queue_budget(i),
+                queue_depth: u.queued_frames,
+                queue_bytes: u.queued_bytes,
+                queue_budget_bytes: u.queue_budget,
                 ecn_marked: u.ecn_marked,
-                counters: counters(dp.switch().uplink_counters(UplinkId(i)), &u.extra),
+                counters: counters(u.counters.as_ref(), &u.extra),
             }
         })
         .collect();
-    let demand = demands(dp, now);
-    let allocation = allocations(dp, now);
+    let demand = demands(dp);
+    let allocation = allocations(dp);
     let ports = dp
-        .ports()
+        .ports
         .iter()
         .zip(&file.ports)
         .map(|(p, pf)| {
@@ -81,9 +81,9 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             PortView {
                 name: p.plan.name.clone(),
                 interface: p.plan.interface.clone(),
-                attached: p.attached(),
-                backend: p.backend(),
-                worker: p.worker(),
+                attached: p.attached,
+                backend: p.backend.clone(),
+                worker: p.worker,
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),
@@ -94,7 +94,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
                 allocation_bps: allocation[p.plan.leaf.0],
                 tx_bps: rates.tx,
                 rx_bps: rates.rx,
-                counters: counters(dp.port_counters(p.plan.id), &p.extra),
+                counters: counters(p.counters.as_ref(), &p.extra),
             }
         })
         .collect();
@@ -117,7 +117,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
         .collect();
     let lbt_config = team.lbt_config();
     let (last, next) = team.lbt_timing();
-    let moves = dp.moves();
+    let moves = &dp.moves;
     let lbt = LbtView {
         threshold: lbt_config.threshold,
         window_s: lbt_config.window.as_secs_f64(),
@@ -135,7 +135,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             })
             .collect(),
     };
-    let port_leaves: HashSet<NodeId> = dp.ports().iter().map(|p| p.plan.leaf).collect();
+    let port_leaves: HashSet<NodeId> = dp.ports.iter().map(|p| p.plan.leaf).collect();
     let netioc = tree
         .ids()
         .map(|id| {
@@ -161,8 +161,7 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
             }
         })
         .collect();
-    let events = dp.events();
-    let skip = events.len().saturating_sub(EVENTS_SHOWN);
+    let skip = dp.events.len().saturating_sub(EVENTS_SHOWN);
     Snapshot {
         t_s: now.as_secs_f64(),
         uplinks,
@@ -170,8 +169,10 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
         port_groups,
         lbt,
         netioc,
-        failovers: dp.failovers(),
-        events: events
+        failovers: dp.failovers,
+        events: dp
+            .events
+            .iter()
             .skip(skip)
             .map(|e| EventView {
                 seq: e.seq,
@@ -184,11 +185,11 @@ pub(super) fn snapshot(dp: &Datapath, file: &SwitchFile, now: Instant) -> Snapsh
 }
 
 /// Offered send rate per tree node: each port's, summed up the tree.
-fn demands(dp: &Datapath, now: Instant) -> Vec<f64> {
-    let tree = dp.tree();
+fn demands(dp: &Published) -> Vec<f64> {
+    let tree = &dp.tree;
     let mut demand = vec![0.0; tree.len()];
-    for p in dp.ports() {
-        let rate = dp.switch().team().port_rates(p.plan.id, now).map_or(0.0, |r| r.tx);
+    for p in &dp.ports {
+        let rate = dp.team.port_rates(p.plan.id, dp.at).map_or(0.0, |r| r.tx);
         let mut node = Some(p.plan.leaf);
         while let Some(n) = node {
             demand[n.0] += rate;
@@ -200,11 +201,10 @@ fn demands(dp: &Datapath, now: Instant) -> Vec<f64> {
 
 /// What NetIOC gives each node at the measured demands: per uplink in use, the allocation of
 /// its capacity among the ports it carries, summed over uplinks.
-fn allocations(dp: &Datapath, now: Instant) -> Vec<f64> {
-    let team = dp.switch().team();
-    let tree = dp.tree();
+fn allocations(dp: &Published) -> Vec<f64> {
+    let (team, tree, now) = (&dp.team, &dp.tree, dp.at);
     let mut total = vec![0.0; tree.len()];
-    for (u, uplink) in dp.uplinks().iter().enumerate() {
+    for (u, uplink) in dp.uplinks.iter().enumerate() {
         let id = UplinkId(u);
         if team.link_state(id) != Some(LinkState::Up) {
             continue;
@@ -215,7 +215,7 @@ fn allocations(dp: &Datapath, now: Instant) -> Vec<f64> {
             .ids()
             .map(|n| tree.node(n).children.is_empty().then_some(0.0))
             .collect();
-        for p in dp.ports() {
+        for p in &dp.ports {
             if team.port_uplink(p.plan.id) == Some(id) {
                 demand[p.plan.leaf.0] = Some(team.port_rates(p.plan.id, now).map_or(0.0, |r| r.tx));
             }

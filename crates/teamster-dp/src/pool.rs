@@ -1,9 +1,10 @@
 //! Frame buffers, reused: the data plane's answer to a heap allocation per frame.
 //!
-//! Model. Every frame the switch forwards is copied once, from the receive buffer into a buffer
-//! from this pool, and that buffer travels (through an uplink's scheduler, or straight to a
-//! port's transmit batch) to the backend, which hands it back once the kernel has taken the
-//! frame. Buffers come in two sizes, so a queue of small frames does not pin 64 KiB each: small
+//! Model. Every frame the switch forwards is received into a buffer from this pool (a
+//! super-frame straight from the kernel; a smaller frame copied into a small buffer, so it does
+//! not pin 64 KiB while it waits), and that buffer travels (through an uplink's scheduler, or
+//! straight to a port's transmit batch) to the backend, which hands it back once the kernel has
+//! taken the frame. Buffers come in two sizes, so a queue of small frames does not pin 64 KiB each: small
 //! ([`SMALL`] bytes, a full-size frame with tags) and large (a 64 KiB super-frame). Each size
 //! keeps at most [`KEPT`] free buffers; beyond that a returned buffer is freed, so a burst that
 //! needed many buffers does not hold them for ever.
@@ -13,21 +14,52 @@
 //! the rest into a [`Spill`] shared by all (holding at most [`KEPT`]), where the thread that
 //! runs short takes them back before it allocates.
 
-use super::handoff::Spill;
+use crossbeam_queue::ArrayQueue;
 use std::sync::Arc;
 
 /// A small buffer: a 1500-byte MTU frame with two VLAN tags, rounded up.
-pub(super) const SMALL: usize = 2048;
+pub const SMALL: usize = 2048;
 /// A large buffer: the largest super-frame a packet socket hands over, with two tags.
-pub(super) const LARGE: usize = 65_536 + 64;
+pub const LARGE: usize = 65_536 + 64;
 /// Free buffers kept per size in the shared spill (small: 8 MiB, large: 32 MiB at most).
-pub(super) const KEPT: [usize; 2] = [4096, 512];
+pub const KEPT: [usize; 2] = [4096, 512];
 /// Free buffers kept per size by each thread before it spills.
-pub(super) const LOCAL: [usize; 2] = [1024, 128];
+pub const LOCAL: [usize; 2] = [1024, 128];
+
+/// Free frame buffers shared by every data-plane thread, of the two sizes the pool keeps.
+#[derive(Debug)]
+pub struct Spill {
+    free: [ArrayQueue<Vec<u8>>; 2],
+}
+
+impl Spill {
+    /// Room for `kept[class]` buffers of each size.
+    pub fn new(kept: [usize; 2]) -> Spill {
+        Spill {
+            free: [ArrayQueue::new(kept[0]), ArrayQueue::new(kept[1])],
+        }
+    }
+
+    /// A free buffer of size class `class`, if there is one.
+    pub fn take(&self, class: usize) -> Option<Vec<u8>> {
+        self.free[class].pop()
+    }
+
+    /// Keeps `b` for any thread, or frees it when enough are kept.
+    pub fn give(&self, class: usize, b: Vec<u8>) {
+        let _ = self.free[class].push(b);
+    }
+
+    /// Free buffers of size class `class`.
+    #[cfg(test)]
+    pub fn len(&self, class: usize) -> usize {
+        self.free[class].len()
+    }
+}
 
 /// Free frame buffers of two sizes, one thread's.
 #[derive(Debug)]
-pub(super) struct FramePool {
+pub struct FramePool {
     free: [Vec<Vec<u8>>; 2],
     spill: Arc<Spill>,
     /// Buffers allocated because none was free, since start.
@@ -90,6 +122,17 @@ impl FramePool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spill_is_bounded() {
+        let spill = Spill::new([2, 1]);
+        for _ in 0..5 {
+            spill.give(0, Vec::with_capacity(10));
+        }
+        assert!(spill.take(0).is_some() && spill.take(0).is_some());
+        assert!(spill.take(0).is_none(), "the third was freed");
+        assert!(spill.take(1).is_none());
+    }
 
     #[test]
     fn buffers_are_reused_by_size_and_the_pool_is_bounded() {

@@ -1,0 +1,109 @@
+//! What the control plane reads of the data plane: a copy taken between packets.
+//!
+//! Model. The switching worker copies, at one instant, the state an operator looks at (the
+//! team with its meters and link states, the NetIOC tree, every port's and uplink's counters,
+//! drops, attachment and queue, the most recent moves and events) into a [`Published`] value
+//! and hands it to another thread; everything built from it (allocations, snapshots, JSON, the
+//! status file) happens there. The copy costs the data plane one pass over ports and uplinks
+//! and one clone of the team and the tree; the rest of the control plane's work never runs on
+//! a data-plane thread, and nothing is shared, so nothing is locked.
+
+use super::{Datapath, Event, ExtraDrops, Move, PortPlan, UplinkPlan};
+use teamster_core::ioc::Tree;
+use teamster_core::switch::Counters;
+use teamster_core::teaming::{Team, UplinkId};
+use teamster_core::Instant;
+
+/// A port as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct PortState {
+    pub plan: PortPlan,
+    pub attached: bool,
+    /// The backend in use while attached.
+    pub backend: Option<String>,
+    /// The data-plane thread doing its I/O while attached.
+    pub worker: Option<usize>,
+    pub extra: ExtraDrops,
+    /// The core switch's counters, once it has seen traffic.
+    pub counters: Option<Counters>,
+}
+
+/// An uplink as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct UplinkState {
+    pub plan: UplinkPlan,
+    pub attached: bool,
+    pub backend: Option<String>,
+    pub carrier: bool,
+    pub extra: ExtraDrops,
+    pub ecn_marked: u64,
+    pub counters: Option<Counters>,
+    /// Frames waiting in its scheduler, all ports together.
+    pub queued_frames: u64,
+    /// Bytes (on the wire) waiting in its scheduler.
+    pub queued_bytes: u64,
+    /// Its queue's byte budget.
+    pub queue_budget: u64,
+}
+
+/// The data plane's state at one instant, for the control plane.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub at: Instant,
+    pub team: Team,
+    pub tree: Tree,
+    pub ports: Vec<PortState>,
+    pub uplinks: Vec<UplinkState>,
+    /// The most recent moves, oldest first.
+    pub moves: Vec<Move>,
+    /// The most recent events, oldest first.
+    pub events: Vec<Event>,
+    pub failovers: u64,
+}
+
+impl Datapath {
+    /// Copies what the control plane shows, with at most `moves` moves and `events` events
+    /// (the most recent).
+    pub fn publish(&self, now: Instant, moves: usize, events: usize) -> Published {
+        let ports = self
+            .ports
+            .iter()
+            .map(|p| PortState {
+                plan: p.plan.clone(),
+                attached: p.attached(),
+                backend: p.backend(),
+                worker: p.worker(),
+                extra: p.extra.clone(),
+                counters: self.switch.port_counters(p.plan.id).cloned(),
+            })
+            .collect();
+        let uplinks = self
+            .uplinks
+            .iter()
+            .enumerate()
+            .map(|(i, u)| UplinkState {
+                plan: u.plan.clone(),
+                attached: u.attached(),
+                backend: u.backend(),
+                carrier: u.carrier,
+                extra: u.extra.clone(),
+                ecn_marked: u.ecn_marked,
+                counters: self.switch.uplink_counters(UplinkId(i)).cloned(),
+                queued_frames: self.ports.iter().map(|p| self.ioc.queued(i, p.plan.leaf) as u64).sum(),
+                queued_bytes: self.ioc.queued_bytes(i),
+                queue_budget: self.ioc.budget(i),
+            })
+            .collect();
+        let skip = self.events.len().saturating_sub(events);
+        Published {
+            at: now,
+            team: self.switch.team().clone(),
+            tree: self.ioc.tree().clone(),
+            ports,
+            uplinks,
+            moves: self.moves[self.moves.len().saturating_sub(moves)..].to_vec(),
+            events: self.events.iter().skip(skip).cloned().collect(),
+            failovers: self.failovers,
+        }
+    }
+}
