@@ -816,6 +816,11 @@ impl Datapath {
         }
     }
 
+    /// The port worker whose share port `i` is (None with one data-plane thread).
+    fn port_worker_of(&self, i: usize) -> Option<usize> {
+        (!self.workers.is_empty()).then(|| i % self.workers.len())
+    }
+
     /// Whether a port worker has handed over frames not yet taken.
     fn handed_waiting(&self) -> bool {
         self.workers.iter().any(|w| !w.lane.from_ports.is_empty())
@@ -848,20 +853,19 @@ impl Datapath {
         }
         // A port worker's counts, whether or not the port is still attached (what a closed
         // socket held is counted there too).
-        for (k, w) in self.workers.iter().enumerate() {
-            for i in (k..self.ports.len()).step_by(self.workers.len()) {
-                let t = w.lane.tallies[i].take();
-                let p = &mut self.ports[i];
-                self.switch
-                    .count_sent(Egress::Port(p.plan.id), t.sent_packets, t.sent_bytes);
-                let x = &mut p.extra;
-                x.truncated += t.truncated;
-                x.bad_offload += t.bad_offload;
-                x.tx_error += t.tx_error;
-                x.ring_full += t.ring_full;
-                x.detached += t.detached;
-                x.handoff_full += t.handoff_full;
-            }
+        for i in 0..self.ports.len() {
+            let Some(w) = self.port_worker_of(i) else { break };
+            let t = self.workers[w].lane.tallies[i].take();
+            let p = &mut self.ports[i];
+            self.switch
+                .count_sent(Egress::Port(p.plan.id), t.sent_packets, t.sent_bytes);
+            let x = &mut p.extra;
+            x.truncated += t.truncated;
+            x.bad_offload += t.bad_offload;
+            x.tx_error += t.tx_error;
+            x.ring_full += t.ring_full;
+            x.detached += t.detached;
+            x.handoff_full += t.handoff_full;
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
             if let Some(b) = u.backend.as_mut() {

@@ -145,11 +145,10 @@ impl Datapath {
     /// are any (see [`super::port_worker`]), else to this thread.
     fn place_port(&mut self, i: usize, link: Link) {
         self.pollfds_stale = true;
-        if self.workers.is_empty() {
+        let Some(worker) = self.port_worker_of(i) else {
             self.ports[i].io = PortIo::Here(link);
             return;
-        }
-        let worker = i % self.workers.len();
+        };
         self.generation += 1;
         self.ports[i].io = PortIo::Away {
             worker,
