@@ -13,10 +13,10 @@ use netns::*;
 const UPLINK: f64 = 20.0;
 
 /// Both VMs pinned to uplink1, offering more than it carries: vm1's reservation (60% of the
-/// uplink) holds and vm2's limit (20%) caps it.
-fn pinned() -> String {
+/// uplink) holds and vm2's limit (20%) caps it; `workers` sets the data-plane threads.
+fn pinned(workers: &str) -> String {
     switch_toml(
-        "",
+        workers,
         "20M",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"15M\"",
@@ -25,15 +25,28 @@ fn pinned() -> String {
     )
 }
 
+/// One data-plane thread (the default on two cores): the uplink's scheduler and the ports' I/O
+/// share it.
 #[test]
 fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
+    reservation_and_limit("workers = 1");
+}
+
+/// Two data-plane threads: the ports' frames reach the uplink's scheduler through the handoff
+/// queues, and the switching worker must still wake for the pacer on time.
+#[test]
+fn reservation_holds_and_limit_caps_with_two_data_plane_threads() {
+    reservation_and_limit("workers = 2");
+}
+
+fn reservation_and_limit(workers: &str) {
     let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }
     let _topology = Topology::shaped(UPLINK as u32);
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, status_path) = start(dir.path(), &pinned());
+    let (_daemon, status_path) = start(dir.path(), &pinned(workers));
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
     // 18 + 8 offered on 20: saturated, vm2 at twice its limit.

@@ -492,9 +492,8 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
 /// `uplink1`/`uplink2` on tmt-u1/tmt-u2 at `capacity`, port group `vms` with the `group` lines
 /// (policy, failover order), the `classes` tables, and ports vm1 and vm2 on tmt-v1/tmt-v2 with
 /// their extra lines (reservation, limit, id). One data-plane thread (the default on two cores)
-/// whatever the machine's cores, unless `head` sets `workers`: with two, the saturated-uplink
-/// test in `live_qos` fails intermittently (the switch carries 4-12 of the paced 20 Mbit/s; an
-/// open bug, see bench/live/RESULTS.md); `live_counters` and `linkstate_live` run two.
+/// whatever the machine's cores, unless `head` sets `workers` (`live_counters`, `live_qos` and
+/// `linkstate_live` also run two).
 pub fn switch_toml(head: &str, capacity: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> String {
     let workers = if head.contains("workers =") { "" } else { "workers = 1" };
     format!(
