@@ -3,8 +3,9 @@
 //! and netlink for carrier changes.
 //!
 //! Each turn of [`Datapath::run`]: wait (poll) for frames, a link change or the next timer (at
-//! most 10 ms); apply carrier changes (failover within that turn); pass every received frame
-//! through the switch; send frames for ports at once, queue frames for uplinks in their
+//! most 10 ms); apply carrier changes (failover within that turn); read every interface into
+//! its receive queue and pass frames from those queues through the switch, new flows first and
+//! sent at once (the `ingress` submodule); send frames for ports at once, queue frames for uplinks in their
 //! scheduler (fitted to the interface: see the `fit` submodule), and let each pacer release what the
 //! uplink's capacity allows, holding back while the device is busy; run the team's timers (LBT);
 //! send team-originated frames (notify-switch RARPs); tell the switch what each device took
@@ -46,6 +47,7 @@
 mod attach;
 mod fit;
 mod handoff;
+mod ingress;
 mod poll;
 mod port_worker;
 mod publish;
@@ -168,11 +170,14 @@ pub struct ExtraDrops {
     /// From or to this port: the queue between its port worker and the switching worker was
     /// full (the other thread had fallen behind by thousands of frames).
     pub handoff_full: u64,
+    /// On this interface: dropped from the switch's receive queue, which held more than the
+    /// switch forwarded (by CoDel, or over the queue's budget).
+    pub backlog: u64,
 }
 
 impl ExtraDrops {
     /// Every reason with its count, in a stable order, for status and metrics.
-    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 9] {
         [
             ("queue_full", self.queue_full),
             ("oversize", self.oversize),
@@ -182,6 +187,7 @@ impl ExtraDrops {
             ("bad_offload", self.bad_offload),
             ("detached", self.detached),
             ("handoff_full", self.handoff_full),
+            ("backlog", self.backlog),
         ]
     }
 }
@@ -213,6 +219,9 @@ pub struct Port {
     io: PortIo,
     mtu: usize,
     pub extra: ExtraDrops,
+    /// Frames from this port marked ECN Congestion Experienced in the switch's receive queue
+    /// (CoDel, instead of a drop), since start.
+    pub ecn_marked: u64,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
     attach_error: Option<String>,
 }
@@ -269,8 +278,9 @@ pub struct Uplink {
     pub extra: ExtraDrops,
     /// Carrier as the kernel reports it (false while detached).
     pub carrier: bool,
-    /// Frames queued for this uplink with an ECN Congestion Experienced mark set here (its
-    /// queue was over its byte budget), since start.
+    /// Frames marked ECN Congestion Experienced here, since start: queued for this uplink when
+    /// its queue was over its byte budget, or received on it and held too long in the switch's
+    /// receive queue (CoDel).
     pub ecn_marked: u64,
     /// The last attach failure reported.
     attach_error: Option<String>,
@@ -373,6 +383,8 @@ pub struct Datapath {
     gone: Receiver<Gone>,
     /// Attaches so far (each attach to a port worker carries the next).
     generation: u64,
+    /// Each interface's receive queue, ports then uplinks.
+    ingress: Vec<ingress::Queue>,
 }
 
 /// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
@@ -392,6 +404,8 @@ struct Scratch {
     received: Vec<(Ingress, Vec<u8>, Offload)>,
     pending: Vec<Pending>,
     forwards: Vec<Forward>,
+    /// Frames taken from each receive queue this turn.
+    taken: Vec<usize>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
@@ -523,6 +537,7 @@ impl Datapath {
                 io: PortIo::Detached,
                 mtu: 0,
                 extra: ExtraDrops::default(),
+                ecn_marked: 0,
                 attach_error: None,
             });
         }
@@ -575,6 +590,7 @@ impl Datapath {
             .map(|k| PortWorker::spawn(k + 1, ports.len(), upstream.clone(), plan.busy_poll))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("cannot start a port worker thread: {e}"))?;
+        let (n_ports, n_uplinks) = (ports.len(), uplinks.len());
         let mut dp = Datapath {
             pollfds: Vec::new(),
             pollmap: Vec::new(),
@@ -598,6 +614,7 @@ impl Datapath {
             bell,
             gone,
             generation: 0,
+            ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -720,37 +737,7 @@ impl Datapath {
                 self.resync(now, false);
             }
             self.take_gone(now);
-            let mut received = 0;
-            for p in 0..self.ports.len() {
-                let id = self.ports[p].plan.id;
-                let PortIo::Here(backend) = &mut self.ports[p].io else {
-                    continue;
-                };
-                received += backend.recv_batch(&mut self.pool, &mut |frame, offload| {
-                    scratch.received.push((Ingress::Port(id), frame, offload));
-                });
-            }
-            received += self.take_handed(now, &mut scratch);
-            for u in 0..self.uplinks.len() {
-                let Some(backend) = self.uplinks[u].backend.as_mut() else {
-                    continue;
-                };
-                received += backend.recv_batch(&mut self.pool, &mut |frame, offload| {
-                    scratch.received.push((Ingress::Uplink(UplinkId(u)), frame, offload));
-                });
-            }
-            for (from, frame, offload) in scratch.received.drain(..) {
-                let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
-                switch_frame(
-                    &mut self.switch,
-                    from,
-                    (frame, offload),
-                    now,
-                    &mut self.pool,
-                    pending,
-                    forwards,
-                );
-            }
+            let received = self.receive_and_switch(now, &mut scratch);
             if received > 0 {
                 self.busy_until = now + self.busy_poll;
             }
@@ -759,44 +746,11 @@ impl Datapath {
                 self.switch.handle_timeout(now);
             }
             self.effects(now);
-            self.pace(now);
-            for p in &mut self.ports {
-                if let Some(b) = p.here() {
-                    p.extra.tx_error += b.flush() as u64;
-                }
-            }
-            for w in &self.workers {
-                w.lane.bell.ring();
-            }
+            self.send_now(now);
             self.recycle();
             self.count_devices();
             control.turn(self, now);
         }
-    }
-
-    /// Passes through the switch the frames port workers handed over (at most one queue's worth
-    /// each, so a flood from them cannot starve the uplinks); returns how many.
-    fn take_handed(&mut self, now: Instant, scratch: &mut Scratch) -> usize {
-        let mut taken = 0;
-        for w in &self.workers {
-            for _ in 0..port_worker::HANDOFF_FRAMES {
-                let Some(h) = w.lane.from_ports.pop() else { break };
-                let id = self.ports[h.port as usize].plan.id;
-                let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
-                let frame = (h.frame, h.offload);
-                switch_frame(
-                    &mut self.switch,
-                    Ingress::Port(id),
-                    frame,
-                    now,
-                    &mut self.pool,
-                    pending,
-                    forwards,
-                );
-                taken += 1;
-            }
-        }
-        taken
     }
 
     /// Re-attaches the ports whose socket a port worker closed (its interface went away).
@@ -1047,6 +1001,20 @@ impl Datapath {
                     }
                 }
             }
+        }
+    }
+
+    /// Sends what is ready: each uplink's scheduler what its pacer allows, each port's batch,
+    /// and wakes the port workers for what was handed to them.
+    fn send_now(&mut self, now: Instant) {
+        self.pace(now);
+        for p in &mut self.ports {
+            if let Some(b) = p.here() {
+                p.extra.tx_error += b.flush() as u64;
+            }
+        }
+        for w in &self.workers {
+            w.lane.bell.ring();
         }
     }
 

@@ -10,6 +10,8 @@
 //!   go; [`iface`]: an interface's index, MTU and carrier, read by name.
 //! - [`receive`]: restoring a received frame from the kernel's metadata (VLAN tag) with its
 //!   offload request; [`vnet`]: the virtio-net header that carries that request.
+//! - [`ingress_queue`]: the switch's own receive queue per interface (flow queues, new flows
+//!   first, CoDel), where frames wait when the switch is short of CPU.
 //! - [`pacer`]: a byte pacer per uplink; the NetIOC scheduler decides the order, the pacer the
 //!   rate.
 //!
@@ -22,6 +24,7 @@ pub mod backend;
 pub mod caps;
 pub mod datapath;
 pub mod iface;
+pub mod ingress_queue;
 pub mod netlink;
 pub mod pacer;
 pub mod pool;

@@ -33,6 +33,10 @@ impl Datapath {
         }
         let now = self.now();
         let mut deadline = self.switch.poll_at().min(self.next_resync);
+        if self.ingress_waiting() {
+            // Frames wait to be switched: poll (for errors and new frames) without sleeping.
+            deadline = now;
+        }
         for (i, u) in self.uplinks.iter().enumerate() {
             // Out of balance: wake when a batch may go. Otherwise a backlog held by a limit
             // (a port over its cap) is released by the scheduler's clock, not by the next

@@ -24,6 +24,8 @@ pub struct PortState {
     /// The data-plane thread doing its I/O while attached.
     pub worker: Option<usize>,
     pub extra: ExtraDrops,
+    /// Frames from it marked Congestion Experienced in the switch's receive queue.
+    pub ecn_marked: u64,
     /// The core switch's counters, once it has seen traffic.
     pub counters: Option<Counters>,
 }
@@ -74,6 +76,7 @@ impl Datapath {
                 backend: p.backend(),
                 worker: p.worker(),
                 extra: p.extra.clone(),
+                ecn_marked: p.ecn_marked,
                 counters: self.switch.port_counters(p.plan.id).cloned(),
             })
             .collect();

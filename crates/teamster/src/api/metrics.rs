@@ -5,7 +5,8 @@
 //! limit, allocation, demand in bits/s), `teamster_lbt_moves_total`, `teamster_port_moves_total{reason}`,
 //! `teamster_failovers_total`, `teamster_scheduler_queue_depth{uplink}` (frames),
 //! `teamster_scheduler_queue_bytes{uplink}`, `teamster_scheduler_queue_budget_bytes{uplink}`
-//! and `teamster_uplink_ecn_marked_total{uplink}` (frames marked Congestion Experienced).
+//! and `teamster_uplink_ecn_marked_total{uplink}` / `teamster_port_ecn_marked_total{port}`
+//! (frames marked Congestion Experienced).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -113,6 +114,12 @@ pub fn encode(s: &Snapshot) -> String {
         "Frames marked ECN Congestion Experienced by the switch",
         marked.clone(),
     );
+    let port_marked = Family::<Labels, Counter>::default();
+    reg.register(
+        "port_ecn_marked",
+        "Frames from the port marked ECN Congestion Experienced in the switch's receive queue",
+        port_marked.clone(),
+    );
     let rate = gauge(&mut reg, "port_rate_bits_per_second", "Mean rate over the LBT window");
     let reservation = gauge(
         &mut reg,
@@ -157,6 +164,9 @@ pub fn encode(s: &Snapshot) -> String {
     }
     for p in &s.ports {
         port.record(&p.name, &p.counters);
+        port_marked
+            .get_or_create(&labels(&[("port", &p.name)]))
+            .inc_by(p.ecn_marked);
         for (dir, v) in [("tx", p.tx_bps), ("rx", p.rx_bps)] {
             rate.get_or_create(&labels(&[("port", &p.name), ("direction", dir)]))
                 .set(v);

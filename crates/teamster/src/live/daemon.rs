@@ -233,6 +233,7 @@ mod tests {
                 backend: Some("af_packet".into()),
                 worker: Some(0),
                 extra: Default::default(),
+                ecn_marked: 0,
                 counters: None,
             })
             .collect();

@@ -102,6 +102,10 @@ pub struct PortView {
     pub tx_bps: f64,
     /// Mean receive rate over the LBT window, bits/s.
     pub rx_bps: f64,
+    /// Frames from this port marked ECN Congestion Experienced in the switch's receive queue
+    /// (held too long while the switch was short of CPU), since start.
+    #[serde(default)]
+    pub ecn_marked: u64,
     pub counters: CountersView,
 }
 

@@ -94,6 +94,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 allocation_bps: allocation[p.plan.leaf.0],
                 tx_bps: rates.tx,
                 rx_bps: rates.rx,
+                ecn_marked: p.ecn_marked,
                 counters: counters(p.counters.as_ref(), &p.extra),
             }
         })
