@@ -406,6 +406,8 @@ struct Scratch {
     forwards: Vec<Forward>,
     /// Frames taken from each receive queue this turn.
     taken: Vec<usize>,
+    /// The interfaces to read this round: (is an uplink, index).
+    readable: Vec<(bool, usize)>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
@@ -737,7 +739,7 @@ impl Datapath {
                 self.resync(now, false);
             }
             self.take_gone(now);
-            let received = self.receive_and_switch(now, &mut scratch);
+            let (received, now) = self.receive_and_switch(now, &mut scratch);
             if received > 0 {
                 self.busy_until = now + self.busy_poll;
             }

@@ -15,10 +15,14 @@
 //!   [`TARGET`] for a whole [`INTERVAL`], it drops (or marks CE, where the frame is
 //!   ECN-capable) one frame, then more often (interval / sqrt(count)) until the wait falls under
 //!   the target: TCP backs off to what the switch forwards, with a short standing queue;
-//! - a byte and frame budget bounds the whole: past it, the head of the longest flow queue is
-//!   dropped (a flood that ignores CoDel costs its own flow, not the others).
+//! - a frame and memory budget bounds the whole (memory counted as the buffers the frames hold,
+//!   not their lengths): past it, the oldest frames of the flow queue holding the most memory
+//!   are dropped, half of it at a time (a flood that ignores CoDel costs its own flow, not the
+//!   others).
 //!
-//! Time is passed in; drops are handed to the caller (to recycle the buffer) and counted.
+//! Frames are held in one slab for all flow queues, so memory is bounded by the frame budget
+//! whichever flows hold them. Time is passed in; drops are handed to the caller (to recycle the
+//! buffer) and counted.
 
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -29,15 +33,18 @@ use teamster_core::Instant;
 pub const FLOWS: usize = 1024;
 /// Bytes a flow queue may send per round of the deficit round robin: one full-size frame.
 pub const QUANTUM: i64 = 1514;
+/// Frames dropped at most at once from the largest flow queue when over budget.
+pub const DROP_BATCH: usize = 64;
 /// CoDel's acceptable standing wait.
 pub const TARGET: Duration = Duration::from_millis(5);
 /// CoDel's window: a wait above the target for this long starts dropping.
 pub const INTERVAL: Duration = Duration::from_millis(100);
 
-/// A frame held, with when it arrived and its length.
+/// A frame held, with when it arrived, its length and the memory it holds.
 struct Held<T> {
     item: T,
     len: u32,
+    cost: u32,
     at: Instant,
 }
 
@@ -49,9 +56,14 @@ enum Listed {
     Old,
 }
 
-/// One flow queue with its round-robin deficit and CoDel state.
-struct Flow<T> {
-    queue: VecDeque<Held<T>>,
+/// No slot: the end of a flow queue's chain.
+const NIL: u32 = u32::MAX;
+
+/// One flow queue (a chain of slots, oldest first) with its round-robin deficit and CoDel
+/// state.
+struct Flow {
+    head: u32,
+    tail: u32,
     bytes: u64,
     deficit: i64,
     listed: Listed,
@@ -64,12 +76,21 @@ struct Flow<T> {
 
 /// The switch's receive queue for one interface.
 pub struct IngressQueue<T> {
-    flows: Vec<Flow<T>>,
+    flows: Vec<Flow>,
+    /// The memory each flow queue holds, apart from the rest of its state so that finding the
+    /// largest is one pass over a dense array (as Linux's fq_codel keeps its backlogs).
+    held: Vec<u64>,
+    /// Every held frame, in one slab shared by the flow queues (so memory is bounded by the
+    /// frame budget, whichever flows hold the frames), chained through `next`.
+    slots: Vec<Option<Held<T>>>,
+    next: Vec<u32>,
+    free: Vec<u32>,
     new_flows: VecDeque<u16>,
     old_flows: VecDeque<u16>,
     bytes: u64,
+    memory: u64,
     frames: usize,
-    max_bytes: u64,
+    max_memory: u64,
     max_frames: usize,
     keys: RandomState,
     dropped: u64,
@@ -79,16 +100,18 @@ pub struct IngressQueue<T> {
 /// What happened to a frame offered to [`IngressQueue::enqueue`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Offered {
-    /// Frames dropped to keep within the budget (the new one or the longest flow's oldest).
+    /// Frames dropped to keep within the budget (the largest flow queue's oldest).
     pub dropped: u32,
 }
 
 impl<T> IngressQueue<T> {
-    /// An empty queue holding at most `max_bytes` and `max_frames`.
-    pub fn new(max_bytes: u64, max_frames: usize, now: Instant) -> IngressQueue<T> {
+    /// An empty queue holding at most `max_frames` frames in at most `max_memory` bytes of
+    /// buffers.
+    pub fn new(max_memory: u64, max_frames: usize, now: Instant) -> IngressQueue<T> {
         let flows = (0..FLOWS)
             .map(|_| Flow {
-                queue: VecDeque::new(),
+                head: NIL,
+                tail: NIL,
                 bytes: 0,
                 deficit: 0,
                 listed: Listed::No,
@@ -101,11 +124,16 @@ impl<T> IngressQueue<T> {
             .collect();
         IngressQueue {
             flows,
+            held: vec![0; FLOWS],
+            slots: Vec::new(),
+            next: Vec::new(),
+            free: Vec::new(),
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
             bytes: 0,
+            memory: 0,
             frames: 0,
-            max_bytes,
+            max_memory,
             max_frames,
             keys: RandomState::new(),
             dropped: 0,
@@ -123,9 +151,14 @@ impl<T> IngressQueue<T> {
         self.frames == 0
     }
 
-    /// Bytes held.
+    /// Bytes held (the frames' lengths).
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Memory held (what the frames' buffers cost, as given to [`IngressQueue::enqueue`]).
+    pub fn memory(&self) -> u64 {
+        self.memory
     }
 
     /// Frames dropped since the last call (budget and CoDel), and frames marked CE instead.
@@ -171,39 +204,116 @@ impl<T> IngressQueue<T> {
         h.finish() as usize % FLOWS
     }
 
-    /// Queues `item` (`len` bytes) on flow queue `flow`, arrived at `now`; keeps within the
-    /// budget by dropping, into `drop`, the oldest frame of the longest flow queue.
-    pub fn enqueue(&mut self, flow: usize, item: T, len: u32, now: Instant, drop: &mut dyn FnMut(T)) -> Offered {
+    /// Queues `item` (`len` bytes long, holding `cost` bytes of memory) on flow queue `flow`,
+    /// arrived at `now`; keeps within the budget by dropping, into `drop`, the oldest frames
+    /// of the flow queue holding the most memory.
+    pub fn enqueue(
+        &mut self,
+        flow: usize,
+        item: T,
+        (len, cost): (u32, u32),
+        now: Instant,
+        drop: &mut dyn FnMut(T),
+    ) -> Offered {
+        self.push(
+            flow,
+            Held {
+                item,
+                len,
+                cost,
+                at: now,
+            },
+        );
         let f = &mut self.flows[flow];
-        f.queue.push_back(Held { item, len, at: now });
         f.bytes += u64::from(len);
         if f.listed == Listed::No {
             f.listed = Listed::New;
             f.deficit = QUANTUM;
             self.new_flows.push_back(flow as u16);
         }
+        self.held[flow] += u64::from(cost);
         self.bytes += u64::from(len);
+        self.memory += u64::from(cost);
         self.frames += 1;
         let mut offered = Offered::default();
-        while self.frames > self.max_frames || self.bytes > self.max_bytes {
-            let longest = self.longest().expect("over budget means something is held");
-            let held = self.pop(longest).expect("the longest queue holds a frame");
-            drop(held.item);
-            self.dropped += 1;
-            offered.dropped += 1;
+        while self.frames > self.max_frames || self.memory > self.max_memory {
+            // Half the largest queue at a time (at most [`DROP_BATCH`] frames), as fq_codel
+            // does: one pass over the flows' memory per batch.
+            let largest = self.largest();
+            let keep = self.held[largest] / 2;
+            for _ in 0..DROP_BATCH {
+                let Some(held) = self.pop(largest) else { break };
+                drop(held.item);
+                self.dropped += 1;
+                offered.dropped += 1;
+                if self.held[largest] <= keep {
+                    break;
+                }
+            }
+            if self.held[largest] == 0 {
+                self.idle(largest);
+            }
         }
         offered
     }
 
-    /// The active flow queue holding the most bytes (the one a budget drop comes from).
-    fn longest(&self) -> Option<usize> {
-        let active = self.new_flows.iter().chain(&self.old_flows).map(|&f| f as usize);
-        active.max_by_key(|&f| self.flows[f].bytes)
+    /// The flow queue holding the most memory (where a budget drop comes from).
+    fn largest(&self) -> usize {
+        let mut best = 0;
+        for (f, &m) in self.held.iter().enumerate() {
+            if m > self.held[best] {
+                best = f;
+            }
+        }
+        best
+    }
+
+    /// Flow queue `f` ran empty: CoDel's state for it ends (RFC 8289 leaves the dropping
+    /// state when there is nothing to dequeue), so frames it gets later are judged afresh.
+    fn idle(&mut self, f: usize) {
+        self.flows[f].dropping = false;
+        self.flows[f].first_above = None;
+    }
+
+    /// Puts `held` at the end of flow queue `f`'s chain, in a free slot (the slab grows only
+    /// up to the frame budget, plus the one frame over it that [`IngressQueue::enqueue`]
+    /// drops again at once).
+    fn push(&mut self, f: usize, held: Held<T>) {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(held);
+                i
+            }
+            None => {
+                self.slots.push(Some(held));
+                self.next.push(NIL);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.next[slot as usize] = NIL;
+        let flow = &mut self.flows[f];
+        match flow.tail {
+            NIL => flow.head = slot,
+            tail => self.next[tail as usize] = slot,
+        }
+        flow.tail = slot;
     }
 
     /// Takes the oldest frame of flow queue `f`.
     fn pop(&mut self, f: usize) -> Option<Held<T>> {
-        let held = self.flows[f].queue.pop_front()?;
+        let flow = &mut self.flows[f];
+        let slot = flow.head;
+        if slot == NIL {
+            return None;
+        }
+        flow.head = self.next[slot as usize];
+        if flow.head == NIL {
+            flow.tail = NIL;
+        }
+        self.free.push(slot);
+        let held = self.slots[slot as usize].take().expect("a chained slot holds a frame");
+        self.held[f] -= u64::from(held.cost);
+        self.memory -= u64::from(held.cost);
         self.flows[f].bytes -= u64::from(held.len);
         self.bytes -= u64::from(held.len);
         self.frames -= 1;
@@ -330,7 +440,10 @@ impl<T> IngressQueue<T> {
         mark: &mut dyn FnMut(&mut T) -> bool,
         drop: &mut dyn FnMut(T),
     ) -> Option<Held<T>> {
-        let mut held = self.pop(f)?;
+        let Some(mut held) = self.pop(f) else {
+            self.idle(f);
+            return None;
+        };
         let drop_it = self.too_long(f, &held, now);
         if self.flows[f].dropping {
             if !drop_it {
@@ -346,7 +459,7 @@ impl<T> IngressQueue<T> {
                 held = match self.pop(f) {
                     Some(h) => h,
                     None => {
-                        self.flows[f].dropping = false;
+                        self.idle(f);
                         return None;
                     }
                 };
@@ -369,7 +482,13 @@ impl<T> IngressQueue<T> {
             if let Some(marked) = self.punish(held, mark, drop) {
                 return Some(marked);
             }
-            held = self.pop(f)?;
+            held = match self.pop(f) {
+                Some(h) => h,
+                None => {
+                    self.idle(f);
+                    return None;
+                }
+            };
             // Only for its clock: whether the next frame waited too long starts or resets the
             // interval the flow is judged on.
             self.too_long(f, &held, now);

@@ -2,17 +2,24 @@
 //! interface's [`IngressQueue`], then at most [`RX_TURN`] of them per interface through the
 //! switch, new flows first, in [`ROUNDS`] rounds.
 //!
-//! The loop reads an interface while its queue is under half its budget (up to
-//! [`READS_PER_ROUND`] batches a round), so when the switch falls behind the excess waits here,
-//! in flow queues under CoDel, not in the kernel's FIFO: a ping or a handshake beside bulk
-//! flows is switched in the next turn, and the bulk flows are slowed by CoDel's drops (or CE
-//! marks) rather than by the socket buffer overflowing. Reading is a fraction of a frame's cost
-//! (sending is most of it), so reading more than is switched costs little; frames dropped here
-//! are counted as `backlog` on the interface they arrived on.
+//! When the switch falls behind, the excess waits here, in flow queues under CoDel, rather
+//! than in the kernel's FIFO: a ping or a handshake beside bulk flows is switched within a
+//! round, and the bulk flows are slowed by CoDel's drops (or CE marks) rather than by a socket
+//! buffer overflowing. Reading is a fraction of a frame's cost (sending is most of it), so
+//! reading more than is switched costs little. How far each interface is read:
+//! - an uplink always, up to [`READS_PER_ROUND`] batches a round: it carries every VM's inbound
+//!   traffic, so a flood towards one VM must be cut here, by the queue's budget, from the
+//!   flood's own flow queue, not left in the kernel's FIFO ahead of the other VMs' frames;
+//! - a VM's port while its queue is under half its budget: the queue holds that VM's frames
+//!   only, so what its excess delays is its own traffic, and the kernel drops that excess (as
+//!   `ring_full`) at no cost to the switch's CPU.
+//!
+//! Frames dropped here are counted as `backlog` on the interface they arrived on.
 
-use super::{port_worker, switch_frame, Datapath, PortIo, Scratch};
+use super::{port_worker, switch_frame, Datapath, PortIo, Scratch, Slot};
 use crate::ingress_queue::IngressQueue;
 use crate::{Backend, RX_TURN};
+use core::time::Duration;
 use teamster_core::offload::Offload;
 use teamster_core::teaming::UplinkId;
 use teamster_core::wire::mark_congestion;
@@ -20,9 +27,10 @@ use teamster_core::{switch::Ingress, Instant};
 
 /// Frames an interface's receive queue holds at most.
 pub const INGRESS_FRAMES: usize = 2048;
-/// Bytes an interface's receive queue holds at most: twice a socket's receive buffer, so that
-/// one read below half of it never overflows it.
-pub const INGRESS_BYTES: u64 = 4 << 20;
+/// Memory an interface's receive queue holds at most, counted as the buffers its frames are
+/// in: a port's queue is read only below half of it, so one read (at most a socket receive
+/// buffer's worth, 4 MiB as the kernel counts it) does not overflow it.
+pub const INGRESS_MEMORY: u64 = 8 << 20;
 /// Receive calls per interface per round, at most.
 pub const READS_PER_ROUND: usize = 2;
 /// Rounds of reading and switching per turn of the loop.
@@ -33,7 +41,7 @@ pub(super) type Queue = IngressQueue<(Vec<u8>, Offload)>;
 
 /// A new, empty receive queue.
 pub(super) fn queue(now: Instant) -> Queue {
-    IngressQueue::new(INGRESS_BYTES, INGRESS_FRAMES, now)
+    IngressQueue::new(INGRESS_MEMORY, INGRESS_FRAMES, now)
 }
 
 impl Datapath {
@@ -45,30 +53,89 @@ impl Datapath {
         }
     }
 
-    /// Reads every socket into its receive queue while the queue has room, and takes what the
-    /// port workers handed over; returns the frames received.
-    fn receive(&mut self, now: Instant, scratch: &mut Scratch) -> usize {
+    /// The receive half of a turn, in [`ROUNDS`] rounds: each reads the sockets with frames
+    /// (every socket in the first round; in the others those a zero-timeout poll finds
+    /// readable), switches the new flows' frames of every interface and sends them, with
+    /// whatever the rounds before switched, at once; then switches a share of each interface's
+    /// other frames (at most [`RX_TURN`] per interface over the turn), which the next round or
+    /// the end of the turn sends. A sparse flow so waits for a round, not for the turn's bulk.
+    /// Returns the frames received and the time at the end, for the rest of the turn (the
+    /// clock of the pacers and schedulers must not go back).
+    pub(super) fn receive_and_switch(&mut self, mut now: Instant, scratch: &mut Scratch) -> (usize, Instant) {
+        scratch.taken.clear();
+        scratch.taken.resize(self.ingress.len(), 0);
         let mut received = 0;
-        for p in 0..self.ports.len() {
-            let id = self.ports[p].plan.id;
-            let PortIo::Here(backend) = &mut self.ports[p].io else {
-                continue;
-            };
-            received += read(backend, &self.ingress[p], &mut self.pool, &mut |f, o| {
-                scratch.received.push((Ingress::Port(id), f, o))
-            });
+        for round in 1..=ROUNDS {
+            let all = round == 1 || self.pollfds_stale;
+            if !all {
+                self.poll_for(Duration::ZERO);
+            }
+            received += self.receive(now, scratch, all);
+            self.switch_from_queues(now, scratch, None);
+            if !scratch.pending.is_empty() {
+                self.dispatch(&mut scratch.pending, now);
+                self.send_now(now);
+            }
+            self.switch_from_queues(now, scratch, Some(RX_TURN * round / ROUNDS));
+            if round < ROUNDS {
+                now = self.now();
+            }
         }
-        for u in 0..self.uplinks.len() {
-            let Some(backend) = self.uplinks[u].backend.as_mut() else {
-                continue;
+        (received, now)
+    }
+
+    /// Reads the sockets (every one, or those the last poll found readable) into their receive
+    /// queues, and takes a round's share of what the port workers handed over; returns the
+    /// frames received.
+    fn receive(&mut self, now: Instant, scratch: &mut Scratch, all: bool) -> usize {
+        let mut received = 0;
+        if all {
+            scratch.readable.extend((0..self.ports.len()).map(|p| (false, p)));
+            scratch.readable.extend((0..self.uplinks.len()).map(|u| (true, u)));
+        } else {
+            for (fd, slot) in self.pollfds.iter().zip(&self.pollmap) {
+                match *slot {
+                    Slot::Port(p) if fd.revents & libc::POLLIN != 0 => scratch.readable.push((false, p)),
+                    Slot::Uplink(u) if fd.revents & libc::POLLIN != 0 => scratch.readable.push((true, u)),
+                    _ => {}
+                }
+            }
+        }
+        for (uplink, i) in scratch.readable.drain(..) {
+            let (backend, from, q) = if uplink {
+                let Some(b) = self.uplinks[i].backend.as_mut() else {
+                    continue;
+                };
+                (b, Ingress::Uplink(UplinkId(i)), &self.ingress[self.ports.len() + i])
+            } else {
+                let id = self.ports[i].plan.id;
+                let PortIo::Here(b) = &mut self.ports[i].io else {
+                    continue;
+                };
+                (b, Ingress::Port(id), &self.ingress[i])
             };
-            let q = &self.ingress[self.ports.len() + u];
-            received += read(backend, q, &mut self.pool, &mut |f, o| {
-                scratch.received.push((Ingress::Uplink(UplinkId(u)), f, o))
-            });
+            // A VM's port only below half its queue's budget (see the module documentation).
+            let room = if uplink { usize::MAX } else { INGRESS_FRAMES / 2 };
+            let memory = if uplink { u64::MAX } else { INGRESS_MEMORY / 2 };
+            let mut read = 0;
+            let mut cost = 0u64;
+            for _ in 0..READS_PER_ROUND {
+                if q.len() + read >= room || q.memory() + cost >= memory {
+                    break;
+                }
+                let n = backend.recv_batch(&mut self.pool, &mut |f, o| {
+                    cost += f.capacity() as u64;
+                    scratch.received.push((from, f, o))
+                });
+                read += n;
+                if n < RX_TURN {
+                    break;
+                }
+            }
+            received += read;
         }
         for w in &self.workers {
-            for _ in 0..port_worker::HANDOFF_FRAMES {
+            for _ in 0..port_worker::HANDOFF_FRAMES / ROUNDS {
                 let Some(h) = w.lane.from_ports.pop() else { break };
                 let id = self.ports[h.port as usize].plan.id;
                 scratch.received.push((Ingress::Port(id), h.frame, h.offload));
@@ -79,33 +146,9 @@ impl Datapath {
             let slot = self.ingress_slot(from);
             let q = &mut self.ingress[slot];
             let flow = q.flow_of(&frame);
-            let len = frame.len() as u32;
+            let size = (frame.len() as u32, frame.capacity() as u32);
             let pool = &mut self.pool;
-            q.enqueue(flow, (frame, offload), len, now, &mut |(f, _)| pool.give(f));
-        }
-        received
-    }
-
-    /// The receive half of a turn, in [`ROUNDS`] rounds: each reads every socket, switches the
-    /// new flows' frames of every interface and sends them at once, then switches a share of
-    /// each interface's other frames (at most [`RX_TURN`] per interface over the turn), sent at
-    /// the end of the turn in large batches. A sparse flow so waits for a round, not for the
-    /// turn's bulk; returns the frames received.
-    pub(super) fn receive_and_switch(&mut self, mut now: Instant, scratch: &mut Scratch) -> usize {
-        scratch.taken.clear();
-        scratch.taken.resize(self.ingress.len(), 0);
-        let mut received = 0;
-        for round in 1..=ROUNDS {
-            received += self.receive(now, scratch);
-            self.switch_from_queues(now, scratch, None);
-            if !scratch.pending.is_empty() {
-                self.dispatch(&mut scratch.pending, now);
-                self.send_now(now);
-            }
-            self.switch_from_queues(now, scratch, Some(RX_TURN * round / ROUNDS));
-            if round < ROUNDS {
-                now = self.now();
-            }
+            q.enqueue(flow, (frame, offload), size, now, &mut |(f, _)| pool.give(f));
         }
         received
     }
@@ -137,7 +180,18 @@ impl Datapath {
                 let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
                 switch_frame(&mut self.switch, from, frame, now, &mut self.pool, pending, forwards);
             }
-            let (dropped, marked) = self.ingress[slot].take_counts();
+        }
+        self.count_ingress_drops();
+    }
+
+    /// Moves the receive queues' drop and mark counts to their interfaces.
+    fn count_ingress_drops(&mut self) {
+        let ports = self.ports.len();
+        for (slot, q) in self.ingress.iter_mut().enumerate() {
+            let (dropped, marked) = q.take_counts();
+            if dropped + marked == 0 {
+                continue;
+            }
             let (extra, ecn) = if slot < ports {
                 let p = &mut self.ports[slot];
                 (&mut p.extra, &mut p.ecn_marked)
@@ -154,29 +208,4 @@ impl Datapath {
     pub(super) fn ingress_waiting(&self) -> bool {
         self.ingress.iter().any(|q| !q.is_empty())
     }
-}
-
-/// Reads `backend` while `queue` is under half its budget, up to [`READS_PER_ROUND`] batches;
-/// returns the frames read.
-fn read(
-    backend: &mut crate::backend::Link,
-    queue: &Queue,
-    pool: &mut crate::pool::FramePool,
-    sink: &mut dyn FnMut(Vec<u8>, Offload),
-) -> usize {
-    let (mut read, mut bytes) = (0, 0u64);
-    for _ in 0..READS_PER_ROUND {
-        if queue.len() + read > INGRESS_FRAMES / 2 || queue.bytes() + bytes > INGRESS_BYTES / 2 {
-            break;
-        }
-        let n = backend.recv_batch(pool, &mut |f, o| {
-            bytes += f.len() as u64;
-            sink(f, o)
-        });
-        read += n;
-        if n < RX_TURN {
-            break;
-        }
-    }
-    read
 }

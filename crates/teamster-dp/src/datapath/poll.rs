@@ -99,7 +99,7 @@ impl Datapath {
     }
 
     /// One `ppoll` over the poll set for at most `wait`; returns how many descriptors are ready.
-    fn poll_for(&mut self, wait: Duration) -> libc::c_int {
+    pub(super) fn poll_for(&mut self, wait: Duration) -> libc::c_int {
         let ts = libc::timespec {
             tv_sec: wait.as_secs() as libc::time_t,
             tv_nsec: wait.subsec_nanos() as libc::c_long,
