@@ -2,13 +2,13 @@
 //! [`Switch`] deciding where each frame goes, one NetIOC [`Scheduler`] and [`Pacer`] per uplink,
 //! and netlink for carrier changes.
 //!
-//! Each turn of [`Datapath::run`]: wait (poll) for frames, a link change or the next timer (at
-//! most 10 ms); apply carrier changes (failover within that turn); read every interface into
-//! its receive queue and pass frames from those queues through the switch, new flows first and
-//! sent at once (the `ingress` submodule); send frames for ports at once, queue frames for uplinks in their
-//! scheduler (fitted to the interface: see the `fit` submodule), and let each pacer release what the
-//! uplink's capacity allows, holding back while the device is busy; run the team's timers (LBT);
-//! send team-originated frames (notify-switch RARPs); tell the switch what each device took
+//! Each turn of [`Datapath::run`]: wait (poll) for frames, a link change or the next timer (at most
+//! 10 ms); apply carrier changes (failover within that turn); read every interface into its receive
+//! queue and pass frames from those queues through the switch, new flows first and sent at once
+//! (the `ingress` submodule); send frames for ports at once, queue frames for uplinks in their
+//! scheduler (fitted to the interface: see the `fit` submodule), and let each pacer release what
+//! the uplink's capacity allows, holding back while the device is busy; run the team's timers
+//! (LBT); send team-originated frames (notify-switch RARPs); tell the switch what each device took
 //! (its `tx_*` counters); then give the [`Control`] its turn, which may reconfigure the switch
 //! between packets or read its state. A limit is one bucket per port across every uplink's
 //! scheduler, so a port spread over several uplinks (IP hash) is capped once.
@@ -400,14 +400,14 @@ struct Pending {
 /// What a turn of the loop reuses from turn to turn.
 #[derive(Default)]
 struct Scratch {
-    /// Frames received this turn, where they came from, before the switch sees them.
-    received: Vec<(Ingress, Vec<u8>, Offload)>,
+    /// Frames read this round, with the receive queue (ports then uplinks) they go to.
+    received: Vec<(usize, Vec<u8>, Offload)>,
     pending: Vec<Pending>,
     forwards: Vec<Forward>,
     /// Frames taken from each receive queue this turn.
     taken: Vec<usize>,
-    /// The interfaces to read this round: (is an uplink, index).
-    readable: Vec<(bool, usize)>,
+    /// The receive queues whose interfaces are read this round.
+    readable: Vec<usize>,
 }
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and

@@ -97,13 +97,6 @@ pub struct IngressQueue<T> {
     marked: u64,
 }
 
-/// What happened to a frame offered to [`IngressQueue::enqueue`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Offered {
-    /// Frames dropped to keep within the budget (the largest flow queue's oldest).
-    pub dropped: u32,
-}
-
 impl<T> IngressQueue<T> {
     /// An empty queue holding at most `max_frames` frames in at most `max_memory` bytes of
     /// buffers.
@@ -207,14 +200,7 @@ impl<T> IngressQueue<T> {
     /// Queues `item` (`len` bytes long, holding `cost` bytes of memory) on flow queue `flow`,
     /// arrived at `now`; keeps within the budget by dropping, into `drop`, the oldest frames
     /// of the flow queue holding the most memory.
-    pub fn enqueue(
-        &mut self,
-        flow: usize,
-        item: T,
-        (len, cost): (u32, u32),
-        now: Instant,
-        drop: &mut dyn FnMut(T),
-    ) -> Offered {
+    pub fn enqueue(&mut self, flow: usize, item: T, (len, cost): (u32, u32), now: Instant, drop: &mut dyn FnMut(T)) {
         self.push(
             flow,
             Held {
@@ -235,7 +221,6 @@ impl<T> IngressQueue<T> {
         self.bytes += u64::from(len);
         self.memory += u64::from(cost);
         self.frames += 1;
-        let mut offered = Offered::default();
         while self.frames > self.max_frames || self.memory > self.max_memory {
             // Half the largest queue at a time (at most [`DROP_BATCH`] frames), as fq_codel
             // does: one pass over the flows' memory per batch.
@@ -245,7 +230,6 @@ impl<T> IngressQueue<T> {
                 let Some(held) = self.pop(largest) else { break };
                 drop(held.item);
                 self.dropped += 1;
-                offered.dropped += 1;
                 if self.held[largest] <= keep {
                     break;
                 }
@@ -254,7 +238,6 @@ impl<T> IngressQueue<T> {
                 self.idle(largest);
             }
         }
-        offered
     }
 
     /// The flow queue holding the most memory (where a budget drop comes from).

@@ -45,14 +45,6 @@ pub(super) fn queue(now: Instant) -> Queue {
 }
 
 impl Datapath {
-    /// The receive queue of an interface: ports first, then uplinks.
-    fn ingress_slot(&self, from: Ingress) -> usize {
-        match from {
-            Ingress::Port(p) => self.index[&p],
-            Ingress::Uplink(u) => self.ports.len() + u.0,
-        }
-    }
-
     /// The receive half of a turn, in [`ROUNDS`] rounds: each reads the sockets with frames
     /// (every socket in the first round; in the others those a zero-timeout poll finds
     /// readable), switches the new flows' frames of every interface and sends them, with
@@ -81,6 +73,7 @@ impl Datapath {
                 now = self.now();
             }
         }
+        self.count_ingress_drops();
         (received, now)
     }
 
@@ -88,35 +81,38 @@ impl Datapath {
     /// queues, and takes a round's share of what the port workers handed over; returns the
     /// frames received.
     fn receive(&mut self, now: Instant, scratch: &mut Scratch, all: bool) -> usize {
+        let ports = self.ports.len();
         let mut received = 0;
         if all {
-            scratch.readable.extend((0..self.ports.len()).map(|p| (false, p)));
-            scratch.readable.extend((0..self.uplinks.len()).map(|u| (true, u)));
+            scratch.readable.extend(0..self.ingress.len());
         } else {
             for (fd, slot) in self.pollfds.iter().zip(&self.pollmap) {
                 match *slot {
-                    Slot::Port(p) if fd.revents & libc::POLLIN != 0 => scratch.readable.push((false, p)),
-                    Slot::Uplink(u) if fd.revents & libc::POLLIN != 0 => scratch.readable.push((true, u)),
+                    Slot::Port(p) if fd.revents & libc::POLLIN != 0 => scratch.readable.push(p),
+                    Slot::Uplink(u) if fd.revents & libc::POLLIN != 0 => scratch.readable.push(ports + u),
                     _ => {}
                 }
             }
         }
-        for (uplink, i) in scratch.readable.drain(..) {
-            let (backend, from, q) = if uplink {
-                let Some(b) = self.uplinks[i].backend.as_mut() else {
+        for slot in scratch.readable.drain(..) {
+            let backend = if slot < ports {
+                let PortIo::Here(b) = &mut self.ports[slot].io else {
                     continue;
                 };
-                (b, Ingress::Uplink(UplinkId(i)), &self.ingress[self.ports.len() + i])
+                b
             } else {
-                let id = self.ports[i].plan.id;
-                let PortIo::Here(b) = &mut self.ports[i].io else {
+                let Some(b) = self.uplinks[slot - ports].backend.as_mut() else {
                     continue;
                 };
-                (b, Ingress::Port(id), &self.ingress[i])
+                b
             };
+            let q = &self.ingress[slot];
             // A VM's port only below half its queue's budget (see the module documentation).
-            let room = if uplink { usize::MAX } else { INGRESS_FRAMES / 2 };
-            let memory = if uplink { u64::MAX } else { INGRESS_MEMORY / 2 };
+            let (room, memory) = if slot < ports {
+                (INGRESS_FRAMES / 2, INGRESS_MEMORY / 2)
+            } else {
+                (usize::MAX, u64::MAX)
+            };
             let mut read = 0;
             let mut cost = 0u64;
             for _ in 0..READS_PER_ROUND {
@@ -125,7 +121,7 @@ impl Datapath {
                 }
                 let n = backend.recv_batch(&mut self.pool, &mut |f, o| {
                     cost += f.capacity() as u64;
-                    scratch.received.push((from, f, o))
+                    scratch.received.push((slot, f, o))
                 });
                 read += n;
                 if n < RX_TURN {
@@ -137,13 +133,11 @@ impl Datapath {
         for w in &self.workers {
             for _ in 0..port_worker::HANDOFF_FRAMES / ROUNDS {
                 let Some(h) = w.lane.from_ports.pop() else { break };
-                let id = self.ports[h.port as usize].plan.id;
-                scratch.received.push((Ingress::Port(id), h.frame, h.offload));
+                scratch.received.push((h.port as usize, h.frame, h.offload));
                 received += 1;
             }
         }
-        for (from, frame, offload) in scratch.received.drain(..) {
-            let slot = self.ingress_slot(from);
+        for (slot, frame, offload) in scratch.received.drain(..) {
             let q = &mut self.ingress[slot];
             let flow = q.flow_of(&frame);
             let size = (frame.len() as u32, frame.capacity() as u32);
@@ -181,7 +175,6 @@ impl Datapath {
                 switch_frame(&mut self.switch, from, frame, now, &mut self.pool, pending, forwards);
             }
         }
-        self.count_ingress_drops();
     }
 
     /// Moves the receive queues' drop and mark counts to their interfaces.
