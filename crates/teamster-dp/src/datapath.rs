@@ -50,8 +50,10 @@ mod handoff;
 mod ingress;
 mod poll;
 mod port_worker;
+mod ports;
 mod publish;
 
+pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
 
 use crate::pool::{self, FramePool, Spill};
@@ -148,6 +150,10 @@ pub const DEFAULT_WORKERS_MAX: usize = 8;
 /// The most data-plane threads a switch may have.
 pub const MAX_WORKERS: usize = 64;
 
+/// The most VM ports a switch holds at once (vSphere's figure for virtual ports per host):
+/// port workers keep lock-free counters for this many, allocated at start.
+pub const MAX_PORTS: usize = 4096;
+
 /// Drops the data plane makes outside the core switch, kept per port and per uplink (each drop
 /// on one interface: see the module documentation).
 #[derive(Debug, Clone, Default)]
@@ -224,9 +230,17 @@ pub struct Port {
     pub ecn_marked: u64,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
     attach_error: Option<String>,
+    /// Set when the port was removed: the slot is empty, and taken again by a port added once
+    /// frames the old one handed between threads have drained (see the `ports` submodule).
+    vacant_since: Option<Instant>,
 }
 
 impl Port {
+    /// Whether the slot holds a port (false once it was removed).
+    pub fn present(&self) -> bool {
+        self.vacant_since.is_none()
+    }
+
     /// Whether the port's interface is attached (it exists, and its socket is open).
     pub fn attached(&self) -> bool {
         !matches!(self.io, PortIo::Detached)
@@ -385,7 +399,24 @@ pub struct Datapath {
     generation: u64,
     /// Each interface's receive queue, ports then uplinks.
     ingress: Vec<ingress::Queue>,
+    /// Interfaces netlink announced since the control plane last looked (see
+    /// [`Datapath::take_link_news`]).
+    news: LinkNews,
 }
+
+/// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkNews {
+    /// Names netlink announced (new, changed or deleted), each once, at most [`NEWS_KEPT`].
+    pub names: Vec<String>,
+    /// Some announcements were lost (a netlink overrun, or more than [`NEWS_KEPT`] names
+    /// between two looks): every interface should be looked at again.
+    pub lost: bool,
+}
+
+/// Interface names kept between two looks of the control plane; past it, news is lost (and
+/// says so) rather than growing without bound when a local user creates interfaces in a loop.
+pub const NEWS_KEPT: usize = 1024;
 
 /// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
 /// pass.
@@ -541,7 +572,11 @@ impl Datapath {
                 extra: ExtraDrops::default(),
                 ecn_marked: 0,
                 attach_error: None,
+                vacant_since: None,
             });
+        }
+        if ports.len() > MAX_PORTS {
+            return Err(format!("{} ports: a switch holds at most {MAX_PORTS}", ports.len()));
         }
         let leaves: Vec<NodeId> = ports.iter().map(|p| p.plan.leaf).collect();
         let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
@@ -586,8 +621,8 @@ impl Datapath {
             gone: gone_tx,
             spill: spill.clone(),
         };
-        // No port worker for a switch without ports: the switching worker has nothing to share.
-        let port_workers = if ports.is_empty() { 0 } else { plan.workers - 1 };
+        // Port workers even for a switch that starts without ports: ports come and go.
+        let port_workers = plan.workers - 1;
         let workers = (0..port_workers)
             .map(|k| PortWorker::spawn(k + 1, ports.len(), upstream.clone(), plan.busy_poll))
             .collect::<Result<Vec<_>, _>>()
@@ -617,6 +652,7 @@ impl Datapath {
             gone,
             generation: 0,
             ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
+            news: LinkNews::default(),
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -729,6 +765,7 @@ impl Datapath {
                 self.link_msg(msg, now);
             }
             if drained.overrun {
+                self.news.lost = true;
                 self.event(
                     now,
                     "link",
@@ -753,6 +790,25 @@ impl Datapath {
             self.count_devices();
             control.turn(self, now);
         }
+    }
+
+    /// Keeps the name a netlink message announces, for [`Datapath::take_link_news`].
+    fn note_link(&mut self, msg: &crate::netlink::LinkMsg) {
+        let Some(name) = &msg.name else { return };
+        if self.news.names.iter().any(|n| n == name) {
+            return;
+        }
+        if self.news.names.len() < NEWS_KEPT {
+            self.news.names.push(name.clone());
+        } else {
+            self.news.lost = true;
+        }
+    }
+
+    /// The interfaces netlink announced since the last call (for port rules), and whether some
+    /// announcements were lost.
+    pub fn take_link_news(&mut self) -> LinkNews {
+        std::mem::take(&mut self.news)
     }
 
     /// Re-attaches the ports whose socket a port worker closed (its interface went away).
@@ -811,6 +867,10 @@ impl Datapath {
         // socket held is counted there too).
         for i in 0..self.ports.len() {
             let Some(w) = self.port_worker_of(i) else { break };
+            // A removed port's last counts stay in its slot's tally until the slot is reused.
+            if !self.ports[i].present() {
+                continue;
+            }
             let t = self.workers[w].lane.tallies[i].take();
             let p = &mut self.ports[i];
             self.switch
@@ -885,12 +945,19 @@ impl Datapath {
         }
     }
 
-    /// Switches to a new configuration of the same shape (same ports, uplinks and tree
-    /// structure, so IDs hold) between packets: port controls from `tree`, port groups' teaming
-    /// from `groups`, uplinks' administrative states from `admin_up`. The caller has checked it
-    /// (admission control included).
-    pub fn reconfigure(&mut self, tree: Tree, groups: &[PortGroupSpec], admin_up: &[bool], now: Instant) {
-        self.ioc.replace_tree(tree, now);
+    /// Switches to a new configuration between packets: the ports of `ports` (added, removed or
+    /// kept, see the `ports` submodule) with NetIOC tree `tree`, port groups' teaming from
+    /// `groups`, uplinks' administrative states from `admin_up` (the uplinks and groups are
+    /// those the switch has). The caller has checked it (admission control included).
+    pub fn reconfigure(
+        &mut self,
+        tree: Tree,
+        ports: &[PortWant],
+        groups: &[PortGroupSpec],
+        admin_up: &[bool],
+        now: Instant,
+    ) {
+        self.set_ports(tree, ports, now);
         for (g, new) in groups.iter().enumerate() {
             let team = self.switch.team_mut();
             if team.group(GroupId(g)).is_some_and(|old| old != new) {

@@ -357,7 +357,23 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
     let file = plan.file.clone();
     let (snap_tx, snap_rx) = tokio::sync::watch::channel(std::sync::Arc::new(live::snapshot::Snapshot::default()));
     let (change_tx, change_rx) = std::sync::mpsc::channel();
+    // Port rules run in the API's runtime, behind its configuration lock.
+    let (news_tx, news_rx) = match plan.file.port_rules.is_empty() {
+        true => (None, None),
+        false => {
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            (Some(tx), Some(rx))
+        }
+    };
+    if news_tx.is_some() && api_config.is_none() {
+        eprintln!(
+            "error: {}: [[port_rules]] need the control plane: run without --no-api",
+            config.display()
+        );
+        return ExitCode::from(2);
+    }
     let link = live::daemon::ControlLink {
+        news: news_tx,
         changes: change_rx,
         snapshots: snap_tx,
     };
@@ -370,7 +386,7 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         }
     };
     if let Some(api) = &api_config {
-        let bound = match api::start(api.clone(), file, config.clone(), snap_rx, change_tx) {
+        let bound = match api::start(api.clone(), file, config.clone(), snap_rx, change_tx, news_rx) {
             Ok((_, bound)) => bound,
             Err(e) => {
                 eprintln!("error: {e}");

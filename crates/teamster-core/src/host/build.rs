@@ -176,9 +176,7 @@ pub fn build<P: PortEntry>(
     let groups = resolve_groups(spec.port_groups, &names)?;
     let uplinks = spec.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
     let mut team = Team::with_groups(uplinks, lbt, &groups).map_err(|e| e.to_string())?;
-    if spec.ports.is_empty() {
-        return Err("ports: expected at least one [[ports]] table".into());
-    }
+    // No ports is a host waiting for its VMs (ports added at run time, or matched by rules).
     let common: Vec<_> = spec.ports.iter().map(PortEntry::common).collect();
     let controls: Vec<PortControls> = common
         .iter()

@@ -270,3 +270,46 @@ fn the_byte_budget_bounds_the_queue_and_shares_it_fairly() {
     assert_eq!(ioc.queued_bytes(0), 0);
     assert!(ioc.enqueue(0, light, 1500, 1, t).is_ok(), "empty again: open to all");
 }
+
+/// A port added or removed while frames wait: the tree is rebuilt, every frame of a port that
+/// stays is still queued on its uplink in its port's order and leaves, the removed port's come
+/// back to the caller, and the byte counts follow.
+#[test]
+fn a_reshaped_tree_keeps_the_frames_of_ports_that_stay() {
+    let h = build_text(GOOD).unwrap();
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let (vm1, vm2) = (h.ports[0].leaf, h.ports[1].leaf);
+    let t = Instant::ZERO;
+    for k in 0..5 {
+        ioc.enqueue(0, vm1, 1000, 100 + k, t).unwrap();
+        ioc.enqueue(1, vm2, 500, 200 + k, t).unwrap();
+        ioc.enqueue(0, vm2, 500, 300 + k, t).unwrap();
+    }
+    // vm1 leaves: the new tree has vm2 only, at whatever leaf the new build gives it.
+    let start = GOOD.find("[[ports]]").unwrap();
+    let end = start + 1 + GOOD[start + 1..].find("[[ports]]").unwrap();
+    let smaller = build_text(&format!("{}{}", &GOOD[..start], &GOOD[end..])).unwrap();
+    assert_eq!(smaller.ports.len(), 1);
+    let vm2_new = smaller.ports[0].leaf;
+    let moved = |leaf: crate::ioc::NodeId| (leaf == vm2).then_some(vm2_new);
+    let back = ioc.reshape(smaller.tree.clone(), &[vm2_new], moved, t);
+    assert_eq!(back, (100..105).collect::<Vec<_>>());
+    assert_eq!(ioc.queued_bytes(0), 5 * 500);
+    assert_eq!(ioc.queued_bytes(1), 5 * 500);
+    // vm2's 300M limit lets a frame go every 13.3 us; 1 ms apart, each is free to go.
+    let sent: Vec<u32> = (1..=6)
+        .filter_map(|ms| ioc.dequeue(0, Instant::from_millis(ms)))
+        .map(|(leaf, _, k)| {
+            assert_eq!(leaf, vm2_new);
+            k
+        })
+        .collect();
+    assert_eq!(sent, (300..305).collect::<Vec<_>>(), "in the port's order");
+    assert_eq!(
+        ioc.drain(1).into_iter().map(|(_, k)| k).collect::<Vec<_>>(),
+        (200..205).collect::<Vec<_>>()
+    );
+    assert_eq!(ioc.queued_bytes(0) + ioc.queued_bytes(1), 0);
+}

@@ -188,6 +188,14 @@ impl<T> Ioc<T> {
     /// Every frame waiting on uplink `u`, in the order the scheduler would send them if no limit
     /// held any back (for a change of queueing discipline, or an uplink leaving the team).
     pub fn drain(&mut self, u: usize) -> Vec<(NodeId, T)> {
+        self.drain_sized(u)
+            .into_iter()
+            .map(|(leaf, _, item)| (leaf, item))
+            .collect()
+    }
+
+    /// [`Ioc::drain`], with each frame's length.
+    fn drain_sized(&mut self, u: usize) -> Vec<(NodeId, u32, T)> {
         // Every port's shared bucket, none of them limiting (an empty set would not have the
         // buckets the scheduler refers to).
         let mut none = self.shared.clone();
@@ -198,9 +206,42 @@ impl<T> Ioc<T> {
         let mut out = Vec::new();
         while let Some((leaf, len, item)) = self.scheds[u].dequeue(far, &mut none) {
             self.dequeued(u, leaf, len);
-            out.push((leaf, item));
+            out.push((leaf, len, item));
         }
         out
+    }
+
+    /// Switches to `tree` of another shape (ports added or removed), whose admission the caller
+    /// has checked, with a shared limit bucket for each of `leaves` (the ports now). Every
+    /// waiting frame stays queued on its uplink, in its port's order, at its port's leaf in the
+    /// new tree (`moved` maps an old leaf to its new one); the frames of a port that is gone
+    /// (`moved` gives None) are handed back. The schedulers' tags and the limit buckets start
+    /// afresh, as after an idle moment: a port's history of service is not carried over.
+    pub fn reshape(
+        &mut self,
+        tree: Tree,
+        leaves: &[NodeId],
+        moved: impl Fn(NodeId) -> Option<NodeId>,
+        now: Instant,
+    ) -> Vec<T> {
+        let mut fresh = Ioc::new(tree, leaves, self.capacities.clone(), self.cap, self.limit);
+        let mut gone = Vec::new();
+        for u in 0..self.scheds.len() {
+            for (leaf, len, item) in self.drain_sized(u) {
+                let Some(leaf) = moved(leaf) else {
+                    gone.push(item);
+                    continue;
+                };
+                // Admitted once already: the queue limit is not applied a second time.
+                let q = &mut fresh.queued_bytes[u];
+                q.ports += usize::from(q.per_node[leaf.0] == 0);
+                q.per_node[leaf.0] += u64::from(len);
+                q.total += u64::from(len);
+                fresh.scheds[u].enqueue(leaf, len, item, now);
+            }
+        }
+        *self = fresh;
+        gone
     }
 
     /// Changes node `id`'s controls if the tree still passes admission control against the

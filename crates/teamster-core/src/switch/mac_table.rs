@@ -183,6 +183,23 @@ impl MacTable {
         }
     }
 
+    /// Forgets everything behind `port`, static and learned (the port left the switch), so no
+    /// frame is forwarded to it and a port that later takes its ID starts with a clean table.
+    pub fn remove_port(&mut self, port: PortId) {
+        let at = Location::Port(port);
+        let before = self.entries.len();
+        let mut learned = 0;
+        self.entries.retain(|_, e| {
+            let behind = e.at == at;
+            learned += usize::from(behind && e.seen.is_some());
+            !behind
+        });
+        if before != self.entries.len() {
+            self.learned -= learned;
+            self.per_port.remove(&port);
+        }
+    }
+
     /// Updates the counts for a learned entry at `at` that was removed.
     fn forget(&mut self, at: Location) {
         self.learned -= 1;

@@ -46,7 +46,7 @@ pub use security::{SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
-use crate::teaming::{Direction, Effect, GroupId, PortId, Team, UplinkId};
+use crate::teaming::{Direction, Effect, GroupId, PortId, PortSpec, Team, TeamError, UplinkId};
 use crate::wire::{parse, FlowKey, MacAddr};
 use crate::Instant;
 use core::time::Duration;
@@ -162,6 +162,8 @@ pub struct Switch {
     promiscuous: HashMap<Option<u16>, Vec<PortId>>,
     ports: HashMap<PortId, Counters>,
     uplinks: Vec<Counters>,
+    /// Each port group's security policy (by [`GroupId`] index), for ports added later.
+    security: Vec<SecurityPolicy>,
     /// Frames from interfaces the switch does not know.
     unattributed: Counters,
     next_sweep: Instant,
@@ -182,41 +184,75 @@ impl Switch {
 
     /// A switch over `team`, whose ports' MACs become static MAC-table entries.
     pub fn with_config(team: Team, config: SwitchConfig) -> Switch {
-        let mut macs = MacTable::with_limits(config.ageing, config.mac_limits);
-        let mut domains: HashMap<Option<u16>, Vec<(PortId, GroupId)>> = HashMap::new();
-        let mut guards = HashMap::new();
-        let mut promiscuous = HashMap::new();
-        let mut ports = HashMap::new();
-        for p in team.ports() {
-            let vlan = team.group(p.group).and_then(|g| g.vlan);
-            macs.add_static(vlan, p.mac, p.id);
-            domains.entry(vlan).or_default().push((p.id, p.group));
-            let policy = config.security.get(p.group.0).copied().unwrap_or_default();
-            if policy.promiscuous.accepts() {
-                promiscuous.entry(vlan).or_insert_with(Vec::new).push(p.id);
-            }
-            guards.insert(
-                p.id,
-                PortGuard {
-                    vlan,
-                    mac: p.mac,
-                    policy,
-                    changed: None,
-                },
-            );
-            ports.insert(p.id, Counters::default());
-        }
-        Switch {
+        let mut switch = Switch {
             uplinks: vec![Counters::default(); team.uplink_count()],
-            team,
-            macs,
-            domains,
-            guards,
-            promiscuous,
-            ports,
+            macs: MacTable::with_limits(config.ageing, config.mac_limits),
+            domains: HashMap::new(),
+            guards: HashMap::new(),
+            promiscuous: HashMap::new(),
+            ports: HashMap::new(),
+            security: config.security,
             unattributed: Counters::default(),
             next_sweep: Instant::ZERO + config.ageing / 10,
+            team,
+        };
+        let specs: Vec<PortSpec> = switch.team.ports().cloned().collect();
+        for p in &specs {
+            switch.admit_port(p);
         }
+        switch
+    }
+
+    /// Gives a port of the team its switch state: its MAC as a static entry, its VLAN's
+    /// flooding domain, its guard (its group's security policy) and its counters.
+    fn admit_port(&mut self, p: &PortSpec) {
+        let vlan = self.team.group(p.group).and_then(|g| g.vlan);
+        self.macs.add_static(vlan, p.mac, p.id);
+        self.domains.entry(vlan).or_default().push((p.id, p.group));
+        let policy = self.security.get(p.group.0).copied().unwrap_or_default();
+        if policy.promiscuous.accepts() {
+            self.promiscuous.entry(vlan).or_default().push(p.id);
+        }
+        self.guards.insert(
+            p.id,
+            PortGuard {
+                vlan,
+                mac: p.mac,
+                policy,
+                changed: None,
+            },
+        );
+        self.ports.insert(p.id, Counters::default());
+    }
+
+    /// Adds a port while the switch runs (a VM's tap appeared): the team places it and
+    /// announces its MAC on its uplink (a RARP, if its group notifies switches), and it
+    /// switches from the next frame on. Refused, changing nothing, if its ID or MAC is taken or
+    /// its group unknown.
+    pub fn add_port(&mut self, spec: PortSpec) -> Result<(), TeamError> {
+        self.team.add_port(spec.clone())?;
+        self.admit_port(&spec);
+        self.team.announce(spec.id);
+        Ok(())
+    }
+
+    /// Removes a port while the switch runs (its VM went away): its MAC-table entries, its
+    /// flooding and promiscuous membership, its guard and counters go with it, so nothing is
+    /// forwarded to it and its ID may be given to a new port. Returns what it was.
+    pub fn remove_port(&mut self, id: PortId) -> Result<PortSpec, TeamError> {
+        let spec = self.team.remove_port(id)?;
+        self.macs.remove_port(id);
+        for members in self.domains.values_mut() {
+            members.retain(|(p, _)| *p != id);
+        }
+        self.domains.retain(|_, m| !m.is_empty());
+        for members in self.promiscuous.values_mut() {
+            members.retain(|p| *p != id);
+        }
+        self.promiscuous.retain(|_, m| !m.is_empty());
+        self.guards.remove(&id);
+        self.ports.remove(&id);
+        Ok(spec)
     }
 
     /// Switches one frame that arrived at `from`, returning what to send where.
@@ -446,7 +482,12 @@ impl Switch {
     /// what was not dropped).
     pub fn count_sent(&mut self, to: Egress, packets: u64, bytes: u64) {
         match to {
-            Egress::Port(q) => self.port(q).sent(packets, bytes),
+            // A port removed since the frames were handed over is not brought back.
+            Egress::Port(q) => {
+                if let Some(c) = self.ports.get_mut(&q) {
+                    c.sent(packets, bytes);
+                }
+            }
             Egress::Uplink(u) => {
                 if let Some(c) = self.uplinks.get_mut(u.0) {
                     c.sent(packets, bytes);

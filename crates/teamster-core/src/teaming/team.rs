@@ -173,6 +173,32 @@ impl Team {
         Ok(())
     }
 
+    /// Announces port `id`'s MAC to the physical switches on the uplink it is placed on (a RARP,
+    /// if its group notifies switches): a VM that appeared here (started, or migrated from
+    /// another host) is reached here at once, not after the switches' MAC entries age out.
+    pub fn announce(&mut self, id: PortId) {
+        let Some(&i) = self.index.get(&id) else { return };
+        let p = &self.ports[i];
+        let group = &self.groups[p.spec.group.0].spec;
+        if let (Some(uplink), true) = (p.current, group.notify_switches) {
+            self.effects.push_back(Effect::Transmit {
+                uplink,
+                frame: build_rarp(p.spec.mac, group.vlan),
+            });
+        }
+    }
+
+    /// Takes a port out of the team (its VM went away): it stops counting in its uplink's load
+    /// and its group's policy no longer sees it. No move is reported: nothing is left to move.
+    pub fn remove_port(&mut self, id: PortId) -> Result<PortSpec, TeamError> {
+        let i = self.index.remove(&id).ok_or(TeamError::UnknownPort(id))?;
+        let gone = self.ports.remove(i);
+        for j in i..self.ports.len() {
+            self.index.insert(self.ports[j].spec.id, j);
+        }
+        Ok(gone.spec)
+    }
+
     /// Moves port `i` to `to`, reporting the move and, if the group asks, a RARP on the new uplink.
     pub(super) fn move_port(&mut self, i: usize, to: Option<UplinkId>, reason: MoveReason, now: Instant) {
         let from = self.ports[i].current;

@@ -279,3 +279,21 @@ fn bad_configuration_is_refused() {
         Err(TeamError::UnknownGroup(7))
     ));
 }
+
+/// A removed port leaves the team: its ID is unknown, the others keep theirs and their
+/// uplinks, and it may be added again.
+#[test]
+fn a_port_can_leave_the_team() {
+    let mut t = team(&[10.0, 10.0], group(Policy::PORT_ID, &[0, 1], &[], true), 1..=4);
+    let ids: Vec<PortId> = t.ports().map(|p| p.id).collect();
+    assert!(ids.len() >= 2, "the fixture has ports");
+    let before: Vec<_> = ids.iter().map(|&p| t.port_uplink(p)).collect();
+    let spec = t.remove_port(ids[0]).unwrap();
+    assert!(t.port_uplink(ids[0]).is_none());
+    assert!(matches!(t.remove_port(ids[0]), Err(TeamError::UnknownPort(_))));
+    for (k, &p) in ids.iter().enumerate().skip(1) {
+        assert_eq!(t.port_uplink(p), before[k], "port {p:?} stays where it was");
+    }
+    t.add_port(spec).unwrap();
+    assert!(t.port_uplink(ids[0]).is_some());
+}

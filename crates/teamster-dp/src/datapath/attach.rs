@@ -118,7 +118,7 @@ impl Datapath {
 
     /// Detaches port `i` (its interface went away): the socket is closed, what it still held to
     /// send is counted as `detached`.
-    fn detach_port(&mut self, i: usize, why: &str, now: Instant) {
+    pub(super) fn detach_port(&mut self, i: usize, why: &str, now: Instant) {
         match std::mem::replace(&mut self.ports[i].io, PortIo::Detached) {
             PortIo::Detached => return,
             PortIo::Here(mut backend) => {
@@ -282,6 +282,7 @@ impl Datapath {
 
     /// Applies one netlink link message.
     pub(super) fn link_msg(&mut self, msg: &LinkMsg, now: Instant) {
+        self.note_link(msg);
         let renamed = |iface: &str| msg.name.as_deref().is_some_and(|n| n != iface);
         for u in 0..self.uplinks.len() {
             let up = &self.uplinks[u];
@@ -311,6 +312,9 @@ impl Datapath {
         }
         for i in 0..self.ports.len() {
             let p = &self.ports[i];
+            if !p.present() {
+                continue;
+            }
             let ours = p.ifindex() == Some(msg.ifindex);
             if ours && (msg.deleted || renamed(&p.plan.interface)) {
                 self.detach_port(
@@ -360,6 +364,7 @@ impl Datapath {
         }
         for i in 0..self.ports.len() {
             match self.ports[i].ifindex() {
+                None if !self.ports[i].present() => {}
                 None => self.attach_port(i, now),
                 Some(ifindex) if all && !iface::is_index(&self.ports[i].plan.interface, ifindex) => {
                     self.detach_port(i, "interface gone", now);

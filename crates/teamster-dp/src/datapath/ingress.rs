@@ -133,6 +133,11 @@ impl Datapath {
         for w in &self.workers {
             for _ in 0..port_worker::HANDOFF_FRAMES / ROUNDS {
                 let Some(h) = w.lane.from_ports.pop() else { break };
+                // A frame a removed port handed over before it went goes with it.
+                if !self.ports.get(h.port as usize).is_some_and(|p| p.present()) {
+                    self.pool.give(h.frame);
+                    continue;
+                }
                 scratch.received.push((h.port as usize, h.frame, h.offload));
                 received += 1;
             }

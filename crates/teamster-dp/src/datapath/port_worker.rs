@@ -156,13 +156,15 @@ pub(super) struct Upstream {
 }
 
 impl PortWorker {
-    /// Starts port worker `index` for a switch of `ports` ports.
+    /// Starts port worker `index` for a switch of `ports` ports now and at most
+    /// [`super::MAX_PORTS`] ever (the tallies are allocated for all of them: they are shared
+    /// without a lock, so they cannot grow).
     pub fn spawn(index: usize, ports: usize, upstream: Upstream, busy_poll: Duration) -> io::Result<PortWorker> {
         let lane = Arc::new(Lane {
             to_ports: ArrayQueue::new(HANDOFF_FRAMES),
             from_ports: ArrayQueue::new(HANDOFF_FRAMES),
             bell: Doorbell::new()?,
-            tallies: (0..ports).map(|_| PortTally::default()).collect(),
+            tallies: (0..super::MAX_PORTS).map(|_| PortTally::default()).collect(),
             stop: AtomicBool::new(false),
         });
         let (commands, inbox) = std::sync::mpsc::channel();
@@ -290,7 +292,7 @@ impl Run {
             self.upstream.bell.ring();
         }
         while let Some(h) = lane.to_ports.pop() {
-            match self.ports[h.port as usize].as_mut() {
+            match self.ports.get_mut(h.port as usize).and_then(Option::as_mut) {
                 Some(a) => a.link.send_owned(h.frame, h.offload),
                 None => {
                     add(&lane.tallies[h.port as usize].detached, 1);
@@ -329,6 +331,10 @@ impl Run {
                 link,
                 interface,
             } => {
+                // A port added while the switch runs may be past the end.
+                if port >= self.ports.len() {
+                    self.ports.resize_with(port + 1, || None);
+                }
                 if let Some(old) = self.ports[port].take() {
                     self.lane.tallies[port].close(old.link);
                 }
@@ -339,7 +345,7 @@ impl Run {
                 });
             }
             Command::Detach { port } => {
-                if let Some(old) = self.ports[port].take() {
+                if let Some(old) = self.ports.get_mut(port).and_then(Option::take) {
                     self.lane.tallies[port].close(old.link);
                 }
             }

@@ -68,8 +68,7 @@ impl Datapath {
     /// (the most recent).
     pub fn publish(&self, now: Instant, moves: usize, events: usize) -> Published {
         let ports = self
-            .ports
-            .iter()
+            .present_ports()
             .map(|p| PortState {
                 plan: p.plan.clone(),
                 attached: p.attached(),
@@ -92,7 +91,10 @@ impl Datapath {
                 extra: u.extra.clone(),
                 ecn_marked: u.ecn_marked,
                 counters: self.switch.uplink_counters(UplinkId(i)).cloned(),
-                queued_frames: self.ports.iter().map(|p| self.ioc.queued(i, p.plan.leaf) as u64).sum(),
+                queued_frames: self
+                    .present_ports()
+                    .map(|p| self.ioc.queued(i, p.plan.leaf) as u64)
+                    .sum(),
                 queued_bytes: self.ioc.queued_bytes(i),
                 queue_budget: self.ioc.budget(i),
             })

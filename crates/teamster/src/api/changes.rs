@@ -4,7 +4,7 @@
 //! interfaces, admission control) exactly as at start-up, saved, and only then handed to the
 //! data plane. So a change is all or nothing, and what runs is always what a restart would load.
 
-use crate::live::config::{AdminState, SwitchFile};
+use crate::live::config::{AdminState, PortFile, PortOrigin, SwitchFile};
 use serde::{Deserialize, Deserializer};
 use teamster_core::ioc::Shares;
 use teamster_core::teaming::Policy;
@@ -128,6 +128,45 @@ pub struct GroupChange {
     pub failback: Option<bool>,
 }
 
+/// A port to add to the running switch (as a `[[ports]]` entry of `switch.toml`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortAdd {
+    /// Unique among ports, pools and traffic classes: 1-64 characters, no `/`.
+    pub name: String,
+    /// The host end of the VM's interface: a tap (`vnet3`) or a veth; it need not exist yet
+    /// (the port attaches when it appears).
+    pub interface: String,
+    /// Its port group.
+    pub group: String,
+    /// The MAC the VM uses on this port (unicast, not all-zero, not another port's).
+    pub mac: String,
+    /// Its network resource pool, or
+    #[serde(default)]
+    #[schema(nullable = false, required = false)]
+    pub pool: Option<String>,
+    /// its traffic class; neither: under the `vm` class.
+    #[serde(default)]
+    #[schema(nullable = false, required = false)]
+    pub class: Option<String>,
+    /// Minimum guaranteed send rate (default none).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub reservation: Option<Bandwidth>,
+    /// Share of the excess (default normal, 50).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = shares_schema, required = false)]
+    pub shares: Option<Shares>,
+    /// Cap on the send rate (default none).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub limit: Option<Bandwidth>,
+    /// af_packet (default), af_xdp or auto.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
+    pub backend: Option<crate::live::config::BackendSetting>,
+}
+
 /// An uplink's administrative state.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -143,6 +182,8 @@ pub enum ChangeError {
     NotFound(String),
     /// The body asks for nothing, or for something impossible.
     Invalid(String),
+    /// The object exists already, or cannot be changed this way.
+    Conflict(String),
 }
 
 /// Deserialises a field that is present into Some, refusing null: leaving a field out keeps
@@ -210,6 +251,53 @@ pub fn change_group(f: &SwitchFile, name: &str, c: &GroupChange) -> Result<Switc
     Ok(new)
 }
 
+/// The configuration with port `p` added (saved with the file; shown as added through the API
+/// until a restart).
+pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> {
+    if let Some(o) = f.ports.iter().find(|o| o.name == p.name) {
+        let how = match o.origin {
+            PortOrigin::Matched => " (matched by a port rule)",
+            _ => "",
+        };
+        return Err(ChangeError::Conflict(format!("a port named `{}` exists{how}", p.name)));
+    }
+    let mut new = f.clone();
+    new.ports.push(PortFile {
+        name: p.name.clone(),
+        id: None,
+        mac: Some(p.mac.clone()),
+        group: p.group.clone(),
+        pool: p.pool.clone(),
+        class: p.class.clone(),
+        reservation: p.reservation.unwrap_or_default(),
+        shares: p.shares,
+        limit: p.limit,
+        interface: p.interface.clone(),
+        backend: p.backend.unwrap_or_default(),
+        origin: PortOrigin::Api,
+    });
+    Ok(new)
+}
+
+/// The configuration without port `name`. A port matched by a port rule goes when its
+/// interface goes; removing it by hand is refused (the rule would take the interface again).
+pub fn remove_port(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
+    let i = f
+        .ports
+        .iter()
+        .position(|p| p.name == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no port named `{name}`")))?;
+    if f.ports[i].origin == PortOrigin::Matched {
+        return Err(ChangeError::Conflict(format!(
+            "port `{name}` was matched by a port rule on interface {}: it is removed when the interface goes (or change the rule)",
+            f.ports[i].interface
+        )));
+    }
+    let mut new = f.clone();
+    new.ports.remove(i);
+    Ok(new)
+}
+
 /// The configuration with uplink `name`'s administrative state changed.
 pub fn change_uplink(f: &SwitchFile, name: &str, c: &UplinkChange) -> Result<SwitchFile, ChangeError> {
     let mut new = f.clone();
@@ -251,6 +339,39 @@ mod tests {
             change_port(&f, "vm1", &port_change("{}").unwrap()),
             Err(ChangeError::Invalid(_))
         ));
+    }
+
+    /// A port added through the API is saved and marked as such; one matched by a rule is
+    /// neither saved nor removable by hand.
+    #[test]
+    fn ports_are_added_and_removed_by_name() {
+        let f = parse_file(FILE).unwrap();
+        let body =
+            r#"{"name": "vm2", "interface": "vnet1", "group": "vms", "mac": "52:54:00:00:00:02", "limit": "1G"}"#;
+        let add: PortAdd = serde_json::from_str(body).unwrap();
+        let new = add_port(&f, &add).unwrap();
+        assert_eq!(new.ports.len(), 2);
+        assert_eq!(new.ports[1].origin, PortOrigin::Api);
+        assert_eq!(new.ports[1].limit, Some(Bandwidth::from_gbps(1)));
+        assert!(crate::live::config::render(&new).contains("name = \"vm2\""));
+        assert!(matches!(add_port(&new, &add), Err(ChangeError::Conflict(_))));
+        let back = remove_port(&new, "vm2").unwrap();
+        assert_eq!(back.ports.len(), 1);
+        assert!(matches!(remove_port(&back, "vm2"), Err(ChangeError::NotFound(_))));
+        let mut matched = new.clone();
+        matched.ports[1].origin = PortOrigin::Matched;
+        assert!(
+            !crate::live::config::render(&matched).contains("vm2"),
+            "matched ports are not saved"
+        );
+        assert!(matches!(remove_port(&matched, "vm2"), Err(ChangeError::Conflict(_))));
+        for bad in [
+            r#"{"name": "x", "interface": "v", "group": "vms"}"#,
+            r#"{"name": "x", "interface": "v", "group": "vms", "mac": "m", "colour": "red"}"#,
+            r#"{"name": "x", "interface": "v", "group": "vms", "mac": "m", "shares": 0}"#,
+        ] {
+            assert!(serde_json::from_str::<PortAdd>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod metrics;
 mod openapi;
 mod router;
 mod routes;
+mod rules;
 
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;
@@ -83,6 +84,7 @@ pub fn start(
     config_path: PathBuf,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     changes: std::sync::mpsc::Sender<Apply>,
+    news: Option<tokio::sync::mpsc::Receiver<teamster_dp::datapath::LinkNews>>,
 ) -> Result<(std::thread::JoinHandle<()>, Option<SocketAddr>), String> {
     let state = ApiState {
         snapshots,
@@ -101,6 +103,9 @@ pub fn start(
                     return;
                 }
             };
+            if let Some(news) = news {
+                rt.spawn(rules::run(state.clone(), news));
+            }
             rt.block_on(serve(api, state, ready_tx));
         })
         .map_err(|e| format!("API thread: {e}"))?;

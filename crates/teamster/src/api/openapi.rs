@@ -1,9 +1,9 @@
 //! The OpenAPI document, generated from the handlers' annotations and the view types.
 
-use super::changes::{GroupChange, PortChange, UplinkChange};
+use super::changes::{GroupChange, PortAdd, PortChange, UplinkChange};
 use super::routes;
 use super::ErrorBody;
-use crate::live::config::AdminState;
+use crate::live::config::{AdminState, BackendSetting, PortOrigin};
 use crate::live::snapshot::{
     CountersView, EventView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
 };
@@ -21,6 +21,8 @@ use utoipa::OpenApi;
         routes::ports,
         routes::port,
         routes::patch_port,
+        routes::post_port,
+        routes::delete_port,
         routes::groups,
         routes::group,
         routes::patch_group,
@@ -39,9 +41,12 @@ use utoipa::OpenApi;
         EventView,
         CountersView,
         PortChange,
+        PortAdd,
         GroupChange,
         UplinkChange,
         AdminState,
+        PortOrigin,
+        BackendSetting,
         ErrorBody
     )),
     modifiers(&AtLeastOneField)

@@ -19,8 +19,11 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
             "/api/v1/uplinks/{name}",
             get(routes::uplink).patch(routes::patch_uplink),
         )
-        .route("/api/v1/ports", get(routes::ports))
-        .route("/api/v1/ports/{name}", get(routes::port).patch(routes::patch_port))
+        .route("/api/v1/ports", get(routes::ports).post(routes::post_port))
+        .route(
+            "/api/v1/ports/{name}",
+            get(routes::port).patch(routes::patch_port).delete(routes::delete_port),
+        )
         .route("/api/v1/port-groups", get(routes::groups))
         .route(
             "/api/v1/port-groups/{name}",

@@ -1,9 +1,12 @@
 //! The API's handlers; [`super::router`] mounts them and [`super::openapi`] documents them.
 
 use super::body::Body;
-use super::changes::{change_group, change_port, change_uplink, ChangeError, GroupChange, PortChange, UplinkChange};
+use super::changes::{
+    add_port, change_group, change_port, change_uplink, remove_port, ChangeError, GroupChange, PortAdd, PortChange,
+    UplinkChange,
+};
 use super::{ApiError, ApiState, ErrorBody};
-use crate::live::config::{check_with, render, Sysfs};
+use crate::live::config::{check_with, render, SwitchFile, SwitchPlan, Sysfs};
 use crate::live::daemon::Apply;
 use crate::live::persist::save_atomically;
 use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
@@ -37,17 +40,11 @@ async fn change(
     let new = edit(&config).map_err(|e| match e {
         ChangeError::NotFound(m) => ApiError::not_found(m),
         ChangeError::Invalid(m) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, m),
+        ChangeError::Conflict(m) => ApiError(StatusCode::CONFLICT, m),
     })?;
     // The body was well formed; the configuration it leads to is not (a limit below the
     // reservation, an unknown uplink, admission control): a conflict with the current state.
-    // Uplinks keep the capacity they run at unless the file sets one: a speed sysfs cannot read
-    // while a carrier is down never refuses a change.
-    let running: Vec<(String, Bandwidth)> = latest(state)
-        .uplinks
-        .iter()
-        .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
-        .collect();
-    let plan = check_with(&new, &Sysfs, &running).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
+    let plan = check_running(state, &new).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
     let path = state.config_path.clone();
     let text = render(&new);
     tokio::task::spawn_blocking(move || save_atomically(&path, &text))
@@ -67,17 +64,36 @@ async fn change(
                 ),
             )
         })?;
-    let (done, answer) = tokio::sync::oneshot::channel();
-    let sent = state.changes.send(Apply {
-        plan: Box::new(plan),
-        done,
-    });
-    let snapshot = match sent {
-        Ok(()) => answer.await.ok(),
-        Err(_) => None,
-    };
+    let snapshot = apply(state, Some(plan), Vec::new()).await;
     *config = new;
     snapshot.ok_or_else(|| ApiError(StatusCode::SERVICE_UNAVAILABLE, "the switch is stopping".into()))
+}
+
+/// Checks a changed configuration as at start-up, except that uplinks keep the capacity they
+/// run at unless the file sets one: a speed sysfs cannot read while a carrier is down never
+/// refuses a change.
+pub(super) fn check_running(state: &ApiState, new: &SwitchFile) -> Result<SwitchPlan, String> {
+    let running: Vec<(String, Bandwidth)> = latest(state)
+        .uplinks
+        .iter()
+        .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
+        .collect();
+    check_with(new, &Sysfs, &running)
+}
+
+/// Hands the loop a checked plan to switch to (if any) and notes for its event log; returns
+/// the snapshot it took right after (None: the switch is stopping).
+pub(super) async fn apply(state: &ApiState, plan: Option<SwitchPlan>, notes: Vec<String>) -> Option<Arc<Snapshot>> {
+    let (done, answer) = tokio::sync::oneshot::channel();
+    let sent = state.changes.send(Apply {
+        plan: plan.map(Box::new),
+        notes,
+        done,
+    });
+    match sent {
+        Ok(()) => answer.await.ok(),
+        Err(_) => None,
+    }
 }
 
 #[utoipa::path(get, path = "/api/v1/status", responses((status = 200, body = Snapshot)))]
@@ -132,6 +148,28 @@ pub async fn patch_port(
 ) -> Result<Json<PortView>, ApiError> {
     let snap = change(&s, |f| change_port(f, &name, &c)).await?;
     find(&snap.ports, &name, |p| &p.name, "port")
+}
+
+#[utoipa::path(post, path = "/api/v1/ports", request_body = PortAdd,
+    responses((status = 201, body = PortView), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "refused: the name, interface or MAC is taken, an unknown group, pool or class, admission control"),
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn post_port(
+    State(s): State<ApiState>,
+    Body(p): Body<PortAdd>,
+) -> Result<(StatusCode, Json<PortView>), ApiError> {
+    let snap = change(&s, |f| add_port(f, &p)).await?;
+    let view = find(&snap.ports, &p.name, |v| &v.name, "port")?;
+    Ok((StatusCode::CREATED, view))
+}
+
+#[utoipa::path(delete, path = "/api/v1/ports/{name}", params(("name" = String, Path)),
+    responses((status = 204, description = "removed"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "a port matched by a port rule goes with its interface")))]
+pub async fn delete_port(State(s): State<ApiState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    change(&s, |f| remove_port(f, &name)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/port-groups", responses((status = 200, body = Vec<GroupView>)))]

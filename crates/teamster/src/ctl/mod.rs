@@ -18,17 +18,24 @@ use tables::{event_rows, group_rows, lbt_text, netioc_rows, pct, port_rows, upli
 /// Where `teamster run` puts its API socket unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/teamster/teamster.sock";
 
-#[derive(Args)]
-pub struct CtlArgs {
+/// Which switch to talk to.
+#[derive(Args, Clone, Debug)]
+pub struct Target {
     /// The daemon's API socket.
     #[arg(long, default_value = DEFAULT_SOCKET, global = true)]
-    socket: PathBuf,
+    pub socket: PathBuf,
     /// Talk to the API over TCP instead, e.g. http://127.0.0.1:9180.
     #[arg(long, global = true)]
-    url: Option<String>,
+    pub url: Option<String>,
     /// A file holding the bearer token for --url (or set TEAMSTER_API_TOKEN).
     #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct CtlArgs {
+    #[command(flatten)]
+    target: Target,
     /// Print the API's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -50,9 +57,14 @@ enum CtlCommand {
     },
     /// Ports: uplink, allocation against reservation and limit, counters.
     Ports,
-    /// One port; with options, change its NetIOC controls.
+    /// One port; with options, change its NetIOC controls; `port add` and `port del` add and
+    /// remove ports while the switch runs.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Port {
-        name: String,
+        #[command(subcommand)]
+        action: Option<PortAction>,
+        #[arg(required = true)]
+        name: Option<String>,
         /// Minimum guaranteed send rate, e.g. 500M.
         #[arg(long)]
         reservation: Option<String>,
@@ -102,14 +114,97 @@ enum CtlCommand {
     },
 }
 
+/// Adding and removing ports.
+#[derive(Subcommand)]
+enum PortAction {
+    /// Add a port (saved in switch.toml), like `ovs-vsctl add-port`; its interface need not
+    /// exist yet.
+    Add(Box<PortAddArgs>),
+    /// Remove a port (and from switch.toml), like `ovs-vsctl del-port`.
+    Del { name: String },
+}
+
+/// What `port add` takes.
+#[derive(clap::Args)]
+struct PortAddArgs {
+    name: String,
+    /// The host end of the VM's interface (a tap such as vnet3, or a veth).
+    #[arg(long)]
+    interface: String,
+    /// Its port group.
+    #[arg(long)]
+    group: String,
+    /// The MAC the VM uses on this port.
+    #[arg(long)]
+    mac: String,
+    /// Its network resource pool.
+    #[arg(long)]
+    pool: Option<String>,
+    /// Its traffic class (instead of a pool).
+    #[arg(long)]
+    class: Option<String>,
+    /// Minimum guaranteed send rate, e.g. 500M.
+    #[arg(long)]
+    reservation: Option<String>,
+    /// 1-100, or low, normal, high.
+    #[arg(long)]
+    shares: Option<String>,
+    /// Cap on the send rate, e.g. 1G.
+    #[arg(long)]
+    limit: Option<String>,
+    /// af_packet (the default), af_xdp or auto.
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+/// The request a `port add` or `port del` makes.
+fn port_action(action: &PortAction) -> (&'static str, String, Option<Value>) {
+    match action {
+        PortAction::Add(a) => {
+            let PortAddArgs {
+                name,
+                interface,
+                group,
+                mac,
+                pool,
+                class,
+                reservation,
+                shares,
+                limit,
+                backend,
+            } = a.as_ref();
+            let mut body = serde_json::Map::new();
+            body.insert("name".into(), json!(name));
+            body.insert("interface".into(), json!(interface));
+            body.insert("group".into(), json!(group));
+            body.insert("mac".into(), json!(mac));
+            let optional = [
+                ("pool", pool),
+                ("class", class),
+                ("reservation", reservation),
+                ("shares", shares),
+                ("limit", limit),
+                ("backend", backend),
+            ];
+            for (k, v) in optional {
+                if let Some(v) = v {
+                    body.insert(k.into(), json!(v));
+                }
+            }
+            ("POST", "/api/v1/ports".into(), Some(Value::Object(body)))
+        }
+        PortAction::Del { name } => ("DELETE", format!("/api/v1/ports/{name}"), None),
+    }
+}
+
 /// An HTTP answer: status and body.
-struct Answer {
-    status: u16,
-    body: Bytes,
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: Bytes,
 }
 
 /// The bearer token for `--url`, from `--token-file` or `TEAMSTER_API_TOKEN`.
-fn token(args: &CtlArgs) -> Result<Option<String>, String> {
+fn token(args: &Target) -> Result<Option<String>, String> {
     match (&args.url, &args.token_file) {
         (Some(_), Some(f)) => Ok(Some(
             std::fs::read_to_string(f)
@@ -123,7 +218,7 @@ fn token(args: &CtlArgs) -> Result<Option<String>, String> {
 }
 
 /// Adds the bearer token to a request, when talking TCP.
-fn authorise(args: &CtlArgs, mut req: hyper::Request<Full<Bytes>>) -> Result<hyper::Request<Full<Bytes>>, String> {
+fn authorise(args: &Target, mut req: hyper::Request<Full<Bytes>>) -> Result<hyper::Request<Full<Bytes>>, String> {
     if let Some(t) = token(args)? {
         let value = format!("Bearer {t}")
             .parse()
@@ -141,7 +236,7 @@ fn host_port(url: &str) -> Result<String, String> {
 }
 
 /// Sends one request to the API over the unix socket or TCP.
-async fn request(args: &CtlArgs, method: &str, path: &str, body: Option<Value>) -> Result<Answer, String> {
+pub(crate) async fn request(args: &Target, method: &str, path: &str, body: Option<Value>) -> Result<Answer, String> {
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
@@ -197,7 +292,8 @@ where
 }
 
 /// Follows `GET /api/v1/stream` (server-sent events), printing each snapshot as it comes.
-async fn watch(args: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String)> {
+async fn watch(ctl: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String)> {
+    let args = &ctl.target;
     use hyper::body::Body as _;
     let req = hyper::Request::builder()
         .uri("/api/v1/stream")
@@ -229,7 +325,7 @@ async fn watch(args: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String
             let Some(json) = event.lines().find_map(|l| l.strip_prefix("data:")) else {
                 continue;
             };
-            if args.json {
+            if ctl.json {
                 println!("{}", json.trim());
             } else if let Ok(s) = serde_json::from_str::<Snapshot>(json.trim()) {
                 let loads: Vec<String> = s
@@ -285,7 +381,7 @@ fn show(args: &CtlArgs, a: &Answer, render: &dyn Fn(&[u8]) -> Result<String, Str
             .unwrap_or_else(|| String::from_utf8_lossy(&a.body).to_string());
         return Err(format!("refused ({}): {msg}", a.status));
     }
-    if args.json {
+    if args.json && !a.body.is_empty() {
         let v: Value = serde_json::from_slice(&a.body).map_err(|e| format!("bad JSON from the API: {e}"))?;
         return Ok(serde_json::to_string_pretty(&v).unwrap_or_default() + "\n");
     }
@@ -321,11 +417,16 @@ pub fn run(args: CtlArgs) -> ExitCode {
             }
             CtlCommand::Ports => ("GET", "/api/v1/ports".into(), None),
             CtlCommand::Port {
+                action: Some(action), ..
+            } => port_action(action),
+            CtlCommand::Port {
+                action: None,
                 name,
                 reservation,
                 shares,
                 limit,
             } => {
+                let name = name.as_deref().unwrap_or_default();
                 let mut change = serde_json::Map::new();
                 if let Some(r) = reservation {
                     change.insert("reservation".into(), json!(r));
@@ -387,13 +488,17 @@ pub fn run(args: CtlArgs) -> ExitCode {
             CtlCommand::Metrics => ("GET", "/metrics".into(), None),
             CtlCommand::Watch { .. } => unreachable!("handled above"),
         };
-        let answer = request(&args, method, &path, body).await.map_err(|e| (2u8, e))?;
+        let answer = request(&args.target, method, &path, body).await.map_err(|e| (2u8, e))?;
         let render = |b: &[u8]| -> Result<String, String> {
             match &args.command {
                 CtlCommand::Status => Ok(String::from_utf8_lossy(b).to_string() + "\n"),
                 CtlCommand::Uplinks => parse::<Vec<UplinkView>>(b).map(|v| uplink_rows(&v)),
                 CtlCommand::Uplink { .. } => parse::<UplinkView>(b).map(|v| uplink_rows(&[v])),
                 CtlCommand::Ports => parse::<Vec<PortView>>(b).map(|v| port_rows(&v)),
+                CtlCommand::Port {
+                    action: Some(PortAction::Del { name }),
+                    ..
+                } => Ok(format!("port {name} removed\n")),
                 CtlCommand::Port { .. } => parse::<PortView>(b).map(|v| port_rows(&[v])),
                 CtlCommand::Groups => parse::<Vec<GroupView>>(b).map(|v| group_rows(&v)),
                 CtlCommand::Group { .. } => parse::<GroupView>(b).map(|v| group_rows(&[v])),

@@ -87,6 +87,10 @@ pub(super) fn port_rows(ps: &[PortView]) -> String {
             vec![
                 p.name.clone(),
                 p.interface.clone(),
+                serde_json::to_value(&p.origin)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
                 p.uplink.clone().unwrap_or_else(|| "none".into()),
                 rate(p.tx_bps),
                 rate(p.rx_bps),
@@ -104,6 +108,7 @@ pub(super) fn port_rows(ps: &[PortView]) -> String {
         &[
             "PORT",
             "INTERFACE",
+            "ORIGIN",
             "UPLINK",
             "TX",
             "RX",

@@ -71,7 +71,58 @@ pub struct SwitchFile {
     pub traffic_classes: Vec<ClassEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PortFile>,
+    /// Interfaces that become ports when they appear (see `super::port_rules`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_rules: Vec<PortRule>,
+}
+
+/// A `[[port_rules]]` entry: an interface whose name matches `match` (a glob: `*` any run of
+/// characters, `?` one) and, if given, whose MAC starts with `mac_prefix`, becomes a port of
+/// `group` named after the interface when it appears, and stops being one when it goes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRule {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac_prefix: Option<String>,
+    pub group: String,
+    /// How the VM's MAC is found (see `super::port_rules::VmMac`).
+    #[serde(default, skip_serializing_if = "VmMac::is_default")]
+    pub vm_mac: VmMac,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    #[serde(default)]
+    pub reservation: Bandwidth,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<teamster_core::ioc::Shares>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
+    pub backend: BackendSetting,
+}
+
+/// How a matched port's VM MAC is found from its interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmMac {
+    /// libvirt's rule: a tap's MAC is the guest's with the first byte set to `fe`; the guest's
+    /// first byte is taken to be libvirt's default, `52` (prefix 52:54:00). A tap whose MAC
+    /// does not start with `fe` is not matched (an event says why).
+    #[default]
+    Libvirt,
+    /// The interface's own MAC (an interface the VM itself owns, such as a macvtap).
+    Interface,
+}
+
+impl VmMac {
+    pub fn is_default(&self) -> bool {
+        *self == VmMac::Libvirt
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -89,7 +140,7 @@ pub struct UplinkFile {
 }
 
 /// An interface's I/O backend (`backend = "af_packet" | "af_xdp" | "auto"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendSetting {
     #[default]
@@ -137,7 +188,25 @@ teamster_core::port_entry! {
         /// How frames move between the interface and the switch.
         #[serde(default, skip_serializing_if = "BackendSetting::is_default")]
         pub backend: BackendSetting,
+        /// Where the port came from (not in the file: a port read from it is `configured`).
+        #[serde(skip)]
+        pub origin: PortOrigin,
     }
+}
+
+/// Where a port came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PortOrigin {
+    /// From `switch.toml` when the switch started (or a port added through the API before).
+    #[default]
+    Configured,
+    /// Added through the API (`POST /api/v1/ports`, `teamster ctl port add`) since the start;
+    /// saved in `switch.toml`, so `configured` after a restart.
+    Api,
+    /// Attached because its interface matched a `[[port_rules]]` entry; removed when the
+    /// interface goes, and never saved.
+    Matched,
 }
 
 /// A switch file with one 10 Gbit/s uplink and one port (vm1, limited to 2 Gbit/s), for tests.
@@ -217,7 +286,10 @@ pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
 
 /// The file as TOML, as the daemon saves it after a change made through the API.
 pub fn render(f: &SwitchFile) -> String {
-    let body = toml::to_string(f).expect("a switch file always serialises");
+    // Ports matched by a rule live as long as their interface: they are not saved.
+    let mut saved = f.clone();
+    saved.ports.retain(|p| p.origin != PortOrigin::Matched);
+    let body = toml::to_string(&saved).expect("a switch file always serialises");
     format!("# Teamster switch configuration. The daemon rewrites this file when a change is made\n# through its API (`teamster ctl`); edit it while the daemon is stopped.\n\n{body}")
 }
 
@@ -306,6 +378,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         // A live port's MAC is the one its VM uses: the file must say it.
         &mut |_, _| None,
     )?;
+    check_rules(f, ifs, running)?;
     let ports = built
         .ports
         .iter()
@@ -327,6 +400,32 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         workers,
         file: f.clone(),
     })
+}
+
+/// Checks `[[port_rules]]`: each on its own, then a port each would make, added to the file
+/// (without its reservation: whether that fits is decided when an interface matches, against
+/// the ports there are then).
+fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwidth)]) -> Result<(), String> {
+    for (i, r) in f.port_rules.iter().enumerate() {
+        let key = format!("port_rules[{i}]");
+        super::port_rules::check_rule(&key, r)?;
+        let mut trial = f.clone();
+        trial.port_rules.clear();
+        let used: Vec<Option<&str>> = f.ports.iter().map(|p| p.mac.as_deref()).collect();
+        let mac = (1..=u32::MAX)
+            .map(|n| {
+                let b = n.to_be_bytes();
+                teamster_core::wire::MacAddr([0x02, 0x7e, b[0], b[1], b[2], b[3]])
+            })
+            .find(|m| !used.contains(&Some(m.to_string().as_str())))
+            .expect("a free MAC");
+        let mut port = super::port_rules::port_from(r, "rule-check", mac);
+        port.name = key.clone();
+        port.reservation = Bandwidth::ZERO;
+        trial.ports.push(port);
+        check_with(&trial, ifs, running).map_err(|e| format!("{key}: a port this rule makes is refused: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The MAC-table limits the file sets, range-checked (a total of at least one, a per-port limit
@@ -428,6 +527,37 @@ group = "vms"
         let again = parse(&render(&p.file), &Fake).unwrap();
         assert_eq!(again.file.uplinks[0].backend, BackendSetting::AfXdp);
         assert_eq!(again.file.ports[1].backend, BackendSetting::Auto);
+    }
+
+    /// A switch may start with no ports (a host waiting for its VMs), and port rules are
+    /// checked before anything is attached: the glob, the MAC prefix, and the port a rule makes
+    /// (its group, pool and controls).
+    #[test]
+    fn port_rules_are_checked_at_start() {
+        let no_ports = &GOOD[..GOOD.find("[[ports]]").unwrap()];
+        let rule = "[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\nlimit = \"1G\"\n";
+        let p = parse(&format!("{no_ports}{rule}"), &Fake).unwrap();
+        assert!(p.ports.is_empty());
+        assert_eq!(p.file.port_rules[0].pattern, "vnet*");
+        assert!(render(&p.file).contains("match = \"vnet*\""));
+        for (bad, want) in [
+            (rule.replace("vnet*", "*"), "port_rules[0].match"),
+            (rule.replace("vnet*", "vn/et"), "port_rules[0].match"),
+            (
+                rule.replace("group = \"vms\"", "group = \"nope\""),
+                "no port group named `nope`",
+            ),
+            (format!("{rule}mac_prefix = \"fe:zz\"\n"), "port_rules[0].mac_prefix"),
+            (format!("{rule}pool = \"none\"\n"), "port_rules[0]"),
+            (rule.replace("limit = \"1G\"", "limit = \"0\""), "port_rules[0]"),
+            (format!("{rule}vm_mac = \"guess\"\n"), "vm_mac"),
+        ] {
+            let e = match parse(&format!("{no_ports}{bad}"), &Fake) {
+                Ok(_) => panic!("accepted: {bad}"),
+                Err(e) => e,
+            };
+            assert!(e.contains(want), "`{want}` not in: {e}");
+        }
     }
 
     #[test]

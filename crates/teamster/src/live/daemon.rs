@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
 use teamster_core::Instant;
-use teamster_dp::datapath::{Control, Datapath, DatapathPlan, PortPlan, UplinkPlan};
+use teamster_dp::datapath::{Control, Datapath, DatapathPlan, LinkNews, PortPlan, PortWant, UplinkPlan};
 
 /// How often the loop publishes a snapshot.
 const SNAPSHOT_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
@@ -22,7 +22,10 @@ const STATUS_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
 
 /// A change the API asks the loop to make: a checked plan to switch to, and where to say done.
 pub struct Apply {
-    pub plan: Box<SwitchPlan>,
+    /// None: nothing to change, only notes to record.
+    pub plan: Option<Box<SwitchPlan>>,
+    /// Recorded as events (`port`), before the change.
+    pub notes: Vec<String>,
     /// Answered with the snapshot taken right after the change.
     pub done: tokio::sync::oneshot::Sender<Arc<Snapshot>>,
 }
@@ -30,6 +33,8 @@ pub struct Apply {
 /// How the loop talks to the API: changes in, snapshots out.
 pub struct ControlLink {
     pub changes: std::sync::mpsc::Receiver<Apply>,
+    /// Interface news for the port rules (None: no rules).
+    pub news: Option<tokio::sync::mpsc::Sender<LinkNews>>,
     pub snapshots: tokio::sync::watch::Sender<Arc<Snapshot>>,
 }
 
@@ -48,8 +53,30 @@ struct ControlPlane {
     /// A copy the snapshot thread had no room for, answering a change: offered again next turn.
     held: Option<Taken>,
     changes: Option<std::sync::mpsc::Receiver<Apply>>,
+    /// Where netlink's interface news goes (the port rules' task), and what it had no room for.
+    news: Option<tokio::sync::mpsc::Sender<LinkNews>>,
+    news_held: LinkNews,
     next_snapshot: Instant,
     next_status: Instant,
+}
+
+/// The ports of a checked plan as the data plane is asked to have them.
+fn port_wants(plan: &SwitchPlan) -> Vec<PortWant> {
+    plan.ports
+        .iter()
+        .zip(&plan.file.ports)
+        .filter_map(|((id, interface, leaf), pf)| {
+            let spec = plan.team.ports().find(|s| s.id == *id)?;
+            Some(PortWant {
+                name: pf.name.clone(),
+                interface: interface.clone(),
+                mac: spec.mac,
+                group: spec.group,
+                leaf: *leaf,
+                backend: pf.backend.choice(),
+            })
+        })
+        .collect()
 }
 
 /// The data plane's part of a checked plan, with names from its file.
@@ -107,9 +134,9 @@ impl Daemon {
             .map(StatusWriter::start)
             .transpose()
             .map_err(|e| format!("cannot start the status file's writer: {e}"))?;
-        let (changes, watch) = match link {
-            Some(l) => (Some(l.changes), Some(l.snapshots)),
-            None => (None, None),
+        let (changes, watch, news) = match link {
+            Some(l) => (Some(l.changes), Some(l.snapshots), l.news),
+            None => (None, None, None),
         };
         let snapshots =
             SnapshotThread::start(watch, status).map_err(|e| format!("cannot start the snapshot thread: {e}"))?;
@@ -120,6 +147,8 @@ impl Daemon {
                 snapshots: Some(snapshots),
                 held: None,
                 changes,
+                news,
+                news_held: LinkNews::default(),
                 next_snapshot: Instant::ZERO,
                 next_status: Instant::ZERO,
             },
@@ -161,6 +190,36 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Passes netlink's interface news to the port rules' task; what finds no room waits (a
+    /// name once, and past [`teamster_dp::datapath::NEWS_KEPT`] names as "look at everything").
+    fn forward_news(&mut self, dp: &mut Datapath) {
+        let fresh = dp.take_link_news();
+        let Some(tx) = &self.news else { return };
+        let held = &mut self.news_held;
+        held.lost |= fresh.lost;
+        for name in fresh.names {
+            if held.names.len() >= teamster_dp::datapath::NEWS_KEPT {
+                held.lost = true;
+                break;
+            }
+            if !held.names.contains(&name) {
+                held.names.push(name);
+            }
+        }
+        if held.lost {
+            held.names.clear();
+        }
+        if !held.lost && held.names.is_empty() {
+            return;
+        }
+        if tx.try_send(std::mem::take(held)).is_err() {
+            // Full (the task is busy) or gone: everything is looked at when it has room.
+            held.lost = true;
+        }
+    }
+}
+
 /// Where a change's snapshot is answered.
 type Done = tokio::sync::oneshot::Sender<Arc<Snapshot>>;
 
@@ -173,14 +232,21 @@ impl Control for ControlPlane {
                 return;
             }
         }
+        self.forward_news(dp);
         while let Some(apply) = self.changes.as_ref().and_then(|c| c.try_recv().ok()) {
-            let plan = *apply.plan;
-            let groups: Vec<PortGroupSpec> = (0..plan.file.port_groups.len())
-                .filter_map(|g| plan.team.group(GroupId(g)).cloned())
-                .collect();
-            let admin: Vec<bool> = plan.file.uplinks.iter().map(|u| u.admin == AdminState::Up).collect();
-            dp.reconfigure(plan.tree, &groups, &admin, now);
-            self.file = Arc::new(plan.file);
+            for note in apply.notes {
+                dp.event(now, "port", note);
+            }
+            if let Some(plan) = apply.plan {
+                let plan = *plan;
+                let groups: Vec<PortGroupSpec> = (0..plan.file.port_groups.len())
+                    .filter_map(|g| plan.team.group(GroupId(g)).cloned())
+                    .collect();
+                let admin: Vec<bool> = plan.file.uplinks.iter().map(|u| u.admin == AdminState::Up).collect();
+                let ports = port_wants(&plan);
+                dp.reconfigure(plan.tree, &ports, &groups, &admin, now);
+                self.file = Arc::new(plan.file);
+            }
             let taken = self.take(dp, now, false, Some(apply.done));
             self.hand_over(taken);
             if self.held.is_some() {

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod daemon;
 pub mod persist;
+pub mod port_rules;
 pub mod safe_file;
 pub mod snapshot;
 mod snapshot_thread;

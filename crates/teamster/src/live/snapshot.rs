@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+pub use super::config::PortOrigin;
+
 /// The whole switch at one instant.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct Snapshot {
@@ -89,6 +91,10 @@ pub struct PortView {
     pub worker: Option<usize>,
     pub mac: String,
     pub group: String,
+    /// Where it came from: `configured` (switch.toml), `api` (added through the API since the
+    /// start) or `matched` (its interface matched a port rule; not saved).
+    #[serde(default)]
+    pub origin: PortOrigin,
     /// The uplink carrying its traffic now.
     pub uplink: Option<String>,
     /// Where it returns on failback.

@@ -74,7 +74,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
     let ports = dp
         .ports
         .iter()
-        .zip(&file.ports)
+        .filter_map(|p| Some((p, file.ports.iter().find(|f| f.name == p.plan.name)?)))
         .map(|(p, pf)| {
             let spec = &tree.node(p.plan.leaf).spec;
             let rates = team.port_rates(p.plan.id, now).unwrap_or_default();
@@ -86,6 +86,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 worker: p.worker,
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
+                origin: pf.origin.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),
                 home: team.port_home(p.plan.id).map(uplink_name),
                 reservation_bps: spec.reservation.bps(),

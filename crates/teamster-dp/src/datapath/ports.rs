@@ -1,0 +1,215 @@
+//! Ports that come and go while the switch runs: a VM started, stopped or migrated, a port
+//! added or removed through the API, a tap matched by a port rule.
+//!
+//! Model. The control plane hands [`Datapath::set_ports`] the ports it wants, each with its
+//! leaf in the new NetIOC tree; the data plane compares them by name with the ports it has.
+//! A port that is gone (or whose interface, MAC, group or backend changed) is removed: its
+//! socket closed, its receive queue emptied, the core switch forgets it (MAC-table entries,
+//! flooding, counters), and the frames it had queued on the uplinks are dropped. A new port is
+//! given the smallest free [`PortId`] and a slot, added to the core switch (the team places it
+//! on its uplink) and attached if its interface exists (else when it appears). The NetIOC tree
+//! is then replaced: controls only when its shape is unchanged, otherwise rebuilt with every
+//! waiting frame of the other ports kept, in order ([`Ioc::reshape`]). None of this touches
+//! another port's socket, receive queue or MAC entries, and it runs between two turns of the
+//! loop, so other ports' traffic does not pause beyond the time the change takes.
+//!
+//! Slots. A port's index is its slot: its receive queue, its poll entry and, with port
+//! workers, its lock-free counters and the index frames carry between threads. A removed
+//! port's slot stays empty for [`SLOT_QUARANTINE`], so a frame it handed to the switching
+//! worker just before it went is never taken for the next port's; slots are then reused, so
+//! the number of slots is bounded by the most ports present at once (and by [`MAX_PORTS`]).
+
+use super::{ingress, Datapath, ExtraDrops, Port, PortIo, PortPlan, MAX_PORTS};
+use crate::backend::BackendChoice;
+use teamster_core::ioc::{NodeId, Tree};
+use teamster_core::teaming::{GroupId, PortId, PortSpec};
+use teamster_core::wire::MacAddr;
+use teamster_core::Instant;
+
+/// How long a removed port's slot stays empty: frames handed between threads are taken every
+/// turn of the loop (10 ms at most), so none of the old port's is left after this.
+pub const SLOT_QUARANTINE: core::time::Duration = core::time::Duration::from_millis(200);
+
+/// A port the control plane wants, with its place in the new NetIOC tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortWant {
+    pub name: String,
+    pub interface: String,
+    pub mac: MacAddr,
+    pub group: GroupId,
+    pub leaf: NodeId,
+    pub backend: BackendChoice,
+}
+
+impl Datapath {
+    /// Makes the switch's ports those of `want`, with NetIOC tree `tree`, between packets; see
+    /// the module documentation. The caller has checked the whole configuration (names, MACs,
+    /// interfaces, admission control). A port the core switch still refuses (which a checked
+    /// configuration never asks for) is left out, with an event saying why.
+    pub fn set_ports(&mut self, tree: Tree, want: &[PortWant], now: Instant) {
+        let old_leaves: Vec<(String, NodeId)> = self
+            .present_ports()
+            .map(|p| (p.plan.name.clone(), p.plan.leaf))
+            .collect();
+        let mut reshaped = false;
+        for i in 0..self.ports.len() {
+            if !self.ports[i].present() {
+                continue;
+            }
+            let keep = want.iter().find(|w| w.name == self.ports[i].plan.name);
+            match keep {
+                Some(w) if self.same_port(i, w) => {
+                    reshaped |= self.ports[i].plan.leaf != w.leaf;
+                    self.ports[i].plan.leaf = w.leaf;
+                }
+                _ => {
+                    self.remove_port(i, now);
+                    reshaped = true;
+                }
+            }
+        }
+        for w in want {
+            if !self.present_ports().any(|p| p.plan.name == w.name) {
+                self.add_port(w, now);
+                reshaped = true;
+            }
+        }
+        if reshaped || !same_shape(self.ioc.tree(), &tree) {
+            let leaves: Vec<NodeId> = self.present_ports().map(|p| p.plan.leaf).collect();
+            let map: Vec<(NodeId, NodeId)> = old_leaves
+                .iter()
+                .filter_map(|(name, old)| {
+                    let new = self.present_ports().find(|p| &p.plan.name == name)?.plan.leaf;
+                    Some((*old, new))
+                })
+                .collect();
+            let moved = |old: NodeId| map.iter().find(|(o, _)| *o == old).map(|(_, n)| *n);
+            let gone = self.ioc.reshape(tree, &leaves, moved, now);
+            for (frame, _) in gone {
+                self.pool.give(frame);
+            }
+        } else {
+            self.ioc.replace_tree(tree, now);
+        }
+    }
+
+    /// The ports present (not the empty slots of removed ones).
+    pub(super) fn present_ports(&self) -> impl Iterator<Item = &Port> {
+        self.ports.iter().filter(|p| p.present())
+    }
+
+    /// Whether port `i` is `w` but for its leaf (else it is removed and added afresh).
+    fn same_port(&self, i: usize, w: &PortWant) -> bool {
+        let p = &self.ports[i].plan;
+        let team = self.switch.team();
+        let spec = team.ports().find(|s| s.id == p.id);
+        p.interface == w.interface
+            && p.backend == w.backend
+            && spec.is_some_and(|s| s.mac == w.mac && s.group == w.group)
+    }
+
+    /// Removes port `i`: see the module documentation.
+    fn remove_port(&mut self, i: usize, now: Instant) {
+        self.detach_port(i, "port removed", now);
+        let id = self.ports[i].plan.id;
+        self.index.remove(&id);
+        let _ = self.switch.remove_port(id);
+        // Its receive queue's frames go with it.
+        self.ingress[i] = ingress::queue(now);
+        let p = &mut self.ports[i];
+        p.vacant_since = Some(now);
+        p.extra = ExtraDrops::default();
+        p.ecn_marked = 0;
+        let what = format!("port {}: removed (interface {})", p.plan.name, p.plan.interface);
+        self.pollfds_stale = true;
+        self.event(now, "port", what);
+    }
+
+    /// Adds port `w` in a free slot with the smallest free ID, and attaches it if its interface
+    /// is there.
+    fn add_port(&mut self, w: &PortWant, now: Instant) {
+        let id = (1..)
+            .map(PortId)
+            .find(|id| !self.index.contains_key(id))
+            .expect("IDs remain");
+        let spec = PortSpec {
+            id,
+            mac: w.mac,
+            group: w.group,
+        };
+        if let Err(e) = self.switch.add_port(spec) {
+            self.event(now, "port", format!("port {}: not added: {e}", w.name));
+            return;
+        }
+        let reusable = self.ports.iter().position(|p| {
+            p.vacant_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= SLOT_QUARANTINE)
+        });
+        let i = match reusable {
+            Some(i) => i,
+            None if self.ports.len() < MAX_PORTS => {
+                let i = self.ports.len();
+                self.ports.push(Port::empty());
+                // Receive queues are ports' then uplinks': the new port's goes before the
+                // uplinks', whose indices are counted from the number of ports.
+                self.ingress.insert(i, ingress::queue(now));
+                i
+            }
+            None => {
+                let _ = self.switch.remove_port(id);
+                let what = format!("port {}: not added: the switch has {MAX_PORTS} ports", w.name);
+                self.event(now, "port", what);
+                return;
+            }
+        };
+        // Counts a port worker kept for the slot's last port are not the new one's.
+        if let Some(k) = self.port_worker_of(i) {
+            self.workers[k].lane.tallies[i].take();
+        }
+        self.ports[i] = Port {
+            plan: PortPlan {
+                id,
+                name: w.name.clone(),
+                interface: w.interface.clone(),
+                leaf: w.leaf,
+                backend: w.backend,
+            },
+            vacant_since: None,
+            ..Port::empty()
+        };
+        self.index.insert(id, i);
+        let what = format!("port {}: added on interface {}", w.name, w.interface);
+        self.event(now, "port", what);
+        self.attach_port(i, now);
+    }
+}
+
+impl Port {
+    /// An empty slot.
+    fn empty() -> Port {
+        Port {
+            plan: PortPlan {
+                id: PortId(0),
+                name: String::new(),
+                interface: String::new(),
+                leaf: NodeId(0),
+                backend: BackendChoice::AfPacket,
+            },
+            io: PortIo::Detached,
+            mtu: 0,
+            extra: ExtraDrops::default(),
+            ecn_marked: 0,
+            attach_error: None,
+            vacant_since: Some(Instant::ZERO),
+        }
+    }
+}
+
+/// Whether two trees have the same nodes under the same parents (controls may differ).
+fn same_shape(a: &Tree, b: &Tree) -> bool {
+    a.len() == b.len()
+        && a.ids().all(|id| {
+            let (x, y) = (a.node(id), b.node(id));
+            x.parent == y.parent && x.spec.name == y.spec.name
+        })
+}

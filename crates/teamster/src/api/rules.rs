@@ -1,0 +1,150 @@
+//! The port rules' task: turns netlink's interface news into matched ports (see
+//! [`crate::live::port_rules`] for the rules), under the API's configuration lock, so a rule's
+//! change and an operator's are serialised and each is checked against the other's result.
+//!
+//! At start, and whenever news was lost, every interface of the host is looked at; otherwise
+//! only the ones netlink named. Either way, a matched port whose interface is gone is removed.
+//! Matched ports are not saved, so nothing is written to `switch.toml` here. A refusal (an
+//! interface matching a rule whose port does not pass the checks) is noted in the event log
+//! once per interface and reason, not at every netlink message about it.
+
+use super::routes::{apply, check_running};
+use super::ApiState;
+use crate::live::config::{PortFile, PortOrigin, SwitchFile};
+use crate::live::port_rules::{port_from, rule_for, taken, vm_mac};
+use std::collections::HashMap;
+use std::path::Path;
+use teamster_core::wire::MacAddr;
+use teamster_dp::datapath::LinkNews;
+use tokio::sync::mpsc::Receiver;
+
+/// How many refusals are remembered (so each is noted once); past it the oldest are forgotten.
+const REFUSALS_KEPT: usize = 1024;
+
+/// Runs the port rules until the loop stops sending news.
+pub async fn run(state: ApiState, mut news: Receiver<LinkNews>) {
+    let mut refused: HashMap<String, String> = HashMap::new();
+    reconcile(&state, None, &mut refused).await;
+    while let Some(n) = news.recv().await {
+        let names = (!n.lost).then_some(n.names);
+        reconcile(&state, names, &mut refused).await;
+    }
+}
+
+/// An interface as sysfs shows it now: None if it does not exist (or its MAC is unreadable).
+fn interface_mac(name: &str) -> Option<MacAddr> {
+    teamster_dp::iface::check_name(name).ok()?;
+    let text = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("address")).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Every interface of the host.
+fn all_interfaces() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()
+}
+
+/// Brings the matched ports in line with the interfaces `names` (None: every interface), and
+/// removes those whose interface is gone.
+async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut HashMap<String, String>) {
+    let mut config = state.config.lock().await;
+    if config.port_rules.is_empty() {
+        return;
+    }
+    let mut new: SwitchFile = config.clone();
+    let mut notes = Vec::new();
+    new.ports.retain(|p| {
+        let stays = p.origin != PortOrigin::Matched || interface_mac(&p.interface).is_some();
+        if !stays {
+            notes.push(format!(
+                "port {}: interface {} is gone; the matched port is removed",
+                p.name, p.interface
+            ));
+        }
+        stays
+    });
+    let names = names.unwrap_or_else(all_interfaces);
+    for name in names {
+        let Some(mac) = interface_mac(&name) else {
+            refused.remove(&name);
+            continue;
+        };
+        // A matched port whose interface changed (libvirt sets a tap's MAC after creating it)
+        // is made again from what the interface is now.
+        if let Some(k) = new
+            .ports
+            .iter()
+            .position(|p| p.origin == PortOrigin::Matched && p.interface == name)
+        {
+            let now = rule_for(&new, &name, mac).and_then(|(_, r)| {
+                let vm = vm_mac(r, mac).ok()?;
+                Some(port_from(r, &name, vm))
+            });
+            let same = now.is_some_and(|p| p.mac == new.ports[k].mac && p.group == new.ports[k].group);
+            if same {
+                continue;
+            }
+            notes.push(format!(
+                "port {name}: interface {name} changed; the matched port is made again"
+            ));
+            new.ports.remove(k);
+        }
+        if taken(&new, &name) {
+            continue;
+        }
+        let Some((i, rule)) = rule_for(&new, &name, mac).map(|(i, r)| (i, r.clone())) else {
+            continue;
+        };
+        let rule = &rule;
+        let outcome = vm_mac(rule, mac).and_then(|vm| {
+            let mut trial = new.clone();
+            trial.ports.push(port_from(rule, &name, vm));
+            check_running(state, &trial).map(|_| trial)
+        });
+        match outcome {
+            Ok(trial) => {
+                new = trial;
+                refused.remove(&name);
+                notes.push(format!(
+                    "port {name}: interface {name} matched port_rules[{i}]; added to group {}",
+                    rule.group
+                ));
+            }
+            Err(e) => {
+                if refused.get(&name) != Some(&e) {
+                    notes.push(format!(
+                        "interface {name} matches port_rules[{i}] but is not attached: {e}"
+                    ));
+                    if refused.len() >= REFUSALS_KEPT {
+                        refused.clear();
+                    }
+                    refused.insert(name, e);
+                }
+            }
+        }
+    }
+    let key = |p: &PortFile| (p.name.clone(), p.interface.clone(), p.mac.clone(), p.group.clone());
+    let changed =
+        new.ports.len() != config.ports.len() || new.ports.iter().zip(&config.ports).any(|(a, b)| key(a) != key(b));
+    if !changed {
+        if !notes.is_empty() {
+            apply(state, None, notes).await;
+        }
+        return;
+    }
+    match check_running(state, &new) {
+        Ok(plan) => {
+            if apply(state, Some(plan), notes).await.is_some() {
+                *config = new;
+            }
+        }
+        // Each port was checked as it was added; a removal cannot make a file fail, but if it
+        // does, nothing changes and the log says why.
+        Err(e) => {
+            notes.push(format!("port rules: the change is refused, nothing changed: {e}"));
+            apply(state, None, notes).await;
+        }
+    }
+}

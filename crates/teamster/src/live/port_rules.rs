@@ -1,0 +1,180 @@
+//! Port rules: interfaces that become ports when the kernel announces them, as libvirt's taps
+//! (`vnet0`, `vnet1`, ...) do when a VM starts, and stop being ports when they go.
+//!
+//! Model. `[[port_rules]]` entries are tried in file order against an interface that appeared:
+//! the first whose `match` glob takes the interface's name and whose `mac_prefix` (if any)
+//! starts the interface's MAC gives it a port, named after the interface, in the rule's group
+//! with the rule's NetIOC controls and the VM MAC its `vm_mac` says. Such a port is `matched`:
+//! it is never saved to `switch.toml`, and it is removed when its interface is gone. An
+//! interface some port (configured or from the API) already uses, an uplink's, or one whose
+//! name is already a port's, is left alone. The change is checked as any other (admission
+//! control, unique MACs): a refusal leaves the interface unattached and says why in an event.
+//!
+//! This module decides; `crate::api::rules` runs it under the API's configuration lock, fed by
+//! the data plane's netlink news, so rule changes and API changes are serialised.
+
+use super::config::{PortFile, PortOrigin, PortRule, SwitchFile, VmMac};
+use teamster_core::wire::MacAddr;
+
+/// Whether glob `pattern` (`*`: any run of characters, `?`: one) matches all of `name`.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The classic two-pointer walk with one backtrack point (the last `*`): linear in
+    // practice, and bounded by |p| * |n| (interface names are at most 15 bytes).
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// A MAC prefix: one to six hex bytes separated by colons ("fe:54:00").
+pub fn parse_mac_prefix(s: &str) -> Result<Vec<u8>, String> {
+    let bytes: Result<Vec<u8>, _> = s.split(':').map(|b| u8::from_str_radix(b, 16)).collect();
+    match bytes {
+        Ok(b) if (1..=6).contains(&b.len()) && s.split(':').all(|b| b.len() == 2) => Ok(b),
+        _ => Err(format!(
+            "`{}` is not a MAC prefix (one to six hex bytes such as \"fe:54:00\")",
+            s.escape_debug()
+        )),
+    }
+}
+
+/// Checks a rule on its own (the file's check builds a port from it for the rest).
+pub fn check_rule(key: &str, r: &PortRule) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.*?@:".contains(c);
+    if r.pattern.is_empty() || r.pattern.len() > 64 || !r.pattern.chars().all(ok) {
+        return Err(format!(
+            "{key}.match: `{}` is not an interface-name glob (letters, digits, - _ . @ :, and * or ?)",
+            r.pattern.escape_debug()
+        ));
+    }
+    if r.pattern.chars().all(|c| c == '*' || c == '?') {
+        return Err(format!(
+            "{key}.match: `{}` matches every interface, uplinks' and the host's own among them: name a prefix such as \"vnet*\"",
+            r.pattern
+        ));
+    }
+    if let Some(m) = &r.mac_prefix {
+        parse_mac_prefix(m).map_err(|e| format!("{key}.mac_prefix: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The VM MAC of a port matched by `rule` on an interface whose own MAC is `iface`.
+pub fn vm_mac(rule: &PortRule, iface: MacAddr) -> Result<MacAddr, String> {
+    match rule.vm_mac {
+        VmMac::Interface => Ok(iface),
+        VmMac::Libvirt if iface.0[0] == 0xfe => {
+            let mut m = iface.0;
+            m[0] = 0x52;
+            Ok(MacAddr(m))
+        }
+        VmMac::Libvirt => Err(format!(
+            "its MAC {iface} does not start with fe, as libvirt gives its taps; set vm_mac = \"interface\" in the rule if the interface's own MAC is the VM's"
+        )),
+    }
+}
+
+/// The first rule of `f` that takes interface `name` with MAC `mac`, with its index.
+pub fn rule_for<'a>(f: &'a SwitchFile, name: &str, mac: MacAddr) -> Option<(usize, &'a PortRule)> {
+    f.port_rules.iter().enumerate().find(|(_, r)| {
+        glob_match(&r.pattern, name)
+            && r.mac_prefix
+                .as_deref()
+                .and_then(|p| parse_mac_prefix(p).ok())
+                .is_none_or(|p| mac.0.starts_with(&p))
+    })
+}
+
+/// Whether interface `name` is already the switch's (a port's or an uplink's), or its name a
+/// port's: a rule leaves it alone.
+pub fn taken(f: &SwitchFile, name: &str) -> bool {
+    f.ports.iter().any(|p| p.interface == name || p.name == name) || f.uplinks.iter().any(|u| u.interface == name)
+}
+
+/// The port rule `rule` gives interface `name` whose VM MAC is `mac`.
+pub fn port_from(rule: &PortRule, name: &str, mac: MacAddr) -> PortFile {
+    PortFile {
+        name: name.to_string(),
+        id: None,
+        mac: Some(mac.to_string()),
+        group: rule.group.clone(),
+        pool: rule.pool.clone(),
+        class: rule.class.clone(),
+        reservation: rule.reservation,
+        shares: rule.shares,
+        limit: rule.limit,
+        interface: name.to_string(),
+        backend: rule.backend,
+        origin: PortOrigin::Matched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_whole_names() {
+        for (p, n, want) in [
+            ("vnet*", "vnet0", true),
+            ("vnet*", "vnet", true),
+            ("vnet*", "xvnet0", false),
+            ("vnet?", "vnet12", false),
+            ("vnet??", "vnet12", true),
+            ("*tap*", "mytap3", true),
+            ("tmr-*-v", "tmr-1-v", true),
+            ("tmr-*-v", "tmr-1-v2", false),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("eth0", "eth0", true),
+            ("eth0", "eth01", false),
+        ] {
+            assert_eq!(glob_match(p, n), want, "{p} vs {n}");
+        }
+    }
+
+    #[test]
+    fn rules_are_checked_and_macs_derived() {
+        let rule = |pattern: &str| PortRule {
+            pattern: pattern.into(),
+            mac_prefix: None,
+            group: "vms".into(),
+            vm_mac: VmMac::Libvirt,
+            pool: None,
+            class: None,
+            reservation: Default::default(),
+            shares: None,
+            limit: None,
+            backend: Default::default(),
+        };
+        assert!(check_rule("r", &rule("vnet*")).is_ok());
+        for bad in ["*", "??*", "", "vnet/0", "a b"] {
+            assert!(check_rule("port_rules[0]", &rule(bad)).is_err(), "{bad}");
+        }
+        let mut r = rule("vnet*");
+        r.mac_prefix = Some("fe:5".into());
+        assert!(check_rule("r", &r).unwrap_err().contains("mac_prefix"));
+        let tap: MacAddr = "fe:54:00:12:34:56".parse().unwrap();
+        assert_eq!(vm_mac(&rule("x*"), tap).unwrap().to_string(), "52:54:00:12:34:56");
+        let veth: MacAddr = "02:00:00:00:00:01".parse().unwrap();
+        assert!(vm_mac(&rule("x*"), veth).unwrap_err().contains("fe"));
+        let mut r = rule("x*");
+        r.vm_mac = VmMac::Interface;
+        assert_eq!(vm_mac(&r, veth).unwrap(), veth);
+    }
+}
