@@ -10,6 +10,7 @@ mod api;
 mod bench_cmd;
 mod ctl;
 mod ioc_cmd;
+mod libvirt_hook;
 mod live;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,9 @@ enum Command {
     },
     /// Show and change a running switch through its API (see `teamster ctl --help`).
     Ctl(ctl::CtlArgs),
+    /// libvirt's qemu hook: attach a VM's taps to the switch when it starts (or arrives by
+    /// migration) and detach them when it stops; the domain XML on standard input.
+    LibvirtHook(libvirt_hook::HookArgs),
     /// Benchmarks of the engine.
     Bench {
         #[command(subcommand)]
@@ -189,6 +193,7 @@ fn main() -> ExitCode {
             api,
         } => run_switch(config, status_file, check, api),
         Command::Ctl(args) => ctl::run(args),
+        Command::LibvirtHook(args) => libvirt_hook::run(args),
         Command::Bench {
             command:
                 BenchCommand::Sched {

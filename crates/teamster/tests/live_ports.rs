@@ -456,3 +456,98 @@ fn port_rules_attach_interfaces_as_they_come_and_go() {
     assert!(reaches_remote("tmt-vm3"));
     stop_cleanly(&mut daemon);
 }
+
+/// A domain as libvirt hands its hooks: vm2's link as the VM's tap, Teamster's metadata.
+const DOMAIN: &str = r#"<domain type='kvm'>
+  <name>web1</name>
+  <metadata>
+    <teamster:switch xmlns:teamster="https://teamster.dev/libvirt/1" group="vms">
+      <teamster:port mac="02:00:00:00:00:02" reservation="100M" limit="1G"/>
+    </teamster:switch>
+  </metadata>
+  <devices>
+    <interface type='ethernet'>
+      <mac address='02:00:00:00:00:02'/>
+      <target dev='tmt-v2' managed='no'/>
+      <model type='virtio'/>
+    </interface>
+  </devices>
+</domain>"#;
+
+/// Runs the shipped hook script as libvirt does (`qemu DOMAIN OP SUB EXTRA`, the XML on
+/// standard input, a bare environment); returns (exit code, stdout, stderr).
+fn hook(socket: &Path, xml: &str, op: &str, sub: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/libvirt/qemu");
+    let mut child = Command::new(script)
+        .args(["web1", op, sub, "-"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("TEAMSTER", env!("CARGO_BIN_EXE_teamster"))
+        .env("TEAMSTER_SOCKET", socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(xml.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn the_libvirt_hook_attaches_and_detaches_a_vm() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, _status) = start(dir.path(), &vm1_only());
+    let socket = dir.path().join("api.sock");
+    for (op, sub) in [("prepare", "begin"), ("start", "begin")] {
+        let (code, out, err) = hook(&socket, DOMAIN, op, sub);
+        assert!(code == 0 && out.is_empty(), "{op} {sub}: {code} {err}");
+    }
+    assert!(port(dir.path(), "web1-0").is_none(), "nothing before QEMU runs");
+    let (code, _, err) = hook(&socket, DOMAIN, "started", "begin");
+    assert_eq!(code, 0, "{err}");
+    let p = port(dir.path(), "web1-0").expect("the VM's port");
+    assert_eq!(p["interface"], "tmt-v2");
+    assert_eq!(p["mac"], "02:00:00:00:00:02");
+    assert_eq!(p["reservation_bps"], 100_000_000u64);
+    assert_eq!(p["limit_bps"], 1_000_000_000u64);
+    assert!(reaches_remote("tmt-vm2"), "the VM reaches the remote host");
+    // libvirtd restarted: the port is kept as it is.
+    let (code, _, err) = hook(&socket, DOMAIN, "reconnect", "begin");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(ports(dir.path()).len(), 2);
+    // Incoming migration: the XML is left alone (nothing printed).
+    let (code, out, _) = hook(&socket, DOMAIN, "migrate", "begin");
+    assert!(code == 0 && out.is_empty(), "{out}");
+    // The VM stops (or has migrated away): the port goes; a second call is harmless.
+    for (op, sub) in [("stopped", "end"), ("release", "end")] {
+        let (code, _, err) = hook(&socket, DOMAIN, op, sub);
+        assert_eq!(code, 0, "{op}: {err}");
+    }
+    assert!(port(dir.path(), "web1-0").is_none());
+    // A group the switch does not have: refused, named, nothing added.
+    let bad = DOMAIN.replace("group=\"vms\"", "group=\"nope\"");
+    let (code, _, err) = hook(&socket, &bad, "started", "begin");
+    assert!(
+        code == 1 && err.contains("web1-0") && err.contains("nope"),
+        "{code}: {err}"
+    );
+    assert_eq!(ports(dir.path()).len(), 1);
+    // No switch there: a clear error.
+    let (code, _, err) = hook(&dir.path().join("none.sock"), DOMAIN, "started", "begin");
+    assert!(code == 1 && err.contains("cannot reach the switch"), "{code}: {err}");
+    // Bad XML: exit 2.
+    let (code, _, err) = hook(&socket, "<domain>", "started", "begin");
+    assert!(code == 2 && err.contains("domain XML"), "{code}: {err}");
+    stop_cleanly(&mut daemon);
+}
