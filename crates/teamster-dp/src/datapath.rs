@@ -414,6 +414,15 @@ pub struct LinkNews {
     pub lost: bool,
 }
 
+/// Whether events are logged as JSON lines (journald and log shippers), not text.
+static JSON_LOG: AtomicBool = AtomicBool::new(false);
+
+/// Logs events as JSON lines (`{"t_s", "seq", "kind", "message"}`, the API's event fields) from
+/// now on, or as text.
+pub fn set_json_log(on: bool) {
+    JSON_LOG.store(on, Ordering::Relaxed);
+}
+
 /// Interface names kept between two looks of the control plane; past it, news is lost (and
 /// says so) rather than growing without bound when a local user creates interfaces in a loop.
 pub const NEWS_KEPT: usize = 1024;
@@ -723,9 +732,17 @@ impl Datapath {
         self.switch.port_counters(p)
     }
 
-    /// Records an event, and logs it on stderr.
+    /// Records an event, and logs it on stderr (a line of text, or of JSON: see
+    /// [`set_json_log`]).
     pub fn event(&mut self, now: Instant, kind: &'static str, message: String) {
-        eprintln!("{:>9.3} s  {kind}: {message}", now.as_secs_f64());
+        if JSON_LOG.load(Ordering::Relaxed) {
+            let line = serde_json::json!({
+                "t_s": now.as_secs_f64(), "seq": self.next_seq, "kind": kind, "message": message,
+            });
+            eprintln!("{line}");
+        } else {
+            eprintln!("{:>9.3} s  {kind}: {message}", now.as_secs_f64());
+        }
         if self.events.len() == EVENTS_KEPT {
             self.events.pop_front();
         }

@@ -31,7 +31,7 @@
 //! refused or could not be reached (the message names the port and the switch; libvirt logs
 //! it), 2 on bad input (XML, arguments).
 
-use crate::ctl::{request, Target};
+use crate::ctl::{request, segment, Target};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::process::ExitCode;
@@ -146,7 +146,7 @@ fn message(body: &[u8]) -> String {
 /// Adds `p`, keeping a port of that name already there on the same interface with the same MAC
 /// (libvirtd reconnecting) and replacing one that differs (the VM restarted on another tap).
 async fn attach(target: &Target, p: &HookPort) -> Result<(), String> {
-    let path = format!("/api/v1/ports/{}", p.name);
+    let path = format!("/api/v1/ports/{}", segment(&p.name));
     let have = request(target, "GET", &path, None).await?;
     if have.status == 200 {
         let v: Value = serde_json::from_slice(&have.body).map_err(|e| e.to_string())?;
@@ -164,7 +164,7 @@ async fn attach(target: &Target, p: &HookPort) -> Result<(), String> {
 
 /// Removes port `name`; one already gone is fine.
 async fn detach(target: &Target, name: &str) -> Result<(), String> {
-    let a = request(target, "DELETE", &format!("/api/v1/ports/{name}"), None).await?;
+    let a = request(target, "DELETE", &format!("/api/v1/ports/{}", segment(name)), None).await?;
     match a.status {
         204 | 404 => Ok(()),
         s => Err(format!("port {name}: not removed ({s}): {}", message(&a.body))),

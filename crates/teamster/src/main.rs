@@ -55,11 +55,18 @@ enum Command {
         /// attaching.
         #[arg(long)]
         check: bool,
+        /// How events are logged on standard error: `text`, or `json` (one object per line:
+        /// t_s, seq, kind, message, as the API's event log; for journald and log shippers).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
         #[command(flatten)]
         api: ApiArgs,
     },
     /// Show and change a running switch through its API (see `teamster ctl --help`).
     Ctl(ctl::CtlArgs),
+    /// Write the man pages (DIR/man) and shell completions (DIR/completions) for packaging.
+    #[command(hide = true)]
+    Generate { dir: PathBuf },
     /// libvirt's qemu hook: attach a VM's taps to the switch when it starts (or arrives by
     /// migration) and detach them when it stops; the domain XML on standard input.
     LibvirtHook(libvirt_hook::HookArgs),
@@ -190,10 +197,15 @@ fn main() -> ExitCode {
             config,
             status_file,
             check,
+            log_format,
             api,
-        } => run_switch(config, status_file, check, api),
+        } => {
+            teamster_dp::datapath::set_json_log(log_format == "json");
+            run_switch(config, status_file, check, api)
+        }
         Command::Ctl(args) => ctl::run(args),
         Command::LibvirtHook(args) => libvirt_hook::run(args),
+        Command::Generate { dir } => generate(&dir),
         Command::Bench {
             command:
                 BenchCommand::Sched {
@@ -405,13 +417,48 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
             eprintln!("teamster: API and dashboard on http://{addr}/");
         }
     }
-    eprintln!("teamster: switching; SIGTERM or Ctrl-C stops");
+    if api_config.is_none() {
+        // SIGHUP reloads through the API's runtime; without it, it must not stop the switch.
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, std::sync::Arc::new(Default::default()));
+    }
+    eprintln!("teamster: switching; SIGTERM or Ctrl-C stops, SIGHUP reloads the configuration");
+    live::service::ready("switching");
     daemon.run(&stop);
+    live::service::stopping();
     if let Some(sock) = api_config.as_ref().and_then(|a| a.socket.as_ref()) {
         let _ = std::fs::remove_file(sock);
     }
     eprintln!("teamster: stopped");
     ExitCode::SUCCESS
+}
+
+/// Writes a man page per command (`teamster.1`, `teamster-run.1`, ...) from the command-line
+/// definitions, and bash, zsh and fish completions.
+fn generate(dir: &std::path::Path) -> ExitCode {
+    use clap::CommandFactory;
+    let write = || -> std::io::Result<()> {
+        let man = dir.join("man");
+        let completions = dir.join("completions");
+        std::fs::create_dir_all(&man)?;
+        std::fs::create_dir_all(&completions)?;
+        let cmd = Cli::command().name("teamster");
+        clap_mangen::generate_to(cmd.clone(), &man)?;
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            clap_complete::generate_to(shell, &mut cmd.clone(), "teamster", &completions)?;
+        }
+        Ok(())
+    };
+    match write() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}: {e}", dir.display());
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// Runs one scenario and reports it; see the module documentation for the exit status.

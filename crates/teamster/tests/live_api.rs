@@ -14,21 +14,6 @@ use std::time::Duration;
 static PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 const TOKEN: &str = "test-token-0123456789abcdef";
 
-/// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
-fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let socket = dir.join("api.sock");
-    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args(["ctl", "--socket", socket.to_str().unwrap()])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 fn ctl_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     let mut all = args.to_vec();
     all.push("--json");

@@ -15,22 +15,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// `teamster ctl` against the socket in `dir`, bounded in time; (exit code, stdout, stderr).
-fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("timeout")
-        .arg("20")
-        .arg(env!("CARGO_BIN_EXE_teamster"))
-        .args(["ctl", "--socket", dir.join("api.sock").to_str().unwrap()])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 /// Sends `request` (raw bytes) to 127.0.0.1:`port` and reads the answer until the server closes
 /// (a reset after the answer is not an error: the server may close with our body unread);
 /// returns (status, the whole answer).

@@ -10,20 +10,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Runs `teamster ctl` against the socket in `dir`; returns (exit code, stdout, stderr).
-fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args(["ctl", "--socket", dir.join("api.sock").to_str().unwrap()])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 /// The switch's ports, from `ctl --json ports`.
 fn ports(dir: &Path) -> Vec<serde_json::Value> {
     let (code, out, err) = ctl(dir, &["--json", "ports"]);
@@ -550,4 +536,97 @@ fn the_libvirt_hook_attaches_and_detaches_a_vm() {
     let (code, _, err) = hook(&socket, "<domain>", "started", "begin");
     assert!(code == 2 && err.contains("domain XML"), "{code}: {err}");
     stop_cleanly(&mut daemon);
+}
+
+/// Under systemd (`Type=notify`, `WatchdogSec=`): READY=1 once switching, WATCHDOG=1 fed by the
+/// data plane's loop, RELOADING=1 then READY=1 around a reload, STOPPING=1 at the end. A
+/// reload (SIGHUP) applies the file's new ports and teaming, and refuses, changing nothing, a
+/// file that changes what needs a restart or does not parse.
+#[test]
+fn the_service_reloads_and_tells_systemd() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let notify_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let env = [
+        ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+        ("WATCHDOG_USEC", "200000"),
+    ];
+    let (mut daemon, _status) = start_with_env(dir.path(), &vm1_only(), &["--log-format", "json"], &env);
+    // Read every notification as it comes (a full socket would lose the daemon's next one).
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = notify.recv(&mut buf) {
+                let mut s = seen.lock().unwrap();
+                s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                s.push('\n');
+            }
+        })
+    };
+    // Waits for `what`, and forgets everything up to it.
+    let until = |what: &str| {
+        await_that(&format!("the daemon notifies {what}"), || {
+            let mut s = seen.lock().unwrap();
+            match s.find(what) {
+                Some(at) => {
+                    s.drain(..at + what.len());
+                    true
+                }
+                None => false,
+            }
+        });
+    };
+    until("READY=1");
+    until("WATCHDOG=1");
+    until("WATCHDOG=1");
+
+    let saved = dir.path().join("switch.toml");
+    let with_vm2 = api_switch().replace("policy = \"port-id\"", "policy = \"source-mac\"");
+    std::fs::write(&saved, &with_vm2).unwrap();
+    signal(&daemon.0, libc::SIGHUP);
+    until("RELOADING=1");
+    until("READY=1");
+    await_that("vm2 is a port after the reload", || port(dir.path(), "vm2").is_some());
+    assert!(reaches_remote("tmt-vm2"));
+    let (_, groups, _) = ctl(dir.path(), &["--json", "groups"]);
+    assert!(groups.contains("source-mac"), "{groups}");
+
+    for bad in [
+        with_vm2.replace("capacity = \"1G\"", "capacity = \"2G\""),
+        "this is not toml [".to_string(),
+        with_vm2.replace("mac = \"02:00:00:00:00:02\"", "mac = \"02:00:00:00:00:01\""),
+    ] {
+        std::fs::write(&saved, &bad).unwrap();
+        signal(&daemon.0, libc::SIGHUP);
+        until("READY=1");
+        assert_eq!(ports(dir.path()).len(), 2, "a refused reload changes nothing");
+    }
+    let (_, events, _) = ctl(dir.path(), &["events"]);
+    assert!(
+        events.contains("reload refused: a reload cannot change uplinks"),
+        "{events}"
+    );
+    assert!(events.matches("reload refused").count() == 3, "{events}");
+    assert!(reaches_remote("tmt-vm1"));
+    stop_cleanly(&mut daemon);
+    until("STOPPING=1");
+    drop(reader);
+    // The event log as JSON lines, as the API shows it.
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    let events: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(events.iter().any(|e| e["kind"] == "start" && e["seq"] == 0), "{log}");
+    assert!(
+        events.iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("switch.toml reloaded"))),
+        "{log}"
+    );
 }

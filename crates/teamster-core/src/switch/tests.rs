@@ -403,3 +403,24 @@ fn ports_come_and_go_while_the_switch_runs() {
     assert!(!targets(&out).contains(&Egress::Port(PortId(4))));
     assert_eq!(s.mac_table().static_port(Some(10), mac(9)), Some(PortId(4)));
 }
+
+/// A port added and removed again before the effects were taken (the data plane undoing an add
+/// it had no slot for) leaves nothing behind: no RARP tells the physical switches its MAC is
+/// here, while another port's queued announcement stays.
+#[test]
+fn a_port_removed_before_its_effects_are_taken_is_not_announced() {
+    let mut s = switch();
+    let spec = |id: u32| PortSpec {
+        id: PortId(id),
+        mac: mac(id as u8),
+        group: GroupId(0),
+    };
+    s.add_port(spec(4)).unwrap();
+    s.add_port(spec(5)).unwrap();
+    s.remove_port(PortId(4)).unwrap();
+    match s.poll_effect() {
+        Some(Effect::Transmit { frame, .. }) => assert_eq!(frame, crate::wire::build_rarp(mac(5), Some(10))),
+        other => panic!("port 5's RARP expected: {other:?}"),
+    }
+    assert!(s.poll_effect().is_none(), "no RARP for the removed port 4");
+}

@@ -190,12 +190,20 @@ impl Team {
 
     /// Takes a port out of the team (its VM went away): it stops counting in its uplink's load
     /// and its group's policy no longer sees it. No move is reported: nothing is left to move.
+    /// Effects about it not yet taken (its move, the RARP announcing its MAC) are dropped: a
+    /// port added and removed before the caller polled (a refused add undone) must not tell
+    /// the physical switches that its MAC lives here.
     pub fn remove_port(&mut self, id: PortId) -> Result<PortSpec, TeamError> {
         let i = self.index.remove(&id).ok_or(TeamError::UnknownPort(id))?;
         let gone = self.ports.remove(i);
         for j in i..self.ports.len() {
             self.index.insert(self.ports[j].spec.id, j);
         }
+        let rarp = build_rarp(gone.spec.mac, self.groups[gone.spec.group.0].spec.vlan);
+        self.effects.retain(|e| match e {
+            Effect::PortMoved(m) => m.port != id,
+            Effect::Transmit { frame, .. } => *frame != rarp,
+        });
         Ok(gone.spec)
     }
 

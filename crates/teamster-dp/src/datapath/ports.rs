@@ -47,7 +47,7 @@ impl Datapath {
     /// interfaces, admission control). A port the core switch still refuses (which a checked
     /// configuration never asks for) is left out, with an event saying why.
     pub fn set_ports(&mut self, tree: Tree, want: &[PortWant], now: Instant) {
-        let old_leaves: Vec<(String, NodeId)> = self
+        let mut old_leaves: Vec<(String, NodeId)> = self
             .present_ports()
             .map(|p| (p.plan.name.clone(), p.plan.leaf))
             .collect();
@@ -63,6 +63,8 @@ impl Datapath {
                     self.ports[i].plan.leaf = w.leaf;
                 }
                 _ => {
+                    // Its queued frames go with it, even if a port of its name replaces it.
+                    old_leaves.retain(|(n, _)| *n != self.ports[i].plan.name);
                     self.remove_port(i, now);
                     reshaped = true;
                 }

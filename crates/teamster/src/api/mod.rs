@@ -18,6 +18,7 @@ mod dashboard;
 mod listen;
 mod metrics;
 mod openapi;
+mod reload;
 mod router;
 mod routes;
 mod rules;
@@ -106,6 +107,7 @@ pub fn start(
             if let Some(news) = news {
                 rt.spawn(rules::run(state.clone(), news));
             }
+            rt.spawn(reload::run(state.clone()));
             rt.block_on(serve(api, state, ready_tx));
         })
         .map_err(|e| format!("API thread: {e}"))?;

@@ -2,16 +2,18 @@
 //! [`crate::live::port_rules`] for the rules), under the API's configuration lock, so a rule's
 //! change and an operator's are serialised and each is checked against the other's result.
 //!
-//! At start, and whenever news was lost, every interface of the host is looked at; otherwise
-//! only the ones netlink named. Either way, a matched port whose interface is gone is removed.
+//! At start, whenever news was lost, and every 10 s, every interface of the host is looked at;
+//! otherwise only the ones netlink named. An interface refused is checked again only when its
+//! MAC or the configuration has changed since, so one that flaps costs nothing. Either way, a matched port whose interface is gone is removed.
 //! Matched ports are not saved, so nothing is written to `switch.toml` here. A refusal (an
 //! interface matching a rule whose port does not pass the checks) is noted in the event log
 //! once per interface and reason, not at every netlink message about it.
 
 use super::routes::{apply, check_running};
 use super::ApiState;
+use crate::live::config::port_from;
 use crate::live::config::{PortFile, PortOrigin, SwitchFile};
-use crate::live::port_rules::{port_from, rule_for, taken, vm_mac};
+use crate::live::port_rules::{rule_for, taken, vm_mac};
 use std::collections::HashMap;
 use std::path::Path;
 use teamster_core::wire::MacAddr;
@@ -21,14 +23,46 @@ use tokio::sync::mpsc::Receiver;
 /// How many refusals are remembered (so each is noted once); past it the oldest are forgotten.
 const REFUSALS_KEPT: usize = 1024;
 
+/// How often every interface is looked at again, news or not: an interface refused for want of
+/// room (a reservation, a MAC in use) is attached once an operator's change makes room.
+const RESCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why an interface was refused, against which configuration (so it is checked again only
+/// when its MAC or the configuration changed, not at every netlink message about it).
+struct Refusal {
+    mac: MacAddr,
+    config: u64,
+    error: String,
+}
+
 /// Runs the port rules until the loop stops sending news.
 pub async fn run(state: ApiState, mut news: Receiver<LinkNews>) {
-    let mut refused: HashMap<String, String> = HashMap::new();
+    let mut refused: HashMap<String, Refusal> = HashMap::new();
     reconcile(&state, None, &mut refused).await;
-    while let Some(n) = news.recv().await {
-        let names = (!n.lost).then_some(n.names);
-        reconcile(&state, names, &mut refused).await;
+    let mut rescan = tokio::time::interval(RESCAN_EVERY);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            n = news.recv() => {
+                let Some(n) = n else { return };
+                let names = (!n.lost).then_some(n.names);
+                reconcile(&state, names, &mut refused).await;
+            }
+            _ = rescan.tick() => reconcile(&state, None, &mut refused).await,
+        }
     }
+}
+
+/// A fingerprint of what decides whether a port fits: the file as it would be saved, and every
+/// port's name, interface and MAC (matched ports included).
+fn fingerprint(f: &SwitchFile) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    crate::live::config::render(f).hash(&mut h);
+    for p in &f.ports {
+        (&p.name, &p.interface, &p.mac).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// An interface as sysfs shows it now: None if it does not exist (or its MAC is unreadable).
@@ -48,7 +82,7 @@ fn all_interfaces() -> Vec<String> {
 
 /// Brings the matched ports in line with the interfaces `names` (None: every interface), and
 /// removes those whose interface is gone.
-async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut HashMap<String, String>) {
+async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut HashMap<String, Refusal>) {
     let mut config = state.config.lock().await;
     if config.port_rules.is_empty() {
         return;
@@ -66,6 +100,8 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         stays
     });
     let names = names.unwrap_or_else(all_interfaces);
+    // The configuration's fingerprint, made again when a port is added or made again.
+    let mut fp: Option<u64> = None;
     for name in names {
         let Some(mac) = interface_mac(&name) else {
             refused.remove(&name);
@@ -90,6 +126,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
                 "port {name}: interface {name} changed; the matched port is made again"
             ));
             new.ports.remove(k);
+            fp = None;
         }
         if taken(&new, &name) {
             continue;
@@ -97,6 +134,10 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         let Some((i, rule)) = rule_for(&new, &name, mac).map(|(i, r)| (i, r.clone())) else {
             continue;
         };
+        let config = *fp.get_or_insert_with(|| fingerprint(&new));
+        if refused.get(&name).is_some_and(|r| r.mac == mac && r.config == config) {
+            continue;
+        }
         let rule = &rule;
         let outcome = vm_mac(rule, mac).and_then(|vm| {
             let mut trial = new.clone();
@@ -106,6 +147,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         match outcome {
             Ok(trial) => {
                 new = trial;
+                fp = None;
                 refused.remove(&name);
                 notes.push(format!(
                     "port {name}: interface {name} matched port_rules[{i}]; added to group {}",
@@ -113,15 +155,15 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
                 ));
             }
             Err(e) => {
-                if refused.get(&name) != Some(&e) {
+                if refused.get(&name).is_none_or(|r| r.error != e) {
                     notes.push(format!(
                         "interface {name} matches port_rules[{i}] but is not attached: {e}"
                     ));
-                    if refused.len() >= REFUSALS_KEPT {
-                        refused.clear();
-                    }
-                    refused.insert(name, e);
                 }
+                if refused.len() >= REFUSALS_KEPT {
+                    refused.clear();
+                }
+                refused.insert(name, Refusal { mac, config, error: e });
             }
         }
     }

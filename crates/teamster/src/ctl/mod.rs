@@ -193,8 +193,16 @@ fn port_action(action: &PortAction) -> (&'static str, String, Option<Value>) {
             }
             ("POST", "/api/v1/ports".into(), Some(Value::Object(body)))
         }
-        PortAction::Del { name } => ("DELETE", format!("/api/v1/ports/{name}"), None),
+        PortAction::Del { name } => ("DELETE", format!("/api/v1/ports/{}", segment(name)), None),
     }
+}
+
+/// A name as one path segment of a URL: every byte but letters, digits and `-._~` escaped, so a
+/// name holding `?`, `#`, `/` or `%` names that object and no other.
+pub(crate) fn segment(name: &str) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    const KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    utf8_percent_encode(name, KEEP).to_string()
 }
 
 /// An HTTP answer: status and body.
@@ -411,10 +419,12 @@ pub fn run(args: CtlArgs) -> ExitCode {
         let (method, path, body): (&str, String, Option<Value>) = match &args.command {
             CtlCommand::Status => ("GET", "/api/v1/status".into(), None),
             CtlCommand::Uplinks => ("GET", "/api/v1/uplinks".into(), None),
-            CtlCommand::Uplink { name, admin: None } => ("GET", format!("/api/v1/uplinks/{name}"), None),
-            CtlCommand::Uplink { name, admin: Some(a) } => {
-                ("PATCH", format!("/api/v1/uplinks/{name}"), Some(json!({ "admin": a })))
-            }
+            CtlCommand::Uplink { name, admin: None } => ("GET", format!("/api/v1/uplinks/{}", segment(name)), None),
+            CtlCommand::Uplink { name, admin: Some(a) } => (
+                "PATCH",
+                format!("/api/v1/uplinks/{}", segment(name)),
+                Some(json!({ "admin": a })),
+            ),
             CtlCommand::Ports => ("GET", "/api/v1/ports".into(), None),
             CtlCommand::Port {
                 action: Some(action), ..
@@ -439,9 +449,13 @@ pub fn run(args: CtlArgs) -> ExitCode {
                     change.insert("limit".into(), v);
                 }
                 if change.is_empty() {
-                    ("GET", format!("/api/v1/ports/{name}"), None)
+                    ("GET", format!("/api/v1/ports/{}", segment(name)), None)
                 } else {
-                    ("PATCH", format!("/api/v1/ports/{name}"), Some(Value::Object(change)))
+                    (
+                        "PATCH",
+                        format!("/api/v1/ports/{}", segment(name)),
+                        Some(Value::Object(change)),
+                    )
                 }
             }
             CtlCommand::Groups => ("GET", "/api/v1/port-groups".into(), None),
@@ -467,11 +481,11 @@ pub fn run(args: CtlArgs) -> ExitCode {
                     change.insert("failback".into(), json!(f));
                 }
                 if change.is_empty() {
-                    ("GET", format!("/api/v1/port-groups/{name}"), None)
+                    ("GET", format!("/api/v1/port-groups/{}", segment(name)), None)
                 } else {
                     (
                         "PATCH",
-                        format!("/api/v1/port-groups/{name}"),
+                        format!("/api/v1/port-groups/{}", segment(name)),
                         Some(Value::Object(change)),
                     )
                 }

@@ -89,7 +89,7 @@ pub struct PortRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_prefix: Option<String>,
     pub group: String,
-    /// How the VM's MAC is found (see `super::port_rules::VmMac`).
+    /// How the VM's MAC is found (see [`VmMac`]).
     #[serde(default, skip_serializing_if = "VmMac::is_default")]
     pub vm_mac: VmMac,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -354,6 +354,16 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         };
         uplinks.push((u.interface.clone(), capacity));
     }
+    // The data plane holds at most this many ports (its port workers' counters are allocated
+    // at start): a file over it would be saved by the API and then refused at the next start,
+    // and the port over it never attached.
+    let max_ports = teamster_dp::datapath::MAX_PORTS;
+    if f.ports.len() > max_ports {
+        return Err(format!(
+            "ports: {} ports, and a switch holds at most {max_ports}",
+            f.ports.len()
+        ));
+    }
     for (i, p) in f.ports.iter().enumerate() {
         claim(format!("ports[{i}]"), &p.interface, false)?;
     }
@@ -408,24 +418,80 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
 fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwidth)]) -> Result<(), String> {
     for (i, r) in f.port_rules.iter().enumerate() {
         let key = format!("port_rules[{i}]");
-        super::port_rules::check_rule(&key, r)?;
+        check_rule(&key, r)?;
         let mut trial = f.clone();
         trial.port_rules.clear();
-        let used: Vec<Option<&str>> = f.ports.iter().map(|p| p.mac.as_deref()).collect();
+        // A full switch: the rule's port is tried in place of the last one (what is checked is
+        // the port the rule makes; the count is checked when an interface matches).
+        trial.ports.truncate(teamster_dp::datapath::MAX_PORTS - 1);
+        // Compared as addresses, not text: "02:7E:..." or "02-7e-..." in the file is taken too.
+        let used: Vec<teamster_core::wire::MacAddr> =
+            f.ports.iter().filter_map(|p| p.mac.as_deref()?.parse().ok()).collect();
         let mac = (1..=u32::MAX)
             .map(|n| {
                 let b = n.to_be_bytes();
                 teamster_core::wire::MacAddr([0x02, 0x7e, b[0], b[1], b[2], b[3]])
             })
-            .find(|m| !used.contains(&Some(m.to_string().as_str())))
+            .find(|m| !used.contains(m))
             .expect("a free MAC");
-        let mut port = super::port_rules::port_from(r, "rule-check", mac);
+        let mut port = port_from(r, "rule-check", mac);
         port.name = key.clone();
         port.reservation = Bandwidth::ZERO;
         trial.ports.push(port);
         check_with(&trial, ifs, running).map_err(|e| format!("{key}: a port this rule makes is refused: {e}"))?;
     }
     Ok(())
+}
+
+/// A MAC prefix: one to six hex bytes separated by colons ("fe:54:00").
+pub fn parse_mac_prefix(s: &str) -> Result<Vec<u8>, String> {
+    let bytes: Result<Vec<u8>, _> = s.split(':').map(|b| u8::from_str_radix(b, 16)).collect();
+    match bytes {
+        Ok(b) if (1..=6).contains(&b.len()) && s.split(':').all(|b| b.len() == 2) => Ok(b),
+        _ => Err(format!(
+            "`{}` is not a MAC prefix (one to six hex bytes such as \"fe:54:00\")",
+            s.escape_debug()
+        )),
+    }
+}
+
+/// Checks a rule on its own (the file's check builds a port from it for the rest).
+pub fn check_rule(key: &str, r: &PortRule) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.*?@:".contains(c);
+    if r.pattern.is_empty() || r.pattern.len() > 64 || !r.pattern.chars().all(ok) {
+        return Err(format!(
+            "{key}.match: `{}` is not an interface-name glob (letters, digits, - _ . @ :, and * or ?)",
+            r.pattern.escape_debug()
+        ));
+    }
+    if r.pattern.chars().all(|c| c == '*' || c == '?') {
+        return Err(format!(
+            "{key}.match: `{}` matches every interface, uplinks' and the host's own among them: name a prefix such as \"vnet*\"",
+            r.pattern
+        ));
+    }
+    if let Some(m) = &r.mac_prefix {
+        parse_mac_prefix(m).map_err(|e| format!("{key}.mac_prefix: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The port rule `rule` gives interface `name` whose VM MAC is `mac`.
+pub fn port_from(rule: &PortRule, name: &str, mac: teamster_core::wire::MacAddr) -> PortFile {
+    PortFile {
+        name: name.to_string(),
+        id: None,
+        mac: Some(mac.to_string()),
+        group: rule.group.clone(),
+        pool: rule.pool.clone(),
+        class: rule.class.clone(),
+        reservation: rule.reservation,
+        shares: rule.shares,
+        limit: rule.limit,
+        interface: name.to_string(),
+        backend: rule.backend,
+        origin: PortOrigin::Matched,
+    }
 }
 
 /// The MAC-table limits the file sets, range-checked (a total of at least one, a per-port limit
@@ -557,6 +623,36 @@ group = "vms"
                 Err(e) => e,
             };
             assert!(e.contains(want), "`{want}` not in: {e}");
+        }
+    }
+
+    /// A file may hold as many ports as the data plane does, port rules included, and no more:
+    /// one port over would be saved by the API and then refused at the next start.
+    #[test]
+    fn the_ports_are_at_most_what_the_data_plane_holds() {
+        let max = teamster_dp::datapath::MAX_PORTS;
+        let no_ports = &GOOD[..GOOD.find("[[ports]]").unwrap()];
+        let rule = "[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\n";
+        let mut f = parse_file(&format!("{no_ports}{rule}")).unwrap();
+        let mut text = String::new();
+        for i in 0..=max {
+            let mac = format!("52:54:00:01:{:02x}:{:02x}", i >> 8, i & 0xff);
+            text += &format!("[[ports]]\nname = \"p{i}\"\ninterface = \"t{i}\"\nmac = \"{mac}\"\ngroup = \"vms\"\n");
+        }
+        f.ports = parse_file(&format!("{no_ports}{text}")).unwrap().ports;
+        let e = check(&f, &Fake).err().expect("one port over the data plane's limit");
+        assert!(e.contains(&format!("at most {max}")), "{e}");
+        f.ports.pop();
+        assert!(check(&f, &Fake).is_ok(), "a full switch with a port rule");
+    }
+
+    /// The MAC the rules' check gives its trial port is free whatever way the file writes MACs.
+    #[test]
+    fn a_rule_is_checked_against_the_macs_the_ports_have() {
+        let rule = "[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\n";
+        for written in ["02:7E:00:00:00:01", "02-7e-00-00-00-01"] {
+            let text = format!("{}{rule}", GOOD.replace("52:54:00:00:00:01", written));
+            assert!(parse(&text, &Fake).is_ok(), "{written}");
         }
     }
 

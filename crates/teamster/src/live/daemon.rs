@@ -58,6 +58,8 @@ struct ControlPlane {
     news_held: LinkNews,
     next_snapshot: Instant,
     next_status: Instant,
+    /// systemd's watchdog, fed from this loop.
+    watchdog: super::service::Watchdog,
 }
 
 /// The ports of a checked plan as the data plane is asked to have them.
@@ -151,6 +153,7 @@ impl Daemon {
                 news_held: LinkNews::default(),
                 next_snapshot: Instant::ZERO,
                 next_status: Instant::ZERO,
+                watchdog: super::service::Watchdog::from_env(),
             },
         })
     }
@@ -225,6 +228,7 @@ type Done = tokio::sync::oneshot::Sender<Arc<Snapshot>>;
 
 impl Control for ControlPlane {
     fn turn(&mut self, dp: &mut Datapath, now: Instant) {
+        self.watchdog.tick(now);
         if let Some(t) = self.held.take() {
             self.hand_over(t);
             if self.held.is_some() {

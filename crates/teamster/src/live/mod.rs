@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod persist;
 pub mod port_rules;
 pub mod safe_file;
+pub mod service;
 pub mod snapshot;
 mod snapshot_thread;
 pub mod status_writer;

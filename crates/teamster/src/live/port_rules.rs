@@ -10,10 +10,11 @@
 //! name is already a port's, is left alone. The change is checked as any other (admission
 //! control, unique MACs): a refusal leaves the interface unattached and says why in an event.
 //!
-//! This module decides; `crate::api::rules` runs it under the API's configuration lock, fed by
+//! The rule's own checks and the port it makes are in [`super::config`] (a rule is checked
+//! with the file); this module matches interfaces. `crate::api::rules` runs it under the API's configuration lock, fed by
 //! the data plane's netlink news, so rule changes and API changes are serialised.
 
-use super::config::{PortFile, PortOrigin, PortRule, SwitchFile, VmMac};
+use super::config::{parse_mac_prefix, PortRule, SwitchFile, VmMac};
 use teamster_core::wire::MacAddr;
 
 /// Whether glob `pattern` (`*`: any run of characters, `?`: one) matches all of `name`.
@@ -39,39 +40,6 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
         }
     }
     p[i..].iter().all(|&c| c == '*')
-}
-
-/// A MAC prefix: one to six hex bytes separated by colons ("fe:54:00").
-pub fn parse_mac_prefix(s: &str) -> Result<Vec<u8>, String> {
-    let bytes: Result<Vec<u8>, _> = s.split(':').map(|b| u8::from_str_radix(b, 16)).collect();
-    match bytes {
-        Ok(b) if (1..=6).contains(&b.len()) && s.split(':').all(|b| b.len() == 2) => Ok(b),
-        _ => Err(format!(
-            "`{}` is not a MAC prefix (one to six hex bytes such as \"fe:54:00\")",
-            s.escape_debug()
-        )),
-    }
-}
-
-/// Checks a rule on its own (the file's check builds a port from it for the rest).
-pub fn check_rule(key: &str, r: &PortRule) -> Result<(), String> {
-    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.*?@:".contains(c);
-    if r.pattern.is_empty() || r.pattern.len() > 64 || !r.pattern.chars().all(ok) {
-        return Err(format!(
-            "{key}.match: `{}` is not an interface-name glob (letters, digits, - _ . @ :, and * or ?)",
-            r.pattern.escape_debug()
-        ));
-    }
-    if r.pattern.chars().all(|c| c == '*' || c == '?') {
-        return Err(format!(
-            "{key}.match: `{}` matches every interface, uplinks' and the host's own among them: name a prefix such as \"vnet*\"",
-            r.pattern
-        ));
-    }
-    if let Some(m) = &r.mac_prefix {
-        parse_mac_prefix(m).map_err(|e| format!("{key}.mac_prefix: {e}"))?;
-    }
-    Ok(())
 }
 
 /// The VM MAC of a port matched by `rule` on an interface whose own MAC is `iface`.
@@ -106,27 +74,10 @@ pub fn taken(f: &SwitchFile, name: &str) -> bool {
     f.ports.iter().any(|p| p.interface == name || p.name == name) || f.uplinks.iter().any(|u| u.interface == name)
 }
 
-/// The port rule `rule` gives interface `name` whose VM MAC is `mac`.
-pub fn port_from(rule: &PortRule, name: &str, mac: MacAddr) -> PortFile {
-    PortFile {
-        name: name.to_string(),
-        id: None,
-        mac: Some(mac.to_string()),
-        group: rule.group.clone(),
-        pool: rule.pool.clone(),
-        class: rule.class.clone(),
-        reservation: rule.reservation,
-        shares: rule.shares,
-        limit: rule.limit,
-        interface: name.to_string(),
-        backend: rule.backend,
-        origin: PortOrigin::Matched,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::config::check_rule;
 
     #[test]
     fn globs_match_whole_names() {

@@ -277,6 +277,22 @@ pub fn received(ping_output: &str) -> usize {
     ping_output.matches("icmp_seq=").count()
 }
 
+/// `teamster ctl` against the socket in `dir`, bounded in time; (exit code, stdout, stderr).
+pub fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(env!("CARGO_BIN_EXE_teamster"))
+        .args(["ctl", "--socket", dir.join("api.sock").to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 /// Starts the daemon on `config` text; returns it and its status file path. Its API listens on
 /// `api.sock` in `dir`.
 pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
@@ -322,6 +338,11 @@ pub fn api_port(dir: &Path) -> u16 {
 
 /// Starts the daemon on `config` text with extra arguments.
 pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::path::PathBuf) {
+    start_with_env(dir, config, extra, &[])
+}
+
+/// Starts the daemon on `config` text with extra arguments and environment variables.
+pub fn start_with_env(dir: &Path, config: &str, extra: &[&str], env: &[(&str, &str)]) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
     std::fs::write(&path, config).unwrap();
     let status_path = dir.join("status.json");
@@ -337,6 +358,7 @@ pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::pat
             socket.to_str().unwrap(),
         ])
         .args(extra)
+        .envs(env.iter().copied())
         .stderr(
             std::fs::OpenOptions::new()
                 .create(true)

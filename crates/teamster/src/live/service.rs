@@ -1,0 +1,199 @@
+//! Running under systemd (`Type=notify`): readiness, the watchdog, reload and stop
+//! notifications, and what a reload (`ExecReload`, SIGHUP) may change without a restart.
+//!
+//! Outside systemd (no `NOTIFY_SOCKET`) every notification is a no-op. The watchdog is fed by
+//! the data plane's own loop (its control turn), so a switching thread that hangs stops
+//! feeding it and systemd restarts the service; the API thread cannot keep a dead data plane
+//! looking alive.
+
+use super::config::{PortOrigin, SwitchFile};
+use core::time::Duration;
+use teamster_core::Instant;
+
+/// Sends `state` to systemd's notification socket (`NOTIFY_SOCKET`), if there is one, without
+/// ever waiting: the watchdog is fed from the data plane's thread, which must not block on a
+/// busy or stuck receiver (a full socket loses the message; the next one follows). Written by
+/// hand because the `sd-notify` crate sends on a blocking socket. A path starting with `@` is
+/// in the abstract namespace, as sd_notify(3) defines.
+pub fn notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let path = path.to_string_lossy().to_string();
+    let addr = match path.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
+        None => SocketAddr::from_pathname(&path),
+    };
+    let Ok(addr) = addr else { return };
+    let Ok(sock) = UnixDatagram::unbound() else { return };
+    if sock.set_nonblocking(true).is_ok() {
+        let _ = sock.send_to_addr(state.as_bytes(), &addr);
+    }
+}
+
+/// Tells systemd the switch is up (every interface attached, the API listening).
+pub fn ready(status: &str) {
+    let status: String = status.chars().filter(|c| *c != '\n').take(200).collect();
+    notify(&format!("READY=1\nSTATUS={status}"));
+}
+
+/// Tells systemd a reload has begun (with the time, as `Type=notify-reload` wants it).
+pub fn reloading() {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let usec = ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000;
+    notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+}
+
+/// Tells systemd the switch is stopping.
+pub fn stopping() {
+    notify("STOPPING=1");
+}
+
+/// Feeds systemd's watchdog at half its interval, if it has one.
+pub struct Watchdog {
+    every: Option<Duration>,
+    next: Instant,
+}
+
+impl Watchdog {
+    /// The watchdog systemd asked for (`WatchdogSec=`), if any.
+    pub fn from_env() -> Watchdog {
+        // As sd_watchdog_enabled(3) reads them: WATCHDOG_USEC, and WATCHDOG_PID if set must be
+        // this process.
+        let usec = std::env::var("WATCHDOG_USEC").ok().and_then(|s| s.parse::<u64>().ok());
+        let ours = std::env::var("WATCHDOG_PID")
+            .ok()
+            .is_none_or(|p| p.parse::<u32>().ok() == Some(std::process::id()));
+        let every = usec.filter(|&u| ours && u > 0).map(|u| Duration::from_micros(u / 2));
+        Watchdog {
+            every,
+            next: Instant::ZERO,
+        }
+    }
+
+    /// Feeds the watchdog if it is due at `now`.
+    pub fn tick(&mut self, now: Instant) {
+        let Some(every) = self.every else { return };
+        if now >= self.next {
+            self.next = now + every;
+            notify("WATCHDOG=1");
+        }
+    }
+}
+
+/// The configuration a reload switches to: `file` (as read from disk) with the ports port rules
+/// matched kept (those whose name and interface the file does not now use), or why the reload
+/// needs a restart instead (the parts a running switch cannot change: uplinks, port groups'
+/// VLANs and security, MAC-table and data-plane knobs, LBT, and port rules where there were
+/// none).
+pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile, String> {
+    let fixed = |f: &SwitchFile| {
+        let mut f = f.clone();
+        f.ports.clear();
+        f.traffic_classes.clear();
+        f.pools.clear();
+        f.port_rules.clear();
+        for u in &mut f.uplinks {
+            u.admin = Default::default();
+        }
+        for g in &mut f.port_groups {
+            g.policy = teamster_core::teaming::Policy::PORT_ID;
+            g.active.clear();
+            g.standby.clear();
+            g.failback = true;
+        }
+        f
+    };
+    let (was, now) = (fixed(running), fixed(&file));
+    let differs: Vec<&str> = [
+        (
+            "uplinks",
+            was.uplinks.len() != now.uplinks.len() || toml_of(&was.uplinks) != toml_of(&now.uplinks),
+        ),
+        (
+            "port_groups (names, VLANs, security, notify_switches)",
+            toml_of(&was.port_groups) != toml_of(&now.port_groups),
+        ),
+        ("lbt", was.lbt != now.lbt),
+        ("mac_ageing_s", was.mac_ageing_s != now.mac_ageing_s),
+        ("mac_limit", was.mac_limit != now.mac_limit),
+        ("mac_limit_per_port", was.mac_limit_per_port != now.mac_limit_per_port),
+        ("reservation_cap", was.reservation_cap != now.reservation_cap),
+        ("busy_poll_us", was.busy_poll_us != now.busy_poll_us),
+        ("workers", was.workers != now.workers),
+        (
+            "port_rules (where there were none)",
+            running.port_rules.is_empty() && !file.port_rules.is_empty(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, d)| d.then_some(k))
+    .collect();
+    if !differs.is_empty() {
+        return Err(format!(
+            "a reload cannot change {}: restart the switch for that; nothing changed",
+            differs.join(", ")
+        ));
+    }
+    let kept: Vec<_> = running
+        .ports
+        .iter()
+        .filter(|p| p.origin == PortOrigin::Matched)
+        .filter(|p| {
+            !file
+                .ports
+                .iter()
+                .any(|f| f.name == p.name || f.interface == p.interface)
+        })
+        .cloned()
+        .collect();
+    file.ports.extend(kept);
+    Ok(file)
+}
+
+fn toml_of<T: serde::Serialize>(v: &T) -> String {
+    #[derive(serde::Serialize)]
+    struct Wrap<'a, T> {
+        v: &'a T,
+    }
+    toml::to_string(&Wrap { v }).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::config::{parse_file, ONE_PORT};
+
+    #[test]
+    fn a_reload_changes_ports_and_teaming_but_not_the_uplinks() {
+        let running = parse_file(ONE_PORT).unwrap();
+        let more = format!(
+            "{}\n[[ports]]\nname = \"vm2\"\ninterface = \"vnet1\"\nmac = \"52:54:00:00:00:02\"\ngroup = \"vms\"\n",
+            ONE_PORT.replace("policy = \"port-id\"", "policy = \"load-based\"")
+        );
+        let new = reloaded(&running, parse_file(&more).unwrap()).unwrap();
+        assert_eq!(new.ports.len(), 2);
+        let e = reloaded(
+            &running,
+            parse_file(&ONE_PORT.replace("capacity = \"10G\"", "capacity = \"1G\"")).unwrap(),
+        )
+        .unwrap_err();
+        assert!(e.contains("uplinks") && e.contains("restart"), "{e}");
+        let e = reloaded(&running, parse_file(&format!("workers = 2\n{ONE_PORT}")).unwrap()).unwrap_err();
+        assert!(e.contains("workers"), "{e}");
+        // A port a rule matched stays, unless the file now uses its name or interface.
+        let mut with_matched = running.clone();
+        let mut m = with_matched.ports[0].clone();
+        (m.name, m.interface, m.origin) = ("vnet5".into(), "vnet5".into(), PortOrigin::Matched);
+        with_matched.ports.push(m);
+        let new = reloaded(&with_matched, parse_file(ONE_PORT).unwrap()).unwrap();
+        assert!(new
+            .ports
+            .iter()
+            .any(|p| p.name == "vnet5" && p.origin == PortOrigin::Matched));
+    }
+}

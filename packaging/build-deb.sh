@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the Debian package and checks what it installs, in a clean directory: every file the
+# package promises is there, the binary runs, the unit is valid for systemd, the hook and the
+# example configuration are usable. Prints the package's path. Needs cargo-deb (installed here
+# if missing) and dpkg-deb.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --quiet
+cargo build --release -p teamster
+rm -rf target/assets
+target/release/teamster generate target/assets
+deb=$(cargo deb -p teamster --no-build --quiet | tail -1)
+[ -f "$deb" ] || { echo "build-deb: no package built" >&2; exit 1; }
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+dpkg-deb -x "$deb" "$root"
+for f in usr/bin/teamster lib/systemd/system/teamster.service usr/share/teamster/libvirt/qemu \
+  usr/share/man/man1/teamster.1.gz usr/share/man/man1/teamster-run.1.gz usr/share/man/man1/teamster-ctl-port-add.1.gz \
+  usr/share/bash-completion/completions/teamster usr/share/zsh/vendor-completions/_teamster \
+  usr/share/fish/vendor_completions.d/teamster.fish usr/share/doc/teamster/examples/switch.toml \
+  etc/teamster/switch.toml.example; do
+  [ -s "$root/$f" ] || { echo "build-deb: $f missing from the package" >&2; exit 1; }
+done
+[ -x "$root/usr/bin/teamster" ] && [ -x "$root/usr/share/teamster/libvirt/qemu" ]
+"$root/usr/bin/teamster" --version >/dev/null
+dpkg-deb -f "$deb" Depends | grep -q iproute2
+# The unit as systemd reads it, running the package's own binary.
+if command -v systemd-analyze >/dev/null 2>&1; then
+  mkdir -p "$root/etc/teamster" "$root/units"
+  cp "$root/usr/share/doc/teamster/examples/switch.toml" "$root/etc/teamster/switch.toml"
+  sed "s#/usr/bin/teamster#$root/usr/bin/teamster#g; s#/etc/teamster#$root/etc/teamster#g" \
+    "$root/lib/systemd/system/teamster.service" > "$root/units/teamster.service"
+  if ! out=$(systemd-analyze verify --man=no "$root/units/teamster.service" 2>&1) || [ -n "$out" ]; then
+    echo "build-deb: systemd-analyze verify: $out" >&2
+    exit 1
+  fi
+fi
+# The example configuration parses (its interfaces are this host's to choose: not checked).
+check=$("$root/usr/bin/teamster" run "$root/etc/teamster/switch.toml" --check 2>&1 || true)
+if ! echo "$check" | grep -q "no interface named \`eth1\`\|is valid"; then
+  echo "build-deb: the example switch.toml: $check" >&2
+  exit 1
+fi
+echo "$deb"
