@@ -18,7 +18,8 @@ for f in usr/bin/teamster lib/systemd/system/teamster.service usr/share/teamster
   usr/share/man/man1/teamster.1.gz usr/share/man/man1/teamster-run.1.gz usr/share/man/man1/teamster-ctl-port-add.1.gz \
   usr/share/bash-completion/completions/teamster usr/share/zsh/vendor-completions/_teamster \
   usr/share/fish/vendor_completions.d/teamster.fish usr/share/doc/teamster/examples/switch.toml \
-  etc/teamster/switch.toml.example; do
+  etc/teamster/switch.toml.example usr/share/teamster/grafana/teamster.json \
+  usr/share/teamster/prometheus/teamster-alerts.yml; do
   [ -s "$root/$f" ] || { echo "build-deb: $f missing from the package" >&2; exit 1; }
 done
 [ -x "$root/usr/bin/teamster" ] && [ -x "$root/usr/share/teamster/libvirt/qemu" ]

@@ -402,6 +402,10 @@ pub struct Datapath {
     /// Interfaces netlink announced since the control plane last looked (see
     /// [`Datapath::take_link_news`]).
     news: LinkNews,
+    /// Sockets to close, closed by a thread of their own: closing a packet socket waits for an
+    /// RCU grace period in the kernel (`synchronize_net`, 10-25 ms measured here), which would
+    /// stall every other port's traffic if this thread did it.
+    closer: std::sync::mpsc::Sender<Link>,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -637,6 +641,11 @@ impl Datapath {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("cannot start a port worker thread: {e}"))?;
         let (n_ports, n_uplinks) = (ports.len(), uplinks.len());
+        let (closer, closing) = std::sync::mpsc::channel::<Link>();
+        std::thread::Builder::new()
+            .name("teamster-close".into())
+            .spawn(move || closing.into_iter().for_each(drop))
+            .map_err(|e| format!("cannot start the socket-closing thread: {e}"))?;
         let mut dp = Datapath {
             pollfds: Vec::new(),
             pollmap: Vec::new(),
@@ -662,6 +671,7 @@ impl Datapath {
             generation: 0,
             ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
             news: LinkNews::default(),
+            closer,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -822,6 +832,13 @@ impl Datapath {
         }
     }
 
+    /// Closes `link` off this thread (see `closer`); here if that thread is gone.
+    fn close(&self, link: Link) {
+        if let Err(back) = self.closer.send(link) {
+            drop(back.0);
+        }
+    }
+
     /// The interfaces netlink announced since the last call (for port rules), and whether some
     /// announcements were lost.
     pub fn take_link_news(&mut self) -> LinkNews {
@@ -974,6 +991,8 @@ impl Datapath {
         admin_up: &[bool],
         now: Instant,
     ) {
+        // How long the data plane stops for the change (it runs between two turns).
+        let took = std::time::Instant::now();
         self.set_ports(tree, ports, now);
         for (g, new) in groups.iter().enumerate() {
             let team = self.switch.team_mut();
@@ -993,7 +1012,8 @@ impl Datapath {
                 self.refresh_link(u, now);
             }
         }
-        self.event(now, "config", "configuration changed".to_string());
+        let took = took.elapsed().as_micros();
+        self.event(now, "config", format!("configuration changed (applied in {took} us)"));
     }
 
     /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each

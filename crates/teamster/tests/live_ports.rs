@@ -630,3 +630,70 @@ fn the_service_reloads_and_tells_systemd() {
         "{log}"
     );
 }
+
+/// A live migration between two hosts, each with its own switch: host A (uplink tmt-u1) and
+/// host B (uplink tmt-u2) share the physical switch; the VM (tmt-vm2, quiet: IPv6 off) is on A.
+/// The hook at A's `stopped end` removes its port; at B's `started begin` B adds it and
+/// announces its MAC with a RARP, so the physical switch moves the VM's MAC to B's uplink
+/// before the VM sends anything, and the VM is reached through B.
+#[test]
+fn a_migrated_vm_is_announced_at_its_new_host() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    must(&[
+        "ip",
+        "netns",
+        "exec",
+        "tmt-vm2",
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv6.conf.all.disable_ipv6=1",
+    ]);
+    let one_uplink = |uplink: &str, iface: &str| {
+        format!(
+            "workers = 1\n[[uplinks]]\nname = \"{uplink}\"\ninterface = \"{iface}\"\ncapacity = \"1G\"\n\
+             [[port_groups]]\nname = \"vms\"\npolicy = \"port-id\"\nactive = [\"{uplink}\"]\n\
+             [[traffic_classes]]\nclass = \"vm\"\nreservation = \"500M\"\n"
+        )
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut host_a, _) = start(a.path(), &one_uplink("uplink1", "tmt-u1"));
+    let (code, _, err) = hook(&a.path().join("api.sock"), DOMAIN, "started", "begin");
+    assert_eq!(code, 0, "{err}");
+    assert!(reaches_remote("tmt-vm2"), "the VM runs on host A");
+    let fdb = || {
+        let out = Command::new("bridge")
+            .args(["-n", "tmt-phys", "fdb", "show", "br", "br0"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .find(|l| l.starts_with("02:00:00:00:00:02 "))
+            .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+    };
+    assert_eq!(
+        fdb().as_deref(),
+        Some("p1"),
+        "the physical switch knows the VM behind host A"
+    );
+
+    // Migration: the destination's hook runs as the VM arrives, the source's once it has left.
+    let (mut host_b, _) = start(b.path(), &one_uplink("uplink9", "tmt-u2"));
+    let (code, out, _) = hook(&b.path().join("api.sock"), DOMAIN, "migrate", "begin");
+    assert!(code == 0 && out.is_empty());
+    let (code, _, err) = hook(&a.path().join("api.sock"), DOMAIN, "stopped", "end");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hook(&b.path().join("api.sock"), DOMAIN, "started", "begin");
+    assert_eq!(code, 0, "{err}");
+    await_that("the physical switch learns the VM behind host B from its RARP", || {
+        fdb().as_deref() == Some("p2")
+    });
+    assert!(port(a.path(), "web1-0").is_none() && port(b.path(), "web1-0").is_some());
+    assert!(reaches_remote("tmt-vm2"), "the VM is reached through host B");
+    stop_cleanly(&mut host_b);
+    stop_cleanly(&mut host_a);
+}

@@ -130,6 +130,7 @@ impl Datapath {
                     sent.bytes,
                 );
                 port.extra.detached += backend.tx_pending() as u64;
+                self.close(backend);
             }
             // The worker counts what the socket sent and held in the port's tally.
             PortIo::Away { worker, .. } => self.workers[worker].command(Command::Detach { port: i }),
@@ -208,8 +209,9 @@ impl Datapath {
             sent.packets,
             sent.bytes,
         );
+        self.uplinks[u].extra.detached += backend.tx_pending() as u64;
+        self.close(backend);
         let up = &mut self.uplinks[u];
-        up.extra.detached += backend.tx_pending() as u64;
         up.attach_error = None;
         self.pollfds_stale = true;
         let what = format!("uplink {}: detached from {} ({why})", up.plan.name, up.plan.interface);

@@ -205,3 +205,83 @@ pub async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
         encode(&snap),
     )
 }
+
+#[cfg(test)]
+mod shipped {
+    //! The Grafana dashboard and the alerting rules in `packaging/` name only metrics this
+    //! module writes.
+
+    use super::*;
+    use crate::live::snapshot::{PortView, UplinkView};
+
+    /// Every sample name /metrics can have: gauges as they are, counters with `_total`.
+    fn names() -> Vec<String> {
+        // One of everything, so that every family has a sample.
+        let mut s = Snapshot::default();
+        let mut counters = crate::live::snapshot::CountersView::default();
+        counters.drops.insert("backlog".into(), 1);
+        s.uplinks.push(UplinkView {
+            name: "u".into(),
+            counters: counters.clone(),
+            ..Default::default()
+        });
+        s.ports.push(PortView {
+            name: "p".into(),
+            counters,
+            ..Default::default()
+        });
+        s.netioc.push(crate::live::snapshot::NodeView {
+            name: "n".into(),
+            limit_bps: Some(1),
+            ..Default::default()
+        });
+        s.lbt.moves.push(crate::live::snapshot::MoveView {
+            reason: "load-based".into(),
+            ..Default::default()
+        });
+        let text = encode(&s);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .flat_map(|l| {
+                let mut w = l.split_whitespace();
+                let (name, kind) = (w.next().unwrap_or_default(), w.next().unwrap_or_default());
+                match kind {
+                    "counter" => vec![format!("{name}_total")],
+                    _ => vec![name.to_string()],
+                }
+            })
+            .collect()
+    }
+
+    fn check(file: &str) {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(file),
+        )
+        .unwrap();
+        let known = names();
+        let re = regex_lite::Regex::new(r"teamster_[a-z_]+").unwrap();
+        let used: Vec<&str> = re.find_iter(&text).map(|m| m.as_str()).collect();
+        assert!(used.len() > 5, "{file}: no queries found");
+        for name in used {
+            assert!(
+                known.iter().any(|k| k == name),
+                "{file}: {name} is not a metric (known: {known:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn the_grafana_dashboard_names_only_metrics_that_exist() {
+        check("packaging/grafana/teamster.json");
+        let v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../packaging/grafana/teamster.json")).unwrap();
+        assert!(v["panels"].as_array().is_some_and(|p| p.len() >= 8));
+    }
+
+    #[test]
+    fn the_alerting_rules_name_only_metrics_that_exist() {
+        check("packaging/prometheus/teamster-alerts.yml");
+    }
+}
