@@ -11,7 +11,7 @@ const TeamsterCharts = (() => {
   // Uplink utilisation over time: per uplink a solid tx line and a dotted rx line, the LBT
   // threshold dashed, and a vertical line per port move (orange: LBT, red: other reasons).
   // d = {uplinks: [names], history: [{t, util: {name: [tx, rx]}}], moves: [{t_s, port, reason}],
-  //      threshold: 0-1 or null, t0, t1}
+  //      threshold: 0-1 or null, t0, t1, label: optional t -> axis text (default "N s")}
   function utilisation(canvas, d) {
     const g = canvas.getContext("2d");
     const W = canvas.width, H = canvas.height, L = 50, B = 24, T = 8, R = 8;
@@ -23,7 +23,8 @@ const TeamsterCharts = (() => {
     for (let v = 0; v <= top; v += 0.25) {
       g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke(); g.fillText(pct(v), 4, y(v) + 4);
     }
-    g.fillText(d.t0.toFixed(0) + " s", L, H - 6); g.fillText(d.t1.toFixed(0) + " s", W - R - 40, H - 6);
+    const label = d.label || ((t) => t.toFixed(0) + " s");
+    g.fillText(label(d.t0), L, H - 6); g.fillText(label(d.t1), W - R - 60, H - 6);
     if (d.threshold != null) {
       g.setLineDash([6, 4]); g.strokeStyle = "#999";
       g.beginPath(); g.moveTo(L, y(d.threshold)); g.lineTo(W - R, y(d.threshold)); g.stroke(); g.setLineDash([]);
@@ -40,6 +41,37 @@ const TeamsterCharts = (() => {
         for (const h of d.history) {
           const v = h.util[name];
           if (!v || h.t < d.t0) continue;
+          if (first) { g.moveTo(x(h.t), y(v[k])); first = false; } else g.lineTo(x(h.t), y(v[k]));
+        }
+        g.stroke(); g.setLineDash([]); g.lineWidth = 1;
+      }
+    });
+  }
+
+  // Rates over time: per series a solid tx line and a dotted rx line, in bits/s, the axis scaled
+  // to the largest value shown. d = {names, history: [{t, vals: {name: [tx, rx]}}], t0, t1, label}
+  function rates(canvas, d) {
+    const g = canvas.getContext("2d");
+    const W = canvas.width, H = canvas.height, L = 80, B = 24, T = 8, R = 8;
+    g.clearRect(0, 0, W, H);
+    const shown = d.history.filter((h) => h.t >= d.t0);
+    const top = Math.max(1e6, ...shown.flatMap((h) => d.names.flatMap((n) => h.vals[n] || []))) * 1.05;
+    const x = (t) => L + ((W - L - R) * (t - d.t0)) / Math.max(1e-9, d.t1 - d.t0);
+    const y = (v) => H - B - ((H - B - T) * Math.min(top, v)) / top;
+    g.strokeStyle = "#ccc"; g.fillStyle = "#666"; g.font = "11px sans-serif"; g.lineWidth = 1;
+    for (let k = 0; k <= 4; k++) {
+      const v = (top * k) / 4;
+      g.beginPath(); g.moveTo(L, y(v)); g.lineTo(W - R, y(v)); g.stroke(); g.fillText(rate(v), 4, y(v) + 4);
+    }
+    const label = d.label || ((t) => t.toFixed(0) + " s");
+    g.fillText(label(d.t0), L, H - 6); g.fillText(label(d.t1), W - R - 60, H - 6);
+    d.names.forEach((name, i) => {
+      for (const [k, dash] of [[0, []], [1, [2, 3]]]) {
+        g.strokeStyle = color(i); g.setLineDash(dash); g.lineWidth = 2; g.beginPath();
+        let first = true;
+        for (const h of shown) {
+          const v = h.vals[name];
+          if (!v) { first = true; continue; }
           if (first) { g.moveTo(x(h.t), y(v[k])); first = false; } else g.lineTo(x(h.t), y(v[k]));
         }
         g.stroke(); g.setLineDash([]); g.lineWidth = 1;
@@ -81,5 +113,5 @@ const TeamsterCharts = (() => {
     return tr(header, "th") + body.map((cells) => tr(cells, "td")).join("");
   }
 
-  return { utilisation, legend, allocations, rows, rate, pct, esc, color };
+  return { utilisation, rates, legend, allocations, rows, rate, pct, esc, color };
 })();

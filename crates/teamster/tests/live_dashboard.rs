@@ -54,6 +54,25 @@ fn the_dashboard_renders_every_uplink_and_updates_live() {
     let token = percent_encoding::utf8_percent_encode(TOKEN, percent_encoding::NON_ALPHANUMERIC);
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
+    // The server keeps a point a second: wait until it holds a few from before the page opens.
+    let points = || {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return 0;
+        };
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        let req = format!(
+            "GET /api/v1/history HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        );
+        let mut answer = String::new();
+        let _ = s.write_all(req.as_bytes()).and_then(|_| s.read_to_string(&mut answer));
+        answer.matches("\"unix_ms\"").count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while points() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the server keeps no history");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     let shot = std::env::var("TEAMSTER_SCREENSHOT")
         .map(PathBuf::from)

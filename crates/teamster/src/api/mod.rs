@@ -15,6 +15,7 @@ mod auth;
 mod body;
 pub mod changes;
 mod dashboard;
+mod history;
 mod listen;
 mod metrics;
 mod openapi;
@@ -52,6 +53,8 @@ pub struct ApiState {
     config: Arc<Mutex<SwitchFile>>,
     config_path: PathBuf,
     changes: std::sync::mpsc::Sender<Apply>,
+    /// The last hour, a point a second (see [`history`]).
+    history: Arc<std::sync::Mutex<history::History>>,
 }
 
 /// An error answer: a status and `{"error": "..."}`.
@@ -92,6 +95,7 @@ pub fn start(
         config: Arc::new(Mutex::new(config)),
         config_path,
         changes,
+        history: history::shared(),
     };
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Option<SocketAddr>, String>>();
     let handle = std::thread::Builder::new()
@@ -108,6 +112,7 @@ pub fn start(
                 rt.spawn(rules::run(state.clone(), news));
             }
             rt.spawn(reload::run(state.clone()));
+            rt.spawn(history::keep(state.clone()));
             rt.block_on(serve(api, state, ready_tx));
         })
         .map_err(|e| format!("API thread: {e}"))?;

@@ -29,6 +29,7 @@ use utoipa::OpenApi;
         routes::lbt,
         routes::netioc,
         routes::events,
+        super::history::history,
     ),
     components(schemas(
         Snapshot,
@@ -40,6 +41,8 @@ use utoipa::OpenApi;
         NodeView,
         EventView,
         CountersView,
+        super::history::Point,
+        super::history::Sample,
         PortChange,
         PortAdd,
         GroupChange,

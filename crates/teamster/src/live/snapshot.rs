@@ -14,6 +14,10 @@ pub use super::config::PortOrigin;
 pub struct Snapshot {
     /// Seconds since the daemon started.
     pub t_s: f64,
+    /// The wall-clock time of `t_s`, in milliseconds since the Unix epoch (0 in a snapshot made
+    /// before the switch ran), so that times since start can be shown as times of day.
+    #[serde(default)]
+    pub unix_ms: u64,
     pub uplinks: Vec<UplinkView>,
     pub ports: Vec<PortView>,
     pub port_groups: Vec<GroupView>,

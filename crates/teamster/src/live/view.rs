@@ -166,6 +166,10 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
     let skip = dp.events.len().saturating_sub(EVENTS_SHOWN);
     Snapshot {
         t_s: now.as_secs_f64(),
+        // Built within milliseconds of the copy it shows.
+        unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
         uplinks,
         ports,
         port_groups,

@@ -1,0 +1,179 @@
+//! The dashboard's memory: the last hour, one point a second, kept by the server, so a page
+//! opened now shows what happened before it (`GET /api/v1/history`).
+//!
+//! A point is the time of day and, per uplink, its tx and rx utilisation, and per port its tx
+//! and rx rates (the LBT window's means, as the snapshot has them). The ring holds at most
+//! [`POINTS`] points and each at most [`PORTS_PER_POINT`] ports (the busiest at that second),
+//! so its memory is bounded whatever the switch carries: about 3600 x (uplinks + 64) x 40 bytes.
+
+use super::{ApiError, ApiState};
+use crate::live::snapshot::Snapshot;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// Points kept: an hour at one a second.
+pub const POINTS: usize = 3600;
+/// Ports kept per point (the busiest).
+pub const PORTS_PER_POINT: usize = 64;
+
+/// One series' value at a point: utilisation 0-1 for an uplink, bits/s for a port.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Sample {
+    pub name: String,
+    pub tx: f64,
+    pub rx: f64,
+}
+
+/// The switch at one second.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Point {
+    /// Milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Per uplink, its tx and rx utilisation (0-1).
+    pub uplinks: Vec<Sample>,
+    /// Per port (the busiest [`PORTS_PER_POINT`]), its tx and rx rates in bits/s.
+    pub ports: Vec<Sample>,
+}
+
+/// The ring of points.
+#[derive(Debug, Default)]
+pub struct History {
+    points: VecDeque<Point>,
+}
+
+impl History {
+    /// Adds the point `s` shows, unless the last one is less than a second older.
+    pub fn record(&mut self, s: &Snapshot) {
+        if s.unix_ms == 0 || self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms + 1000) {
+            return;
+        }
+        let mut ports: Vec<Sample> = s
+            .ports
+            .iter()
+            .map(|p| Sample {
+                name: p.name.clone(),
+                tx: p.tx_bps,
+                rx: p.rx_bps,
+            })
+            .collect();
+        ports.sort_by(|a, b| (b.tx + b.rx).total_cmp(&(a.tx + a.rx)));
+        ports.truncate(PORTS_PER_POINT);
+        let uplinks = s
+            .uplinks
+            .iter()
+            .map(|u| Sample {
+                name: u.name.clone(),
+                tx: u.tx_utilisation,
+                rx: u.rx_utilisation,
+            })
+            .collect();
+        if self.points.len() == POINTS {
+            self.points.pop_front();
+        }
+        self.points.push_back(Point {
+            unix_ms: s.unix_ms,
+            uplinks,
+            ports,
+        });
+    }
+
+    /// The points at or after `since` (ms since the epoch), oldest first.
+    pub fn since(&self, since: u64) -> Vec<Point> {
+        self.points.iter().filter(|p| p.unix_ms >= since).cloned().collect()
+    }
+}
+
+/// Records a point from every snapshot the loop publishes, until it stops.
+pub async fn keep(state: ApiState) {
+    let mut snapshots = state.snapshots.clone();
+    while snapshots.changed().await.is_ok() {
+        let s = snapshots.borrow_and_update().clone();
+        if let Ok(mut h) = state.history.lock() {
+            h.record(&s);
+        }
+    }
+}
+
+/// A shared, empty history.
+pub fn shared() -> Arc<Mutex<History>> {
+    Arc::new(Mutex::new(History::default()))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Only points at or after this time, in milliseconds since the Unix epoch.
+    #[param(maximum = 9_223_372_036_854_775_807_i64, nullable = false)]
+    pub since: Option<u64>,
+}
+
+#[utoipa::path(get, path = "/api/v1/history", params(HistoryQuery),
+    responses((status = 200, body = Vec<Point>), (status = 400, body = super::ErrorBody)))]
+pub async fn history(
+    State(s): State<ApiState>,
+    q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<Point>>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let since = q.since.unwrap_or(0);
+    if since > i64::MAX as u64 {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("since: {since} is above {}", i64::MAX),
+        ));
+    }
+    let h = s
+        .history
+        .lock()
+        .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "history".into()))?;
+    Ok(Json(h.since(since)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::snapshot::{PortView, UplinkView};
+
+    fn snap(unix_ms: u64, ports: usize) -> Snapshot {
+        Snapshot {
+            unix_ms,
+            uplinks: vec![UplinkView {
+                name: "uplink1".into(),
+                tx_utilisation: 0.5,
+                ..Default::default()
+            }],
+            ports: (0..ports)
+                .map(|i| PortView {
+                    name: format!("vm{i}"),
+                    tx_bps: i as f64,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_an_hour_a_point_a_second_and_the_busiest_ports() {
+        let mut h = History::default();
+        h.record(&snap(0, 1));
+        assert!(
+            h.since(0).is_empty(),
+            "a snapshot from before the switch ran is not a point"
+        );
+        for k in 0..(POINTS as u64 + 100) {
+            h.record(&snap(1_000_000 + k * 1000, 100));
+            h.record(&snap(1_000_000 + k * 1000 + 500, 100));
+        }
+        let all = h.since(0);
+        assert_eq!(all.len(), POINTS, "bounded, one a second");
+        assert_eq!(all[0].unix_ms, 1_000_000 + 100 * 1000, "the oldest went first");
+        assert_eq!(all[0].ports.len(), PORTS_PER_POINT);
+        assert_eq!(all[0].ports[0].name, "vm99", "the busiest first");
+        assert_eq!(all[0].uplinks[0].tx, 0.5);
+        assert_eq!(h.since(all[POINTS - 10].unix_ms).len(), 10);
+    }
+}
