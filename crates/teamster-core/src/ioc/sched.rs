@@ -283,14 +283,23 @@ impl<T> Scheduler<T> {
         let mut cold = Vec::with_capacity(tree.len());
         let mut inner = Vec::with_capacity(tree.len());
         let mut depth = vec![0usize; tree.len()];
+        // Each node's shared bucket and position among its siblings, found in one pass each (a
+        // tree of thousands of ports is built while the switch runs: not quadratic).
+        let mut buckets = vec![None; tree.len()];
+        for &(nid, l) in shared {
+            buckets[nid.0] = Some(l.0);
+        }
+        let mut positions = vec![0usize; tree.len()];
+        for id in tree.ids() {
+            for (k, c) in tree.node(id).children.iter().enumerate() {
+                positions[c.0] = k;
+            }
+        }
         for id in tree.ids() {
             let n = tree.node(id);
-            let bucket = shared.iter().find(|(nid, _)| *nid == id).map(|(_, l)| l.0);
+            let bucket = buckets[id.0];
             let r_cost = ns_per_byte(n.spec.reservation.bps_f64());
-            let pos = n.parent.map_or(0, |p| {
-                let siblings = &tree.node(p).children;
-                siblings.iter().position(|&c| c == id).expect("a child of its parent")
-            });
+            let pos = positions[id.0];
             if let Some(p) = n.parent {
                 depth[id.0] = depth[p.0] + 1;
             }

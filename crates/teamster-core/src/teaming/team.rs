@@ -439,6 +439,11 @@ impl Team {
         self.index.get(&port).map(|&i| self.ports[i].home)
     }
 
+    /// A port's MAC.
+    pub fn port_mac(&self, port: PortId) -> Option<crate::wire::MacAddr> {
+        self.index.get(&port).map(|&i| self.ports[i].spec.mac)
+    }
+
     /// The group a port belongs to.
     pub fn port_group(&self, port: PortId) -> Option<GroupId> {
         self.index.get(&port).map(|&i| self.ports[i].spec.group)

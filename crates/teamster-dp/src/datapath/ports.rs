@@ -21,6 +21,7 @@
 
 use super::{ingress, Datapath, ExtraDrops, Port, PortIo, PortPlan, MAX_PORTS};
 use crate::backend::BackendChoice;
+use std::collections::{HashMap, HashSet};
 use teamster_core::ioc::{NodeId, Tree};
 use teamster_core::teaming::{GroupId, PortId, PortSpec};
 use teamster_core::wire::MacAddr;
@@ -47,46 +48,41 @@ impl Datapath {
     /// interfaces, admission control). A port the core switch still refuses (which a checked
     /// configuration never asks for) is left out, with an event saying why.
     pub fn set_ports(&mut self, tree: Tree, want: &[PortWant], now: Instant) {
-        let mut old_leaves: Vec<(String, NodeId)> = self
-            .present_ports()
-            .map(|p| (p.plan.name.clone(), p.plan.leaf))
-            .collect();
+        // By name, so a change costs time linear in the ports (thousands of them included).
+        let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+        let mut old_leaves: HashMap<String, NodeId> = HashMap::new();
         let mut reshaped = false;
         for i in 0..self.ports.len() {
             if !self.ports[i].present() {
                 continue;
             }
-            let keep = want.iter().find(|w| w.name == self.ports[i].plan.name);
-            match keep {
+            match wanted.get(self.ports[i].plan.name.as_str()) {
                 Some(w) if self.same_port(i, w) => {
                     reshaped |= self.ports[i].plan.leaf != w.leaf;
+                    old_leaves.insert(self.ports[i].plan.name.clone(), self.ports[i].plan.leaf);
                     self.ports[i].plan.leaf = w.leaf;
                 }
+                // Its queued frames go with it, even if a port of its name replaces it.
                 _ => {
-                    // Its queued frames go with it, even if a port of its name replaces it.
-                    old_leaves.retain(|(n, _)| *n != self.ports[i].plan.name);
                     self.remove_port(i, now);
                     reshaped = true;
                 }
             }
         }
+        let present: HashSet<String> = self.present_ports().map(|p| p.plan.name.clone()).collect();
         for w in want {
-            if !self.present_ports().any(|p| p.plan.name == w.name) {
+            if !present.contains(&w.name) {
                 self.add_port(w, now);
                 reshaped = true;
             }
         }
         if reshaped || !same_shape(self.ioc.tree(), &tree) {
             let leaves: Vec<NodeId> = self.present_ports().map(|p| p.plan.leaf).collect();
-            let map: Vec<(NodeId, NodeId)> = old_leaves
-                .iter()
-                .filter_map(|(name, old)| {
-                    let new = self.present_ports().find(|p| &p.plan.name == name)?.plan.leaf;
-                    Some((*old, new))
-                })
+            let map: HashMap<NodeId, NodeId> = self
+                .present_ports()
+                .filter_map(|p| Some((*old_leaves.get(&p.plan.name)?, p.plan.leaf)))
                 .collect();
-            let moved = |old: NodeId| map.iter().find(|(o, _)| *o == old).map(|(_, n)| *n);
-            let gone = self.ioc.reshape(tree, &leaves, moved, now);
+            let gone = self.ioc.reshape(tree, &leaves, |old| map.get(&old).copied(), now);
             for (frame, _) in gone {
                 self.pool.give(frame);
             }
@@ -104,10 +100,10 @@ impl Datapath {
     fn same_port(&self, i: usize, w: &PortWant) -> bool {
         let p = &self.ports[i].plan;
         let team = self.switch.team();
-        let spec = team.ports().find(|s| s.id == p.id);
         p.interface == w.interface
             && p.backend == w.backend
-            && spec.is_some_and(|s| s.mac == w.mac && s.group == w.group)
+            && team.port_mac(p.id) == Some(w.mac)
+            && team.port_group(p.id) == Some(w.group)
     }
 
     /// Removes port `i`: see the module documentation.

@@ -64,11 +64,12 @@ struct ControlPlane {
 
 /// The ports of a checked plan as the data plane is asked to have them.
 fn port_wants(plan: &SwitchPlan) -> Vec<PortWant> {
+    let specs: std::collections::HashMap<_, _> = plan.team.ports().map(|s| (s.id, s)).collect();
     plan.ports
         .iter()
         .zip(&plan.file.ports)
         .filter_map(|((id, interface, leaf), pf)| {
-            let spec = plan.team.ports().find(|s| s.id == *id)?;
+            let spec = specs.get(id)?;
             Some(PortWant {
                 name: pf.name.clone(),
                 interface: interface.clone(),

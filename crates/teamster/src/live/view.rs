@@ -71,10 +71,11 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         .collect();
     let demand = demands(dp);
     let allocation = allocations(dp);
+    let by_name: std::collections::HashMap<&str, _> = file.ports.iter().map(|f| (f.name.as_str(), f)).collect();
     let ports = dp
         .ports
         .iter()
-        .filter_map(|p| Some((p, file.ports.iter().find(|f| f.name == p.plan.name)?)))
+        .filter_map(|p| Some((p, *by_name.get(p.plan.name.as_str())?)))
         .map(|(p, pf)| {
             let spec = &tree.node(p.plan.leaf).spec;
             let rates = team.port_rates(p.plan.id, now).unwrap_or_default();
