@@ -84,6 +84,8 @@ const MAX_WAIT_MS: i32 = 10;
 pub const DEFAULT_BUSY_POLL: core::time::Duration = core::time::Duration::from_micros(50);
 /// Events kept (the most recent).
 const EVENTS_KEPT: usize = 1000;
+/// Port moves kept (the most recent; their counts by reason are kept for ever).
+pub const MOVES_KEPT: usize = 1000;
 /// How often the uplinks' carrier is re-read, and missing interfaces looked for, whatever
 /// netlink says.
 const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
@@ -373,7 +375,9 @@ pub struct Datapath {
     uplinks: Vec<Uplink>,
     links: LinkWatch,
     started: std::time::Instant,
-    moves: Vec<Move>,
+    /// The most recent moves ([`MOVES_KEPT`]), and how many there were since start by reason.
+    moves: VecDeque<Move>,
+    moves_by_reason: std::collections::BTreeMap<String, u64>,
     events: VecDeque<Event>,
     next_seq: u64,
     failovers: u64,
@@ -658,7 +662,8 @@ impl Datapath {
             uplinks,
             links,
             started,
-            moves: Vec::new(),
+            moves: VecDeque::new(),
+            moves_by_reason: Default::default(),
             events: VecDeque::new(),
             next_seq: 0,
             failovers: 0,
@@ -722,9 +727,15 @@ impl Datapath {
         &self.uplinks
     }
 
-    /// Every port move since attach, oldest first.
-    pub fn moves(&self) -> &[Move] {
-        &self.moves
+    /// The most recent port moves (up to [`MOVES_KEPT`]), oldest first.
+    pub fn moves(&self) -> impl DoubleEndedIterator<Item = &Move> + ExactSizeIterator {
+        self.moves.iter()
+    }
+
+    /// Port moves since start, by reason (the reason's first word: `load-based`, `failover`,
+    /// ...), counted whatever the move log has forgotten.
+    pub fn moves_by_reason(&self) -> &std::collections::BTreeMap<String, u64> {
+        &self.moves_by_reason
     }
 
     /// The most recent events (up to 1,000), oldest first.
@@ -957,7 +968,12 @@ impl Datapath {
                         record.to.as_deref().unwrap_or("none"),
                         record.reason
                     );
-                    self.moves.push(record);
+                    let reason = record.reason.split(':').next().unwrap_or_default().to_string();
+                    *self.moves_by_reason.entry(reason).or_default() += 1;
+                    if self.moves.len() == MOVES_KEPT {
+                        self.moves.pop_front();
+                    }
+                    self.moves.push_back(record);
                     self.event(now, "move", what);
                 }
             }

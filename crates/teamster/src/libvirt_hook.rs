@@ -29,7 +29,8 @@
 //!
 //! Anything else is ignored. Exit status 0 when done (or nothing to do), 1 when the switch
 //! refused or could not be reached (the message names the port and the switch; libvirt logs
-//! it), 2 on bad input (XML, arguments).
+//! it), 2 on bad input (XML, arguments); but always 0 at `reconnect` and `attach`, where libvirt
+//! kills a running VM whose hook fails.
 
 use crate::ctl::{request, segment, Target};
 use serde_json::{json, Value};
@@ -123,7 +124,7 @@ fn ports_of(domain: &str, xml: &str) -> Result<Vec<HookPort>, String> {
         let Some(group) = entry.and_then(|e| e.attribute("group")).or(default_group) else {
             continue;
         };
-        let name = format!("{domain}-{n}");
+        let name = port_name(domain, n);
         let mut body = json!({"name": name, "interface": dev, "group": group, "mac": mac.to_ascii_lowercase()});
         for key in ["pool", "class", "reservation", "shares", "limit", "backend"] {
             if let Some(v) = entry.and_then(|e| e.attribute(key)) {
@@ -133,6 +134,21 @@ fn ports_of(domain: &str, xml: &str) -> Result<Vec<HookPort>, String> {
         out.push(HookPort { name, body });
     }
     Ok(out)
+}
+
+/// The port name of a domain's `n`th Teamster interface: `DOMAIN-N`, or, for a domain name a
+/// port name cannot hold (over 64 bytes with the suffix, or with `/`, `\\` or control
+/// characters), `vm-HASH-N` with a stable 64-bit FNV-1a hash of the domain name.
+pub fn port_name(domain: &str, n: usize) -> String {
+    let plain = format!("{domain}-{n}");
+    let usable = plain.len() <= 64 && !plain.chars().any(|c| c.is_control() || c == '/' || c == '\\');
+    if usable {
+        return plain;
+    }
+    let hash = domain.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("vm-{hash:016x}-{n}")
 }
 
 /// An API error's message.
@@ -171,6 +187,19 @@ async fn detach(target: &Target, name: &str) -> Result<(), String> {
     }
 }
 
+/// The exit status for a hook call that failed with `status` (1: the switch refused or was
+/// unreachable, 2: bad input). At `reconnect` (libvirtd restarting) and `attach`, libvirt kills
+/// the already running QEMU process when the hook fails (libvirt's hooks documentation): a
+/// switch that is down or refuses a port must not take running VMs down with it, so those
+/// operations report the error (libvirt logs standard error) and succeed.
+fn exit_status(operation: &str, status: u8) -> ExitCode {
+    if status != 0 && matches!(operation, "reconnect" | "attach") {
+        eprintln!("teamster libvirt-hook: {operation}: the VM keeps running without its Teamster ports");
+        return ExitCode::SUCCESS;
+    }
+    ExitCode::from(status)
+}
+
 /// Runs the hook.
 pub fn run(args: HookArgs) -> ExitCode {
     let mut xml = String::new();
@@ -182,7 +211,7 @@ pub fn run(args: HookArgs) -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("teamster libvirt-hook: {}: {e}", args.domain);
-            return ExitCode::from(2);
+            return exit_status(&args.operation, 2);
         }
     };
     let work = async {
@@ -206,14 +235,14 @@ pub fn run(args: HookArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("teamster libvirt-hook: {e}");
-            return ExitCode::from(1);
+            return exit_status(&args.operation, 1);
         }
     };
     match rt.block_on(work) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("teamster libvirt-hook: {}: {e}", args.domain);
-            ExitCode::from(1)
+            exit_status(&args.operation, 1)
         }
     }
 }
@@ -279,6 +308,31 @@ mod tests {
         ] {
             assert_eq!(plan("web1", op, sub, XML).unwrap(), Action::Nothing, "{op} {sub}");
         }
+    }
+
+    #[test]
+    fn a_failure_at_reconnect_or_attach_never_has_libvirt_kill_a_running_vm() {
+        for op in ["reconnect", "attach"] {
+            assert_eq!(exit_status(op, 1), ExitCode::SUCCESS, "{op}");
+            assert_eq!(exit_status(op, 2), ExitCode::SUCCESS, "{op}");
+        }
+        // A VM starting is stopped instead of running without its ports.
+        assert_eq!(exit_status("started", 1), ExitCode::from(1));
+        assert_eq!(exit_status("stopped", 2), ExitCode::from(2));
+        assert_eq!(exit_status("started", 0), ExitCode::SUCCESS);
+    }
+
+    #[test]
+    fn every_domain_name_gives_a_usable_port_name() {
+        assert_eq!(port_name("web1", 0), "web1-0");
+        let long = "x".repeat(80);
+        let name = port_name(&long, 2);
+        assert!(
+            name.starts_with("vm-") && name.ends_with("-2") && name.len() <= 64,
+            "{name}"
+        );
+        assert_eq!(name, port_name(&long, 2), "stable, so stop removes what start added");
+        assert_ne!(port_name("a\\b", 0), "a\\b-0");
     }
 
     #[test]

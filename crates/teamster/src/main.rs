@@ -361,6 +361,12 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         }
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // SIGHUP reloads, through the API's runtime (which adds its own handler when it starts);
+    // until then, and without an API, it must not stop the switch.
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Default::default()) {
+        eprintln!("error: cannot handle SIGHUP: {e}");
+        return ExitCode::from(1);
+    }
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
             eprintln!("error: cannot handle signal {sig}: {e}");
@@ -416,10 +422,6 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
         if let Some(addr) = bound {
             eprintln!("teamster: API and dashboard on http://{addr}/");
         }
-    }
-    if api_config.is_none() {
-        // SIGHUP reloads through the API's runtime; without it, it must not stop the switch.
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, std::sync::Arc::new(Default::default()));
     }
     eprintln!("teamster: switching; SIGTERM or Ctrl-C stops, SIGHUP reloads the configuration");
     live::service::ready("switching");

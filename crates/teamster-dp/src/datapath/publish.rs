@@ -58,6 +58,8 @@ pub struct Published {
     pub uplinks: Vec<UplinkState>,
     /// The most recent moves, oldest first.
     pub moves: Vec<Move>,
+    /// Port moves since start, by the reason's first word.
+    pub moves_by_reason: std::collections::BTreeMap<String, u64>,
     /// The most recent events, oldest first.
     pub events: Vec<Event>,
     pub failovers: u64,
@@ -106,7 +108,13 @@ impl Datapath {
             tree: self.ioc.tree().clone(),
             ports,
             uplinks,
-            moves: self.moves[self.moves.len().saturating_sub(moves)..].to_vec(),
+            moves: self
+                .moves
+                .iter()
+                .skip(self.moves.len().saturating_sub(moves))
+                .cloned()
+                .collect(),
+            moves_by_reason: self.moves_by_reason.clone(),
             events: self.events.iter().skip(skip).cloned().collect(),
             failovers: self.failovers,
         }

@@ -48,7 +48,16 @@ pub struct History {
 impl History {
     /// Adds the point `s` shows, unless the last one is less than a second older.
     pub fn record(&mut self, s: &Snapshot) {
-        if s.unix_ms == 0 || self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms + 1000) {
+        if s.unix_ms == 0 {
+            return;
+        }
+        // The wall clock stepped back (NTP correcting an RTC kept in local time, say): the
+        // points kept are from a future that will not come, and waiting for the clock to pass
+        // them again would record nothing for as long as the step. They go.
+        if self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms) {
+            self.points.clear();
+        }
+        if self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms + 1000) {
             return;
         }
         let mut ports: Vec<Sample> = s
@@ -175,5 +184,17 @@ mod tests {
         assert_eq!(all[0].ports[0].name, "vm99", "the busiest first");
         assert_eq!(all[0].uplinks[0].tx, 0.5);
         assert_eq!(h.since(all[POINTS - 10].unix_ms).len(), 10);
+    }
+
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_stop_the_recording() {
+        let mut h = History::default();
+        h.record(&snap(10_000_000, 1));
+        // An hour back: recorded at once (not an hour later), and the future points are gone.
+        h.record(&snap(10_000_000 - 3_600_000, 1));
+        h.record(&snap(10_000_000 - 3_599_000, 1));
+        let all = h.since(0);
+        assert_eq!(all.len(), 2, "{:?}", all.iter().map(|p| p.unix_ms).collect::<Vec<_>>());
+        assert_eq!(all[0].unix_ms, 10_000_000 - 3_600_000);
     }
 }

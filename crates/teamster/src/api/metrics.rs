@@ -181,12 +181,12 @@ pub fn encode(s: &Snapshot) -> String {
         allocation.get_or_create(&o).set(n.allocation_bps);
         demand.get_or_create(&o).set(n.demand_bps);
     }
-    for m in &s.lbt.moves {
-        let reason = m.reason.split(':').next().unwrap_or_default().to_string();
+    // Totals since start, not the bounded log of recent moves: a counter must never go back.
+    for (reason, &n) in &s.lbt.moves_by_reason {
         if reason == "load-based" {
-            lbt_moves.inc();
+            lbt_moves.inc_by(n);
         }
-        moves.get_or_create(&labels(&[("reason", &reason)])).inc();
+        moves.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
     }
     failovers.inc_by(s.failovers);
     let mut out = String::new();
@@ -235,10 +235,7 @@ mod shipped {
             limit_bps: Some(1),
             ..Default::default()
         });
-        s.lbt.moves.push(crate::live::snapshot::MoveView {
-            reason: "load-based".into(),
-            ..Default::default()
-        });
+        s.lbt.moves_by_reason.insert("load-based".into(), 1);
         let text = encode(&s);
         text.lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -278,6 +275,21 @@ mod shipped {
         let v: serde_json::Value =
             serde_json::from_str(include_str!("../../../../packaging/grafana/teamster.json")).unwrap();
         assert!(v["panels"].as_array().is_some_and(|p| p.len() >= 8));
+    }
+
+    /// Move counters are totals since start: they keep counting past the log of recent moves,
+    /// which forgets the oldest (a counter that went back would read as a reset).
+    #[test]
+    fn move_counters_count_past_the_move_log() {
+        let mut s = Snapshot::default();
+        s.lbt.moves_by_reason.insert("load-based".into(), 1500);
+        s.lbt.moves_by_reason.insert("failover".into(), 7);
+        let text = encode(&s);
+        assert!(text.contains("teamster_lbt_moves_total 1500"), "{text}");
+        assert!(
+            text.contains("teamster_port_moves_total{reason=\"failover\"} 7"),
+            "{text}"
+        );
     }
 
     #[test]

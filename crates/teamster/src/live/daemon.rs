@@ -331,6 +331,7 @@ mod tests {
             ports,
             uplinks,
             moves: Vec::new(),
+            moves_by_reason: Default::default(),
             events: Vec::new(),
             failovers: 0,
         };

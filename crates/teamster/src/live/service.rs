@@ -139,10 +139,13 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
             differs.join(", ")
         ));
     }
+    // Without rules nothing manages a matched port any more (the port rules' task stops at an
+    // empty rule list): kept, it would outlive its interface and take over whatever tap next
+    // gets that name (libvirt reuses vnetN), with the old VM's MAC and group. They go instead.
     let kept: Vec<_> = running
         .ports
         .iter()
-        .filter(|p| p.origin == PortOrigin::Matched)
+        .filter(|p| p.origin == PortOrigin::Matched && !file.port_rules.is_empty())
         .filter(|p| {
             !file
                 .ports
@@ -186,14 +189,30 @@ mod tests {
         let e = reloaded(&running, parse_file(&format!("workers = 2\n{ONE_PORT}")).unwrap()).unwrap_err();
         assert!(e.contains("workers"), "{e}");
         // A port a rule matched stays, unless the file now uses its name or interface.
-        let mut with_matched = running.clone();
+        let rules = format!("{ONE_PORT}\n[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\n");
+        let mut with_matched = parse_file(&rules).unwrap();
         let mut m = with_matched.ports[0].clone();
         (m.name, m.interface, m.origin) = ("vnet5".into(), "vnet5".into(), PortOrigin::Matched);
         with_matched.ports.push(m);
-        let new = reloaded(&with_matched, parse_file(ONE_PORT).unwrap()).unwrap();
+        let new = reloaded(&with_matched, parse_file(&rules).unwrap()).unwrap();
         assert!(new
             .ports
             .iter()
             .any(|p| p.name == "vnet5" && p.origin == PortOrigin::Matched));
+    }
+
+    #[test]
+    fn a_reload_that_removes_every_port_rule_removes_the_ports_they_matched() {
+        let rules = format!("{ONE_PORT}\n[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\n");
+        let mut running = parse_file(&rules).unwrap();
+        let mut m = running.ports[0].clone();
+        (m.name, m.interface, m.origin) = ("vnet5".into(), "vnet5".into(), PortOrigin::Matched);
+        running.ports.push(m);
+        // The rules stay: the matched port stays.
+        let new = reloaded(&running, parse_file(&rules).unwrap()).unwrap();
+        assert!(new.ports.iter().any(|p| p.name == "vnet5"));
+        // The rules go: nothing would ever remove it, so it goes now.
+        let new = reloaded(&running, parse_file(ONE_PORT).unwrap()).unwrap();
+        assert!(new.ports.iter().all(|p| p.name != "vnet5"), "{:?}", new.ports);
     }
 }

@@ -141,8 +141,12 @@ pub struct LbtView {
     pub last_move_s: Option<f64>,
     /// The earliest the next move may happen.
     pub next_move_allowed_s: Option<f64>,
-    /// Every port move since start (any reason), oldest first.
+    /// The most recent port moves (any reason), oldest first.
     pub moves: Vec<MoveView>,
+    /// Port moves since start by reason (its first word: `load-based`, `failover`, ...),
+    /// counted whatever `moves` no longer shows.
+    #[serde(default)]
+    pub moves_by_reason: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]

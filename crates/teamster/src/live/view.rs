@@ -137,6 +137,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 reason: m.reason.clone(),
             })
             .collect(),
+        moves_by_reason: dp.moves_by_reason.clone(),
     };
     let port_leaves: HashSet<NodeId> = dp.ports.iter().map(|p| p.plan.leaf).collect();
     let netioc = tree
