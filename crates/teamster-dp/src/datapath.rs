@@ -71,8 +71,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
 use teamster_core::offload::Offload;
-use teamster_core::switch::{Counters, Egress, Forward, Ingress, Switch, SwitchConfig, TagEdit};
-use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
+use teamster_core::switch::{Counters, Egress, Forward, Ingress, SecurityPolicy, Switch, SwitchConfig, TagEdit};
+use teamster_core::teaming::{Effect, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::mark_congestion;
 use teamster_core::Instant;
@@ -1003,18 +1003,18 @@ impl Datapath {
         &mut self,
         tree: Tree,
         ports: &[PortWant],
-        groups: &[PortGroupSpec],
+        groups: &[(PortGroupSpec, SecurityPolicy)],
         admin_up: &[bool],
         now: Instant,
     ) {
         // How long the data plane stops for the change (it runs between two turns).
         let took = std::time::Instant::now();
-        self.set_ports(tree, ports, now);
-        for (g, new) in groups.iter().enumerate() {
-            let team = self.switch.team_mut();
-            if team.group(GroupId(g)).is_some_and(|old| old != new) {
-                let _ = team.reconfigure_group(GroupId(g), new.policy, new.order.clone(), new.failback, now);
-            }
+        // Ports leave first (a group going has none left), then groups go and come (the
+        // survivors keep their order, so IDs line up with `groups`), then ports come.
+        let names: Vec<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
+        self.retire_ports(ports, &names, now);
+        if self.regroup(groups, now) {
+            self.set_ports(tree, ports, now);
         }
         for (u, &up) in admin_up.iter().enumerate().take(self.uplinks.len()) {
             if self.uplinks[u].plan.admin_up != up {

@@ -697,3 +697,88 @@ fn a_migrated_vm_is_announced_at_its_new_host() {
     stop_cleanly(&mut host_b);
     stop_cleanly(&mut host_a);
 }
+
+/// Port groups added and removed while the switch runs: a new group with its own failover
+/// order takes a new port, which uses the group's uplink; a group in use cannot go; an empty
+/// one can; every change is saved, and a refusal changes nothing.
+#[test]
+fn port_groups_are_added_and_removed_while_the_switch_runs() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, _status) = start(dir.path(), &vm1_only());
+    let saved = dir.path().join("switch.toml");
+    let (code, out, err) = ctl(
+        dir.path(),
+        &[
+            "group",
+            "add",
+            "storage",
+            "--policy",
+            "port-id",
+            "--active",
+            "uplink2",
+            "--standby",
+            "uplink1",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(std::fs::read_to_string(&saved).unwrap().contains("name = \"storage\""));
+    let before = std::fs::read(&saved).unwrap();
+    for (args, want) in [
+        (
+            vec!["group", "add", "storage", "--policy", "port-id", "--active", "uplink1"],
+            "exists",
+        ),
+        (
+            vec!["group", "add", "x", "--policy", "port-id", "--active", "uplink9"],
+            "uplink9",
+        ),
+        (
+            vec![
+                "group", "add", "x", "--policy", "port-id", "--active", "uplink1", "--vlan", "5000",
+            ],
+            "vlan",
+        ),
+        (vec!["group", "del", "vms"], "vm1"),
+        (vec!["group", "del", "nope"], "no port group named `nope`"),
+    ] {
+        let (code, out, err) = ctl(dir.path(), &args);
+        assert_ne!(code, 0, "{args:?} was accepted: {out}");
+        assert!(
+            err.to_lowercase().contains(&want.to_lowercase()),
+            "{args:?}: `{want}` not in: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(&saved).unwrap(), before, "a refusal changes nothing");
+    let add = [
+        "port",
+        "add",
+        "vm2",
+        "--interface",
+        "tmt-v2",
+        "--group",
+        "storage",
+        "--mac",
+        "02:00:00:00:00:02",
+    ];
+    let (code, _, err) = ctl(dir.path(), &add);
+    assert_eq!(code, 0, "{err}");
+    let p = port(dir.path(), "vm2").unwrap();
+    assert_eq!(p["group"], "storage");
+    assert_eq!(p["uplink"], "uplink2", "the new group's failover order");
+    assert!(reaches_remote("tmt-vm2"));
+    let (code, _, err) = ctl(dir.path(), &["group", "del", "storage"]);
+    assert!(code != 0 && err.contains("vm2"), "{err}");
+    assert_eq!(ctl(dir.path(), &["port", "del", "vm2"]).0, 0);
+    let (code, _, err) = ctl(dir.path(), &["group", "del", "storage"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!std::fs::read_to_string(&saved).unwrap().contains("storage"));
+    let (_, groups, _) = ctl(dir.path(), &["--json", "groups"]);
+    assert!(!groups.contains("storage") && groups.contains("vms"), "{groups}");
+    assert!(reaches_remote("tmt-vm1"), "vm1 is untouched");
+    stop_cleanly(&mut daemon);
+}

@@ -46,7 +46,7 @@ pub use security::{SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
-use crate::teaming::{Direction, Effect, GroupId, PortId, PortSpec, Team, TeamError, UplinkId};
+use crate::teaming::{Direction, Effect, GroupId, PortGroupSpec, PortId, PortSpec, Team, TeamError, UplinkId};
 use crate::wire::{parse, FlowKey, MacAddr};
 use crate::Instant;
 use core::time::Duration;
@@ -223,6 +223,31 @@ impl Switch {
             },
         );
         self.ports.insert(p.id, Counters::default());
+    }
+
+    /// Adds a port group while the switch runs, with its security policy; its ID is the next
+    /// index.
+    pub fn add_group(&mut self, spec: PortGroupSpec, security: SecurityPolicy) -> Result<GroupId, TeamError> {
+        let g = self.team.add_group(spec)?;
+        self.security.resize(g.0, SecurityPolicy::default());
+        self.security.insert(g.0, security);
+        Ok(g)
+    }
+
+    /// Removes port group `g`, which must have no ports; later groups move down one index.
+    pub fn remove_group(&mut self, g: GroupId) -> Result<PortGroupSpec, TeamError> {
+        let spec = self.team.remove_group(g)?;
+        if g.0 < self.security.len() {
+            self.security.remove(g.0);
+        }
+        for members in self.domains.values_mut() {
+            for (_, group) in members.iter_mut() {
+                if group.0 > g.0 {
+                    *group = GroupId(group.0 - 1);
+                }
+            }
+        }
+        Ok(spec)
     }
 
     /// Adds a port while the switch runs (a VM's tap appeared): the team places it and

@@ -424,3 +424,54 @@ fn a_port_removed_before_its_effects_are_taken_is_not_announced() {
     }
     assert!(s.poll_effect().is_none(), "no RARP for the removed port 4");
 }
+
+/// Port groups come and go while the switch runs: a new one takes the next index with its
+/// VLAN and security; one with ports cannot go; when one goes, the groups after it move down
+/// and their ports keep switching in their VLANs.
+#[test]
+fn port_groups_come_and_go_while_the_switch_runs() {
+    let mut s = switch();
+    let t = Instant::ZERO;
+    let spec = PortGroupSpec {
+        name: "c".into(),
+        policy: Policy::PORT_ID,
+        order: FailoverOrder {
+            active: vec![UplinkId(0)],
+            standby: vec![],
+        },
+        failback: true,
+        notify_switches: true,
+        vlan: Some(30),
+    };
+    let accept = SecurityPolicy {
+        forged_transmits: Verdict::Accept,
+        ..SecurityPolicy::default()
+    };
+    assert_eq!(s.add_group(spec.clone(), accept).unwrap(), GroupId(2));
+    s.add_port(PortSpec {
+        id: PortId(4),
+        mac: mac(4),
+        group: GroupId(2),
+    })
+    .unwrap();
+    while s.poll_effect().is_some() {}
+    // Its security policy holds: a forged source is accepted in group c.
+    let out = s.ingress(Ingress::Port(PortId(4)), &udp(mac(9).0, REMOTE, None), t);
+    assert!(!out.is_empty(), "group c accepts forged transmits");
+    assert!(s.remove_group(GroupId(1)).is_err(), "group b still has port 3");
+    s.remove_port(PortId(3)).unwrap();
+    assert_eq!(s.remove_group(GroupId(1)).unwrap().name, "b");
+    assert_eq!(s.team().port_group(PortId(4)), Some(GroupId(1)), "c moved down");
+    assert_eq!(s.team().group(GroupId(1)).unwrap().name, "c");
+    let out = s.ingress(Ingress::Port(PortId(4)), &udp(mac(4).0, REMOTE, None), t);
+    let up = s.team().port_uplink(PortId(4)).unwrap();
+    assert_eq!(targets(&out), [Egress::Uplink(up)]);
+    assert_eq!(
+        out[0].frame,
+        udp(mac(4).0, REMOTE, Some(30)),
+        "still tagged with c's VLAN"
+    );
+    let out = s.ingress(Ingress::Port(PortId(4)), &udp(mac(8).0, REMOTE, None), t);
+    assert!(!out.is_empty(), "and still with c's security policy");
+    assert!(s.remove_group(GroupId(5)).is_err());
+}

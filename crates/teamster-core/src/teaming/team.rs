@@ -111,6 +111,27 @@ impl Team {
         Ok(GroupId(self.groups.len() - 1))
     }
 
+    /// Removes port group `g`, which must have no ports; the groups after it move down one
+    /// index (their ports' specs follow), so a caller holding GroupIds renumbers them the same.
+    pub fn remove_group(&mut self, g: GroupId) -> Result<PortGroupSpec, TeamError> {
+        if g.0 >= self.groups.len() {
+            return Err(TeamError::UnknownGroup(g.0));
+        }
+        if self.ports.iter().any(|p| p.spec.group == g) {
+            return Err(TeamError::Group {
+                group: self.groups[g.0].spec.name.clone(),
+                what: "it still has ports".into(),
+            });
+        }
+        let gone = self.groups.remove(g.0);
+        for p in &mut self.ports {
+            if p.spec.group.0 > g.0 {
+                p.spec.group = GroupId(p.spec.group.0 - 1);
+            }
+        }
+        Ok(gone.spec)
+    }
+
     /// Rejects a group whose order is empty, names an unknown uplink or lists one twice.
     fn check_group(&self, spec: &PortGroupSpec) -> Result<(), TeamError> {
         let err = |what: String| TeamError::Group {
@@ -470,6 +491,11 @@ impl Team {
         self.groups[g.0]
             .policy
             .receive_uplink(&self.view(g), Some(&PortView { state: p }))
+    }
+
+    /// How many port groups there are (their IDs are 0 to this, less one).
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
     }
 
     /// A group's configuration.

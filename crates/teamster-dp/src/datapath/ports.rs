@@ -23,7 +23,8 @@ use super::{ingress, Datapath, ExtraDrops, Port, PortIo, PortPlan, MAX_PORTS};
 use crate::backend::BackendChoice;
 use std::collections::{HashMap, HashSet};
 use teamster_core::ioc::{NodeId, Tree};
-use teamster_core::teaming::{GroupId, PortId, PortSpec};
+use teamster_core::switch::SecurityPolicy;
+use teamster_core::teaming::{GroupId, PortGroupSpec, PortId, PortSpec};
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 
@@ -89,6 +90,89 @@ impl Datapath {
         } else {
             self.ioc.replace_tree(tree, now);
         }
+    }
+
+    /// Removes the ports `want` no longer has, or has on another interface, MAC, backend or
+    /// port group (by name: `groups` are the wanted groups' names, which `want` indexes).
+    pub(super) fn retire_ports(&mut self, want: &[PortWant], groups: &[&str], now: Instant) {
+        let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+        for i in 0..self.ports.len() {
+            if !self.ports[i].present() {
+                continue;
+            }
+            let p = &self.ports[i].plan;
+            let team = self.switch.team();
+            let group_name = team
+                .port_group(p.id)
+                .and_then(|g| team.group(g))
+                .map(|g| g.name.as_str());
+            let keep = wanted.get(p.name.as_str()).is_some_and(|w| {
+                p.interface == w.interface
+                    && p.backend == w.backend
+                    && team.port_mac(p.id) == Some(w.mac)
+                    && group_name.is_some()
+                    && groups.get(w.group.0).copied() == group_name
+            });
+            if !keep {
+                self.remove_port(i, now);
+            }
+        }
+    }
+
+    /// Makes the port groups `groups`: removes those no longer there (they have no ports left),
+    /// adds the new ones after the others, and changes the teaming of the rest. False, with an
+    /// event, if the groups kept are not in `groups`' order (IDs would not line up; the checks
+    /// before a change or reload refuse that, so it means a bug), and then nothing else changes.
+    pub(super) fn regroup(&mut self, groups: &[(PortGroupSpec, SecurityPolicy)], now: Instant) -> bool {
+        let wanted: HashSet<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
+        for g in (0..self.switch.team().group_count()).rev() {
+            let name = self
+                .switch
+                .team()
+                .group(GroupId(g))
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            if wanted.contains(name.as_str()) {
+                continue;
+            }
+            match self.switch.remove_group(GroupId(g)) {
+                Ok(_) => self.event(now, "config", format!("port group {name}: removed")),
+                Err(e) => self.event(now, "config", format!("port group {name}: not removed: {e}")),
+            }
+        }
+        for (spec, security) in groups {
+            let have = (0..self.switch.team().group_count()).any(|g| {
+                self.switch
+                    .team()
+                    .group(GroupId(g))
+                    .is_some_and(|s| s.name == spec.name)
+            });
+            if !have {
+                match self.switch.add_group(spec.clone(), *security) {
+                    Ok(_) => self.event(now, "config", format!("port group {}: added", spec.name)),
+                    Err(e) => self.event(now, "config", format!("port group {}: not added: {e}", spec.name)),
+                }
+            }
+        }
+        let aligned = self.switch.team().group_count() == groups.len()
+            && groups.iter().enumerate().all(|(g, (spec, _))| {
+                self.switch
+                    .team()
+                    .group(GroupId(g))
+                    .is_some_and(|s| s.name == spec.name)
+            });
+        if !aligned {
+            let what = "port groups out of order after a change: ports not changed; restart the switch".to_string();
+            self.event(now, "config", what);
+            return false;
+        }
+        for (g, (new, _)) in groups.iter().enumerate() {
+            let team = self.switch.team_mut();
+            if team.group(GroupId(g)).is_some_and(|old| old != new) {
+                let _ = team.reconfigure_group(GroupId(g), new.policy, new.order.clone(), new.failback, now);
+            }
+        }
+        true
     }
 
     /// The ports present (not the empty slots of removed ones).

@@ -167,6 +167,40 @@ pub struct PortAdd {
     pub backend: Option<crate::live::config::BackendSetting>,
 }
 
+/// A port group to add to the running switch (as a `[[port_groups]]` entry; its security
+/// policy is the default, all rejected: change it in `switch.toml` and reload).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupAdd {
+    /// Unique among port groups: 1-64 characters, no `/`.
+    pub name: String,
+    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    #[schema(schema_with = policy_schema)]
+    pub policy: Policy,
+    /// Active uplinks, by name, in failover order (at least one).
+    pub active: Vec<String>,
+    /// Standby uplinks, by name, in failover order.
+    #[serde(default)]
+    #[schema(nullable = false, required = false)]
+    pub standby: Vec<String>,
+    /// Return ports to their home uplink when it recovers (default true).
+    #[serde(default = "yes")]
+    #[schema(nullable = false, required = false)]
+    pub failback: bool,
+    /// Send RARPs for moved ports (default true).
+    #[serde(default = "yes")]
+    #[schema(nullable = false, required = false)]
+    pub notify_switches: bool,
+    /// 802.1Q VLAN on the uplinks, 1-4094 (default none: untagged).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false, minimum = 1, maximum = 4094)]
+    pub vlan: Option<u16>,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// An uplink's administrative state.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -295,6 +329,54 @@ pub fn remove_port(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError
     }
     let mut new = f.clone();
     new.ports.remove(i);
+    Ok(new)
+}
+
+/// The configuration with port group `g` added after the others.
+pub fn add_group(f: &SwitchFile, g: &GroupAdd) -> Result<SwitchFile, ChangeError> {
+    if f.port_groups.iter().any(|o| o.name == g.name) {
+        return Err(ChangeError::Conflict(format!("a port group named `{}` exists", g.name)));
+    }
+    let mut new = f.clone();
+    new.port_groups.push(teamster_core::host::GroupEntry {
+        name: g.name.clone(),
+        policy: g.policy,
+        active: g.active.clone(),
+        standby: g.standby.clone(),
+        failback: g.failback,
+        notify_switches: g.notify_switches,
+        vlan: g.vlan,
+        security: Default::default(),
+    });
+    Ok(new)
+}
+
+/// The configuration without port group `name`, which no port and no port rule may use.
+pub fn remove_group(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
+    let i = f
+        .port_groups
+        .iter()
+        .position(|g| g.name == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no port group named `{name}`")))?;
+    let users: Vec<&str> = f
+        .ports
+        .iter()
+        .filter(|p| p.group == name)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !users.is_empty() {
+        return Err(ChangeError::Conflict(format!(
+            "port group `{name}` still has ports: {} (remove or move them first)",
+            users.join(", ")
+        )));
+    }
+    if let Some(k) = f.port_rules.iter().position(|r| r.group == name) {
+        return Err(ChangeError::Conflict(format!(
+            "port group `{name}` is port_rules[{k}]'s group (change the rule in switch.toml first)"
+        )));
+    }
+    let mut new = f.clone();
+    new.port_groups.remove(i);
     Ok(new)
 }
 

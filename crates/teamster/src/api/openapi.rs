@@ -1,6 +1,6 @@
 //! The OpenAPI document, generated from the handlers' annotations and the view types.
 
-use super::changes::{GroupChange, PortAdd, PortChange, UplinkChange};
+use super::changes::{GroupAdd, GroupChange, PortAdd, PortChange, UplinkChange};
 use super::routes;
 use super::ErrorBody;
 use crate::live::config::{AdminState, BackendSetting, PortOrigin};
@@ -26,6 +26,8 @@ use utoipa::OpenApi;
         routes::groups,
         routes::group,
         routes::patch_group,
+        routes::post_group,
+        routes::delete_group,
         routes::lbt,
         routes::netioc,
         routes::events,
@@ -46,6 +48,7 @@ use utoipa::OpenApi;
         PortChange,
         PortAdd,
         GroupChange,
+        GroupAdd,
         UplinkChange,
         AdminState,
         PortOrigin,

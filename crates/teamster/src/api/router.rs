@@ -24,10 +24,12 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
             "/api/v1/ports/{name}",
             get(routes::port).patch(routes::patch_port).delete(routes::delete_port),
         )
-        .route("/api/v1/port-groups", get(routes::groups))
+        .route("/api/v1/port-groups", get(routes::groups).post(routes::post_group))
         .route(
             "/api/v1/port-groups/{name}",
-            get(routes::group).patch(routes::patch_group),
+            get(routes::group)
+                .patch(routes::patch_group)
+                .delete(routes::delete_group),
         )
         .route("/api/v1/lbt", get(routes::lbt))
         .route("/api/v1/netioc", get(routes::netioc))

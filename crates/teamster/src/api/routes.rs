@@ -2,8 +2,8 @@
 
 use super::body::Body;
 use super::changes::{
-    add_port, change_group, change_port, change_uplink, remove_port, ChangeError, GroupChange, PortAdd, PortChange,
-    UplinkChange,
+    add_group, add_port, change_group, change_port, change_uplink, remove_group, remove_port, ChangeError, GroupAdd,
+    GroupChange, PortAdd, PortChange, UplinkChange,
 };
 use super::{ApiError, ApiState, ErrorBody};
 use crate::live::config::{check_with, render, SwitchFile, SwitchPlan, Sysfs};
@@ -195,6 +195,28 @@ pub async fn patch_group(
 ) -> Result<Json<GroupView>, ApiError> {
     let snap = change(&s, |f| change_group(f, &name, &c)).await?;
     find(&snap.port_groups, &name, |g| &g.name, "port group")
+}
+
+#[utoipa::path(post, path = "/api/v1/port-groups", request_body = GroupAdd,
+    responses((status = 201, body = GroupView), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "refused: the name is taken, an unknown or repeated uplink, no active uplink, a VLAN out of range"),
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn post_group(
+    State(s): State<ApiState>,
+    Body(g): Body<GroupAdd>,
+) -> Result<(StatusCode, Json<GroupView>), ApiError> {
+    let snap = change(&s, |f| add_group(f, &g)).await?;
+    let view = find(&snap.port_groups, &g.name, |v| &v.name, "port group")?;
+    Ok((StatusCode::CREATED, view))
+}
+
+#[utoipa::path(delete, path = "/api/v1/port-groups/{name}", params(("name" = String, Path)),
+    responses((status = 204, description = "removed"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "a port or a port rule still uses it")))]
+pub async fn delete_group(State(s): State<ApiState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    change(&s, |f| remove_group(f, &name)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/lbt", responses((status = 200, body = LbtView)))]

@@ -77,9 +77,14 @@ enum CtlCommand {
     },
     /// Port groups: policy and failover order.
     Groups,
-    /// One port group; with options, change its teaming.
+    /// One port group; with options, change its teaming; `group add` and `group del` add and
+    /// remove groups while the switch runs.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Group {
-        name: String,
+        #[command(subcommand)]
+        action: Option<GroupAction>,
+        #[arg(required = true)]
+        name: Option<String>,
         /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
         #[arg(long)]
         policy: Option<String>,
@@ -122,6 +127,60 @@ enum PortAction {
     Add(Box<PortAddArgs>),
     /// Remove a port (and from switch.toml), like `ovs-vsctl del-port`.
     Del { name: String },
+}
+
+/// Adding and removing port groups.
+#[derive(Subcommand)]
+enum GroupAction {
+    /// Add a port group (saved in switch.toml), after the others; its security policy is the
+    /// default (all rejected).
+    Add(Box<GroupAddArgs>),
+    /// Remove a port group no port or port rule uses.
+    Del { name: String },
+}
+
+/// What `group add` takes.
+#[derive(clap::Args)]
+struct GroupAddArgs {
+    name: String,
+    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    #[arg(long)]
+    policy: String,
+    /// Active uplinks in order, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    active: Vec<String>,
+    /// Standby uplinks in order, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    standby: Vec<String>,
+    /// 802.1Q VLAN on the uplinks (1-4094).
+    #[arg(long)]
+    vlan: Option<u16>,
+    /// Return ports to their home uplink when it recovers (default true).
+    #[arg(long)]
+    failback: Option<bool>,
+    /// Send RARPs for moved ports (default true).
+    #[arg(long)]
+    notify_switches: Option<bool>,
+}
+
+/// The request a `group add` or `group del` makes.
+fn group_action(action: &GroupAction) -> (&'static str, String, Option<Value>) {
+    match action {
+        GroupAction::Add(a) => {
+            let mut body = json!({"name": a.name, "policy": a.policy, "active": a.active, "standby": a.standby});
+            if let Some(v) = a.vlan {
+                body["vlan"] = json!(v);
+            }
+            if let Some(f) = a.failback {
+                body["failback"] = json!(f);
+            }
+            if let Some(n) = a.notify_switches {
+                body["notify_switches"] = json!(n);
+            }
+            ("POST", "/api/v1/port-groups".into(), Some(body))
+        }
+        GroupAction::Del { name } => ("DELETE", format!("/api/v1/port-groups/{}", segment(name)), None),
+    }
 }
 
 /// What `port add` takes.
@@ -460,12 +519,17 @@ pub fn run(args: CtlArgs) -> ExitCode {
             }
             CtlCommand::Groups => ("GET", "/api/v1/port-groups".into(), None),
             CtlCommand::Group {
+                action: Some(action), ..
+            } => group_action(action),
+            CtlCommand::Group {
+                action: None,
                 name,
                 policy,
                 active,
                 standby,
                 failback,
             } => {
+                let name = name.as_deref().unwrap_or_default();
                 let mut change = serde_json::Map::new();
                 if let Some(p) = policy {
                     change.insert("policy".into(), json!(p));
@@ -515,6 +579,10 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 } => Ok(format!("port {name} removed\n")),
                 CtlCommand::Port { .. } => parse::<PortView>(b).map(|v| port_rows(&[v])),
                 CtlCommand::Groups => parse::<Vec<GroupView>>(b).map(|v| group_rows(&v)),
+                CtlCommand::Group {
+                    action: Some(GroupAction::Del { name }),
+                    ..
+                } => Ok(format!("port group {name} removed\n")),
                 CtlCommand::Group { .. } => parse::<GroupView>(b).map(|v| group_rows(&[v])),
                 CtlCommand::Lbt => parse::<Snapshot>(b).map(|s| lbt_text(&s.lbt, &s)),
                 CtlCommand::Netioc => parse::<Vec<NodeView>>(b).map(|v| netioc_rows(&v)),

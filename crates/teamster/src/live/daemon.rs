@@ -11,6 +11,7 @@ use super::status_writer::{StatusFile, StatusWriter};
 use super::view::{EVENTS_SHOWN, MOVES_SHOWN};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
 use teamster_core::Instant;
 use teamster_dp::datapath::{Control, Datapath, DatapathPlan, LinkNews, PortPlan, PortWant, UplinkPlan};
@@ -244,8 +245,11 @@ impl Control for ControlPlane {
             }
             if let Some(plan) = apply.plan {
                 let plan = *plan;
-                let groups: Vec<PortGroupSpec> = (0..plan.file.port_groups.len())
-                    .filter_map(|g| plan.team.group(GroupId(g)).cloned())
+                let groups: Vec<(PortGroupSpec, SecurityPolicy)> = (0..plan.file.port_groups.len())
+                    .filter_map(|g| {
+                        let security = plan.switch.security.get(g).copied().unwrap_or_default();
+                        Some((plan.team.group(GroupId(g))?.clone(), security))
+                    })
                     .collect();
                 let admin: Vec<bool> = plan.file.uplinks.iter().map(|u| u.admin == AdminState::Up).collect();
                 let ports = port_wants(&plan);

@@ -115,8 +115,8 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
             was.uplinks.len() != now.uplinks.len() || toml_of(&was.uplinks) != toml_of(&now.uplinks),
         ),
         (
-            "port_groups (names, VLANs, security, notify_switches)",
-            toml_of(&was.port_groups) != toml_of(&now.port_groups),
+            "port_groups kept (their order, VLANs, security, notify_switches; new groups go after them)",
+            !groups_fit(&was.port_groups, &now.port_groups),
         ),
         ("lbt", was.lbt != now.lbt),
         ("mac_ageing_s", was.mac_ageing_s != now.mac_ageing_s),
@@ -156,6 +156,23 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
         .collect();
     file.ports.extend(kept);
     Ok(file)
+}
+
+/// Whether the port groups `now` can replace `was` while the switch runs: the groups kept are
+/// in the same order with the same VLAN, security and notify setting, and the new ones come
+/// after them (a group's ID is its place, and the running switch appends).
+fn groups_fit(was: &[teamster_core::host::GroupEntry], now: &[teamster_core::host::GroupEntry]) -> bool {
+    let kept_was: Vec<_> = was.iter().filter(|g| now.iter().any(|n| n.name == g.name)).collect();
+    let kept_now: Vec<_> = now.iter().filter(|g| was.iter().any(|w| w.name == g.name)).collect();
+    let new_after = now
+        .iter()
+        .position(|g| !was.iter().any(|w| w.name == g.name))
+        .is_none_or(|first_new| now[first_new..].iter().all(|g| !was.iter().any(|w| w.name == g.name)));
+    new_after
+        && kept_was.len() == kept_now.len()
+        && kept_was.iter().zip(&kept_now).all(|(a, b)| {
+            a.name == b.name && a.vlan == b.vlan && a.security == b.security && a.notify_switches == b.notify_switches
+        })
 }
 
 fn toml_of<T: serde::Serialize>(v: &T) -> String {
@@ -214,5 +231,32 @@ mod tests {
         // The rules go: nothing would ever remove it, so it goes now.
         let new = reloaded(&running, parse_file(ONE_PORT).unwrap()).unwrap();
         assert!(new.ports.iter().all(|p| p.name != "vnet5"), "{:?}", new.ports);
+    }
+    /// A reload may add port groups after the others and remove unused ones, not reorder the
+    /// groups kept or change their VLANs.
+    #[test]
+    fn a_reload_adds_and_removes_port_groups_in_order() {
+        let running = parse_file(ONE_PORT).unwrap();
+        let group =
+            |name: &str| format!("[[port_groups]]\nname = \"{name}\"\npolicy = \"port-id\"\nactive = [\"uplink1\"]\n");
+        let more = format!("{ONE_PORT}\n{}", group("storage"));
+        let added = reloaded(&running, parse_file(&more).unwrap()).unwrap();
+        assert_eq!(added.port_groups.len(), 2);
+        let back = reloaded(&added, parse_file(ONE_PORT).unwrap()).unwrap();
+        assert_eq!(back.port_groups.len(), 1, "an unused group goes");
+        // Reordered: "storage" before "vms".
+        let at = ONE_PORT.find("[[port_groups]]").unwrap();
+        let reordered = format!("{}{}{}", &ONE_PORT[..at], group("storage"), &ONE_PORT[at..]);
+        let e = reloaded(&added, parse_file(&reordered).unwrap()).unwrap_err();
+        assert!(e.contains("port_groups"), "{e}");
+        let vlan = more.replacen(
+            "policy = \"port-id\"\nactive",
+            "vlan = 7\npolicy = \"port-id\"\nactive",
+            1,
+        );
+        assert!(
+            reloaded(&added, parse_file(&vlan).unwrap()).is_err(),
+            "a VLAN change needs a restart"
+        );
     }
 }
