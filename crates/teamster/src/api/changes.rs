@@ -192,13 +192,25 @@ pub struct GroupAdd {
     #[schema(nullable = false, required = false)]
     pub notify_switches: bool,
     /// 802.1Q VLAN on the uplinks, 1-4094 (default none: untagged).
-    #[serde(default, deserialize_with = "some")]
+    #[serde(default, deserialize_with = "vlan_number")]
     #[schema(nullable = false, required = false, minimum = 1, maximum = 4094)]
     pub vlan: Option<u16>,
 }
 
 fn yes() -> bool {
     true
+}
+
+/// A VLAN ID as JSON Schema's `integer` allows it: any number with no fractional part (`20`,
+/// `20.0`), refusing null; the range is checked with the rest of the configuration.
+fn vlan_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.fract() != 0.0 || !(0.0..=f64::from(u16::MAX)).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "vlan: {v} is not a VLAN ID (1 to 4094)"
+        )));
+    }
+    Ok(Some(v as u16))
 }
 
 /// An uplink's administrative state.
