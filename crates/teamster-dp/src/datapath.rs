@@ -732,12 +732,6 @@ impl Datapath {
         self.moves.iter()
     }
 
-    /// Port moves since start, by reason (the reason's first word: `load-based`, `failover`,
-    /// ...), counted whatever the move log has forgotten.
-    pub fn moves_by_reason(&self) -> &std::collections::BTreeMap<String, u64> {
-        &self.moves_by_reason
-    }
-
     /// The most recent events (up to 1,000), oldest first.
     pub fn events(&self) -> impl DoubleEndedIterator<Item = &Event> + ExactSizeIterator {
         self.events.iter()
@@ -1012,9 +1006,9 @@ impl Datapath {
         // Ports leave first (a group going has none left), then groups go and come (the
         // survivors keep their order, so IDs line up with `groups`), then ports come.
         let names: Vec<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
-        self.retire_ports(ports, &names, now);
+        let retired = self.retire_ports(ports, &names, now);
         if self.regroup(groups, now) {
-            self.set_ports(tree, ports, now);
+            self.admit_ports(tree, ports, retired, now);
         }
         for (u, &up) in admin_up.iter().enumerate().take(self.uplinks.len()) {
             if self.uplinks[u].plan.admin_up != up {

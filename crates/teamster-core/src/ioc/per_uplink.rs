@@ -41,6 +41,15 @@ struct Queued {
     ports: usize,
 }
 
+impl Queued {
+    /// Counts a frame of `len` bytes of `leaf` joining the queue.
+    fn add(&mut self, leaf: NodeId, len: u32) {
+        self.ports += usize::from(self.per_node[leaf.0] == 0);
+        self.per_node[leaf.0] += u64::from(len);
+        self.total += u64::from(len);
+    }
+}
+
 /// Whether a frame joined its uplink's queue, and with a congestion mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
@@ -141,10 +150,7 @@ impl<T> Ioc<T> {
                 (false, _) => return Err(item),
             },
         };
-        let q = &mut self.queued_bytes[u];
-        q.total += u64::from(len);
-        q.ports += usize::from(mine == 0);
-        q.per_node[leaf.0] += u64::from(len);
+        self.queued_bytes[u].add(leaf, len);
         self.scheds[u].enqueue(leaf, len, item, now);
         Ok(how)
     }
@@ -233,10 +239,7 @@ impl<T> Ioc<T> {
                     continue;
                 };
                 // Admitted once already: the queue limit is not applied a second time.
-                let q = &mut fresh.queued_bytes[u];
-                q.ports += usize::from(q.per_node[leaf.0] == 0);
-                q.per_node[leaf.0] += u64::from(len);
-                q.total += u64::from(len);
+                fresh.queued_bytes[u].add(leaf, len);
                 fresh.scheds[u].enqueue(leaf, len, item, now);
             }
         }

@@ -235,21 +235,15 @@ impl Team {
             return;
         }
         self.ports[i].current = to;
-        let p = &self.ports[i];
-        let group = &self.groups[p.spec.group.0].spec;
+        let port = self.ports[i].spec.id;
         self.effects.push_back(Effect::PortMoved(PortMove {
             at: now,
-            port: p.spec.id,
+            port,
             from,
             to,
             reason,
         }));
-        if let (Some(uplink), true) = (to, group.notify_switches) {
-            self.effects.push_back(Effect::Transmit {
-                uplink,
-                frame: build_rarp(p.spec.mac, group.vlan),
-            });
-        }
+        self.announce(port);
     }
 
     /// Changes a group's policy, failover order and failback; its ports are re-homed by the

@@ -1,7 +1,7 @@
 //! Ports that come and go while the switch runs: a VM started, stopped or migrated, a port
 //! added or removed through the API, a tap matched by a port rule.
 //!
-//! Model. The control plane hands [`Datapath::set_ports`] the ports it wants, each with its
+//! Model. The control plane hands [`Datapath::reconfigure`] the ports it wants, each with its
 //! leaf in the new NetIOC tree; the data plane compares them by name with the ports it has.
 //! A port that is gone (or whose interface, MAC, group or backend changed) is removed: its
 //! socket closed, its receive queue emptied, the core switch forgets it (MAC-table entries,
@@ -44,30 +44,20 @@ pub struct PortWant {
 }
 
 impl Datapath {
-    /// Makes the switch's ports those of `want`, with NetIOC tree `tree`, between packets; see
-    /// the module documentation. The caller has checked the whole configuration (names, MACs,
-    /// interfaces, admission control). A port the core switch still refuses (which a checked
-    /// configuration never asks for) is left out, with an event saying why.
-    pub fn set_ports(&mut self, tree: Tree, want: &[PortWant], now: Instant) {
+    /// Adds the ports of `want` the switch does not have, gives the others their leaves in
+    /// `tree`, and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
+    /// whether [`Datapath::retire_ports`] removed some). A port the core switch still refuses
+    /// (which a checked configuration never asks for) is left out, with an event saying why.
+    pub(super) fn admit_ports(&mut self, tree: Tree, want: &[PortWant], retired: bool, now: Instant) {
         // By name, so a change costs time linear in the ports (thousands of them included).
         let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
         let mut old_leaves: HashMap<String, NodeId> = HashMap::new();
-        let mut reshaped = false;
-        for i in 0..self.ports.len() {
-            if !self.ports[i].present() {
-                continue;
-            }
-            match wanted.get(self.ports[i].plan.name.as_str()) {
-                Some(w) if self.same_port(i, w) => {
-                    reshaped |= self.ports[i].plan.leaf != w.leaf;
-                    old_leaves.insert(self.ports[i].plan.name.clone(), self.ports[i].plan.leaf);
-                    self.ports[i].plan.leaf = w.leaf;
-                }
-                // Its queued frames go with it, even if a port of its name replaces it.
-                _ => {
-                    self.remove_port(i, now);
-                    reshaped = true;
-                }
+        let mut reshaped = retired;
+        for port in self.ports.iter_mut().filter(|p| p.present()) {
+            if let Some(w) = wanted.get(port.plan.name.as_str()) {
+                reshaped |= port.plan.leaf != w.leaf;
+                old_leaves.insert(port.plan.name.clone(), port.plan.leaf);
+                port.plan.leaf = w.leaf;
             }
         }
         let present: HashSet<String> = self.present_ports().map(|p| p.plan.name.clone()).collect();
@@ -79,6 +69,8 @@ impl Datapath {
         }
         if reshaped || !same_shape(self.ioc.tree(), &tree) {
             let leaves: Vec<NodeId> = self.present_ports().map(|p| p.plan.leaf).collect();
+            // A port removed (or replaced under its name) has no old leaf here: its queued
+            // frames go with it.
             let map: HashMap<NodeId, NodeId> = self
                 .present_ports()
                 .filter_map(|p| Some((*old_leaves.get(&p.plan.name)?, p.plan.leaf)))
@@ -93,9 +85,11 @@ impl Datapath {
     }
 
     /// Removes the ports `want` no longer has, or has on another interface, MAC, backend or
-    /// port group (by name: `groups` are the wanted groups' names, which `want` indexes).
-    pub(super) fn retire_ports(&mut self, want: &[PortWant], groups: &[&str], now: Instant) {
+    /// port group (by name: `groups` are the wanted groups' names, which `want` indexes), so
+    /// that every port left is one `want` keeps. Returns whether it removed any.
+    pub(super) fn retire_ports(&mut self, want: &[PortWant], groups: &[&str], now: Instant) -> bool {
         let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+        let mut retired = false;
         for i in 0..self.ports.len() {
             if !self.ports[i].present() {
                 continue;
@@ -115,8 +109,10 @@ impl Datapath {
             });
             if !keep {
                 self.remove_port(i, now);
+                retired = true;
             }
         }
+        retired
     }
 
     /// Makes the port groups `groups`: removes those no longer there (they have no ports left),
@@ -125,13 +121,7 @@ impl Datapath {
     /// before a change or reload refuse that, so it means a bug), and then nothing else changes.
     pub(super) fn regroup(&mut self, groups: &[(PortGroupSpec, SecurityPolicy)], now: Instant) -> bool {
         let wanted: HashSet<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
-        for g in (0..self.switch.team().group_count()).rev() {
-            let name = self
-                .switch
-                .team()
-                .group(GroupId(g))
-                .map(|s| s.name.clone())
-                .unwrap_or_default();
+        for (g, name) in self.group_names().into_iter().enumerate().rev() {
             if wanted.contains(name.as_str()) {
                 continue;
             }
@@ -140,27 +130,16 @@ impl Datapath {
                 Err(e) => self.event(now, "config", format!("port group {name}: not removed: {e}")),
             }
         }
+        let have = self.group_names();
         for (spec, security) in groups {
-            let have = (0..self.switch.team().group_count()).any(|g| {
-                self.switch
-                    .team()
-                    .group(GroupId(g))
-                    .is_some_and(|s| s.name == spec.name)
-            });
-            if !have {
+            if !have.contains(&spec.name) {
                 match self.switch.add_group(spec.clone(), *security) {
                     Ok(_) => self.event(now, "config", format!("port group {}: added", spec.name)),
                     Err(e) => self.event(now, "config", format!("port group {}: not added: {e}", spec.name)),
                 }
             }
         }
-        let aligned = self.switch.team().group_count() == groups.len()
-            && groups.iter().enumerate().all(|(g, (spec, _))| {
-                self.switch
-                    .team()
-                    .group(GroupId(g))
-                    .is_some_and(|s| s.name == spec.name)
-            });
+        let aligned = self.group_names().iter().eq(groups.iter().map(|(g, _)| &g.name));
         if !aligned {
             let what = "port groups out of order after a change: ports not changed; restart the switch".to_string();
             self.event(now, "config", what);
@@ -180,14 +159,12 @@ impl Datapath {
         self.ports.iter().filter(|p| p.present())
     }
 
-    /// Whether port `i` is `w` but for its leaf (else it is removed and added afresh).
-    fn same_port(&self, i: usize, w: &PortWant) -> bool {
-        let p = &self.ports[i].plan;
+    /// The port groups' names, in ID order.
+    fn group_names(&self) -> Vec<String> {
         let team = self.switch.team();
-        p.interface == w.interface
-            && p.backend == w.backend
-            && team.port_mac(p.id) == Some(w.mac)
-            && team.port_group(p.id) == Some(w.group)
+        (0..team.group_count())
+            .filter_map(|g| team.group(GroupId(g)).map(|s| s.name.clone()))
+            .collect()
     }
 
     /// Removes port `i`: see the module documentation.

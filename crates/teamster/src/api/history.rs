@@ -127,13 +127,7 @@ pub async fn history(
     q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<Point>>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let since = q.since.unwrap_or(0);
-    if since > i64::MAX as u64 {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("since: {since} is above {}", i64::MAX),
-        ));
-    }
+    let since = super::routes::since_param(q.since)?;
     let h = s
         .history
         .lock()

@@ -237,6 +237,19 @@ pub struct EventsQuery {
     pub since: Option<u64>,
 }
 
+/// A `since` query parameter (0 if absent). The document says int64, as JSON tools expect;
+/// hold the server to it.
+pub(super) fn since_param(since: Option<u64>) -> Result<u64, ApiError> {
+    let since = since.unwrap_or(0);
+    if since > i64::MAX as u64 {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("since: {since} is above {}", i64::MAX),
+        ));
+    }
+    Ok(since)
+}
+
 #[utoipa::path(get, path = "/api/v1/events", params(EventsQuery),
     responses((status = 200, body = Vec<EventView>), (status = 400, body = ErrorBody)))]
 pub async fn events(
@@ -244,14 +257,7 @@ pub async fn events(
     q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let since = q.since.unwrap_or(0);
-    // The document says int64, as JSON tools expect; hold the server to it.
-    if since > i64::MAX as u64 {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("since: {since} is above {}", i64::MAX),
-        ));
-    }
+    let since = since_param(q.since)?;
     Ok(Json(
         latest(&s).events.iter().filter(|e| e.seq >= since).cloned().collect(),
     ))

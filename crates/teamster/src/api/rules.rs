@@ -12,7 +12,7 @@
 use super::routes::{apply, check_running};
 use super::ApiState;
 use crate::live::config::port_from;
-use crate::live::config::{PortFile, PortOrigin, SwitchFile};
+use crate::live::config::{PortFile, PortOrigin, SwitchFile, SwitchPlan};
 use crate::live::port_rules::{rule_for, taken, vm_mac};
 use std::collections::HashMap;
 use std::path::Path;
@@ -100,8 +100,10 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         stays
     });
     let names = names.unwrap_or_else(all_interfaces);
-    // The configuration's fingerprint, made again when a port is added or made again.
+    // The configuration's fingerprint, made again when a port is added or made again; and the
+    // plan of the last check, while `new` is what it checked (so it is not checked twice).
     let mut fp: Option<u64> = None;
+    let mut checked: Option<SwitchPlan> = None;
     for name in names {
         let Some(mac) = interface_mac(&name) else {
             refused.remove(&name);
@@ -127,6 +129,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
             ));
             new.ports.remove(k);
             fp = None;
+            checked = None;
         }
         if taken(&new, &name) {
             continue;
@@ -142,11 +145,12 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         let outcome = vm_mac(rule, mac).and_then(|vm| {
             let mut trial = new.clone();
             trial.ports.push(port_from(rule, &name, vm));
-            check_running(state, &trial).map(|_| trial)
+            check_running(state, &trial).map(|plan| (trial, plan))
         });
         match outcome {
-            Ok(trial) => {
+            Ok((trial, plan)) => {
                 new = trial;
+                checked = Some(plan);
                 fp = None;
                 refused.remove(&name);
                 notes.push(format!(
@@ -176,7 +180,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         }
         return;
     }
-    match check_running(state, &new) {
+    match checked.map_or_else(|| check_running(state, &new), Ok) {
         Ok(plan) => {
             if apply(state, Some(plan), notes).await.is_some() {
                 *config = new;

@@ -416,6 +416,20 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
 /// (without its reservation: whether that fits is decided when an interface matches, against
 /// the ports there are then).
 fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwidth)]) -> Result<(), String> {
+    if f.port_rules.is_empty() {
+        return Ok(());
+    }
+    // A MAC no port has, for the trial ports. Compared as addresses, not text: "02:7E:..." or
+    // "02-7e-..." in the file is taken too.
+    let used: Vec<teamster_core::wire::MacAddr> =
+        f.ports.iter().filter_map(|p| p.mac.as_deref()?.parse().ok()).collect();
+    let mac = (1..=u32::MAX)
+        .map(|n| {
+            let b = n.to_be_bytes();
+            teamster_core::wire::MacAddr([0x02, 0x7e, b[0], b[1], b[2], b[3]])
+        })
+        .find(|m| !used.contains(m))
+        .expect("a free MAC");
     for (i, r) in f.port_rules.iter().enumerate() {
         let key = format!("port_rules[{i}]");
         check_rule(&key, r)?;
@@ -424,16 +438,6 @@ fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwid
         // A full switch: the rule's port is tried in place of the last one (what is checked is
         // the port the rule makes; the count is checked when an interface matches).
         trial.ports.truncate(teamster_dp::datapath::MAX_PORTS - 1);
-        // Compared as addresses, not text: "02:7E:..." or "02-7e-..." in the file is taken too.
-        let used: Vec<teamster_core::wire::MacAddr> =
-            f.ports.iter().filter_map(|p| p.mac.as_deref()?.parse().ok()).collect();
-        let mac = (1..=u32::MAX)
-            .map(|n| {
-                let b = n.to_be_bytes();
-                teamster_core::wire::MacAddr([0x02, 0x7e, b[0], b[1], b[2], b[3]])
-            })
-            .find(|m| !used.contains(m))
-            .expect("a free MAC");
         let mut port = port_from(r, "rule-check", mac);
         port.name = key.clone();
         port.reservation = Bandwidth::ZERO;

@@ -91,29 +91,17 @@ impl Watchdog {
 /// VLANs and security, MAC-table and data-plane knobs, LBT, and port rules where there were
 /// none).
 pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile, String> {
-    let fixed = |f: &SwitchFile| {
-        let mut f = f.clone();
-        f.ports.clear();
-        f.traffic_classes.clear();
-        f.pools.clear();
-        f.port_rules.clear();
-        for u in &mut f.uplinks {
-            u.admin = Default::default();
+    // The uplinks as a restart would see them (an administrative state is a run-time change).
+    let uplinks = |f: &SwitchFile| {
+        let mut u = f.uplinks.clone();
+        for x in &mut u {
+            x.admin = Default::default();
         }
-        for g in &mut f.port_groups {
-            g.policy = teamster_core::teaming::Policy::PORT_ID;
-            g.active.clear();
-            g.standby.clear();
-            g.failback = true;
-        }
-        f
+        toml_of(&u)
     };
-    let (was, now) = (fixed(running), fixed(&file));
+    let (was, now) = (running, &file);
     let differs: Vec<&str> = [
-        (
-            "uplinks",
-            was.uplinks.len() != now.uplinks.len() || toml_of(&was.uplinks) != toml_of(&now.uplinks),
-        ),
+        ("uplinks", uplinks(was) != uplinks(now)),
         (
             "port_groups kept (their order, VLANs, security, notify_switches; new groups go after them)",
             !groups_fit(&was.port_groups, &now.port_groups),
@@ -127,7 +115,7 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
         ("workers", was.workers != now.workers),
         (
             "port_rules (where there were none)",
-            running.port_rules.is_empty() && !file.port_rules.is_empty(),
+            was.port_rules.is_empty() && !now.port_rules.is_empty(),
         ),
     ]
     .into_iter()
