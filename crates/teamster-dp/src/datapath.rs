@@ -52,6 +52,7 @@ mod poll;
 mod port_worker;
 mod ports;
 mod publish;
+mod uplinks;
 
 pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
@@ -991,37 +992,34 @@ impl Datapath {
 
     /// Switches to a new configuration between packets: the ports of `ports` (added, removed or
     /// kept, see the `ports` submodule) with NetIOC tree `tree`, port groups' teaming from
-    /// `groups`, uplinks' administrative states from `admin_up` (the uplinks and groups are
-    /// those the switch has). The caller has checked it (admission control included).
+    /// `groups`, and the uplinks of `uplinks` (added, removed or kept, with their administrative
+    /// states: see the `uplinks` submodule), which the groups' failover orders index. The
+    /// caller has checked it (admission control included).
     pub fn reconfigure(
         &mut self,
         tree: Tree,
         ports: &[PortWant],
         groups: &[(PortGroupSpec, SecurityPolicy)],
-        admin_up: &[bool],
+        uplinks: &[UplinkPlan],
         now: Instant,
     ) {
         // How long the data plane stops for the change (it runs between two turns).
         let took = std::time::Instant::now();
-        // Ports leave first (a group going has none left), then groups go and come (the
-        // survivors keep their order, so IDs line up with `groups`), then ports come.
+        // New uplinks come first (unused), ports leave (a group going has none left), groups
+        // go, come and take their orders (the survivors keep their order, so IDs line up with
+        // `groups`), uplinks no order lists go, then ports come.
+        self.add_uplinks(uplinks, now);
         let names: Vec<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
         let retired = self.retire_ports(ports, &names, now);
-        if self.regroup(groups, now) {
-            self.admit_ports(tree, ports, retired, now);
-        }
-        for (u, &up) in admin_up.iter().enumerate().take(self.uplinks.len()) {
-            if self.uplinks[u].plan.admin_up != up {
-                self.uplinks[u].plan.admin_up = up;
-                let what = format!(
-                    "{} administratively {}",
-                    self.uplinks[u].plan.name,
-                    if up { "up" } else { "down" }
-                );
-                self.event(now, "link", what);
-                self.refresh_link(u, now);
+        let groups = self.orders_as_running(groups, uplinks);
+        if self.regroup(&groups, now) {
+            // The moves regrouping made name the uplinks by the indices of now.
+            self.effects(now);
+            if self.remove_uplinks(uplinks, now) {
+                self.admit_ports(tree, ports, retired, now);
             }
         }
+        self.set_admin(uplinks, now);
         let took = took.elapsed().as_micros();
         self.event(now, "config", format!("configuration changed (applied in {took} us)"));
     }

@@ -313,3 +313,28 @@ fn a_reshaped_tree_keeps_the_frames_of_ports_that_stay() {
     );
     assert_eq!(ioc.queued_bytes(0) + ioc.queued_bytes(1), 0);
 }
+
+/// An uplink added gets an empty scheduler and counts in admission; one removed hands back
+/// what waited for it, and the uplinks after it keep their frames under their new index.
+#[test]
+fn uplinks_join_and_leave_network_io_control() {
+    let h = build_text(GOOD).unwrap();
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let (vm1, vm2) = (h.ports[0].leaf, h.ports[1].leaf);
+    let t = Instant::ZERO;
+    ioc.add_uplink(Bandwidth::from_mbps(700));
+    assert_eq!(ioc.admission_capacity(), Bandwidth::from_mbps(700));
+    for k in 0..3 {
+        ioc.enqueue(0, vm1, 1000, 100 + k, t).unwrap();
+        ioc.enqueue(1, vm1, 1000, 200 + k, t).unwrap();
+        ioc.enqueue(2, vm2, 500, 300 + k, t).unwrap();
+    }
+    assert_eq!(ioc.remove_uplink(1), vec![200, 201, 202]);
+    assert_eq!(ioc.capacity(1), Bandwidth::from_mbps(700));
+    assert_eq!(ioc.queued_bytes(1), 3 * 500);
+    let moved: Vec<u32> = ioc.drain(1).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(moved, vec![300, 301, 302]);
+    assert_eq!(ioc.queued_bytes(0), 3 * 1000, "uplink 0 untouched");
+}

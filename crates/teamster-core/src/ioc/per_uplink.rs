@@ -247,6 +247,28 @@ impl<T> Ioc<T> {
         gone
     }
 
+    /// Adds an uplink of `capacity` after the others, with an empty scheduler over the tree;
+    /// the caller has checked admission against the capacities with it.
+    pub fn add_uplink(&mut self, capacity: Bandwidth) {
+        self.scheds.push(Scheduler::new(&self.tree, &self.buckets));
+        self.queued_bytes.push(Queued {
+            total: 0,
+            per_node: vec![0; self.tree.len()],
+            ports: 0,
+        });
+        self.capacities.push(capacity);
+    }
+
+    /// Removes uplink `u`; the uplinks after it move down one index. What waited for it is
+    /// handed back (the caller drops and counts it).
+    pub fn remove_uplink(&mut self, u: usize) -> Vec<T> {
+        let gone = self.drain(u).into_iter().map(|(_, item)| item).collect();
+        self.scheds.remove(u);
+        self.queued_bytes.remove(u);
+        self.capacities.remove(u);
+        gone
+    }
+
     /// Changes node `id`'s controls if the tree still passes admission control against the
     /// smallest uplink; applies them to the tree, the port's limit bucket and every scheduler
     /// from `now` on. A refusal names the node and changes nothing.

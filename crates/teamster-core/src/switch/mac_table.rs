@@ -200,6 +200,23 @@ impl MacTable {
         }
     }
 
+    /// Forgets the addresses last seen on uplink `u` (it left the team; they are learned again
+    /// on the uplink they next arrive on) and renumbers those on the uplinks after it, which
+    /// moved down one index.
+    pub fn remove_uplink(&mut self, u: UplinkId) {
+        let before = self.entries.len();
+        self.entries.retain(|_, e| e.at != Location::Remote(u));
+        // Static entries are ports': every entry forgotten was learned.
+        self.learned -= before - self.entries.len();
+        for e in self.entries.values_mut() {
+            if let Location::Remote(v) = e.at {
+                if v > u {
+                    e.at = Location::Remote(UplinkId(v.0 - 1));
+                }
+            }
+        }
+    }
+
     /// Updates the counts for a learned entry at `at` that was removed.
     fn forget(&mut self, at: Location) {
         self.learned -= 1;
@@ -312,5 +329,31 @@ mod tests {
         assert_eq!(t.learn(None, mac(3), p, now), Learned::Added, "room again");
         t.expire(Instant::from_secs(301));
         assert_eq!((t.learned(), t.learned_behind(PortId(1)), t.len()), (0, 0, 1));
+    }
+
+    /// An uplink leaving forgets what was learned on it (freeing room under the limit) and
+    /// renumbers what was learned on the uplinks after it.
+    #[test]
+    fn an_uplink_removed_forgets_its_addresses_and_renumbers_the_rest() {
+        let mut t = MacTable::with_limits(MacTable::DEFAULT_AGEING, MacLimits { total: 3, per_port: 3 });
+        let now = Instant::ZERO;
+        t.add_static(None, mac(100), PortId(1));
+        for (m, u) in [(1, 0), (2, 1), (3, 2)] {
+            assert_eq!(
+                t.learn(None, mac(m), Location::Remote(UplinkId(u)), now),
+                Learned::Added
+            );
+        }
+        t.remove_uplink(UplinkId(1));
+        assert_eq!(t.lookup(None, mac(2), now), None);
+        assert_eq!(t.lookup(None, mac(1), now), Some(Location::Remote(UplinkId(0))));
+        assert_eq!(t.lookup(None, mac(3), now), Some(Location::Remote(UplinkId(1))));
+        assert_eq!(t.lookup(None, mac(100), now), Some(Location::Port(PortId(1))));
+        assert_eq!((t.learned(), t.len()), (2, 3));
+        assert_eq!(
+            t.learn(None, mac(4), Location::Remote(UplinkId(0)), now),
+            Learned::Added,
+            "room again"
+        );
     }
 }

@@ -46,7 +46,9 @@ pub use security::{SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
-use crate::teaming::{Direction, Effect, GroupId, PortGroupSpec, PortId, PortSpec, Team, TeamError, UplinkId};
+use crate::teaming::{
+    Direction, Effect, GroupId, PortGroupSpec, PortId, PortSpec, Team, TeamError, UplinkId, UplinkSpec,
+};
 use crate::wire::{parse, FlowKey, MacAddr};
 use crate::Instant;
 use core::time::Duration;
@@ -277,6 +279,24 @@ impl Switch {
         self.promiscuous.retain(|_, m| !m.is_empty());
         self.guards.remove(&id);
         self.ports.remove(&id);
+        Ok(spec)
+    }
+
+    /// Adds an uplink after the others (see [`Team::add_uplink`]), with its own counters.
+    pub fn add_uplink(&mut self, spec: UplinkSpec) -> Result<UplinkId, TeamError> {
+        let u = self.team.add_uplink(spec)?;
+        self.uplinks.push(Counters::default());
+        Ok(u)
+    }
+
+    /// Removes uplink `u`, which no group may use (see [`Team::remove_uplink`]): its counters
+    /// and the addresses learned on it go, and the uplinks after it move down one index.
+    pub fn remove_uplink(&mut self, u: UplinkId) -> Result<UplinkSpec, TeamError> {
+        let spec = self.team.remove_uplink(u)?;
+        if u.0 < self.uplinks.len() {
+            self.uplinks.remove(u.0);
+        }
+        self.macs.remove_uplink(u);
         Ok(spec)
     }
 

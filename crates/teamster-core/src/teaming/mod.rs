@@ -38,6 +38,7 @@ pub mod registry;
 pub mod source_mac;
 mod state;
 mod team;
+mod uplink_changes;
 
 #[cfg(test)]
 mod lbt_rule_tests;

@@ -97,6 +97,12 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
         let _ = (team, now);
         Vec::new()
     }
+
+    /// Uplink `removed` left the team (no group listed it) and the uplinks after it moved down
+    /// one index: a policy that keeps uplink IDs in its state renumbers them. None does today.
+    fn uplink_removed(&mut self, removed: UplinkId) {
+        let _ = removed;
+    }
 }
 
 /// A policy's decision to give a port of its group a new home (and move it there now).

@@ -36,6 +36,8 @@ pub enum TeamError {
     UnknownUplink(usize),
     #[error("{0} is not in the team")]
     UnknownPort(PortId),
+    #[error("uplink `{uplink}` is in use: {what}")]
+    UplinkInUse { uplink: String, what: String },
 }
 
 /// A port group: its configuration and its policy's instance.
@@ -56,8 +58,8 @@ pub struct Team {
     pub(super) groups: Vec<GroupState>,
     pub(super) ports: Vec<PortState>,
     index: HashMap<PortId, usize>,
-    lbt: LbtConfig,
-    effects: VecDeque<Effect>,
+    pub(super) lbt: LbtConfig,
+    pub(super) effects: VecDeque<Effect>,
 }
 
 impl Team {
@@ -86,12 +88,7 @@ impl Team {
         }
         lbt.validate().map_err(TeamError::Lbt)?;
         for (i, u) in uplinks.iter().enumerate() {
-            if uplinks[..i].iter().any(|o| o.name == u.name) {
-                return Err(TeamError::DuplicateUplink(u.name.clone()));
-            }
-            if u.capacity.bps() == 0 {
-                return Err(TeamError::ZeroCapacity(u.name.clone()));
-            }
+            check_uplink(u, &uplinks[..i])?;
         }
         let meter = RateMeter::new(lbt.window);
         Ok(Team {
@@ -501,6 +498,17 @@ impl Team {
     pub fn lbt_config(&self) -> LbtConfig {
         self.lbt
     }
+}
+
+/// Refuses an uplink named like one of `others`, or of zero capacity.
+pub(super) fn check_uplink(u: &UplinkSpec, others: &[UplinkSpec]) -> Result<(), TeamError> {
+    if others.iter().any(|o| o.name == u.name) {
+        return Err(TeamError::DuplicateUplink(u.name.clone()));
+    }
+    if u.capacity.bps() == 0 {
+        return Err(TeamError::ZeroCapacity(u.name.clone()));
+    }
+    Ok(())
 }
 
 impl GroupState {

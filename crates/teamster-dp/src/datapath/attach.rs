@@ -168,7 +168,7 @@ impl Datapath {
 
     /// Tries to attach detached uplink `u`, reading its carrier; a failure other than "not
     /// there" is logged once.
-    fn attach_uplink(&mut self, u: usize, now: Instant) {
+    pub(super) fn attach_uplink(&mut self, u: usize, now: Instant) {
         let (name, interface) = (
             self.uplinks[u].plan.name.clone(),
             self.uplinks[u].plan.interface.clone(),

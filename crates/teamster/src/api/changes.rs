@@ -4,7 +4,7 @@
 //! interfaces, admission control) exactly as at start-up, saved, and only then handed to the
 //! data plane. So a change is all or nothing, and what runs is always what a restart would load.
 
-use crate::live::config::{AdminState, PortFile, PortOrigin, SwitchFile};
+use crate::live::config::{PortFile, PortOrigin, SwitchFile};
 use serde::{Deserialize, Deserializer};
 use teamster_core::ioc::Shares;
 use teamster_core::teaming::Policy;
@@ -45,7 +45,7 @@ fn bandwidth_pattern() -> String {
 
 /// A bandwidth in JSON: a string with units ("10G", "750Mbps", "1.5 Gbit/s") or a number of
 /// bits/s.
-fn bandwidth_schema() -> Schema {
+pub(super) fn bandwidth_schema() -> Schema {
     OneOfBuilder::new()
         .item(
             ObjectBuilder::new()
@@ -213,14 +213,6 @@ fn vlan_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error>
     Ok(Some(v as u16))
 }
 
-/// An uplink's administrative state.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UplinkChange {
-    /// "down" takes the uplink out of use (its ports fail over); "up" returns it.
-    pub admin: AdminState,
-}
-
 /// Why a change was refused before it was checked against the host.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChangeError {
@@ -234,7 +226,7 @@ pub enum ChangeError {
 
 /// Deserialises a field that is present into Some, refusing null: leaving a field out keeps
 /// its value, and null would be ambiguous.
-fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+pub(super) fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
 }
 
@@ -392,18 +384,6 @@ pub fn remove_group(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeErro
     Ok(new)
 }
 
-/// The configuration with uplink `name`'s administrative state changed.
-pub fn change_uplink(f: &SwitchFile, name: &str, c: &UplinkChange) -> Result<SwitchFile, ChangeError> {
-    let mut new = f.clone();
-    let uplink = new
-        .uplinks
-        .iter_mut()
-        .find(|u| u.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no uplink named `{name}`")))?;
-    uplink.admin = c.admin;
-    Ok(new)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,22 +534,5 @@ mod tests {
             &cases,
             "0123456789+- lowhigLOW.",
         );
-    }
-
-    #[test]
-    fn the_rendered_file_reads_back_the_same() {
-        let f = parse_file(FILE).unwrap();
-        let f = change_uplink(
-            &f,
-            "uplink1",
-            &UplinkChange {
-                admin: AdminState::Down,
-            },
-        )
-        .unwrap();
-        let text = crate::live::config::render(&f);
-        let back = parse_file(&text).unwrap();
-        assert_eq!(back.uplinks[0].admin, AdminState::Down);
-        assert_eq!(crate::live::config::render(&back), text);
     }
 }

@@ -23,6 +23,7 @@ mod reload;
 mod router;
 mod routes;
 mod rules;
+pub mod uplink_changes;
 
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;

@@ -1,7 +1,8 @@
 //! The OpenAPI document, generated from the handlers' annotations and the view types.
 
-use super::changes::{GroupAdd, GroupChange, PortAdd, PortChange, UplinkChange};
+use super::changes::{GroupAdd, GroupChange, PortAdd, PortChange};
 use super::routes;
+use super::uplink_changes::{UplinkAdd, UplinkChange};
 use super::ErrorBody;
 use crate::live::config::{AdminState, BackendSetting, PortOrigin};
 use crate::live::snapshot::{
@@ -18,6 +19,8 @@ use utoipa::OpenApi;
         routes::uplinks,
         routes::uplink,
         routes::patch_uplink,
+        routes::post_uplink,
+        routes::delete_uplink,
         routes::ports,
         routes::port,
         routes::patch_port,
@@ -50,6 +53,7 @@ use utoipa::OpenApi;
         GroupChange,
         GroupAdd,
         UplinkChange,
+        UplinkAdd,
         AdminState,
         PortOrigin,
         BackendSetting,

@@ -14,10 +14,12 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
         .route("/openapi.json", get(super::openapi::document))
         .route("/metrics", get(super::metrics::metrics))
         .route("/api/v1/status", get(routes::status))
-        .route("/api/v1/uplinks", get(routes::uplinks))
+        .route("/api/v1/uplinks", get(routes::uplinks).post(routes::post_uplink))
         .route(
             "/api/v1/uplinks/{name}",
-            get(routes::uplink).patch(routes::patch_uplink),
+            get(routes::uplink)
+                .patch(routes::patch_uplink)
+                .delete(routes::delete_uplink),
         )
         .route("/api/v1/ports", get(routes::ports).post(routes::post_port))
         .route(

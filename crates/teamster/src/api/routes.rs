@@ -2,9 +2,10 @@
 
 use super::body::Body;
 use super::changes::{
-    add_group, add_port, change_group, change_port, change_uplink, remove_group, remove_port, ChangeError, GroupAdd,
-    GroupChange, PortAdd, PortChange, UplinkChange,
+    add_group, add_port, change_group, change_port, remove_group, remove_port, ChangeError, GroupAdd, GroupChange,
+    PortAdd, PortChange,
 };
+use super::uplink_changes::{add_uplink, change_uplink, remove_uplink, UplinkAdd, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
 use crate::live::config::{check_with, render, SwitchFile, SwitchPlan, Sysfs};
 use crate::live::daemon::Apply;
@@ -123,6 +124,28 @@ pub async fn patch_uplink(
 ) -> Result<Json<UplinkView>, ApiError> {
     let snap = change(&s, |f| change_uplink(f, &name, &c)).await?;
     find(&snap.uplinks, &name, |u| &u.name, "uplink")
+}
+
+#[utoipa::path(post, path = "/api/v1/uplinks", request_body = UplinkAdd,
+    responses((status = 201, body = UplinkView), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "refused: the name or interface is taken, no such interface, a port rule matches it, no speed to take the capacity from, admission control"),
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn post_uplink(
+    State(s): State<ApiState>,
+    Body(u): Body<UplinkAdd>,
+) -> Result<(StatusCode, Json<UplinkView>), ApiError> {
+    let snap = change(&s, |f| add_uplink(f, &u)).await?;
+    let view = find(&snap.uplinks, &u.name, |v| &v.name, "uplink")?;
+    Ok((StatusCode::CREATED, view))
+}
+
+#[utoipa::path(delete, path = "/api/v1/uplinks/{name}", params(("name" = String, Path)),
+    responses((status = 204, description = "removed"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "a port group's failover order lists it, or it is the last uplink")))]
+pub async fn delete_uplink(State(s): State<ApiState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    change(&s, |f| remove_uplink(f, &name)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[utoipa::path(get, path = "/api/v1/ports", responses((status = 200, body = Vec<PortView>)))]

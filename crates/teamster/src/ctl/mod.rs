@@ -4,9 +4,11 @@
 //! Exit status: 0 on success, 1 if the switch refused (the API's message is printed), 2 if it
 //! could not be reached or the arguments were wrong.
 
+mod actions;
 mod tables;
 
 use crate::live::snapshot::{EventView, GroupView, NodeView, PortView, Snapshot, UplinkView};
+use actions::{group_action, port_action, uplink_action, GroupAction, PortAction, UplinkAction};
 use clap::{Args, Subcommand};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -49,9 +51,14 @@ enum CtlCommand {
     Status,
     /// Uplinks: state, capacity, utilisation, counters.
     Uplinks,
-    /// One uplink; with `up` or `down`, set its administrative state.
+    /// One uplink; with `up` or `down`, set its administrative state; `uplink add` and
+    /// `uplink del` add and remove uplinks while the switch runs.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Uplink {
-        name: String,
+        #[command(subcommand)]
+        action: Option<UplinkAction>,
+        #[arg(required = true)]
+        name: Option<String>,
         #[arg(value_parser = ["up", "down"])]
         admin: Option<String>,
     },
@@ -117,143 +124,6 @@ enum CtlCommand {
         #[arg(long)]
         count: Option<u64>,
     },
-}
-
-/// Adding and removing ports.
-#[derive(Subcommand)]
-enum PortAction {
-    /// Add a port (saved in switch.toml), like `ovs-vsctl add-port`; its interface need not
-    /// exist yet.
-    Add(Box<PortAddArgs>),
-    /// Remove a port (and from switch.toml), like `ovs-vsctl del-port`.
-    Del { name: String },
-}
-
-/// Adding and removing port groups.
-#[derive(Subcommand)]
-enum GroupAction {
-    /// Add a port group (saved in switch.toml), after the others; its security policy is the
-    /// default (all rejected).
-    Add(Box<GroupAddArgs>),
-    /// Remove a port group no port or port rule uses.
-    Del { name: String },
-}
-
-/// What `group add` takes.
-#[derive(clap::Args)]
-struct GroupAddArgs {
-    name: String,
-    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
-    #[arg(long)]
-    policy: String,
-    /// Active uplinks in order, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    active: Vec<String>,
-    /// Standby uplinks in order, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    standby: Vec<String>,
-    /// 802.1Q VLAN on the uplinks (1-4094).
-    #[arg(long)]
-    vlan: Option<u16>,
-    /// Return ports to their home uplink when it recovers (default true).
-    #[arg(long)]
-    failback: Option<bool>,
-    /// Send RARPs for moved ports (default true).
-    #[arg(long)]
-    notify_switches: Option<bool>,
-}
-
-/// The request a `group add` or `group del` makes.
-fn group_action(action: &GroupAction) -> (&'static str, String, Option<Value>) {
-    match action {
-        GroupAction::Add(a) => {
-            let mut body = json!({"name": a.name, "policy": a.policy, "active": a.active, "standby": a.standby});
-            if let Some(v) = a.vlan {
-                body["vlan"] = json!(v);
-            }
-            if let Some(f) = a.failback {
-                body["failback"] = json!(f);
-            }
-            if let Some(n) = a.notify_switches {
-                body["notify_switches"] = json!(n);
-            }
-            ("POST", "/api/v1/port-groups".into(), Some(body))
-        }
-        GroupAction::Del { name } => ("DELETE", format!("/api/v1/port-groups/{}", segment(name)), None),
-    }
-}
-
-/// What `port add` takes.
-#[derive(clap::Args)]
-struct PortAddArgs {
-    name: String,
-    /// The host end of the VM's interface (a tap such as vnet3, or a veth).
-    #[arg(long)]
-    interface: String,
-    /// Its port group.
-    #[arg(long)]
-    group: String,
-    /// The MAC the VM uses on this port.
-    #[arg(long)]
-    mac: String,
-    /// Its network resource pool.
-    #[arg(long)]
-    pool: Option<String>,
-    /// Its traffic class (instead of a pool).
-    #[arg(long)]
-    class: Option<String>,
-    /// Minimum guaranteed send rate, e.g. 500M.
-    #[arg(long)]
-    reservation: Option<String>,
-    /// 1-100, or low, normal, high.
-    #[arg(long)]
-    shares: Option<String>,
-    /// Cap on the send rate, e.g. 1G.
-    #[arg(long)]
-    limit: Option<String>,
-    /// af_packet (the default), af_xdp or auto.
-    #[arg(long)]
-    backend: Option<String>,
-}
-
-/// The request a `port add` or `port del` makes.
-fn port_action(action: &PortAction) -> (&'static str, String, Option<Value>) {
-    match action {
-        PortAction::Add(a) => {
-            let PortAddArgs {
-                name,
-                interface,
-                group,
-                mac,
-                pool,
-                class,
-                reservation,
-                shares,
-                limit,
-                backend,
-            } = a.as_ref();
-            let mut body = serde_json::Map::new();
-            body.insert("name".into(), json!(name));
-            body.insert("interface".into(), json!(interface));
-            body.insert("group".into(), json!(group));
-            body.insert("mac".into(), json!(mac));
-            let optional = [
-                ("pool", pool),
-                ("class", class),
-                ("reservation", reservation),
-                ("shares", shares),
-                ("limit", limit),
-                ("backend", backend),
-            ];
-            for (k, v) in optional {
-                if let Some(v) = v {
-                    body.insert(k.into(), json!(v));
-                }
-            }
-            ("POST", "/api/v1/ports".into(), Some(Value::Object(body)))
-        }
-        PortAction::Del { name } => ("DELETE", format!("/api/v1/ports/{}", segment(name)), None),
-    }
 }
 
 /// A name as one path segment of a URL: every byte but letters, digits and `-._~` escaped, so a
@@ -478,12 +348,20 @@ pub fn run(args: CtlArgs) -> ExitCode {
         let (method, path, body): (&str, String, Option<Value>) = match &args.command {
             CtlCommand::Status => ("GET", "/api/v1/status".into(), None),
             CtlCommand::Uplinks => ("GET", "/api/v1/uplinks".into(), None),
-            CtlCommand::Uplink { name, admin: None } => ("GET", format!("/api/v1/uplinks/{}", segment(name)), None),
-            CtlCommand::Uplink { name, admin: Some(a) } => (
-                "PATCH",
-                format!("/api/v1/uplinks/{}", segment(name)),
-                Some(json!({ "admin": a })),
-            ),
+            CtlCommand::Uplink {
+                action: Some(action), ..
+            } => uplink_action(action),
+            CtlCommand::Uplink {
+                action: None,
+                name,
+                admin,
+            } => {
+                let path = format!("/api/v1/uplinks/{}", segment(name.as_deref().unwrap_or_default()));
+                match admin {
+                    None => ("GET", path, None),
+                    Some(a) => ("PATCH", path, Some(json!({ "admin": a }))),
+                }
+            }
             CtlCommand::Ports => ("GET", "/api/v1/ports".into(), None),
             CtlCommand::Port {
                 action: Some(action), ..
@@ -571,6 +449,10 @@ pub fn run(args: CtlArgs) -> ExitCode {
             match &args.command {
                 CtlCommand::Status => Ok(String::from_utf8_lossy(b).to_string() + "\n"),
                 CtlCommand::Uplinks => parse::<Vec<UplinkView>>(b).map(|v| uplink_rows(&v)),
+                CtlCommand::Uplink {
+                    action: Some(UplinkAction::Del { name }),
+                    ..
+                } => Ok(format!("uplink {name} removed\n")),
                 CtlCommand::Uplink { .. } => parse::<UplinkView>(b).map(|v| uplink_rows(&[v])),
                 CtlCommand::Ports => parse::<Vec<PortView>>(b).map(|v| port_rows(&v)),
                 CtlCommand::Port {

@@ -327,21 +327,23 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
-    let mut claim = |key: String, name: &str, must_exist: bool| -> Result<(), String> {
+    // `who` is the object by name, so that a refusal names both sides as the operator knows
+    // them (an uplink being added conflicts with a port the file lists earlier, say).
+    let mut claim = |key: String, who: &str, name: &str, must_exist: bool| -> Result<(), String> {
         teamster_dp::iface::check_name(name).map_err(|e| format!("{key}.interface: {e}"))?;
         if must_exist && !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
         }
         if let Some((_, other)) = interfaces.iter().find(|(n, _)| *n == name) {
-            return Err(format!("{key}.interface: `{name}` is already used by {other}"));
+            return Err(format!("{key}.interface ({who}): `{name}` is already used by {other}"));
         }
-        interfaces.push((name.to_string(), key));
+        interfaces.push((name.to_string(), format!("{key} ({who})")));
         Ok(())
     };
     let mut uplinks = Vec::new();
     for (i, u) in f.uplinks.iter().enumerate() {
         let key = format!("uplinks[{i}]");
-        claim(key.clone(), &u.interface, true)?;
+        claim(key.clone(), &format!("uplink `{}`", u.name), &u.interface, true)?;
         let kept = running.iter().find(|(n, _)| *n == u.name).map(|(_, c)| *c);
         let capacity = match (u.capacity, kept) {
             (Some(c), _) | (None, Some(c)) => c,
@@ -365,7 +367,12 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         ));
     }
     for (i, p) in f.ports.iter().enumerate() {
-        claim(format!("ports[{i}]"), &p.interface, false)?;
+        claim(
+            format!("ports[{i}]"),
+            &format!("port `{}`", p.name),
+            &p.interface,
+            false,
+        )?;
     }
     let built = host::build(
         HostSpec {
@@ -698,11 +705,11 @@ group = "vms"
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"vnet0\""),
-                "ports[1].interface: `vnet0` is already used by ports[0]",
+                "ports[1].interface (port `vm2`): `vnet0` is already used by ports[0] (port `vm1`)",
             ),
             (
                 GOOD.replace("interface = \"vnet1\"", "interface = \"eth1\""),
-                "ports[1].interface: `eth1` is already used by uplinks[0]",
+                "ports[1].interface (port `vm2`): `eth1` is already used by uplinks[0] (uplink `uplink1`)",
             ),
             (
                 GOOD.replace("52:54:00:00:00:02", "52:54:00:00:00:01"),

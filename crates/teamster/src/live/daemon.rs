@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
+use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
 use teamster_dp::datapath::{Control, Datapath, DatapathPlan, LinkNews, PortPlan, PortWant, UplinkPlan};
 
@@ -83,6 +84,23 @@ fn port_wants(plan: &SwitchPlan) -> Vec<PortWant> {
         .collect()
 }
 
+/// The uplinks of a checked plan (interface and capacity of each) as the data plane is asked
+/// to have them, with names and settings from its file.
+fn uplink_plans(checked: &[(String, Bandwidth)], file: &SwitchFile) -> Vec<UplinkPlan> {
+    checked
+        .iter()
+        .zip(&file.uplinks)
+        .map(|((interface, capacity), uf)| UplinkPlan {
+            name: uf.name.clone(),
+            interface: interface.clone(),
+            capacity: *capacity,
+            follows_link_speed: uf.capacity.is_none(),
+            admin_up: uf.admin == AdminState::Up,
+            backend: uf.backend.choice(),
+        })
+        .collect()
+}
+
 /// The data plane's part of a checked plan, with names from its file.
 fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
     let file = plan.file;
@@ -98,19 +116,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
             backend: pf.backend.choice(),
         })
         .collect();
-    let uplinks = plan
-        .uplinks
-        .into_iter()
-        .zip(&file.uplinks)
-        .map(|((interface, capacity), uf)| UplinkPlan {
-            name: uf.name.clone(),
-            interface,
-            capacity,
-            follows_link_speed: uf.capacity.is_none(),
-            admin_up: uf.admin == AdminState::Up,
-            backend: uf.backend.choice(),
-        })
-        .collect();
+    let uplinks = uplink_plans(&plan.uplinks, &file);
     let dp = DatapathPlan {
         team: plan.team,
         tree: plan.tree,
@@ -251,9 +257,9 @@ impl Control for ControlPlane {
                         Some((plan.team.group(GroupId(g))?.clone(), security))
                     })
                     .collect();
-                let admin: Vec<bool> = plan.file.uplinks.iter().map(|u| u.admin == AdminState::Up).collect();
+                let uplinks = uplink_plans(&plan.uplinks, &plan.file);
                 let ports = port_wants(&plan);
-                dp.reconfigure(plan.tree, &ports, &groups, &admin, now);
+                dp.reconfigure(plan.tree, &ports, &groups, &uplinks, now);
                 self.file = Arc::new(plan.file);
             }
             let taken = self.take(dp, now, false, Some(apply.done));

@@ -87,24 +87,19 @@ impl Watchdog {
 
 /// The configuration a reload switches to: `file` (as read from disk) with the ports port rules
 /// matched kept (those whose name and interface the file does not now use), or why the reload
-/// needs a restart instead (the parts a running switch cannot change: uplinks, port groups'
-/// VLANs and security, MAC-table and data-plane knobs, LBT, and port rules where there were
-/// none).
+/// needs a restart instead (the parts a running switch cannot change: uplinks kept changed or
+/// reordered, port groups' VLANs and security, MAC-table and data-plane knobs, LBT, and port
+/// rules where there were none).
 pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile, String> {
-    // The uplinks as a restart would see them (an administrative state is a run-time change).
-    let uplinks = |f: &SwitchFile| {
-        let mut u = f.uplinks.clone();
-        for x in &mut u {
-            x.admin = Default::default();
-        }
-        toml_of(&u)
-    };
     let (was, now) = (running, &file);
     let differs: Vec<&str> = [
-        ("uplinks", uplinks(was) != uplinks(now)),
+        (
+            "uplinks kept (their order, interfaces, capacities, backends; new uplinks go after them)",
+            !kept_in_order(&was.uplinks, &now.uplinks, |u| &u.name, same_uplink),
+        ),
         (
             "port_groups kept (their order, VLANs, security, notify_switches; new groups go after them)",
-            !groups_fit(&was.port_groups, &now.port_groups),
+            !kept_in_order(&was.port_groups, &now.port_groups, |g| &g.name, same_group),
         ),
         ("lbt", was.lbt != now.lbt),
         ("mac_ageing_s", was.mac_ageing_s != now.mac_ageing_s),
@@ -146,29 +141,34 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
     Ok(file)
 }
 
-/// Whether the port groups `now` can replace `was` while the switch runs: the groups kept are
-/// in the same order with the same VLAN, security and notify setting, and the new ones come
-/// after them (a group's ID is its place, and the running switch appends).
-fn groups_fit(was: &[teamster_core::host::GroupEntry], now: &[teamster_core::host::GroupEntry]) -> bool {
-    let kept_was: Vec<_> = was.iter().filter(|g| now.iter().any(|n| n.name == g.name)).collect();
-    let kept_now: Vec<_> = now.iter().filter(|g| was.iter().any(|w| w.name == g.name)).collect();
+/// Whether the objects `now` can replace `was` while the switch runs: those kept (by name) are
+/// in the same order and `same` as before, and the new ones come after them (an object's ID
+/// is its place, and the running switch appends).
+fn kept_in_order<T>(was: &[T], now: &[T], name: impl Fn(&T) -> &String, same: impl Fn(&T, &T) -> bool) -> bool {
+    let known = |x: &T, among: &[T]| among.iter().any(|y| name(y) == name(x));
+    let kept_was: Vec<&T> = was.iter().filter(|x| known(x, now)).collect();
+    let kept_now: Vec<&T> = now.iter().filter(|x| known(x, was)).collect();
     let new_after = now
         .iter()
-        .position(|g| !was.iter().any(|w| w.name == g.name))
-        .is_none_or(|first_new| now[first_new..].iter().all(|g| !was.iter().any(|w| w.name == g.name)));
+        .position(|x| !known(x, was))
+        .is_none_or(|first_new| now[first_new..].iter().all(|x| !known(x, was)));
     new_after
         && kept_was.len() == kept_now.len()
-        && kept_was.iter().zip(&kept_now).all(|(a, b)| {
-            a.name == b.name && a.vlan == b.vlan && a.security == b.security && a.notify_switches == b.notify_switches
-        })
+        && kept_was
+            .iter()
+            .zip(&kept_now)
+            .all(|(a, b)| name(a) == name(b) && same(a, b))
 }
 
-fn toml_of<T: serde::Serialize>(v: &T) -> String {
-    #[derive(serde::Serialize)]
-    struct Wrap<'a, T> {
-        v: &'a T,
-    }
-    toml::to_string(&Wrap { v }).unwrap_or_default()
+/// A kept uplink the running switch can go on with: all but its administrative state alike.
+fn same_uplink(a: &crate::live::config::UplinkFile, b: &crate::live::config::UplinkFile) -> bool {
+    a.interface == b.interface && a.capacity == b.capacity && a.backend == b.backend
+}
+
+/// A kept port group the running switch can go on with: teaming may differ, not its VLAN,
+/// security or switch notification.
+fn same_group(a: &teamster_core::host::GroupEntry, b: &teamster_core::host::GroupEntry) -> bool {
+    a.vlan == b.vlan && a.security == b.security && a.notify_switches == b.notify_switches
 }
 
 #[cfg(test)]
@@ -176,8 +176,31 @@ mod tests {
     use super::*;
     use crate::live::config::{parse_file, ONE_PORT};
 
+    /// A reload may add uplinks after the others and remove ones no order lists, not change
+    /// or reorder the uplinks kept (other than their administrative state).
     #[test]
-    fn a_reload_changes_ports_and_teaming_but_not_the_uplinks() {
+    fn a_reload_adds_and_removes_uplinks_in_order() {
+        let running = parse_file(ONE_PORT).unwrap();
+        let uplink = |name: &str, ifname: &str| format!("[[uplinks]]\nname = \"{name}\"\ninterface = \"{ifname}\"\n");
+        let more = format!("{}\n{ONE_PORT}", uplink("uplink2", "eth2"));
+        // Before uplink1 in the file: uplink1 would change index.
+        let e = reloaded(&running, parse_file(&more).unwrap()).unwrap_err();
+        assert!(e.contains("uplinks kept"), "{e}");
+        let at = ONE_PORT.find("[[port_groups]]").unwrap();
+        let after = format!("{}{}{}", &ONE_PORT[..at], uplink("uplink2", "eth2"), &ONE_PORT[at..]);
+        let added = reloaded(&running, parse_file(&after).unwrap()).unwrap();
+        assert_eq!(added.uplinks.len(), 2);
+        let back = reloaded(&added, parse_file(ONE_PORT).unwrap()).unwrap();
+        assert_eq!(back.uplinks.len(), 1, "an uplink goes");
+        let down = ONE_PORT.replace("capacity = \"10G\"", "capacity = \"10G\"\nadmin = \"down\"");
+        assert!(
+            reloaded(&running, parse_file(&down).unwrap()).is_ok(),
+            "admin is a run-time change"
+        );
+    }
+
+    #[test]
+    fn a_reload_changes_ports_and_teaming_but_not_the_uplinks_kept() {
         let running = parse_file(ONE_PORT).unwrap();
         let more = format!(
             "{}\n[[ports]]\nname = \"vm2\"\ninterface = \"vnet1\"\nmac = \"52:54:00:00:00:02\"\ngroup = \"vms\"\n",
