@@ -5,6 +5,10 @@
 //! Skipped when `schemathesis` is not installed, unless `TEAMSTER_REQUIRE_SCHEMATHESIS=1` (as CI
 //! sets), when that is a failure. `TEAMSTER_SCHEMATHESIS_SECONDS` sets the time budget
 //! (default 90) and `TEAMSTER_SCHEMATHESIS_SEED` fixes the seed (CI does, so a run repeats).
+//!
+//! The daemon and schemathesis run in a network namespace of their own, holding only loopback
+//! and the switch's two uplinks (a veth pair): the fuzzer adds uplinks and ports on whatever
+//! interface names it makes up, and on the host one of them could be a real NIC.
 
 mod netns;
 use netns::*;
@@ -28,14 +32,14 @@ fn schemathesis_finds_no_server_error() {
     if !ready() {
         return;
     }
-    let _topology = Topology::up();
+    let _fuzz = FuzzNamespace::up();
     let dir = tempfile::tempdir().unwrap();
-    let (mut daemon, _status) = start_with_api(dir.path(), &api_switch(), 0, TOKEN);
+    let (mut daemon, _status) = start_with_api_in(Some(FUZZ_NS), dir.path(), &api_switch(), 0, TOKEN);
     let port = api_port(dir.path());
     let seconds = std::env::var("TEAMSTER_SCHEMATHESIS_SECONDS").unwrap_or_else(|_| "90".into());
     let out = Command::new("timeout")
         .arg((seconds.parse::<u64>().unwrap_or(90) + 120).to_string())
-        .args(["schemathesis", "run"])
+        .args(["ip", "netns", "exec", FUZZ_NS, "schemathesis", "run"])
         .arg(format!("http://127.0.0.1:{port}/openapi.json"))
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--checks", "all", "--max-time", &seconds, "--workers", "1"])
@@ -69,4 +73,32 @@ fn schemathesis_finds_no_server_error() {
         "schemathesis failed:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+const FUZZ_NS: &str = "tmt-fuzz";
+
+/// The fuzzing namespace: loopback up, and tmt-u1/tmt-u2 (a veth pair, both up) for the
+/// switch's uplinks; removed by name when dropped.
+struct FuzzNamespace;
+
+impl FuzzNamespace {
+    fn up() -> FuzzNamespace {
+        sh(&["ip", "netns", "del", FUZZ_NS]);
+        must(&["ip", "netns", "add", FUZZ_NS]);
+        let guard = FuzzNamespace;
+        must(&["ip", "-n", FUZZ_NS, "link", "set", "lo", "up"]);
+        must(&[
+            "ip", "-n", FUZZ_NS, "link", "add", "tmt-u1", "type", "veth", "peer", "name", "tmt-u2",
+        ]);
+        for l in ["tmt-u1", "tmt-u2"] {
+            must(&["ip", "-n", FUZZ_NS, "link", "set", l, "up"]);
+        }
+        guard
+    }
+}
+
+impl Drop for FuzzNamespace {
+    fn drop(&mut self) {
+        sh(&["ip", "netns", "del", FUZZ_NS]);
+    }
 }

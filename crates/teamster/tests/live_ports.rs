@@ -26,26 +26,11 @@ fn port(dir: &Path, name: &str) -> Option<serde_json::Value> {
     ports(dir).into_iter().find(|p| p["name"] == name)
 }
 
-/// Waits (10 s at most) until `what` holds.
-fn await_that(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The API switch with vm1 only (vm2's interface exists but is not a port).
 fn vm1_only() -> String {
     let all = api_switch();
     let cut = all.rfind("[[ports]]").unwrap();
     all[..cut].to_string()
-}
-
-/// Whether `ns` reaches the remote host: ten pings 0.2 s apart, one answer is enough (the
-/// first may go before the port is attached).
-fn reaches_remote(ns: &str) -> bool {
-    received(&ping(ns, "10.77.0.100", "10", "0.2")) > 0
 }
 
 #[test]
@@ -288,19 +273,7 @@ fn a_hundred_ports_come_and_go_beside_a_busy_port() {
     await_that("the status file is written", || status.exists());
     std::thread::sleep(Duration::from_millis(1200));
     let s = netns::status(&status);
-    let vm1 = s["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "vm1")
-        .unwrap();
-    let dropped: u64 = vm1["counters"]["drops"]
-        .as_object()
-        .expect("drops by reason")
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    assert_eq!(dropped, 0, "{}", counters_line(&s));
+    assert_eq!(port_drops(&s, "vm1"), 0, "{}", counters_line(&s));
     for u in s["uplinks"].as_array().unwrap() {
         for (why, n) in u["counters"]["drops"].as_object().unwrap() {
             let by_design = ["not_receive_uplink", "reflection"].contains(&why.as_str());

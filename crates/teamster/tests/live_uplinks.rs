@@ -67,11 +67,6 @@ fn ok(dir: &Path, args: &[&str]) {
     assert_eq!(code, 0, "{args:?}: {out}{err}");
 }
 
-/// Whether `ns` reaches the remote host: ten pings 0.2 s apart, one answer is enough.
-fn reaches_remote(ns: &str) -> bool {
-    received(&ping(ns, "10.77.0.100", "10", "0.2")) > 0
-}
-
 #[test]
 fn uplinks_are_added_and_removed_while_the_switch_runs() {
     let _one_at_a_time = netns::lock();
@@ -219,21 +214,59 @@ fn an_uplink_comes_and_goes_beside_a_busy_port() {
     assert!(churn < Duration::from_secs(60), "100 changes took {churn:?}");
     std::thread::sleep(Duration::from_millis(1200));
     let s = netns::status(&status);
-    let vm1 = s["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "vm1")
-        .unwrap();
-    let dropped: u64 = vm1["counters"]["drops"]
-        .as_object()
-        .expect("drops by reason")
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    assert_eq!(dropped, 0, "{}", counters_line(&s));
+    assert_eq!(port_drops(&s, "vm1"), 0, "{}", counters_line(&s));
     assert_eq!(s["uplinks"].as_array().unwrap().len(), 1);
     // A ping lost to the machine's timers (seen once in ~900 on a busy VM) is not the switch's.
     assert!(got + 2 >= sent, "{got} of {sent} pings answered: {rtt}");
+    stop_cleanly(&mut daemon);
+}
+
+/// A reload (SIGHUP) that removes an uplink and takes it out of the order in one step, then
+/// one that adds it back after the others and makes it the group's active uplink: the data
+/// plane follows both (the order is translated between the two lists), and vm1 is reached
+/// through each. A reload that puts a new uplink before a kept one is refused, changing
+/// nothing.
+#[test]
+fn a_reload_adds_and_removes_uplinks() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let two = api_switch().replace(
+        "active = [\"uplink1\", \"uplink2\"]",
+        "active = [\"uplink2\"]\nstandby = [\"uplink1\"]",
+    );
+    let (mut daemon, _status) = start(d, &two);
+    assert_eq!(port_uplink(d, "vm1").as_deref(), Some("uplink2"));
+    let saved = d.join("switch.toml");
+    let reload = |text: &str| {
+        std::fs::write(&saved, text).unwrap();
+        signal(&daemon.0, libc::SIGHUP);
+    };
+    reload(&one_uplink());
+    await_that("uplink2 is gone", || uplink_names(d) == ["uplink1"]);
+    assert_eq!(port_uplink(d, "vm1").as_deref(), Some("uplink1"));
+    assert!(reaches_remote("tmt-vm1"), "through uplink1");
+    reload(&two);
+    await_that("uplink2 is back", || uplink_names(d) == ["uplink1", "uplink2"]);
+    await_that("vm1 is on uplink2", || {
+        port_uplink(d, "vm1").as_deref() == Some("uplink2")
+    });
+    assert!(reaches_remote("tmt-vm1"), "through uplink2");
+    // uplink2 first, uplink1 after: uplink1 would change index.
+    let at = two.find("[[uplinks]]").unwrap();
+    let second = "[[uplinks]]\nname = \"uplink2\"\ninterface = \"tmt-u2\"\ncapacity = \"1G\"\n";
+    let reordered = format!("{}{second}\n{}", &two[..at], two[at..].replace(second, ""));
+    reload(&reordered);
+    await_that("the reload is refused", || {
+        ctl(d, &["events"])
+            .1
+            .contains("reload refused: a reload cannot change uplinks kept")
+    });
+    assert_eq!(uplink_names(d), ["uplink1", "uplink2"]);
+    assert!(reaches_remote("tmt-vm1"));
     stop_cleanly(&mut daemon);
 }

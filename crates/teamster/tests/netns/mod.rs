@@ -302,6 +302,17 @@ pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
 /// Starts the daemon on `config` text with its API also on 127.0.0.1:`port` (0: a free port,
 /// see [`api_port`]), guarded by `token`.
 pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daemon, std::path::PathBuf) {
+    start_with_api_in(None, dir, config, port, token)
+}
+
+/// As [`start_with_api`], in network namespace `ns` if given.
+pub fn start_with_api_in(
+    ns: Option<&str>,
+    dir: &Path,
+    config: &str,
+    port: u16,
+    token: &str,
+) -> (Daemon, std::path::PathBuf) {
     use std::os::unix::fs::OpenOptionsExt;
     let token_file = dir.join("token");
     // Private to its owner, as the daemon demands of a token file.
@@ -314,7 +325,8 @@ pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daem
         .unwrap();
     std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
     let listen = format!("127.0.0.1:{port}");
-    start_with(
+    start_in(
+        ns,
         dir,
         config,
         &[
@@ -323,6 +335,7 @@ pub fn start_with_api(dir: &Path, config: &str, port: u16, token: &str) -> (Daem
             "--api-token-file",
             token_file.to_str().unwrap(),
         ],
+        &[],
     )
 }
 
@@ -343,12 +356,32 @@ pub fn start_with(dir: &Path, config: &str, extra: &[&str]) -> (Daemon, std::pat
 
 /// Starts the daemon on `config` text with extra arguments and environment variables.
 pub fn start_with_env(dir: &Path, config: &str, extra: &[&str], env: &[(&str, &str)]) -> (Daemon, std::path::PathBuf) {
+    start_in(None, dir, config, extra, env)
+}
+
+/// Starts the daemon on `config` text with extra arguments and environment variables, in
+/// network namespace `ns` if given (its API socket is a file: `ctl` reaches it from anywhere).
+pub fn start_in(
+    ns: Option<&str>,
+    dir: &Path,
+    config: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
     std::fs::write(&path, config).unwrap();
     let status_path = dir.join("status.json");
     let _ = std::fs::remove_file(&status_path);
     let socket = dir.join("api.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_teamster")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_teamster")),
+    };
+    let child = command
         .args([
             "run",
             path.to_str().unwrap(),
@@ -600,4 +633,36 @@ pub fn stop_cleanly(daemon: &mut Daemon) {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(code.success(), "exit status {code:?}");
+}
+
+/// Waits (10 s at most) until `what` holds.
+#[allow(dead_code)]
+pub fn await_that(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The frames the switch dropped from port `name`, all reasons, in a status.
+pub fn port_drops(status: &serde_json::Value, name: &str) -> u64 {
+    let port = status["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name} in the status"));
+    port["counters"]["drops"]
+        .as_object()
+        .expect("drops by reason")
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum()
+}
+
+/// Whether `ns` reaches the remote host: ten pings 0.2 s apart, one answer is enough (the
+/// first may go before the port is attached or moved).
+pub fn reaches_remote(ns: &str) -> bool {
+    received(&ping(ns, "10.77.0.100", "10", "0.2")) > 0
 }
