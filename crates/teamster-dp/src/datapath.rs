@@ -153,6 +153,10 @@ pub const DEFAULT_WORKERS_MAX: usize = 8;
 /// The most data-plane threads a switch may have.
 pub const MAX_WORKERS: usize = 64;
 
+/// The most uplinks a switch has (each is a socket, a receive queue, a NetIOC scheduler and a
+/// poll entry; a host has a handful of NICs).
+pub const MAX_UPLINKS: usize = 64;
+
 /// The most VM ports a switch holds at once (vSphere's figure for virtual ports per host):
 /// port workers keep lock-free counters for this many, allocated at start.
 pub const MAX_PORTS: usize = 4096;
@@ -593,6 +597,12 @@ impl Datapath {
                 vacant_since: None,
             });
         }
+        if plan.uplinks.len() > MAX_UPLINKS {
+            return Err(format!(
+                "{} uplinks: a switch has at most {MAX_UPLINKS}",
+                plan.uplinks.len()
+            ));
+        }
         if ports.len() > MAX_PORTS {
             return Err(format!("{} ports: a switch holds at most {MAX_PORTS}", ports.len()));
         }
@@ -1008,17 +1018,18 @@ impl Datapath {
         // New uplinks come first (unused), ports leave (a group going has none left), groups
         // go, come and take their orders (the survivors keep their order, so IDs line up with
         // `groups`), uplinks no order lists go, then ports come.
-        self.add_uplinks(uplinks, now);
+        let added = self.add_uplinks(uplinks, now);
         let names: Vec<&str> = groups.iter().map(|(g, _)| g.name.as_str()).collect();
         let retired = self.retire_ports(ports, &names, now);
-        let groups = self.orders_as_running(groups, uplinks);
-        if self.regroup(&groups, now) {
+        let groups = self.orders_as_running(groups, uplinks, now);
+        if groups.is_some_and(|g| self.regroup(&g, now)) {
             // The moves regrouping made name the uplinks by the indices of now.
             self.effects(now);
             if self.remove_uplinks(uplinks, now) {
                 self.admit_ports(tree, ports, retired, now);
             }
         }
+        self.attach_added(&added, now);
         self.set_admin(uplinks, now);
         let took = took.elapsed().as_micros();
         self.event(now, "config", format!("configuration changed (applied in {took} us)"));

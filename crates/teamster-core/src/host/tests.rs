@@ -331,7 +331,7 @@ fn uplinks_join_and_leave_network_io_control() {
         ioc.enqueue(1, vm1, 1000, 200 + k, t).unwrap();
         ioc.enqueue(2, vm2, 500, 300 + k, t).unwrap();
     }
-    assert_eq!(ioc.remove_uplink(1), vec![200, 201, 202]);
+    assert_eq!(ioc.remove_uplink(1), vec![(vm1, 200), (vm1, 201), (vm1, 202)]);
     assert_eq!(ioc.capacity(1), Bandwidth::from_mbps(700));
     assert_eq!(ioc.queued_bytes(1), 3 * 500);
     let moved: Vec<u32> = ioc.drain(1).into_iter().map(|(_, k)| k).collect();

@@ -260,9 +260,9 @@ impl<T> Ioc<T> {
     }
 
     /// Removes uplink `u`; the uplinks after it move down one index. What waited for it is
-    /// handed back (the caller drops and counts it).
-    pub fn remove_uplink(&mut self, u: usize) -> Vec<T> {
-        let gone = self.drain(u).into_iter().map(|(_, item)| item).collect();
+    /// handed back with its port's leaf (the caller drops and counts it).
+    pub fn remove_uplink(&mut self, u: usize) -> Vec<(NodeId, T)> {
+        let gone = self.drain(u);
         self.scheds.remove(u);
         self.queued_bytes.remove(u);
         self.capacities.remove(u);

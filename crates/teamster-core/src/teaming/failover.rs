@@ -2,8 +2,9 @@
 //!
 //! Model. A port lives on its home uplink while that is up and one of its group's active
 //! uplinks; otherwise on its *failover choice*: a live active uplink picked by rendezvous hashing
-//! on the port ID (so the choice is deterministic and spread, and only the failed uplink's ports
-//! move), else the group's first live standby in order, else nowhere.
+//! of the port ID against each uplink's name (so the choice is deterministic and spread, only the
+//! failed uplink's ports move, and an uplink added or removed elsewhere in the team changes no
+//! choice), else the group's first live standby in order, else nowhere.
 //!
 //! - Link down: only the ports currently on the failed uplink move. Ports of a group whose policy
 //!   [places by load](super::policy::TeamingPolicy::places_by_load) (Load-Based Teaming, which

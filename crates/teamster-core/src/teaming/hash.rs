@@ -48,15 +48,32 @@ fn fold(ip: IpAddr) -> u32 {
     }
 }
 
-/// Picks, among `candidates`, the one with the highest mixed score for `key` (rendezvous, or
-/// highest-random-weight, hashing): removing a candidate only moves the keys that chose it.
-pub fn rendezvous_pick<I: IntoIterator<Item = usize>>(key: u64, candidates: I) -> Option<usize> {
-    candidates.into_iter().max_by_key(|&c| {
-        (
-            mix(key ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            core::cmp::Reverse(c),
-        )
-    })
+/// Picks, among `candidates` (each an index and its salt), the index with the highest mixed
+/// score for `key` (rendezvous, or highest-random-weight, hashing): removing a candidate only
+/// moves the keys that chose it. The salt is the candidate's identity, not its index
+/// ([`uplink_salt`] of an uplink's name), so renumbering the candidates (an uplink removed
+/// before them) moves no key; equal scores go to the lower index.
+pub fn rendezvous_pick<I: IntoIterator<Item = (usize, u64)>>(key: u64, candidates: I) -> Option<usize> {
+    candidates
+        .into_iter()
+        .max_by_key(|&(c, salt)| {
+            (
+                mix(key ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                core::cmp::Reverse(c),
+            )
+        })
+        .map(|(c, _)| c)
+}
+
+/// An uplink's salt for [`rendezvous_pick`]: FNV-1a (64-bit) of its name, mixed (names that
+/// differ in one character, as `uplink1` and `uplink3` do, get salts that differ everywhere).
+pub fn uplink_salt(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(h)
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread 64-bit mix.
@@ -98,16 +115,21 @@ mod tests {
 
     #[test]
     fn rendezvous_moves_only_the_removed_candidates_keys() {
-        let all = [0usize, 1, 2, 3];
+        let all = ["a", "b", "c", "d"].map(uplink_salt);
+        let indexed = |skip: usize| all.into_iter().enumerate().filter(move |&(c, _)| c != skip);
         let mut moved = 0;
         for key in 0..10_000u64 {
-            let before = rendezvous_pick(key, all).unwrap();
-            let after = rendezvous_pick(key, all.into_iter().filter(|&c| c != 2)).unwrap();
+            let before = rendezvous_pick(key, indexed(9)).unwrap();
+            let after = rendezvous_pick(key, indexed(2)).unwrap();
             if before != 2 {
                 assert_eq!(before, after, "key {key} moved although its candidate stayed");
             } else {
                 moved += 1;
             }
+            // The same candidates renumbered (one removed before them): the same pick.
+            let renumbered = all[1..].iter().enumerate().map(|(c, &s)| (c, s));
+            let pick = rendezvous_pick(key, renumbered).unwrap();
+            assert_eq!(Some(pick + 1), rendezvous_pick(key, indexed(0)), "key {key}");
         }
         // About a quarter of keys chose candidate 2 (ideal 2,500): the spread is fair.
         assert!((2_200..2_800).contains(&moved), "moved {moved}");

@@ -283,7 +283,7 @@ fn lbt_failover_places_ports_by_headroom_on_mixed_speeds() {
     );
     let expect: Vec<Option<UplinkId>> = [0u64, 3]
         .iter()
-        .map(|&k| rendezvous_pick(k, [1usize, 2]).map(UplinkId))
+        .map(|&k| rendezvous_pick(k, [1usize, 2].map(|u| (u, uplink_salt(&format!("uplink{}", u + 1))))).map(UplinkId))
         .collect();
     s.set_link(UplinkId(0), LinkState::Down, Instant::ZERO).unwrap();
     assert_eq!(vec![s.port_uplink(PortId(0)), s.port_uplink(PortId(3))], expect);

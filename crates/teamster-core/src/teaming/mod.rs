@@ -49,7 +49,7 @@ mod policy_tests;
 #[cfg(test)]
 mod tests;
 
-pub use hash::{ip_hash, rendezvous_pick, source_mac_hash};
+pub use hash::{ip_hash, rendezvous_pick, source_mac_hash, uplink_salt};
 pub use lbt::{Damping, LbtConfig, LbtDecision};
 pub use meter::RateMeter;
 pub use policy::{Policy, PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy, UnknownPolicy};

@@ -310,7 +310,11 @@ impl<'a> TeamView<'a> {
     pub fn fallback(&self, key: u64, exclude: Option<UplinkId>) -> Option<UplinkId> {
         let order = self.order();
         let usable = |u: &&UplinkId| Some(**u) != exclude && self.is_up(**u);
-        let live = order.active.iter().filter(usable).map(|u| u.0);
+        let live = order
+            .active
+            .iter()
+            .filter(usable)
+            .map(|u| (u.0, self.uplinks[u.0].salt));
         rendezvous_pick(key, live)
             .map(UplinkId)
             .or_else(|| order.standby.iter().find(usable).copied())

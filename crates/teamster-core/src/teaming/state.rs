@@ -59,6 +59,8 @@ impl Meters {
 pub(super) struct UplinkState {
     pub(super) spec: UplinkSpec,
     pub(super) link: LinkState,
+    /// Its rendezvous salt ([`super::uplink_salt`] of its name), kept: failover reads it per frame.
+    pub(super) salt: u64,
     meters: Meters,
 }
 
@@ -66,6 +68,7 @@ impl UplinkState {
     /// A live uplink with empty meters shaped like `meter`.
     pub(super) fn new(spec: UplinkSpec, meter: &RateMeter) -> UplinkState {
         UplinkState {
+            salt: super::uplink_salt(&spec.name),
             spec,
             link: LinkState::Up,
             meters: Meters::new(meter),

@@ -209,6 +209,38 @@ mod tests {
         assert_eq!(t.port_uplink(PortId(1)), Some(UplinkId(1)));
     }
 
+    /// Failover picks by the uplinks' names, not their indices: with `a` down and its ports
+    /// spread over b, c and d, removing the unused `x` before them moves no port.
+    #[test]
+    fn removing_an_uplink_leaves_failover_choices_alone() {
+        let names = ["x", "a", "b", "c", "d"];
+        let mut t = Team::new(names.iter().map(|n| uplink(n)).collect(), LbtConfig::default()).unwrap();
+        t.add_group(group("g", &[1, 2, 3, 4], &[])).unwrap();
+        for i in 1..=200u32 {
+            let b = i.to_be_bytes();
+            let spec = PortSpec {
+                id: PortId(i),
+                mac: MacAddr([2, 0, 0, b[1], b[2], b[3]]),
+                group: GroupId(0),
+            };
+            t.add_port(spec).unwrap();
+        }
+        t.set_link(UplinkId(1), LinkState::Down, Instant::ZERO).unwrap();
+        let placed = |t: &Team| -> Vec<String> {
+            (1..=200)
+                .map(|i| t.uplink(t.port_uplink(PortId(i)).unwrap()).unwrap().name.clone())
+                .collect()
+        };
+        let before = placed(&t);
+        t.remove_uplink(UplinkId(0)).unwrap();
+        assert_eq!(placed(&t), before);
+        // A second failure after the removal: only c's ports move (rendezvous on names).
+        t.set_link(UplinkId(2), LinkState::Down, Instant::ZERO).unwrap();
+        for (was, now) in before.iter().zip(placed(&t)) {
+            assert!(was == "c" || *was == now, "{was} -> {now}");
+        }
+    }
+
     #[test]
     fn the_last_uplink_stays() {
         let mut t = Team::new(vec![uplink("u1")], LbtConfig::default()).unwrap();

@@ -15,18 +15,25 @@
 //! other uplinks' queues, pacers and sockets are untouched. A kept uplink keeps its interface,
 //! capacity and backend whatever the list says (changing those is a removal and an addition).
 
-use super::{ingress, Datapath, ExtraDrops, Uplink, UplinkPlan};
+use super::{ingress, Datapath, ExtraDrops, Uplink, UplinkPlan, MAX_UPLINKS};
 use crate::pacer::Pacer;
 use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{FailoverOrder, LinkState, PortGroupSpec, UplinkId, UplinkSpec};
 use teamster_core::Instant;
 
 impl Datapath {
-    /// Appends the uplinks of `want` the switch does not have (by name), each down and unused
-    /// until attached; an interface that cannot be opened now is retried as a missing one is.
-    pub(super) fn add_uplinks(&mut self, want: &[UplinkPlan], now: Instant) {
+    /// Appends the uplinks of `want` the switch does not have (by name), each down, unused and
+    /// detached (see [`Datapath::attach_added`]); returns their names. Refused past
+    /// [`MAX_UPLINKS`] (the checks refuse such a file first).
+    pub(super) fn add_uplinks(&mut self, want: &[UplinkPlan], now: Instant) -> Vec<String> {
+        let mut added = Vec::new();
         for w in want {
             if self.uplinks.iter().any(|u| u.plan.name == w.name) {
+                continue;
+            }
+            if self.uplinks.len() >= MAX_UPLINKS {
+                let what = format!("uplink {}: not added: the switch has {MAX_UPLINKS} uplinks", w.name);
+                self.event(now, "config", what);
                 continue;
             }
             let spec = UplinkSpec {
@@ -55,33 +62,51 @@ impl Datapath {
             self.ingress.push(ingress::queue(now));
             let what = format!("uplink {}: added on interface {}", w.name, w.interface);
             self.event(now, "config", what);
-            self.attach_uplink(u.0, now);
+            added.push(w.name.clone());
+        }
+        added
+    }
+
+    /// Attaches the uplinks `added` names, once the uplinks removed by the same change have
+    /// closed their sockets (an uplink replaced by another on the same interface: AF_XDP takes
+    /// one socket per queue). One that cannot be opened now is retried as a missing one is.
+    pub(super) fn attach_added(&mut self, added: &[String], now: Instant) {
+        for u in 0..self.uplinks.len() {
+            if self.uplinks[u].backend.is_none() && added.contains(&self.uplinks[u].plan.name) {
+                self.attach_uplink(u, now);
+            }
         }
     }
 
     /// `groups` with failover orders indexed by `want` re-indexed by the uplinks the switch
-    /// has now (which include every uplink of `want`, once [`Datapath::add_uplinks`] ran).
+    /// has now (which include every uplink of `want`, once [`Datapath::add_uplinks`] ran);
+    /// None, with an event, if an order names an uplink the switch does not have (a bug of the
+    /// caller, or an uplink refused past [`MAX_UPLINKS`]).
     pub(super) fn orders_as_running(
-        &self,
+        &mut self,
         groups: &[(PortGroupSpec, SecurityPolicy)],
         want: &[UplinkPlan],
-    ) -> Vec<(PortGroupSpec, SecurityPolicy)> {
+        now: Instant,
+    ) -> Option<Vec<(PortGroupSpec, SecurityPolicy)>> {
         let running = |u: &UplinkId| {
-            let name = want.get(u.0).map(|w| w.name.as_str());
-            // An index `want` lacks (a bug of the caller) is left as is: the team refuses it.
-            let i = self.uplinks.iter().position(|x| Some(x.plan.name.as_str()) == name);
-            UplinkId(i.unwrap_or(u.0))
+            let name = want.get(u.0)?.name.as_str();
+            self.uplinks.iter().position(|x| x.plan.name == name).map(UplinkId)
         };
-        groups
+        let translated: Option<Vec<_>> = groups
             .iter()
             .map(|(g, security)| {
                 let order = FailoverOrder {
-                    active: g.order.active.iter().map(running).collect(),
-                    standby: g.order.standby.iter().map(running).collect(),
+                    active: g.order.active.iter().map(running).collect::<Option<_>>()?,
+                    standby: g.order.standby.iter().map(running).collect::<Option<_>>()?,
                 };
-                (PortGroupSpec { order, ..g.clone() }, *security)
+                Some((PortGroupSpec { order, ..g.clone() }, *security))
             })
-            .collect()
+            .collect();
+        if translated.is_none() {
+            let what = "a failover order names an uplink the switch does not have: teaming not changed".to_string();
+            self.event(now, "config", what);
+        }
+        translated
     }
 
     /// Removes the uplinks `want` does not name; then says whether the uplinks are `want`'s,
@@ -101,9 +126,14 @@ impl Datapath {
             if let Some(backend) = gone.backend.take() {
                 self.close(backend);
             }
-            for frame in self.ioc.remove_uplink(u) {
-                self.pool.give(frame.0);
+            // What waited for it is dropped, counted as `detached` on the port that sent it.
+            for (leaf, (frame, _)) in self.ioc.remove_uplink(u) {
+                if let Some(p) = self.ports.iter_mut().find(|p| p.present() && p.plan.leaf == leaf) {
+                    p.extra.detached += 1;
+                }
+                self.pool.give(frame);
             }
+            // Received frames not yet switched go with it (their buffers are freed).
             self.ingress.remove(self.ports.len() + u);
             self.pollfds_stale = true;
             let what = format!("uplink {name}: removed (interface {})", gone.plan.interface);

@@ -340,6 +340,13 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         interfaces.push((name.to_string(), format!("{key} ({who})")));
         Ok(())
     };
+    let max_uplinks = teamster_dp::datapath::MAX_UPLINKS;
+    if f.uplinks.len() > max_uplinks {
+        return Err(format!(
+            "uplinks: {} uplinks, and a switch has at most {max_uplinks}",
+            f.uplinks.len()
+        ));
+    }
     let mut uplinks = Vec::new();
     for (i, u) in f.uplinks.iter().enumerate() {
         let key = format!("uplinks[{i}]");
@@ -440,6 +447,18 @@ fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwid
     for (i, r) in f.port_rules.iter().enumerate() {
         let key = format!("port_rules[{i}]");
         check_rule(&key, r)?;
+        // An uplink's interface is never a VM's: a rule that matches one would make the NIC a
+        // VM port the moment the uplink is removed (the rules rescan every interface).
+        if let Some(u) = f
+            .uplinks
+            .iter()
+            .find(|u| super::port_rules::glob_match(&r.pattern, &u.interface))
+        {
+            return Err(format!(
+                "{key}.match: `{}` matches uplink `{}`'s interface {}: a rule must not match an uplink",
+                r.pattern, u.name, u.interface
+            ));
+        }
         let mut trial = f.clone();
         trial.port_rules.clear();
         // A full switch: the rule's port is tried in place of the last one (what is checked is
@@ -628,6 +647,10 @@ group = "vms"
             (format!("{rule}pool = \"none\"\n"), "port_rules[0]"),
             (rule.replace("limit = \"1G\"", "limit = \"0\""), "port_rules[0]"),
             (format!("{rule}vm_mac = \"guess\"\n"), "vm_mac"),
+            (
+                rule.replace("vnet*", "eth?"),
+                "port_rules[0].match: `eth?` matches uplink `uplink1`'s interface eth1: a rule must not match an uplink",
+            ),
         ] {
             let e = match parse(&format!("{no_ports}{bad}"), &Fake) {
                 Ok(_) => panic!("accepted: {bad}"),

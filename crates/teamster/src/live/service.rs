@@ -86,7 +86,8 @@ impl Watchdog {
 }
 
 /// The configuration a reload switches to: `file` (as read from disk) with the ports port rules
-/// matched kept (those whose name and interface the file does not now use), or why the reload
+/// matched kept (those whose name and interface the file's ports and uplinks do not now use),
+/// or why the reload
 /// needs a restart instead (the parts a running switch cannot change: uplinks kept changed or
 /// reordered, port groups' VLANs and security, MAC-table and data-plane knobs, LBT, and port
 /// rules where there were none).
@@ -134,6 +135,7 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
                 .ports
                 .iter()
                 .any(|f| f.name == p.name || f.interface == p.interface)
+                && !file.uplinks.iter().any(|u| u.interface == p.interface)
         })
         .cloned()
         .collect();
@@ -227,6 +229,15 @@ mod tests {
             .ports
             .iter()
             .any(|p| p.name == "vnet5" && p.origin == PortOrigin::Matched));
+        // An uplink the file adds on its interface takes it (the check then judges the file).
+        let at = rules.find("[[port_groups]]").unwrap();
+        let uplink = format!(
+            "{}[[uplinks]]\nname = \"u5\"\ninterface = \"vnet5\"\n{}",
+            &rules[..at],
+            &rules[at..]
+        );
+        let new = reloaded(&with_matched, parse_file(&uplink).unwrap()).unwrap();
+        assert!(new.ports.iter().all(|p| p.name != "vnet5"), "{:?}", new.ports);
     }
 
     #[test]
