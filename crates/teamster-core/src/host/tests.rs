@@ -178,14 +178,19 @@ fn bad_hosts_name_the_key() {
     }
 }
 
+/// NetIOC over host `h`'s tree, ports and uplinks, with queues bounded by `limit`.
+fn ioc_of(h: &Host, limit: QueueLimit) -> Ioc<u32> {
+    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
+    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
+    Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, limit)
+}
+
 /// A limit set and then removed leaves the port sending again (a limit of 0 could not be
 /// undone: its frames stayed queued for ever; the smallest limit is now 1 Mbit/s).
 #[test]
 fn a_limit_set_and_removed_restores_service() {
     let h = build_text(GOOD).unwrap();
-    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
-    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let mut ioc = ioc_of(&h, QueueLimit::frames(64));
     let vm2 = h.ports[1].leaf;
     let spec = |limit| NodeSpec {
         limit,
@@ -213,9 +218,7 @@ fn a_limit_set_and_removed_restores_service() {
 #[test]
 fn admission_follows_the_smallest_uplink() {
     let h = build_text(GOOD).unwrap();
-    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
-    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let mut ioc = ioc_of(&h, QueueLimit::frames(64));
     assert_eq!(ioc.admission_capacity(), Bandwidth::from_gbps(1));
     let e = ioc.set_capacity(1, Bandwidth::from_mbps(100)).unwrap_err();
     assert!(e.to_string().contains("`vm`: reservation 600Mbps does not fit"), "{e}");
@@ -229,13 +232,11 @@ fn admission_follows_the_smallest_uplink() {
 #[test]
 fn the_byte_budget_bounds_the_queue_and_shares_it_fairly() {
     let h = build_text(GOOD).unwrap();
-    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
-    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
     let limit = QueueLimit {
         frames_per_port: 100_000,
         time: Some(core::time::Duration::from_millis(5)),
     };
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, limit);
+    let mut ioc = ioc_of(&h, limit);
     let (hog, light) = (h.ports[0].leaf, h.ports[1].leaf);
     let budget = ioc.budget(0);
     assert_eq!(budget, (ioc.capacity(0).bps_f64() / 8.0 * 0.005) as u64);
@@ -277,9 +278,7 @@ fn the_byte_budget_bounds_the_queue_and_shares_it_fairly() {
 #[test]
 fn a_reshaped_tree_keeps_the_frames_of_ports_that_stay() {
     let h = build_text(GOOD).unwrap();
-    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
-    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let mut ioc = ioc_of(&h, QueueLimit::frames(64));
     let (vm1, vm2) = (h.ports[0].leaf, h.ports[1].leaf);
     let t = Instant::ZERO;
     for k in 0..5 {
@@ -319,9 +318,7 @@ fn a_reshaped_tree_keeps_the_frames_of_ports_that_stay() {
 #[test]
 fn uplinks_join_and_leave_network_io_control() {
     let h = build_text(GOOD).unwrap();
-    let leaves: Vec<_> = h.ports.iter().map(|p| p.leaf).collect();
-    let caps = h.uplinks.iter().map(|u| u.capacity).collect();
-    let mut ioc: Ioc<u32> = Ioc::new(h.tree.clone(), &leaves, caps, h.reservation_cap, QueueLimit::frames(64));
+    let mut ioc = ioc_of(&h, QueueLimit::frames(64));
     let (vm1, vm2) = (h.ports[0].leaf, h.ports[1].leaf);
     let t = Instant::ZERO;
     ioc.add_uplink(Bandwidth::from_mbps(700));

@@ -88,7 +88,7 @@ impl Team {
         }
         lbt.validate().map_err(TeamError::Lbt)?;
         for (i, u) in uplinks.iter().enumerate() {
-            check_uplink(u, &uplinks[..i])?;
+            check_uplink(u, uplinks[..i].iter())?;
         }
         let meter = RateMeter::new(lbt.window);
         Ok(Team {
@@ -501,8 +501,11 @@ impl Team {
 }
 
 /// Refuses an uplink named like one of `others`, or of zero capacity.
-pub(super) fn check_uplink(u: &UplinkSpec, others: &[UplinkSpec]) -> Result<(), TeamError> {
-    if others.iter().any(|o| o.name == u.name) {
+pub(super) fn check_uplink<'a>(
+    u: &UplinkSpec,
+    mut others: impl Iterator<Item = &'a UplinkSpec>,
+) -> Result<(), TeamError> {
+    if others.any(|o| o.name == u.name) {
         return Err(TeamError::DuplicateUplink(u.name.clone()));
     }
     if u.capacity.bps() == 0 {

@@ -19,8 +19,7 @@ impl Team {
     /// Adds uplink `spec` after the others, up, with empty meters; refused (changing nothing)
     /// if its name is taken or its capacity zero.
     pub fn add_uplink(&mut self, spec: UplinkSpec) -> Result<UplinkId, TeamError> {
-        let specs: Vec<UplinkSpec> = self.uplinks.iter().map(|u| u.spec.clone()).collect();
-        check_uplink(&spec, &specs)?;
+        check_uplink(&spec, self.uplinks.iter().map(|u| &u.spec))?;
         let meter = RateMeter::new(self.lbt.window);
         self.uplinks.push(UplinkState::new(spec, &meter));
         Ok(UplinkId(self.uplinks.len() - 1))

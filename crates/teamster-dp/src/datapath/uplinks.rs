@@ -126,12 +126,20 @@ impl Datapath {
             if let Some(backend) = gone.backend.take() {
                 self.close(backend);
             }
-            // What waited for it is dropped, counted as `detached` on the port that sent it.
-            for (leaf, (frame, _)) in self.ioc.remove_uplink(u) {
-                if let Some(p) = self.ports.iter_mut().find(|p| p.present() && p.plan.leaf == leaf) {
-                    p.extra.detached += 1;
+            // What waited for it is dropped, counted as `detached` on the port that sent it
+            // (found by leaf through one map, not a scan of the ports per frame).
+            let waiting = self.ioc.remove_uplink(u);
+            if !waiting.is_empty() {
+                let by_leaf: std::collections::HashMap<_, _> = (0..self.ports.len())
+                    .filter(|&i| self.ports[i].present())
+                    .map(|i| (self.ports[i].plan.leaf, i))
+                    .collect();
+                for (leaf, (frame, _)) in waiting {
+                    if let Some(&i) = by_leaf.get(&leaf) {
+                        self.ports[i].extra.detached += 1;
+                    }
+                    self.pool.give(frame);
                 }
-                self.pool.give(frame);
             }
             // Received frames not yet switched go with it (their buffers are freed).
             self.ingress.remove(self.ports.len() + u);

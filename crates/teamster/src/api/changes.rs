@@ -224,6 +224,19 @@ pub enum ChangeError {
     Conflict(String),
 }
 
+/// The index of the object of `items` named `name`, or "no WHAT named `name`".
+pub(super) fn named<T>(
+    items: &[T],
+    name: &str,
+    name_of: impl Fn(&T) -> &String,
+    what: &str,
+) -> Result<usize, ChangeError> {
+    items
+        .iter()
+        .position(|x| name_of(x) == name)
+        .ok_or_else(|| ChangeError::NotFound(format!("no {what} named `{name}`")))
+}
+
 /// Deserialises a field that is present into Some, refusing null: leaving a field out keeps
 /// its value, and null would be ambiguous.
 pub(super) fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
@@ -244,11 +257,7 @@ pub fn change_port(f: &SwitchFile, name: &str, c: &PortChange) -> Result<SwitchF
         ));
     }
     let mut new = f.clone();
-    let port = new
-        .ports
-        .iter_mut()
-        .find(|p| p.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no port named `{name}`")))?;
+    let port = &mut new.ports[named(&f.ports, name, |p| &p.name, "port")?];
     if let Some(r) = c.reservation {
         port.reservation = r;
     }
@@ -269,11 +278,7 @@ pub fn change_group(f: &SwitchFile, name: &str, c: &GroupChange) -> Result<Switc
         ));
     }
     let mut new = f.clone();
-    let group = new
-        .port_groups
-        .iter_mut()
-        .find(|g| g.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no port group named `{name}`")))?;
+    let group = &mut new.port_groups[named(&f.port_groups, name, |g| &g.name, "port group")?];
     if let Some(p) = c.policy {
         group.policy = p;
     }
@@ -320,11 +325,7 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
 /// The configuration without port `name`. A port matched by a port rule goes when its
 /// interface goes; removing it by hand is refused (the rule would take the interface again).
 pub fn remove_port(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
-    let i = f
-        .ports
-        .iter()
-        .position(|p| p.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no port named `{name}`")))?;
+    let i = named(&f.ports, name, |p| &p.name, "port")?;
     if f.ports[i].origin == PortOrigin::Matched {
         return Err(ChangeError::Conflict(format!(
             "port `{name}` was matched by a port rule on interface {}: it is removed when the interface goes (or change the rule)",
@@ -357,11 +358,7 @@ pub fn add_group(f: &SwitchFile, g: &GroupAdd) -> Result<SwitchFile, ChangeError
 
 /// The configuration without port group `name`, which no port and no port rule may use.
 pub fn remove_group(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
-    let i = f
-        .port_groups
-        .iter()
-        .position(|g| g.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no port group named `{name}`")))?;
+    let i = named(&f.port_groups, name, |g| &g.name, "port group")?;
     let users: Vec<&str> = f
         .ports
         .iter()

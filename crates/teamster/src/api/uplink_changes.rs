@@ -8,7 +8,7 @@
 //! which is checked whole (the interface must exist and be no port's, no port rule may match
 //! it, admission control against the smallest uplink) before anything is saved or applied.
 
-use super::changes::{bandwidth_schema, some, ChangeError};
+use super::changes::{bandwidth_schema, named, some, ChangeError};
 use crate::live::config::{AdminState, BackendSetting, SwitchFile, UplinkFile};
 use serde::Deserialize;
 use teamster_core::units::Bandwidth;
@@ -48,11 +48,7 @@ pub struct UplinkAdd {
 /// The configuration with uplink `name`'s administrative state changed.
 pub fn change_uplink(f: &SwitchFile, name: &str, c: &UplinkChange) -> Result<SwitchFile, ChangeError> {
     let mut new = f.clone();
-    let uplink = new
-        .uplinks
-        .iter_mut()
-        .find(|u| u.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no uplink named `{name}`")))?;
+    let uplink = &mut new.uplinks[named(&f.uplinks, name, |u| &u.name, "uplink")?];
     uplink.admin = c.admin;
     Ok(new)
 }
@@ -75,11 +71,7 @@ pub fn add_uplink(f: &SwitchFile, u: &UplinkAdd) -> Result<SwitchFile, ChangeErr
 
 /// The configuration without uplink `name`, which no port group's failover order may list.
 pub fn remove_uplink(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
-    let i = f
-        .uplinks
-        .iter()
-        .position(|u| u.name == name)
-        .ok_or_else(|| ChangeError::NotFound(format!("no uplink named `{name}`")))?;
+    let i = named(&f.uplinks, name, |u| &u.name, "uplink")?;
     let users: Vec<&str> = f
         .port_groups
         .iter()

@@ -452,7 +452,7 @@ fn check_rules(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Bandwid
         if let Some(u) = f
             .uplinks
             .iter()
-            .find(|u| super::port_rules::glob_match(&r.pattern, &u.interface))
+            .find(|u| super::glob::glob_match(&r.pattern, &u.interface))
         {
             return Err(format!(
                 "{key}.match: `{}` matches uplink `{}`'s interface {}: a rule must not match an uplink",

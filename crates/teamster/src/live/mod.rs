@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod daemon;
+mod glob;
 pub mod persist;
 pub mod port_rules;
 pub mod safe_file;
