@@ -1,6 +1,7 @@
 // Opens the dashboard of a running switch in headless Chromium and checks that it renders every
 // uplink, that it shows the history the server kept from before it was opened, with times of
-// day, that its figures change while traffic flows and both charts are drawn; saves a screenshot.
+// day, that its figures change while traffic flows and both charts are drawn, and that the port
+// group's flows or flowlets per member are shown; saves a screenshot.
 //
 //   node dashboard.mjs URL SCREENSHOT.png uplink1,uplink2
 //
@@ -36,6 +37,11 @@ try {
     result.last = await read();
     result.changed = result.last !== result.first;
   }
+  // The port group's flows or flowlets per member, once traffic flows.
+  for (let i = 0; i < 40 && !result.flowlets; i++) {
+    result.flowlets = await page.$$eval("tr.group span.member", (s) => s.map((m) => m.dataset.uplink + ":" + m.dataset.buckets).join(" "));
+    if (!result.flowlets) await page.waitForTimeout(250);
+  }
   // Let the chart fill in before the screenshot.
   if (result.changed) await page.waitForTimeout(6000);
   result.last = await read();
@@ -57,6 +63,6 @@ try {
 }
 await browser.close();
 console.log(JSON.stringify(result));
-const ok = result.rendered.length === expected.length && result.changed && result.chart_drawn &&
+const ok = result.rendered.length === expected.length && result.changed && result.chart_drawn && !!result.flowlets &&
   result.history_before >= 2 && result.clock_shown && result.port_chart_drawn && result.errors.length === 0;
 process.exit(ok ? 0 : 1);

@@ -65,6 +65,9 @@ fn team(policy: Policy, ports: u32) -> Team {
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
     let g = t
         .add_group(PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: "pg".into(),
             policy,
             order: FailoverOrder {

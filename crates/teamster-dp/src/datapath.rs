@@ -507,8 +507,8 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now
 
 /// Passes one received frame (in a pooled buffer) through the switch, counted at its wire
 /// length, and queues it for each place it goes: the buffer itself where it goes one place
-/// unedited (most unicast frames: no copy), else a copy per place, edited, its offload request
-/// moved by the tag the switch added or removed.
+/// with its tags as they are (most unicast frames: no copy), else a copy per place, edited,
+/// its offload request moved by the tag the switch added or removed.
 fn switch_frame(
     switch: &mut Switch,
     from: Ingress,
@@ -525,23 +525,27 @@ fn switch_frame(
     let extra_wire = offload.wire_len(&frame) - frame.len();
     forwards.clear();
     switch.forward(from, &frame, extra_wire, now, forwards);
-    if let [Forward {
-        to,
-        edit: TagEdit::Keep,
-    }] = forwards[..]
-    {
-        pending.push(Pending {
-            from: port,
-            to,
-            frame,
-            offload,
-        });
-        return;
+    // One place with no tag change (most unicast frames): the buffer itself goes, its source
+    // MAC replaced in place if the switch says so.
+    if let [f] = forwards[..] {
+        if f.edit == TagEdit::Keep {
+            let mut frame = frame;
+            if let (Some(mac), Some(src)) = (f.source, frame.get_mut(6..12)) {
+                src.copy_from_slice(&mac.0);
+            }
+            pending.push(Pending {
+                from: port,
+                to: f.to,
+                frame,
+                offload,
+            });
+            return;
+        }
     }
     for f in forwards.iter() {
         let delta = f.edit.len_delta();
         let mut buf = pool.take((frame.len() as isize + delta) as usize);
-        f.edit.apply_into(&frame, &mut buf);
+        f.apply_into(&frame, &mut buf);
         pending.push(Pending {
             from: port,
             to: f.to,
@@ -626,6 +630,7 @@ impl Datapath {
                 &opened,
             ));
             let backend = opened.link;
+            switch.set_uplink_mac(UplinkId(i), crate::iface::mac(&u.interface).ok());
             if !(carrier && u.admin_up) {
                 let _ = switch.team_mut().set_link(UplinkId(i), LinkState::Down, now);
             }

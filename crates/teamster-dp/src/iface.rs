@@ -74,6 +74,13 @@ fn read(name: &str, file: &str) -> io::Result<String> {
         .map_err(|e| io::Error::new(e.kind(), format!("{name}: cannot read {}: {e}", path.display())))
 }
 
+/// The interface's MAC address.
+pub fn mac(name: &str) -> io::Result<teamster_core::wire::MacAddr> {
+    let text = read(name, "address")?;
+    text.parse()
+        .map_err(|_| io::Error::other(format!("{name}: address `{text}` is not a MAC")))
+}
+
 /// The interface's MTU.
 pub fn mtu(name: &str) -> io::Result<usize> {
     let text = read(name, "mtu")?;

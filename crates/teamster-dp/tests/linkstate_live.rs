@@ -75,6 +75,9 @@ fn plan() -> DatapathPlan {
     });
     let mut team = Team::new(uplinks.to_vec(), LbtConfig::default()).unwrap();
     team.add_group(PortGroupSpec {
+        mode: Default::default(),
+        tuning: Default::default(),
+        lacp: Default::default(),
         name: "vms".into(),
         policy: Policy::PORT_ID,
         order: FailoverOrder {

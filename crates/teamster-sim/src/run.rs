@@ -62,6 +62,11 @@ pub struct RunOutput {
     pub packets: u64,
     /// Per port, the uplink it was on when the run ended.
     pub port_uplinks: Vec<Option<String>>,
+    /// Packet mode: per port, packets that reached the remote host after a later packet of
+    /// the same stream (TCP would see them out of order).
+    pub reordered: Vec<u64>,
+    /// Packet mode: per port, how many times one of its streams changed uplink.
+    pub member_changes: Vec<u64>,
 }
 
 impl MoveRecord {

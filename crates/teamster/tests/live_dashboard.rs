@@ -1,6 +1,7 @@
 //! The dashboard in a real browser: headless Chromium (driven by playwright-core from
 //! `tests/browser`) opens the page of a daemon in the namespace topology while iperf3 runs, and
-//! checks that every uplink is rendered and that the figures change. The screenshot goes to
+//! checks that every uplink is rendered, that the figures change, and that the `dynamic` port
+//! group's flowlets per member are shown. The screenshot goes to
 //! `target/dashboard.png` (or `$TEAMSTER_SCREENSHOT`).
 //!
 //! Skipped when Chromium, node or `tests/browser/node_modules` are missing, unless
@@ -20,7 +21,7 @@ fn switch() -> String {
     switch_toml(
         "[lbt]\nwindow_s = 3\nperiod_s = 3",
         "100M",
-        "policy = \"load-based\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "policy = \"dynamic\"\nrebalance_ms = 500\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"40M\"",
         "reservation = \"20M\"",
         "limit = \"30M\"",

@@ -6,7 +6,7 @@ use super::entries::{ClassEntry, GroupEntry, LbtSection, PortEntry};
 use super::netioc::{build_tree, PortControls};
 use crate::ioc::admission::{admit, ReservationCap};
 use crate::ioc::{NodeId, Tree};
-use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
+use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, TeamMode, UplinkId};
 use crate::units::Bandwidth;
 use crate::wire::MacAddr;
 
@@ -139,16 +139,109 @@ fn resolve_groups(groups: &[GroupEntry], uplinks: &[&str]) -> Result<Vec<PortGro
         if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
             return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
         }
-        out.push(PortGroupSpec {
+        let tuning = g.tuning();
+        tuning.validate().map_err(|e| format!("{key}.{e}"))?;
+        if let Some(why) = g.mode.refuses(g.policy) {
+            return Err(format!("{key}.policy: {why}"));
+        }
+        if g.mode.switch_dependent() && !g.standby.is_empty() {
+            return Err(format!(
+                "{key}.standby: a `{}` bundle has no standby uplinks (the physical switch sends on every member): list them as active",
+                g.mode
+            ));
+        }
+        if g.lacp.is_some() && g.mode != TeamMode::Lacp {
+            return Err(format!(
+                "{key}.lacp: LACP settings need `mode = \"lacp\"` (the mode is `{}`)",
+                g.mode
+            ));
+        }
+        let order = failover_order(uplinks, &key, &g.active, &g.standby)?;
+        let lacp = g
+            .lacp
+            .clone()
+            .unwrap_or_default()
+            .settings(&format!("{key}.lacp"), placeholder_system(&g.name, &g.active))?;
+        let spec = PortGroupSpec {
             name: g.name.clone(),
             policy: g.policy,
-            order: failover_order(uplinks, &key, &g.active, &g.standby)?,
+            order,
             failback: g.failback,
             notify_switches: g.notify_switches,
             vlan: g.vlan,
-        });
+            mode: g.mode,
+            tuning,
+            lacp,
+        };
+        check_shared_mode(&out, &spec, uplinks).map_err(|e| format!("{key}.mode: {e}"))?;
+        out.push(spec);
     }
     Ok(out)
+}
+
+/// Refuses a group that shares an uplink with an earlier one of another mode, or (LACP) other
+/// LACP settings: an uplink is in one bundle on the physical switch or in none.
+fn check_shared_mode(earlier: &[PortGroupSpec], spec: &PortGroupSpec, uplinks: &[&str]) -> Result<(), String> {
+    let listed = |g: &PortGroupSpec| {
+        g.order
+            .active
+            .iter()
+            .chain(&g.order.standby)
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    let mine = listed(spec);
+    for o in earlier {
+        let Some(u) = listed(o).into_iter().find(|u| mine.contains(u)) else {
+            continue;
+        };
+        if o.mode != spec.mode {
+            return Err(format!(
+                "`{}`, but uplink `{}` is also in port group `{}`, whose mode is `{}`: groups sharing an uplink share its mode",
+                spec.mode, uplinks[u.0], o.name, o.mode
+            ));
+        }
+        if o.mode == TeamMode::Lacp && o.lacp != spec.lacp {
+            return Err(format!(
+                "`lacp`, but uplink `{}` is also in port group `{}`, whose LACP settings differ: groups sharing an LACP member share its settings",
+                uplinks[u.0], o.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The LACP system ID of a group whose table gives none, until the live switch puts its first
+/// member's MAC there: a locally administered MAC from FNV-1a of the group's name and members.
+pub fn placeholder_system(group: &str, members: &[String]) -> MacAddr {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in group.bytes().chain(members.iter().flat_map(|m| m.bytes().chain([0]))) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let b = h.to_be_bytes();
+    MacAddr([0x02, b[1], b[2], b[3], b[4], b[5]])
+}
+
+/// Refuses an LACP group whose active members differ in capacity: an aggregate's members run at
+/// one speed (802.1AX keys them apart otherwise).
+fn check_lacp_speeds(groups: &[PortGroupSpec], uplinks: &[UplinkDesc]) -> Result<(), String> {
+    for (i, g) in groups.iter().enumerate().filter(|(_, g)| g.mode == TeamMode::Lacp) {
+        let first = &uplinks[g.order.active[0].0];
+        let other = g
+            .order
+            .active
+            .iter()
+            .map(|u| &uplinks[u.0])
+            .find(|u| u.capacity != first.capacity);
+        if let Some(other) = other {
+            return Err(format!(
+                "port_groups[{i}].active: the members of an LACP aggregate must have one speed: `{}` is {}, `{}` is {}",
+                first.name, first.capacity, other.name, other.capacity
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a host's shared tables and builds it. `default_mac(i, taken)` gives port `i` a MAC
@@ -174,6 +267,7 @@ pub fn build<P: PortEntry>(
     }
     let names: Vec<&str> = spec.uplinks.iter().map(|u| u.name.as_str()).collect();
     let groups = resolve_groups(spec.port_groups, &names)?;
+    check_lacp_speeds(&groups, &spec.uplinks)?;
     let uplinks = spec.uplinks.iter().map(|u| (u.name.clone(), u.capacity));
     let mut team = Team::with_groups(uplinks, lbt, &groups).map_err(|e| e.to_string())?;
     // No ports is a host waiting for its VMs (ports added at run time, or matched by rules).

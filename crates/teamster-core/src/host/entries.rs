@@ -2,8 +2,10 @@
 //! `[[traffic_classes]]`, `[[pools]]`, and the shared part of a `[[ports]]` entry.
 
 use crate::ioc::Shares;
-use crate::teaming::{Damping, LbtConfig, Policy};
+use crate::teaming::lacp::{LacpActivity, LacpFallback, LacpRate, LacpSettings};
+use crate::teaming::{Damping, HashFields, LbtConfig, Policy, PolicyTuning, TeamMode};
 use crate::units::Bandwidth;
+use crate::wire::MacAddr;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
@@ -74,8 +76,26 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct GroupEntry {
     pub name: String,
-    /// The load-balancing policy, by name (`port-id`, `load-based`, ...).
+    /// The load-balancing policy, by name (`port-id`, `load-based`, `dynamic`, ...).
     pub policy: Policy,
+    /// `switch-independent` (the default), `static` or `lacp`: how the physical switch sees the
+    /// group's uplinks.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mode: TeamMode,
+    /// What `address-hash` (and the flowlet policies' buckets) hash: `transport-ports` (the
+    /// default), `ip-addresses` or `mac-addresses`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub hash_fields: HashFields,
+    /// `dynamic`, `lbt-dynamic`: the idle gap, in µs, after which a flow may change member
+    /// (default 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flowlet_gap_us: Option<u64>,
+    /// `dynamic`, `lbt-dynamic`: how often, in ms, flowlets are rebalanced (default 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance_ms: Option<u64>,
+    /// `mode = "lacp"`: the `[port_groups.lacp]` table (every key optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lacp: Option<LacpEntry>,
     /// Active uplinks, by name, in failover order.
     pub active: Vec<String>,
     /// Standby uplinks, by name, in failover order.
@@ -89,6 +109,111 @@ pub struct GroupEntry {
     /// MAC address changes, forged transmits, promiscuous mode: each rejected unless accepted.
     #[serde(default, skip_serializing_if = "crate::switch::SecurityPolicy::is_default")]
     pub security: crate::switch::SecurityPolicy,
+}
+
+impl GroupEntry {
+    /// The group's policy tuning, from its knobs and the defaults; range-checked by
+    /// [`PolicyTuning::validate`].
+    pub fn tuning(&self) -> PolicyTuning {
+        let d = PolicyTuning::default();
+        PolicyTuning {
+            hash_fields: self.hash_fields,
+            flowlet_gap: self.flowlet_gap_us.map_or(d.flowlet_gap, Duration::from_micros),
+            rebalance: self.rebalance_ms.map_or(d.rebalance, Duration::from_millis),
+        }
+    }
+}
+
+/// A `[port_groups.lacp]` table. Numbers are read wide so that an out-of-range one gets an
+/// error naming it rather than a type error.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LacpEntry {
+    /// `active` (default: sends LACPDUs unasked) or `passive` (only answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<LacpActivity>,
+    /// `fast` (default: LACPDUs every second, a partner timed out after 3 s) or `slow` (30 s,
+    /// 90 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<LacpRate>,
+    /// The actor key, 1-65535 (default 1): members with the same key may aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole")]
+    pub key: Option<i64>,
+    /// 1-65535 (default 32768).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole")]
+    pub system_priority: Option<i64>,
+    /// 1-65535 (default 32768).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole")]
+    pub port_priority: Option<i64>,
+    /// The actor system ID (default: the live switch takes its first member's MAC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_mac: Option<String>,
+    /// `active-backup` (default: with no partner at all, the first live member carries the
+    /// traffic) or `down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<LacpFallback>,
+}
+
+impl LacpEntry {
+    /// The settings, checked under `key` (`port_groups[0].lacp`); `system` is the system ID to
+    /// use when the table gives none.
+    pub fn settings(&self, key: &str, system: MacAddr) -> Result<LacpSettings, String> {
+        let d = LacpSettings::default();
+        let number = |name: &str, v: Option<i64>, default: u16| match v {
+            None => Ok(default),
+            Some(n) if (1..=65535).contains(&n) => Ok(n as u16),
+            Some(n) => Err(format!("{key}.{name}: {n} is out of range 1-65535")),
+        };
+        let system = match &self.system_mac {
+            None => system,
+            Some(text) => {
+                let mac = text.parse::<MacAddr>().map_err(|e| format!("{key}.system_mac: {e}"))?;
+                if mac == MacAddr::default() || mac.is_multicast() {
+                    return Err(format!("{key}.system_mac: {mac} is not a unicast MAC"));
+                }
+                mac
+            }
+        };
+        Ok(LacpSettings {
+            activity: self.activity.unwrap_or(d.activity),
+            rate: self.rate.unwrap_or(d.rate),
+            system_priority: number("system_priority", self.system_priority, d.system_priority)?,
+            system,
+            key: number("key", self.key, d.key)?,
+            port_priority: number("port_priority", self.port_priority, d.port_priority)?,
+            fallback: self.fallback.unwrap_or(d.fallback),
+        })
+    }
+}
+
+/// An integer, also written as a float without a fraction (`5.0`, as JSON clients may send
+/// it); other floats are refused.
+fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    struct Whole;
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = i64;
+        fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str("a whole number")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+            Ok(i64::try_from(v).unwrap_or(i64::MAX))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+            if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                Ok(v as i64)
+            } else {
+                Err(E::custom(format!("{v} is not a whole number")))
+            }
+        }
+    }
+    d.deserialize_any(Whole).map(Some)
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// A `[[traffic_classes]]` entry: a system traffic class's controls.

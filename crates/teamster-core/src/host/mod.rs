@@ -25,7 +25,7 @@ mod text;
 
 pub use build::{build, failover_order, uplink_index, Host, HostPort, HostSpec, UplinkDesc};
 pub use build::{check_capacity, check_name, MAX_CAPACITY, MIN_CAPACITY};
-pub use entries::{ClassEntry, GroupEntry, LbtSection, PoolEntry, PortCommon, PortEntry};
+pub use entries::{ClassEntry, GroupEntry, LacpEntry, LbtSection, PoolEntry, PortCommon, PortEntry};
 pub use netioc::{build_tree, PortControls};
 pub use text::parse_toml;
 

@@ -167,6 +167,40 @@ fn bad_hosts_name_the_key() {
             GOOD.replace("group = \"vms\"\nlimit", "group = \"web\"\nlimit"),
             "ports[1].group: no port group named `web`",
         ),
+        (
+            GOOD.replace("policy = \"port-id\"", "policy = \"load-based\"\nmode = \"lacp\""),
+            "port_groups[0].policy: `load-based` is switch independent only",
+        ),
+        (
+            GOOD.replace(
+                "active = [\"uplink1\", \"uplink2\"]",
+                "active = [\"uplink1\"]\nstandby = [\"uplink2\"]\nmode = \"static\"",
+            ),
+            "port_groups[0].standby: a `static` bundle has no standby uplinks",
+        ),
+        (
+            GOOD.replace("policy = \"port-id\"", "policy = \"dynamic\"\nflowlet_gap_us = 0"),
+            "port_groups[0].flowlet_gap_us: 0 µs",
+        ),
+        (
+            GOOD.replace("policy = \"port-id\"", "policy = \"dynamic\"\nrebalance_ms = 600000"),
+            "port_groups[0].rebalance_ms: 600000 ms",
+        ),
+        (
+            GOOD.replace("policy = \"port-id\"", "policy = \"port-id\"\nmode = \"LACP\""),
+            "unknown variant `LACP`",
+        ),
+        (
+            GOOD.replace("policy = \"port-id\"", "policy = \"address-hash\"\nhash_fields = \"ports\""),
+            "unknown variant `ports`",
+        ),
+        (
+            GOOD.replace(
+                "[[traffic_classes]]",
+                "[[port_groups]]\nname = \"lag\"\npolicy = \"address-hash\"\nmode = \"static\"\nactive = [\"uplink2\"]\n[[traffic_classes]]",
+            ),
+            "port_groups[1].mode: `static`, but uplink `uplink2` is also in port group `vms`, whose mode is `switch-independent`",
+        ),
     ];
     for (text, want) in cases {
         match build_text(&text) {
@@ -334,4 +368,30 @@ fn uplinks_join_and_leave_network_io_control() {
     let moved: Vec<u32> = ioc.drain(1).into_iter().map(|(_, k)| k).collect();
     assert_eq!(moved, vec![300, 301, 302]);
     assert_eq!(ioc.queued_bytes(0), 3 * 1000, "uplink 0 untouched");
+}
+
+#[test]
+fn teaming_knobs_reach_the_team() {
+    use crate::teaming::{HashFields, Policy, PolicyTuning, TeamMode};
+    use core::time::Duration;
+    let text = GOOD.replace(
+        "policy = \"port-id\"",
+        "policy = \"dynamic\"\nmode = \"static\"\nhash_fields = \"ip-addresses\"\nflowlet_gap_us = 250\nrebalance_ms = 500",
+    );
+    let h = build_text(&text).unwrap();
+    let g = &h.groups[0];
+    assert_eq!((g.policy, g.mode), (Policy::DYNAMIC, TeamMode::Static));
+    let want = PolicyTuning {
+        hash_fields: HashFields::IpAddresses,
+        flowlet_gap: Duration::from_micros(250),
+        rebalance: Duration::from_millis(500),
+    };
+    assert_eq!(g.tuning, want);
+    assert_eq!(h.team.group(crate::teaming::GroupId(0)).unwrap().tuning, want);
+    // Left out, the knobs take their defaults.
+    let h = build_text(GOOD).unwrap();
+    assert_eq!(
+        (h.groups[0].mode, h.groups[0].tuning),
+        (TeamMode::default(), PolicyTuning::default())
+    );
 }

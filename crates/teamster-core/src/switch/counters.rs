@@ -28,11 +28,15 @@ pub enum DropReason {
     /// From a port whose group rejects forged transmits, with a source MAC other than the port's
     /// effective MAC (see [`super::security`]).
     ForgedTransmit,
+    /// A slow-protocol frame (LACP, Marker; EtherType 0x8809) from a VM port, which may not
+    /// speak for the team to the physical switch, or from an uplink that runs no LACP; never
+    /// forwarded.
+    SlowProtocol,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -42,6 +46,7 @@ impl DropReason {
         DropReason::UnknownPort,
         DropReason::Hairpin,
         DropReason::ForgedTransmit,
+        DropReason::SlowProtocol,
     ];
 
     /// A stable name for metrics and logs.
@@ -56,6 +61,7 @@ impl DropReason {
             DropReason::UnknownPort => "unknown_port",
             DropReason::Hairpin => "hairpin",
             DropReason::ForgedTransmit => "forged_transmit",
+            DropReason::SlowProtocol => "slow_protocol",
         }
     }
 
@@ -126,6 +132,9 @@ mod tests {
         let mut team = Team::new(uplinks, LbtConfig::default()).unwrap();
         let g = team
             .add_group(PortGroupSpec {
+                mode: Default::default(),
+                tuning: Default::default(),
+                lacp: Default::default(),
                 name: "vms".into(),
                 policy: Policy::PORT_ID,
                 order: FailoverOrder {

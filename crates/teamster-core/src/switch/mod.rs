@@ -16,10 +16,12 @@
 //!
 //! A frame from an uplink is never sent to another uplink. It is dropped if its source MAC is a
 //! local port's (our own frame reflected back by the physical network). A known unicast
-//! destination behind a local port is delivered from any uplink; broadcast, multicast and
-//! unknown unicast are taken in by each port group only from its receive uplink (its first live
-//! uplink in failover order), since a physical switch floods them to every team member, and go
-//! to the ports that take them as above.
+//! destination behind a local port is delivered from any uplink. Broadcast, multicast and
+//! unknown unicast go to the ports that take them as above, each port taking them in from one
+//! uplink only in a switch-independent group (its policy's receive uplink: the group's first
+//! live uplink in failover order, or under Hyper-V Port and Dynamic the port's own), since a
+//! physical switch floods them to every team member; in a switch-dependent group (static or
+//! LACP) from any live member, since the switch sends each frame into the bundle once.
 //!
 //! Ports whose group accepts promiscuous mode also get a copy of every frame switched in their
 //! VLAN. Learning is bounded ([`MacLimits`]): past a limit the frame is switched but its source
@@ -29,7 +31,9 @@
 //! [`DropReason`], on the interface the frame came in on. Frames out are counted when whoever
 //! drives the devices says they went ([`Switch::count_sent`]): the switch only decides where a
 //! frame goes, and a frame can still be cut into segments, queued or dropped after that.
-//! Malformed frames are dropped and counted, never a panic.
+//! Malformed frames are dropped and counted, never a panic. Slow-protocol frames (LACP) are
+//! never switched: from an uplink that runs LACP they go to the team's LACP members, anything
+//! else is dropped (`slow_protocol`), so no VM speaks for the team to the physical switch.
 
 mod counters;
 mod mac_table;
@@ -37,6 +41,8 @@ pub mod security;
 
 #[cfg(test)]
 mod security_tests;
+#[cfg(test)]
+mod spread_tests;
 #[cfg(test)]
 mod tests;
 
@@ -129,6 +135,25 @@ impl TagEdit {
 pub struct Forward {
     pub to: Egress,
     pub edit: TagEdit,
+    /// A new source MAC: the uplink's own, for a frame a switch-independent group sends on a
+    /// member other than its port's (see [`crate::teaming::TeamingPolicy::rewrites_source`]).
+    pub source: Option<MacAddr>,
+}
+
+impl Forward {
+    /// True if the frame goes out as it came.
+    pub fn unedited(&self) -> bool {
+        self.edit == TagEdit::Keep && self.source.is_none()
+    }
+
+    /// Appends `frame`, edited (tag, then source MAC), to `into` (a buffer the caller reuses).
+    pub fn apply_into(&self, frame: &[u8], into: &mut Vec<u8>) {
+        let start = into.len();
+        self.edit.apply_into(frame, into);
+        if let (Some(mac), Some(src)) = (self.source, into.get_mut(start + 6..start + 12)) {
+            src.copy_from_slice(&mac.0);
+        }
+    }
 }
 
 /// How a switch is set up beyond its team: MAC ageing and limits, and each port group's
@@ -164,6 +189,8 @@ pub struct Switch {
     promiscuous: HashMap<Option<u16>, Vec<PortId>>,
     ports: HashMap<PortId, Counters>,
     uplinks: Vec<Counters>,
+    /// Each uplink's own MAC, if the driver told it ([`Switch::set_uplink_mac`]).
+    uplink_macs: Vec<Option<MacAddr>>,
     /// Each port group's security policy (by [`GroupId`] index), for ports added later.
     security: Vec<SecurityPolicy>,
     /// Frames from interfaces the switch does not know.
@@ -188,6 +215,7 @@ impl Switch {
     pub fn with_config(team: Team, config: SwitchConfig) -> Switch {
         let mut switch = Switch {
             uplinks: vec![Counters::default(); team.uplink_count()],
+            uplink_macs: vec![None; team.uplink_count()],
             macs: MacTable::with_limits(config.ageing, config.mac_limits),
             domains: HashMap::new(),
             guards: HashMap::new(),
@@ -286,6 +314,7 @@ impl Switch {
     pub fn add_uplink(&mut self, spec: UplinkSpec) -> Result<UplinkId, TeamError> {
         let u = self.team.add_uplink(spec)?;
         self.uplinks.push(Counters::default());
+        self.uplink_macs.push(None);
         Ok(u)
     }
 
@@ -295,6 +324,9 @@ impl Switch {
         let spec = self.team.remove_uplink(u)?;
         if u.0 < self.uplinks.len() {
             self.uplinks.remove(u.0);
+        }
+        if u.0 < self.uplink_macs.len() {
+            self.uplink_macs.remove(u.0);
         }
         self.macs.remove_uplink(u);
         Ok(spec)
@@ -325,7 +357,7 @@ impl Switch {
         out.into_iter()
             .map(|f| {
                 let mut frame = Vec::with_capacity((headers.len() as isize + f.edit.len_delta()) as usize);
-                f.edit.apply_into(headers, &mut frame);
+                f.apply_into(headers, &mut frame);
                 Output { to: f.to, frame }
             })
             .collect()
@@ -339,6 +371,9 @@ impl Switch {
             return;
         };
         self.port(p).rx(frame.len() + elided);
+        if crate::wire::lacp::is_slow(frame) {
+            return self.dropped(Ingress::Port(p), DropReason::SlowProtocol);
+        }
         let key = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Port(p), DropReason::Malformed),
@@ -358,16 +393,21 @@ impl Switch {
         let keep = |q: PortId| Forward {
             to: Egress::Port(q),
             edit: TagEdit::Keep,
+            source: None,
         };
-        let tagged = |u: UplinkId| Forward {
+        let tagged = |u: UplinkId, source: Option<MacAddr>| Forward {
             to: Egress::Uplink(u),
             edit: TagEdit::push(vlan),
+            source,
         };
         match known {
             Some(Location::Port(q)) if q == p => return self.dropped(Ingress::Port(p), DropReason::Hairpin),
             Some(Location::Port(q)) => out.push(keep(q)),
-            Some(Location::Remote(_)) => match self.team.select(p, Some(&key)) {
-                Some(u) => out.push(tagged(u)),
+            Some(Location::Remote(_)) => match self.team.select_frame(p, Some(&key), frame.len() + elided, now) {
+                Some(u) => {
+                    let (u, source) = self.spread_to(p, u);
+                    out.push(tagged(u, source))
+                }
                 None => return self.dropped(Ingress::Port(p), DropReason::NoUplink),
             },
             None => {
@@ -377,13 +417,46 @@ impl Switch {
                         .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
                         .map(|(q, _)| keep(*q)),
                 );
-                if let Some(u) = self.team.select(p, Some(&key)) {
-                    out.push(tagged(u));
+                // A spreading policy's broadcasts and multicasts go on the port's own member, with
+                // its own MAC: only there does the physical switch know it.
+                let u = if key.dst_mac.is_multicast() && self.team.rewrites_source(p) {
+                    self.team.port_uplink(p)
+                } else {
+                    self.team.select_frame(p, Some(&key), frame.len() + elided, now)
+                };
+                if let Some(u) = u {
+                    let (u, source) = self.spread_to(p, u);
+                    out.push(tagged(u, source));
                 }
             }
         }
         self.copy_to_promiscuous(vlan, Some(p), TagEdit::Keep, out, first);
         self.account_sent(&out[first..], frame.len() + elided, now, p);
+    }
+
+    /// Where a frame of port `p` the team put on uplink `u` goes, and its new source MAC: if
+    /// `p`'s group spreads a port over its members in switch-independent mode and `u` is not
+    /// the port's own member, `u` with `u`'s own MAC (Windows' rule: the physical switch then
+    /// never sees the port's MAC on two ports, and every reply comes back on the port's own
+    /// member), or the port's own member if `u`'s MAC is unknown; else `u`, unchanged.
+    fn spread_to(&self, p: PortId, u: UplinkId) -> (UplinkId, Option<MacAddr>) {
+        let own = self.team.port_uplink(p);
+        if !self.team.rewrites_source(p) || own == Some(u) {
+            return (u, None);
+        }
+        match (self.uplink_macs.get(u.0).copied().flatten(), own) {
+            (Some(mac), _) => (u, Some(mac)),
+            (None, Some(own)) => (own, None),
+            (None, None) => (u, None),
+        }
+    }
+
+    /// Tells the switch uplink `u`'s own MAC (the data plane reads it from the interface): the
+    /// source of what a spreading policy sends there for another member's port.
+    pub fn set_uplink_mac(&mut self, u: UplinkId, mac: Option<MacAddr>) {
+        if let Some(m) = self.uplink_macs.get_mut(u.0) {
+            *m = mac;
+        }
     }
 
     /// Decides whether port `p` may send from `src` under its group's policy, learning the
@@ -443,6 +516,7 @@ impl Switch {
                 out.push(Forward {
                     to: Egress::Port(*q),
                     edit,
+                    source: None,
                 });
             }
         }
@@ -456,6 +530,22 @@ impl Switch {
             return;
         }
         self.uplinks[u.0].rx(frame.len() + elided);
+        if crate::wire::lacp::is_slow(frame) {
+            // LACP's, never switched; one not sent to the slow-protocols address (a forgery from
+            // anywhere in the VLAN), or on an uplink that runs no LACP, is dropped.
+            let taken = crate::wire::lacp::is_slow_to_us(frame) && self.team.receive_slow(u, frame, now);
+            if !taken {
+                self.dropped(Ingress::Uplink(u), DropReason::SlowProtocol);
+            }
+            return;
+        }
+        // An LACP member outside the bundle (detached or waiting: another key, another switch, no
+        // partner) discards what it receives. One still attached whose partner went quiet
+        // keeps taking frames: a partner such as Open vSwitch goes on sending on it as long as
+        // our LACPDUs reach it, and dropping them would only black-hole its flows.
+        if self.team.lacp().member(u).is_some_and(|m| !m.attached()) && !self.team.uplink_usable(u) {
+            return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
+        }
         let key: FlowKey = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Uplink(u), DropReason::Malformed),
@@ -464,7 +554,8 @@ impl Switch {
         let Some(members) = self.domains.get(&vlan) else {
             return self.dropped(Ingress::Uplink(u), DropReason::UnknownVlan);
         };
-        if let Some(Location::Port(_)) = self.macs.lookup(vlan, key.src_mac, now) {
+        let ours = self.uplink_macs.contains(&Some(key.src_mac));
+        if ours || matches!(self.macs.lookup(vlan, key.src_mac, now), Some(Location::Port(_))) {
             return self.dropped(Ingress::Uplink(u), DropReason::Reflection);
         }
         let known = if key.dst_mac.is_multicast() {
@@ -479,16 +570,17 @@ impl Switch {
         let to = |q: PortId| Forward {
             to: Egress::Port(q),
             edit,
+            source: None,
         };
         match known {
             Some(Location::Port(q)) => out.push(to(q)),
             _ => out.extend(
                 members
                     .iter()
-                    .filter(|(q, g)| {
+                    .filter(|(q, _)| {
                         let guard = &self.guards[q];
                         let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(key.dst_mac));
-                        takes && self.team.group_receive_uplink(*g) == Some(u)
+                        takes && self.team.takes_flood(*q, u)
                     })
                     .map(|(q, _)| to(*q)),
             ),

@@ -34,6 +34,9 @@ fn switch(vms: SecurityPolicy, limits: MacLimits) -> Switch {
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
     for (name, vlan) in [("vms", 10), ("ids", 10), ("other", 20)] {
         t.add_group(PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: name.into(),
             policy: Policy::PORT_ID,
             order: FailoverOrder {

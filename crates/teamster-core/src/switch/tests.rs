@@ -31,6 +31,9 @@ pub(super) fn switch_with(config: SwitchConfig) -> Switch {
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
     for (name, vlan) in [("a", 10), ("b", 20)] {
         t.add_group(PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: name.into(),
             policy: Policy::PORT_ID,
             order: FailoverOrder {
@@ -433,6 +436,9 @@ fn port_groups_come_and_go_while_the_switch_runs() {
     let mut s = switch();
     let t = Instant::ZERO;
     let spec = PortGroupSpec {
+        mode: Default::default(),
+        tuning: Default::default(),
+        lacp: Default::default(),
         name: "c".into(),
         policy: Policy::PORT_ID,
         order: FailoverOrder {

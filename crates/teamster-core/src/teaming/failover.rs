@@ -48,12 +48,21 @@ impl Team {
         if self.uplinks[uplink.0].link == state {
             return Ok(());
         }
+        let was = self.is_up(uplink);
         self.uplinks[uplink.0].link = state;
-        match state {
-            LinkState::Down => self.fail_over(uplink, now),
-            LinkState::Up => self.fail_back(uplink, now),
-        }
+        self.usability_changed(uplink, was, now);
+        self.lacp.set_link(uplink, state == LinkState::Up, now);
+        self.apply_lacp(now);
         Ok(())
+    }
+
+    /// Fails over from, or back to, `uplink` if whether it can carry traffic changed from `was`.
+    pub(super) fn usability_changed(&mut self, uplink: UplinkId, was: bool, now: Instant) {
+        match (was, self.is_up(uplink)) {
+            (true, false) => self.fail_over(uplink, now),
+            (false, true) => self.fail_back(uplink, now),
+            _ => {}
+        }
     }
 
     /// Attaches ports that had no uplink, and with failback on returns ports home (or from a

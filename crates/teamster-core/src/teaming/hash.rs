@@ -18,6 +18,19 @@ pub fn source_mac_hash(mac: crate::wire::MacAddr) -> u32 {
     h
 }
 
+/// FNV-1a (32-bit) of the source then the destination MAC, folded like [`ip_hash`]: Address
+/// Hash's key for frames without IP addresses.
+pub fn mac_pair_hash(src: crate::wire::MacAddr, dst: crate::wire::MacAddr) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in src.0.into_iter().chain(dst.0) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h ^= h >> 16;
+    h ^= h >> 8;
+    h
+}
+
 /// The IP-hash key of a flow, or None if the frame carries no IP addresses.
 ///
 /// `a = fold(src) ^ fold(dst)`, where `fold` is the IPv4 address as a big-endian u32 or the XOR
@@ -28,7 +41,7 @@ pub fn source_mac_hash(mac: crate::wire::MacAddr) -> u32 {
 /// like L3 (they stay together; a flow that mixes fragments and whole packets may reorder).
 pub fn ip_hash(flow: &FlowKey, mode: IpHashMode) -> Option<u32> {
     let (src, dst) = (flow.src_ip?, flow.dst_ip?);
-    let mut a = fold(src) ^ fold(dst);
+    let mut a = ip_fold(src) ^ ip_fold(dst);
     if let (IpHashMode::L3L4, Some(sp), Some(dp)) = (mode, flow.src_port, flow.dst_port) {
         a ^= (u32::from(sp) << 16) | u32::from(dp);
     }
@@ -37,7 +50,9 @@ pub fn ip_hash(flow: &FlowKey, mode: IpHashMode) -> Option<u32> {
     Some(a)
 }
 
-fn fold(ip: IpAddr) -> u32 {
+/// An IP address folded to 32 bits: IPv4 as a big-endian u32, IPv6 as the XOR of its four
+/// big-endian words.
+pub(super) fn ip_fold(ip: IpAddr) -> u32 {
     match ip {
         IpAddr::V4(v4) => u32::from(v4),
         IpAddr::V6(v6) => v6
@@ -63,6 +78,12 @@ pub fn rendezvous_pick<I: IntoIterator<Item = (usize, u64)>>(key: u64, candidate
             )
         })
         .map(|(c, _)| c)
+}
+
+/// A well-spread 64-bit mix of `x` (SplitMix64's finaliser), for table indices from hashes
+/// whose low bits alone are weak.
+pub fn spread(x: u64) -> u64 {
+    mix(x)
 }
 
 /// An uplink's salt for [`rendezvous_pick`]: FNV-1a (64-bit) of its name, mixed (names that

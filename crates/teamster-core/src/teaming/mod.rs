@@ -16,8 +16,14 @@
 //! ([`policy`] states what a policy decides and what the team keeps), listed by name in the
 //! [`registry`]: originating port ID (`port-id`, [`port_id`]), source MAC hash (`source-mac`,
 //! [`source_mac`]), IP hash over addresses or addresses and ports (`ip-hash`, `ip-hash-l4`,
-//! [`ip_hash`](mod@ip_hash)), and Load-Based Teaming (`load-based`, [`load_based`], which starts
-//! from port-ID homes and then moves ports off saturated uplinks as [`lbt`] describes).
+//! [`ip_hash`](mod@ip_hash)), Load-Based Teaming (`load-based`, [`load_based`], which starts
+//! from port-ID homes and then moves ports off saturated uplinks as [`lbt`] describes), and
+//! Windows Server's three: Hyper-V Port (`hyperv-port`, [`hyperv_port`]), Address Hash
+//! (`address-hash`, [`address_hash`](mod@address_hash)) and Dynamic (`dynamic`, with its
+//! load-based variant `lbt-dynamic`, [`dynamic`], sending per [`flowlet`]).
+//!
+//! Modes. A group is switch independent, or switch dependent (a static or LACP bundle on the
+//! physical switch): [`mode`] says what changes on receive and which policies each allows.
 //!
 //! Notify switches. Each move of a port to a new uplink emits [`Effect::Transmit`] of one RARP
 //! frame from the port's MAC (tagged with the group's VLAN) on the new uplink, so physical
@@ -26,18 +32,27 @@
 //! Every decision here is a pure function of the configuration, the calls made and the `now`
 //! passed in: the team is deterministic.
 
+pub mod address_hash;
+mod bundle;
+mod census;
+pub mod dynamic;
 pub mod failover;
+pub mod flowlet;
 mod hash;
+pub mod hyperv_port;
 pub mod ip_hash;
+pub mod lacp;
 pub mod lbt;
 pub mod load_based;
 mod meter;
+pub mod mode;
 pub mod policy;
 pub mod port_id;
 pub mod registry;
 pub mod source_mac;
 mod state;
 mod team;
+pub mod tuning;
 mod uplink_changes;
 
 #[cfg(test)]
@@ -48,12 +63,19 @@ mod lbt_tests;
 mod policy_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod windows_tests;
 
-pub use hash::{ip_hash, rendezvous_pick, source_mac_hash, uplink_salt};
+pub use address_hash::{address_hash, HashFields};
+pub use hash::{ip_hash, mac_pair_hash, rendezvous_pick, source_mac_hash, uplink_salt};
 pub use lbt::{Damping, LbtConfig, LbtDecision};
 pub use meter::RateMeter;
-pub use policy::{Policy, PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy, UnknownPolicy};
+pub use mode::TeamMode;
+pub use policy::{
+    FlowletCounters, MemberShare, Policy, PolicyKnobs, PortView, Rates, Rehome, TeamView, TeamingPolicy, UnknownPolicy,
+};
 pub use team::{Team, TeamError};
+pub use tuning::PolicyTuning;
 
 use crate::units::Bandwidth;
 use crate::wire::MacAddr;
@@ -138,6 +160,12 @@ pub struct PortGroupSpec {
     pub notify_switches: bool,
     /// VLAN the group's frames carry on the uplinks, if any.
     pub vlan: Option<u16>,
+    /// How the physical switch sees the group's uplinks.
+    pub mode: TeamMode,
+    /// The policy's knobs (hash fields, flowlet gap, rebalance interval).
+    pub tuning: PolicyTuning,
+    /// LACP's settings, used when `mode` is `lacp`.
+    pub lacp: lacp::LacpSettings,
 }
 
 /// A port as configured.

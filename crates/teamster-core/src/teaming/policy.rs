@@ -26,6 +26,7 @@
 use super::lbt::LbtConfig;
 pub use super::state::Rates;
 use super::state::{PortState, UplinkState};
+use super::tuning::PolicyTuning;
 use super::{rendezvous_pick, FailoverOrder, GroupId, MoveReason, PortGroupSpec, PortId, PortSpec, UplinkId};
 use crate::wire::FlowKey;
 use crate::Instant;
@@ -74,6 +75,16 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
         team.first_live()
     }
 
+    /// True if the policy sends one port's frames on several members (per flow) while the port
+    /// receives on one: in a switch-independent group the switch then sends a frame on a member
+    /// other than the port's own with that member's MAC as its source, and the port's
+    /// broadcasts and multicasts on its own member (Windows Server's rule for Address Hash and
+    /// Dynamic), so no physical switch sees the port's MAC move between its ports. Default:
+    /// false (IP hash, meant for a static bundle, keeps the VM's MAC, as vSphere does).
+    fn rewrites_source(&self) -> bool {
+        false
+    }
+
     /// True if failover places this group's ports by load, where their resulting utilisation is
     /// lowest, rather than by the load-blind rendezvous hash (see [`super::failover`]).
     fn places_by_load(&self) -> bool {
@@ -103,6 +114,39 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
     fn uplink_removed(&mut self, removed: UplinkId) {
         let _ = removed;
     }
+
+    /// For a flowlet policy, each member's share of the group's sending at `now` (None: the
+    /// policy keeps no per-flow state).
+    fn member_shares(&self, team: &TeamView<'_>, now: Instant) -> Option<Vec<MemberShare>> {
+        let _ = (team, now);
+        None
+    }
+
+    /// For a flowlet policy, its counters.
+    fn flowlet_counters(&self) -> Option<FlowletCounters> {
+        None
+    }
+}
+
+/// Counters of a group's flowlet table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowletCounters {
+    /// Flowlets that started on another member than the previous one (after an idle gap).
+    pub flowlet_moves: u64,
+    /// Buckets moved at once because their member failed or left the group.
+    pub forced_moves: u64,
+    /// Targets moved by rebalancing.
+    pub retargets: u64,
+}
+
+/// One member's share of a group's buckets, for operators and the dashboard.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberShare {
+    pub uplink: UplinkId,
+    /// Buckets whose frames go there now and that sent within the last interval.
+    pub active_buckets: u32,
+    /// Their decayed load, in bits/s.
+    pub bps: f64,
 }
 
 /// A policy's decision to give a port of its group a new home (and move it there now).
@@ -132,16 +176,17 @@ impl Clone for Box<dyn TeamingPolicy> {
     }
 }
 
-/// The team-wide knobs a policy may be built with.
+/// The knobs a policy may be built with: the team's LBT knobs and its group's tuning.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub struct PolicyKnobs {
     pub lbt: LbtConfig,
+    pub tuning: PolicyTuning,
 }
 
 impl PolicyKnobs {
-    pub fn new(lbt: LbtConfig) -> Self {
-        PolicyKnobs { lbt }
+    pub fn new(lbt: LbtConfig, tuning: PolicyTuning) -> Self {
+        PolicyKnobs { lbt, tuning }
     }
 }
 

@@ -99,6 +99,9 @@ fn team() -> Team {
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
     let g = t
         .add_group(PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: "pg".into(),
             policy: Policy::new(&FLOWLETS),
             order: FailoverOrder {

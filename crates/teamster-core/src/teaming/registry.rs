@@ -10,6 +10,10 @@ pub(super) const POLICIES: &[Policy] = &[
     Policy::IP_HASH,
     Policy::IP_HASH_L4,
     Policy::LOAD_BASED,
+    Policy::HYPERV_PORT,
+    Policy::ADDRESS_HASH,
+    Policy::DYNAMIC,
+    Policy::LBT_DYNAMIC,
 ];
 
 /// Every policy's name, in the order of [`POLICIES`].
@@ -46,7 +50,17 @@ mod tests {
         }
         assert_eq!(
             Policy::names(),
-            ["port-id", "source-mac", "ip-hash", "ip-hash-l4", "load-based"]
+            [
+                "port-id",
+                "source-mac",
+                "ip-hash",
+                "ip-hash-l4",
+                "load-based",
+                "hyperv-port",
+                "address-hash",
+                "dynamic",
+                "lbt-dynamic"
+            ]
         );
     }
 

@@ -61,6 +61,9 @@ pub(super) struct UplinkState {
     pub(super) link: LinkState,
     /// Its rendezvous salt ([`super::uplink_salt`] of its name), kept: failover reads it per frame.
     pub(super) salt: u64,
+    /// False while LACP keeps it out of its bundle (not collecting and distributing, and not
+    /// the fallback member); always true for an uplink no LACP group lists.
+    pub(super) bundled: bool,
     meters: Meters,
 }
 
@@ -71,12 +74,14 @@ impl UplinkState {
             salt: super::uplink_salt(&spec.name),
             spec,
             link: LinkState::Up,
+            bundled: true,
             meters: Meters::new(meter),
         }
     }
 
+    /// True if it can carry traffic: its link is up and LACP (if it runs) lets it.
     pub(super) fn is_up(&self) -> bool {
-        self.link == LinkState::Up
+        self.link == LinkState::Up && self.bundled
     }
 
     /// Counts `bytes` carried in direction `dir` at `now`.

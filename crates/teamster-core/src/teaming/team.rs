@@ -1,8 +1,11 @@
 //! The team: uplinks, port groups and ports, each group with its policy instance. The model is
 //! described in the [parent module](super); failover and failback are in [`super::failover`].
 
+use super::census::Census;
+use super::lacp::Lacp;
 use super::lbt::{LbtConfig, LbtDecision};
 use super::meter::RateMeter;
+use super::policy::{FlowletCounters, MemberShare};
 use super::policy::{PolicyKnobs, PortView, Rehome, TeamView, TeamingPolicy};
 use super::state::{PortState, UplinkState};
 use super::{
@@ -49,6 +52,8 @@ pub(super) struct GroupState {
     per_flow: bool,
     /// When the policy's timer last re-homed a port.
     last_rehome: Option<Instant>,
+    /// Per-flow policies without flowlet buckets of their own: the flows sent, for operators.
+    census: Option<Census>,
 }
 
 /// A NIC team. See the [module documentation](super) for the model.
@@ -60,6 +65,11 @@ pub struct Team {
     index: HashMap<PortId, usize>,
     pub(super) lbt: LbtConfig,
     pub(super) effects: VecDeque<Effect>,
+    /// The LACP members of the groups whose mode is `lacp`.
+    pub(super) lacp: Lacp,
+    /// The groups changed since the LACP members were last made theirs (done at the next call
+    /// that knows the time).
+    pub(super) lacp_stale: bool,
 }
 
 impl Team {
@@ -98,6 +108,8 @@ impl Team {
             index: HashMap::new(),
             lbt,
             effects: VecDeque::new(),
+            lacp: Lacp::default(),
+            lacp_stale: false,
         })
     }
 
@@ -105,6 +117,7 @@ impl Team {
     pub fn add_group(&mut self, spec: PortGroupSpec) -> Result<GroupId, TeamError> {
         self.check_group(&spec)?;
         self.groups.push(GroupState::new(spec, &self.lbt));
+        self.lacp_changed();
         Ok(GroupId(self.groups.len() - 1))
     }
 
@@ -121,6 +134,7 @@ impl Team {
             });
         }
         let gone = self.groups.remove(g.0);
+        self.lacp_changed();
         for p in &mut self.ports {
             if p.spec.group.0 > g.0 {
                 p.spec.group = GroupId(p.spec.group.0 - 1);
@@ -129,7 +143,10 @@ impl Team {
         Ok(gone.spec)
     }
 
-    /// Rejects a group whose order is empty, names an unknown uplink or lists one twice.
+    /// Rejects a group whose order is empty, names an unknown uplink or lists one twice, whose
+    /// mode refuses its policy or its standby uplinks, or whose tuning is out of range. (That
+    /// groups sharing an uplink share its mode is a property of a whole configuration, checked
+    /// by [`crate::host::build`]: a change may pass through mixed states group by group.)
     fn check_group(&self, spec: &PortGroupSpec) -> Result<(), TeamError> {
         let err = |what: String| TeamError::Group {
             group: spec.name.clone(),
@@ -152,6 +169,19 @@ impl Team {
         }
         if let Some(v) = spec.vlan.filter(|v| !(1..=4094).contains(v)) {
             return Err(err(format!("VLAN {v} is out of range 1-4094")));
+        }
+        if let Some(why) = spec.mode.refuses(spec.policy) {
+            return Err(err(why));
+        }
+        if spec.mode.switch_dependent() && !spec.order.standby.is_empty() {
+            return Err(err(format!(
+                "a `{}` bundle has no standby uplinks: the physical switch sends on every member",
+                spec.mode
+            )));
+        }
+        spec.tuning.validate().map_err(err)?;
+        if spec.mode == super::TeamMode::Lacp {
+            spec.lacp.validate().map_err(err)?;
         }
         Ok(())
     }
@@ -243,9 +273,7 @@ impl Team {
         self.announce(port);
     }
 
-    /// Changes a group's policy, failover order and failback; its ports are re-homed by the
-    /// policy and move where needed (reason [`MoveReason::PolicyChange`]). The policy keeps its
-    /// state if it is unchanged, and starts afresh otherwise.
+    /// Changes a group's policy, failover order and failback; see [`Team::reconfigure`].
     pub fn reconfigure_group(
         &mut self,
         group: GroupId,
@@ -261,19 +289,36 @@ impl Team {
             failback,
             ..old.spec.clone()
         };
+        self.reconfigure(group, &spec, now)
+    }
+
+    /// Changes a group's policy, failover order, failback, switch notification, mode and
+    /// tuning to `new`'s (its name and VLAN stay); its ports are re-homed by the policy one by
+    /// one (each seeing the homes given before it) and move where needed (reason
+    /// [`MoveReason::PolicyChange`]). The policy keeps its state if it and its tuning are
+    /// unchanged, and starts afresh otherwise.
+    pub fn reconfigure(&mut self, group: GroupId, new: &PortGroupSpec, now: Instant) -> Result<(), TeamError> {
+        let old = self.groups.get(group.0).ok_or(TeamError::UnknownGroup(group.0))?;
+        let spec = PortGroupSpec {
+            name: old.spec.name.clone(),
+            vlan: old.spec.vlan,
+            ..new.clone()
+        };
         self.check_group(&spec)?;
-        if policy == old.spec.policy {
+        if spec.policy == old.spec.policy && spec.tuning == old.spec.tuning {
             self.groups[group.0].spec = spec;
         } else {
             self.groups[group.0] = GroupState::new(spec, &self.lbt);
         }
-        let view = self.view(group);
-        let homes: Vec<(usize, UplinkId)> = (0..self.ports.len())
+        self.lacp_changed();
+        let members: Vec<usize> = (0..self.ports.len())
             .filter(|&i| self.ports[i].spec.group == group)
-            .map(|i| (i, self.groups[group.0].policy.home(&view, &self.ports[i].spec)))
             .collect();
-        for (i, home) in homes {
+        for &i in &members {
+            let home = self.groups[group.0].policy.home(&self.view(group), &self.ports[i].spec);
             self.ports[i].home = home;
+        }
+        for i in members {
             let to = self.placement(i);
             self.move_port(i, to, MoveReason::PolicyChange, now);
         }
@@ -307,7 +352,11 @@ impl Team {
                     group: gid,
                     spec: &g.spec,
                 };
-                g.policy.select_frame(&view, &PortView { state: p }, flow, len, now)
+                let u = g.policy.select_frame(&view, &PortView { state: p }, flow, len, now);
+                if let (Some(c), Some(u)) = (g.census.as_mut(), u) {
+                    c.record(flow, u, len, now);
+                }
+                u
             }
             _ => p.current,
         }
@@ -325,12 +374,15 @@ impl Team {
 
     /// When [`Team::handle_timeout`] next has work: the earliest of the policies' timers.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.groups.iter().filter_map(|g| g.policy.poll_at()).min()
+        let stale = self.lacp_stale.then_some(Instant::ZERO);
+        let policies = self.groups.iter().filter_map(|g| g.policy.poll_at());
+        policies.chain(self.lacp.poll_at()).chain(stale).min()
     }
 
     /// Runs the policies' timers due at `now` (the Load-Based Teaming check), group by group in
     /// configuration order, each group seeing the moves made before it.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.run_lacp(now);
         for g in 0..self.groups.len() {
             if self.groups[g].policy.poll_at().is_none_or(|t| t > now) {
                 continue;
@@ -399,6 +451,7 @@ impl Team {
             return Err(TeamError::ZeroCapacity(s.spec.name.clone()));
         }
         s.spec.capacity = capacity;
+        self.lacp_changed();
         Ok(())
     }
 
@@ -409,6 +462,12 @@ impl Team {
 
     pub(super) fn is_up(&self, u: UplinkId) -> bool {
         self.uplinks[u.0].is_up()
+    }
+
+    /// True if uplink `u` can carry traffic: its link is up and, if it runs LACP, it is
+    /// collecting and distributing (or its group's fallback member).
+    pub fn uplink_usable(&self, u: UplinkId) -> bool {
+        self.uplinks.get(u.0).is_some_and(|s| s.is_up())
     }
 
     /// Mean send and receive utilisation of an uplink over the LBT window ending before `now`.
@@ -484,6 +543,40 @@ impl Team {
             .receive_uplink(&self.view(g), Some(&PortView { state: p }))
     }
 
+    /// True if `port`'s group is switch independent and its policy spreads a port's frames over
+    /// members with their own source MACs ([`TeamingPolicy::rewrites_source`]).
+    pub fn rewrites_source(&self, port: PortId) -> bool {
+        let Some(&i) = self.index.get(&port) else { return false };
+        let g = &self.groups[self.ports[i].spec.group.0];
+        !g.spec.mode.switch_dependent() && g.policy.rewrites_source()
+    }
+
+    /// True if a flooded frame (broadcast, multicast, unknown unicast) from uplink `u` goes to
+    /// `port`: in a switch-dependent group from any live member of its order (the switch sends
+    /// each frame into the bundle once), else from the port's receive uplink as its policy says.
+    pub fn takes_flood(&self, port: PortId, u: UplinkId) -> bool {
+        let Some(&i) = self.index.get(&port) else { return false };
+        let g = self.ports[i].spec.group;
+        let spec = &self.groups[g.0].spec;
+        if spec.mode.switch_dependent() {
+            self.uplinks.get(u.0).is_some_and(UplinkState::is_up) && spec.order.active.contains(&u)
+        } else {
+            self.port_receive_uplink(port) == Some(u)
+        }
+    }
+
+    /// For a group with a per-flow policy, each member's share of its sending at `now` (flowlet
+    /// buckets, or for the hash policies buckets of flows), and the flowlet counters (zero for
+    /// the hash policies, which move no flow).
+    pub fn flowlets(&self, g: GroupId, now: Instant) -> Option<(Vec<MemberShare>, FlowletCounters)> {
+        let group = self.groups.get(g.0)?;
+        let shares = match &group.census {
+            Some(c) => c.shares(now),
+            None => group.policy.member_shares(&self.view(g), now)?,
+        };
+        Some((shares, group.policy.flowlet_counters().unwrap_or_default()))
+    }
+
     /// How many port groups there are (their IDs are 0 to this, less one).
     pub fn group_count(&self) -> usize {
         self.groups.len()
@@ -515,14 +608,23 @@ pub(super) fn check_uplink<'a>(
 }
 
 impl GroupState {
+    /// Uplink `removed` left the team: the census forgets it.
+    pub(super) fn uplink_removed(&mut self, removed: UplinkId) {
+        if let Some(c) = self.census.as_mut() {
+            c.uplink_removed(removed);
+        }
+    }
+
     /// A group with a fresh instance of its policy.
     fn new(spec: PortGroupSpec, lbt: &LbtConfig) -> Self {
-        let policy = spec.policy.build(&PolicyKnobs::new(*lbt));
+        let policy = spec.policy.build(&PolicyKnobs::new(*lbt, spec.tuning));
+        let counted = policy.per_flow() && policy.flowlet_counters().is_none();
         GroupState {
             per_flow: policy.per_flow(),
             spec,
             policy,
             last_rehome: None,
+            census: counted.then(Census::new),
         }
     }
 }

@@ -23,6 +23,9 @@ pub(super) fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
 
 pub(super) fn group(policy: Policy, active: &[usize], standby: &[usize], failback: bool) -> PortGroupSpec {
     PortGroupSpec {
+        mode: Default::default(),
+        tuning: Default::default(),
+        lacp: Default::default(),
         name: "pg".into(),
         policy,
         order: FailoverOrder {

@@ -54,6 +54,7 @@ impl Team {
             return Err(in_use(format!("{} is on it", p.spec.id)));
         }
         let gone = self.uplinks.remove(u.0);
+        self.lacp.uplink_removed(u);
         let after = |x: UplinkId| if x > u { UplinkId(x.0 - 1) } else { x };
         for g in &mut self.groups {
             let order = &mut g.spec.order;
@@ -61,6 +62,7 @@ impl Team {
                 *x = after(*x);
             }
             g.policy.uplink_removed(u);
+            g.uplink_removed(u);
         }
         for p in &mut self.ports {
             p.home = after(p.home);
@@ -100,6 +102,9 @@ mod tests {
 
     fn group(name: &str, active: &[usize], standby: &[usize]) -> PortGroupSpec {
         PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: name.into(),
             policy: Policy::PORT_ID,
             order: FailoverOrder {

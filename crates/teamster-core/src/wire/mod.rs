@@ -12,6 +12,7 @@
 
 mod ecn;
 mod frames;
+pub mod lacp;
 mod parse;
 
 pub use ecn::mark_congestion;

@@ -184,6 +184,7 @@ impl Datapath {
                 );
                 self.uplinks[u].backend = Some(backend);
                 self.uplinks[u].mtu = mtu;
+                self.switch.set_uplink_mac(UplinkId(u), iface::mac(&interface).ok());
                 self.uplinks[u].attach_error = None;
                 self.pollfds_stale = true;
                 self.event(now, "attach", what);

@@ -148,7 +148,9 @@ impl Datapath {
         for (g, (new, _)) in groups.iter().enumerate() {
             let team = self.switch.team_mut();
             if team.group(GroupId(g)).is_some_and(|old| old != new) {
-                let _ = team.reconfigure_group(GroupId(g), new.policy, new.order.clone(), new.failback, now);
+                if let Err(e) = team.reconfigure(GroupId(g), new, now) {
+                    self.event(now, "config", format!("port group {}: not changed: {e}", new.name));
+                }
             }
         }
         true

@@ -6,7 +6,8 @@
 //! applies, a one-second row is recorded. A packet is its flow's headers (see [`super::frames`])
 //! handed to [`Switch::ingress_elided`] at its length, so MAC learning, VLAN tagging, port
 //! security and loop prevention decide as live, and the team picks the uplink and meters the
-//! packet as it is offered; it then goes into that uplink's queueing discipline: NetIOC
+//! packet as it is offered (the team's timers run first when due); it then goes into that
+//! uplink's queueing discipline: NetIOC
 //! ([`Ioc`]: a queue per port, `queue_packets` deep) or a FIFO (`fifo_packets` deep, for
 //! comparison). A full queue drops the packet, except a greedy source's: that source holds it and
 //! waits, as a sender blocked on a full socket buffer, until a frame leaves the uplink, then
@@ -106,8 +107,19 @@ impl HostPlan {
 struct Pkt {
     port: u32,
     stream: u32,
+    /// Its place in its stream, from 0.
+    seq: u64,
     bytes: u32,
     born: f64,
+}
+
+/// What the engine tracks of one stream's order: the next sequence number, the highest one
+/// that has reached the remote host, and the uplink its last packet took.
+#[derive(Debug, Clone, Copy, Default)]
+struct StreamOrder {
+    next: u64,
+    highest: Option<u64>,
+    uplink: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -197,6 +209,8 @@ struct Sim<'a> {
     streams: Vec<Vec<Stream>>,
     /// Per port, per stream: the headers of its flow to the remote host.
     flows: Vec<Vec<Vec<u8>>>,
+    /// Per port, per stream: its order (sequence numbers, uplink).
+    order: Vec<Vec<StreamOrder>>,
     // Per-second counters.
     offered: Vec<f64>,
     delivered: Vec<f64>,
@@ -257,13 +271,18 @@ impl<'a> Sim<'a> {
                     .collect(),
             );
         }
-        let switch = Switch::with_config(
+        let mut switch = Switch::with_config(
             team,
             SwitchConfig {
                 security: plan.security.clone(),
                 ..SwitchConfig::default()
             },
         );
+        // Each uplink's own MAC, as the live data plane reads it from the interface (what a
+        // spreading policy sends from on another member than a port's own).
+        for u in 0..plan.uplinks.len() {
+            switch.set_uplink_mac(UplinkId(u), Some(MacAddr([0x02, 0xfe, 0, 0, 0, u as u8 + 1])));
+        }
         let np = plan.ports.len();
         let leaves: Vec<NodeId> = plan.ports.iter().map(|p| p.leaf).collect();
         let capacities = plan.uplinks.iter().map(|u| u.capacity).collect();
@@ -316,7 +335,17 @@ impl<'a> Sim<'a> {
                 rejections: Vec::new(),
                 packets: 0,
                 port_uplinks: Vec::new(),
+                reordered: vec![0; np],
+                member_changes: vec![0; np],
             },
+            order: plan
+                .ports
+                .iter()
+                .map(|p| match p.source {
+                    SourceSpec::TcpStream { streams, .. } => vec![StreamOrder::default(); streams as usize],
+                    _ => vec![StreamOrder::default()],
+                })
+                .collect(),
         };
         sim.announce_remote(Instant::ZERO);
         for (i, p) in plan.ports.iter().enumerate() {
@@ -465,8 +494,13 @@ impl Sim<'_> {
     /// the switch sends it to no uplink.
     fn route(&mut self, i: usize, stream: u32, bytes: u32, t: f64) -> Option<(usize, Pkt)> {
         self.offered[i] += f64::from(bytes) * 8.0;
-        let p = &self.plan.ports[i];
         let now = Instant::from_nanos(t as u64);
+        // The team's timers (flowlet rebalancing, LBT checks) run when due, as the live data
+        // plane runs them between frames, not only at the one-second rows.
+        if self.switch.poll_at() <= now {
+            self.switch.handle_timeout(now);
+        }
+        let p = &self.plan.ports[i];
         // Through the switch, as the live path: it learns, checks, tags and picks the uplink, and
         // meters the packet at its length; copies it floods to local ports go nowhere here.
         let headers = &self.flows[i][stream as usize % self.flows[i].len()];
@@ -478,12 +512,21 @@ impl Sim<'_> {
             Egress::Uplink(u) => Some(u.0),
             Egress::Port(_) => None,
         })?;
+        let streams = &mut self.order[i];
+        let k = stream as usize % streams.len();
+        let o = &mut streams[k];
+        if o.uplink.is_some_and(|last| last != u) {
+            self.out.member_changes[i] += 1;
+        }
+        o.uplink = Some(u);
         let pkt = Pkt {
             port: i as u32,
             stream,
+            seq: o.next,
             bytes,
             born: t,
         };
+        o.next += 1;
         Some((u, pkt))
     }
 
@@ -574,6 +617,15 @@ impl Sim<'_> {
         self.delivered[i] += bits;
         self.uplink_bits[u] += bits;
         self.out.packets += 1;
+        // Both uplinks reach the remote host with the same delay: the order packets leave in
+        // is the order they arrive in.
+        let streams = &mut self.order[i];
+        let k = pkt.stream as usize % streams.len();
+        let o = &mut streams[k];
+        match o.highest {
+            Some(h) if pkt.seq < h => self.out.reordered[i] += 1,
+            _ => o.highest = Some(pkt.seq),
+        }
         // The switch metered it when it was offered; the uplink counts it as it leaves.
         self.switch
             .count_sent(Egress::Uplink(UplinkId(u)), 1, u64::from(pkt.bytes));

@@ -7,4 +7,6 @@ pub mod scenario;
 pub mod source;
 
 #[cfg(test)]
+mod flowlet_tests;
+#[cfg(test)]
 mod tests;

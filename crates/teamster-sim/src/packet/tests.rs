@@ -57,6 +57,9 @@ fn host(vm_reservation: f64, sources: Vec<(SourceSpec, f64)>, duration_s: f64) -
             rate_bps: 9.4e9,
         }],
         groups: vec![PortGroupSpec {
+            mode: Default::default(),
+            tuning: Default::default(),
+            lacp: Default::default(),
             name: "vms".into(),
             policy: Policy::PORT_ID,
             order: FailoverOrder {

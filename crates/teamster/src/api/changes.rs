@@ -106,11 +106,59 @@ fn policy_schema() -> Schema {
         .into()
 }
 
+/// The team modes by name.
+fn mode_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(teamster_core::teaming::TeamMode::ALL.map(|m| m.name())))
+        .into()
+}
+
+/// Address Hash's field sets by name.
+fn hash_fields_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(teamster_core::teaming::HashFields::ALL.map(|h| h.name())))
+        .into()
+}
+
+/// The `[port_groups.lacp]` table.
+fn lacp_schema() -> Schema {
+    let names = |v: &[&str]| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(v.iter().copied()))
+    };
+    let number = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .maximum(Some(65535))
+    };
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("activity", names(&["active", "passive"]))
+        .property("rate", names(&["fast", "slow"]))
+        .property("key", number())
+        .property("system_priority", number())
+        .property("port_priority", number())
+        .property(
+            "system_mac",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$")),
+        )
+        .property("fallback", names(&["active-backup", "down"]))
+        .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)))
+        .into()
+}
+
 /// A port group's teaming; fields left out keep their value.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupChange {
-    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    /// port-id, source-mac, ip-hash, ip-hash-l4, load-based, hyperv-port, address-hash, dynamic
+    /// or lbt-dynamic.
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = policy_schema, required = false)]
     pub policy: Option<Policy>,
@@ -126,6 +174,81 @@ pub struct GroupChange {
     #[serde(default, deserialize_with = "some")]
     #[schema(nullable = false, required = false)]
     pub failback: Option<bool>,
+    /// switch-independent (default), static or lacp.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = mode_schema, required = false)]
+    pub mode: Option<teamster_core::teaming::TeamMode>,
+    /// What address-hash and the flowlet policies hash: transport-ports (default),
+    /// ip-addresses or mac-addresses.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = hash_fields_schema, required = false)]
+    pub hash_fields: Option<teamster_core::teaming::HashFields>,
+    /// dynamic, lbt-dynamic: idle gap in µs after which a flow may change member (1 to
+    /// 60,000,000; default 10,000).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(nullable = false, required = false, minimum = 1, maximum = 60_000_000)]
+    pub flowlet_gap_us: Option<u64>,
+    /// dynamic, lbt-dynamic: rebalancing interval in ms (1 to 60,000; default 1,000).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(nullable = false, required = false, minimum = 1, maximum = 60_000)]
+    pub rebalance_ms: Option<u64>,
+    /// mode lacp: activity, rate, key, system_priority, port_priority, system_mac, fallback
+    /// (each optional; the table replaces the group's).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = lacp_schema, required = false)]
+    pub lacp: Option<teamster_core::host::LacpEntry>,
+}
+
+/// A port group's mode and policy knobs, as a change or an addition gives them; fields left
+/// out keep their value (or take the default in an addition).
+#[derive(Debug, Clone, Default)]
+struct TeamingChange {
+    lacp: Option<teamster_core::host::LacpEntry>,
+    mode: Option<teamster_core::teaming::TeamMode>,
+    hash_fields: Option<teamster_core::teaming::HashFields>,
+    flowlet_gap_us: Option<u64>,
+    rebalance_ms: Option<u64>,
+}
+
+macro_rules! teaming_of {
+    ($c:expr) => {
+        TeamingChange {
+            lacp: $c.lacp.clone(),
+            mode: $c.mode,
+            hash_fields: $c.hash_fields,
+            flowlet_gap_us: $c.flowlet_gap_us,
+            rebalance_ms: $c.rebalance_ms,
+        }
+    };
+}
+
+impl TeamingChange {
+    fn is_empty(&self) -> bool {
+        self.lacp.is_none()
+            && self.mode.is_none()
+            && self.hash_fields.is_none()
+            && self.flowlet_gap_us.is_none()
+            && self.rebalance_ms.is_none()
+    }
+
+    /// Writes the given fields into `g`.
+    fn apply(&self, g: &mut teamster_core::host::GroupEntry) {
+        if let Some(m) = self.mode {
+            g.mode = m;
+        }
+        if let Some(l) = &self.lacp {
+            g.lacp = Some(l.clone());
+        }
+        if let Some(h) = self.hash_fields {
+            g.hash_fields = h;
+        }
+        if let Some(us) = self.flowlet_gap_us {
+            g.flowlet_gap_us = Some(us);
+        }
+        if let Some(ms) = self.rebalance_ms {
+            g.rebalance_ms = Some(ms);
+        }
+    }
 }
 
 /// A port to add to the running switch (as a `[[ports]]` entry of `switch.toml`).
@@ -174,7 +297,8 @@ pub struct PortAdd {
 pub struct GroupAdd {
     /// Unique among port groups: 1-64 characters, no `/`.
     pub name: String,
-    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    /// port-id, source-mac, ip-hash, ip-hash-l4, load-based, hyperv-port, address-hash, dynamic
+    /// or lbt-dynamic.
     #[schema(schema_with = policy_schema)]
     pub policy: Policy,
     /// Active uplinks, by name, in failover order (at least one).
@@ -195,6 +319,29 @@ pub struct GroupAdd {
     #[serde(default, deserialize_with = "vlan_number")]
     #[schema(nullable = false, required = false, minimum = 1, maximum = 4094)]
     pub vlan: Option<u16>,
+    /// switch-independent (default), static or lacp.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = mode_schema, required = false)]
+    pub mode: Option<teamster_core::teaming::TeamMode>,
+    /// What address-hash and the flowlet policies hash: transport-ports (default),
+    /// ip-addresses or mac-addresses.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = hash_fields_schema, required = false)]
+    pub hash_fields: Option<teamster_core::teaming::HashFields>,
+    /// dynamic, lbt-dynamic: idle gap in µs after which a flow may change member (1 to
+    /// 60,000,000; default 10,000).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(nullable = false, required = false, minimum = 1, maximum = 60_000_000)]
+    pub flowlet_gap_us: Option<u64>,
+    /// dynamic, lbt-dynamic: rebalancing interval in ms (1 to 60,000; default 1,000).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(nullable = false, required = false, minimum = 1, maximum = 60_000)]
+    pub rebalance_ms: Option<u64>,
+    /// mode lacp: activity, rate, key, system_priority, port_priority, system_mac, fallback
+    /// (each optional; the table replaces the group's).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = lacp_schema, required = false)]
+    pub lacp: Option<teamster_core::host::LacpEntry>,
 }
 
 fn yes() -> bool {
@@ -211,6 +358,17 @@ fn vlan_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error>
         )));
     }
     Ok(Some(v as u16))
+}
+
+/// A count given as a JSON number without a fraction (`441` or `441.0`), 0 to 2^53.
+fn whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.fract() != 0.0 || !(0.0..=9_007_199_254_740_992.0).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "{v} is not a whole number from 0 to 2^53"
+        )));
+    }
+    Ok(Some(v as u64))
 }
 
 /// Why a change was refused before it was checked against the host.
@@ -272,9 +430,15 @@ pub fn change_port(f: &SwitchFile, name: &str, c: &PortChange) -> Result<SwitchF
 
 /// The configuration with port group `name`'s teaming changed.
 pub fn change_group(f: &SwitchFile, name: &str, c: &GroupChange) -> Result<SwitchFile, ChangeError> {
-    if c.policy.is_none() && c.active.is_none() && c.standby.is_none() && c.failback.is_none() {
+    if c.policy.is_none()
+        && c.active.is_none()
+        && c.standby.is_none()
+        && c.failback.is_none()
+        && teaming_of!(c).is_empty()
+    {
         return Err(ChangeError::Invalid(
-            "nothing to change: give policy, active, standby or failback".into(),
+            "nothing to change: give policy, mode, active, standby, failback, hash_fields, flowlet_gap_us, rebalance_ms or lacp"
+                .into(),
         ));
     }
     let mut new = f.clone();
@@ -291,6 +455,7 @@ pub fn change_group(f: &SwitchFile, name: &str, c: &GroupChange) -> Result<Switc
     if let Some(b) = c.failback {
         group.failback = b;
     }
+    teaming_of!(c).apply(group);
     Ok(new)
 }
 
@@ -352,7 +517,13 @@ pub fn add_group(f: &SwitchFile, g: &GroupAdd) -> Result<SwitchFile, ChangeError
         notify_switches: g.notify_switches,
         vlan: g.vlan,
         security: Default::default(),
+        mode: Default::default(),
+        hash_fields: Default::default(),
+        flowlet_gap_us: None,
+        rebalance_ms: None,
+        lacp: None,
     });
+    teaming_of!(g).apply(new.port_groups.last_mut().expect("just pushed"));
     Ok(new)
 }
 
@@ -442,6 +613,61 @@ mod tests {
             r#"{"name": "x", "interface": "v", "group": "vms", "mac": "m", "shares": 0}"#,
         ] {
             assert!(serde_json::from_str::<PortAdd>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A team's mode and knobs change through `PATCH` as at start: applied, saved, and refused
+    /// by the same checks (naming the key) when the result is wrong.
+    #[test]
+    fn a_group_change_sets_mode_and_knobs_under_the_start_checks() {
+        struct Fake;
+        impl crate::live::config::Interfaces for Fake {
+            fn exists(&self, _: &str) -> bool {
+                true
+            }
+            fn speed_mbps(&self, _: &str) -> Option<u64> {
+                Some(10_000)
+            }
+        }
+        let f = parse_file(FILE).unwrap();
+        let change = |json: &str| {
+            let de = &mut serde_json::Deserializer::from_str(json);
+            let c: GroupChange = serde_path_to_error::deserialize(de).map_err(|e| e.to_string())?;
+            let new = change_group(&f, "vms", &c).map_err(|e| format!("{e:?}"))?;
+            crate::live::config::check(&new, &Fake).map(|_| new)
+        };
+        let new = change(
+            r#"{"policy": "dynamic", "mode": "lacp", "flowlet_gap_us": 2500.0, "lacp": {"rate": "slow", "key": 7}}"#,
+        )
+        .unwrap();
+        let g = &new.port_groups[0];
+        assert_eq!(
+            (g.policy, g.mode),
+            (Policy::DYNAMIC, teamster_core::teaming::TeamMode::Lacp)
+        );
+        assert_eq!(g.flowlet_gap_us, Some(2500));
+        let saved = crate::live::config::render(&new);
+        assert!(
+            saved.contains("mode = \"lacp\"") && saved.contains("key = 7"),
+            "{saved}"
+        );
+        for (json, says) in [
+            (r#"{"mode": "lacp", "policy": "load-based"}"#, "port_groups[0].policy"),
+            (r#"{"flowlet_gap_us": 0}"#, "port_groups[0].flowlet_gap_us"),
+            (
+                r#"{"mode": "lacp", "lacp": {"key": 70000}}"#,
+                "port_groups[0].lacp.key: 70000 is out of range",
+            ),
+            (
+                r#"{"lacp": {"rate": "fast"}}"#,
+                "port_groups[0].lacp: LACP settings need",
+            ),
+            (r#"{"mode": "lacp", "lacp": {"colour": 1}}"#, "unknown field `colour`"),
+            (r#"{"hash_fields": "ports"}"#, "hash_fields"),
+            (r#"{"rebalance_ms": 1.5}"#, "rebalance_ms"),
+        ] {
+            let e = change(json).unwrap_err();
+            assert!(e.contains(says), "{json}: `{says}` not in {e}");
         }
     }
 

@@ -6,7 +6,7 @@ use super::uplink_changes::{UplinkAdd, UplinkChange};
 use super::ErrorBody;
 use crate::live::config::{AdminState, BackendSetting, PortOrigin};
 use crate::live::snapshot::{
-    CountersView, EventView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
+    CountersView, EventView, FlowletShareView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
 };
 use axum::Json;
 use utoipa::OpenApi;
@@ -32,6 +32,7 @@ use utoipa::OpenApi;
         routes::post_group,
         routes::delete_group,
         routes::lbt,
+        routes::lacp,
         routes::netioc,
         routes::events,
         super::history::history,
@@ -41,6 +42,10 @@ use utoipa::OpenApi;
         UplinkView,
         PortView,
         GroupView,
+        FlowletShareView,
+        crate::live::lacp_view::LacpMemberView,
+        crate::live::lacp_view::LacpSideView,
+        crate::live::lacp_view::LacpCountersView,
         LbtView,
         MoveView,
         NodeView,

@@ -34,6 +34,7 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
                 .delete(routes::delete_group),
         )
         .route("/api/v1/lbt", get(routes::lbt))
+        .route("/api/v1/lacp", get(routes::lacp))
         .route("/api/v1/netioc", get(routes::netioc))
         .route("/api/v1/events", get(routes::events))
         .route("/api/v1/history", get(super::history::history))

@@ -29,7 +29,8 @@ pub(super) enum GroupAction {
 #[derive(clap::Args)]
 pub(super) struct GroupAddArgs {
     name: String,
-    /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+    /// port-id, source-mac, ip-hash, ip-hash-l4, load-based, hyperv-port, address-hash, dynamic
+    /// or lbt-dynamic.
     #[arg(long)]
     policy: String,
     /// Active uplinks in order, comma-separated.
@@ -47,6 +48,44 @@ pub(super) struct GroupAddArgs {
     /// Send RARPs for moved ports (default true).
     #[arg(long)]
     notify_switches: Option<bool>,
+    #[command(flatten)]
+    teaming: TeamingArgs,
+}
+
+/// A group's mode and policy knobs, as `group` and `group add` take them.
+#[derive(clap::Args, Default)]
+pub(super) struct TeamingArgs {
+    /// switch-independent (default), static or lacp.
+    #[arg(long)]
+    mode: Option<String>,
+    /// What address-hash and the flowlet policies hash: transport-ports (default),
+    /// ip-addresses or mac-addresses.
+    #[arg(long)]
+    hash_fields: Option<String>,
+    /// dynamic, lbt-dynamic: idle gap in µs after which a flow may change member.
+    #[arg(long)]
+    flowlet_gap_us: Option<u64>,
+    /// dynamic, lbt-dynamic: rebalancing interval in ms.
+    #[arg(long)]
+    rebalance_ms: Option<u64>,
+}
+
+impl TeamingArgs {
+    /// Puts the knobs given into a change or addition body.
+    pub(super) fn insert_into(&self, body: &mut serde_json::Map<String, Value>) {
+        if let Some(m) = &self.mode {
+            body.insert("mode".into(), json!(m));
+        }
+        if let Some(h) = &self.hash_fields {
+            body.insert("hash_fields".into(), json!(h));
+        }
+        if let Some(g) = self.flowlet_gap_us {
+            body.insert("flowlet_gap_us".into(), json!(g));
+        }
+        if let Some(r) = self.rebalance_ms {
+            body.insert("rebalance_ms".into(), json!(r));
+        }
+    }
 }
 
 /// The request a `group add` or `group del` makes.
@@ -62,6 +101,9 @@ pub(super) fn group_action(action: &GroupAction) -> (&'static str, String, Optio
             }
             if let Some(n) = a.notify_switches {
                 body["notify_switches"] = json!(n);
+            }
+            if let Some(map) = body.as_object_mut() {
+                a.teaming.insert_into(map);
             }
             ("POST", "/api/v1/port-groups".into(), Some(body))
         }

@@ -92,7 +92,8 @@ enum CtlCommand {
         action: Option<GroupAction>,
         #[arg(required = true)]
         name: Option<String>,
-        /// port-id, source-mac, ip-hash, ip-hash-l4 or load-based.
+        /// port-id, source-mac, ip-hash, ip-hash-l4, load-based, hyperv-port, address-hash,
+        /// dynamic or lbt-dynamic.
         #[arg(long)]
         policy: Option<String>,
         /// Active uplinks in order, comma-separated.
@@ -104,9 +105,14 @@ enum CtlCommand {
         /// Return ports to their home uplink when it recovers.
         #[arg(long)]
         failback: Option<bool>,
+        #[command(flatten)]
+        teaming: actions::TeamingArgs,
     },
     /// Load-Based Teaming: utilisation per uplink, port map and the history of moves.
     Lbt,
+    /// LACP, as `ovs-appctl lacp/show` shows a bond: actor and partner system, key, port
+    /// state bits and counters, per member.
+    Lacp,
     /// The NetIOC tree with live allocations.
     Netioc,
     /// The event log.
@@ -406,6 +412,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 active,
                 standby,
                 failback,
+                teaming,
             } => {
                 let name = name.as_deref().unwrap_or_default();
                 let mut change = serde_json::Map::new();
@@ -422,6 +429,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 if let Some(f) = failback {
                     change.insert("failback".into(), json!(f));
                 }
+                teaming.insert_into(&mut change);
                 if change.is_empty() {
                     ("GET", format!("/api/v1/port-groups/{}", segment(name)), None)
                 } else {
@@ -436,6 +444,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
             CtlCommand::Lbt if args.json => ("GET", "/api/v1/lbt".into(), None),
             CtlCommand::Lbt => ("GET", "/api/v1/status".into(), None),
             CtlCommand::Netioc => ("GET", "/api/v1/netioc".into(), None),
+            CtlCommand::Lacp => ("GET", "/api/v1/lacp".into(), None),
             CtlCommand::Events { since } => (
                 "GET",
                 since.map_or("/api/v1/events".into(), |s| format!("/api/v1/events?since={s}")),
@@ -468,6 +477,8 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 CtlCommand::Group { .. } => parse::<GroupView>(b).map(|v| group_rows(&[v])),
                 CtlCommand::Lbt => parse::<Snapshot>(b).map(|s| lbt_text(&s.lbt, &s)),
                 CtlCommand::Netioc => parse::<Vec<NodeView>>(b).map(|v| netioc_rows(&v)),
+                CtlCommand::Lacp => parse::<Vec<crate::live::lacp_view::LacpMemberView>>(b)
+                    .map(|v| crate::live::lacp_view::lacp_text(&v)),
                 CtlCommand::Events { .. } => parse::<Vec<EventView>>(b).map(|v| event_rows(&v)),
                 CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
                 CtlCommand::Watch { .. } => Ok(String::new()),

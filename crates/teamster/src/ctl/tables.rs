@@ -128,14 +128,28 @@ pub(super) fn group_rows(gs: &[GroupView]) -> String {
     let rows = gs
         .iter()
         .map(|g| {
+            let receives = if g.mode == "switch-independent" || g.mode.is_empty() {
+                g.receive_uplink.clone().unwrap_or_else(|| "none".into())
+            } else {
+                "every member".into()
+            };
+            let flowlets = g
+                .flowlets
+                .iter()
+                .map(|f| format!("{} {} ({})", f.uplink, f.buckets, rate(f.bps)))
+                .collect::<Vec<_>>()
+                .join(", ");
             vec![
                 g.name.clone(),
                 g.policy.clone(),
+                g.mode.clone(),
                 g.active.join(","),
                 g.standby.join(","),
                 g.failback.to_string(),
                 g.vlan.map_or("-".into(), |v| v.to_string()),
-                g.receive_uplink.clone().unwrap_or_else(|| "none".into()),
+                receives,
+                g.vmq_queues.map_or("-".into(), |q| q.to_string()),
+                if flowlets.is_empty() { "-".into() } else { flowlets },
             ]
         })
         .collect();
@@ -143,11 +157,14 @@ pub(super) fn group_rows(gs: &[GroupView]) -> String {
         &[
             "GROUP",
             "POLICY",
+            "MODE",
             "ACTIVE",
             "STANDBY",
             "FAILBACK",
             "VLAN",
             "RECEIVES ON",
+            "VMQS",
+            "FLOWLETS PER MEMBER",
         ],
         rows,
     )

@@ -252,6 +252,11 @@ pub trait Interfaces {
     fn exists(&self, name: &str) -> bool;
     /// The link speed the interface reports, in Mbit/s.
     fn speed_mbps(&self, name: &str) -> Option<u64>;
+    /// The interface's MAC address (an LACP group's system ID when its file gives none).
+    fn mac(&self, name: &str) -> Option<teamster_core::wire::MacAddr> {
+        let _ = name;
+        None
+    }
 }
 
 /// The system's interfaces, from sysfs.
@@ -265,6 +270,34 @@ impl Interfaces for Sysfs {
         let s = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("speed")).ok()?;
         s.trim().parse::<i64>().ok().filter(|v| *v > 0).map(|v| v as u64)
     }
+    fn mac(&self, name: &str) -> Option<teamster_core::wire::MacAddr> {
+        teamster_dp::iface::check_name(name).ok()?;
+        let s = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("address")).ok()?;
+        s.trim().parse().ok()
+    }
+}
+
+/// The groups of `f` with each LACP group's system ID filled in, where the file gives none, with
+/// the MAC of its first active uplink's interface (so two hosts with the same file never share
+/// an ID a physical switch would bundle across them). Only for building: the file keeps its
+/// text. An interface absent at start leaves the placeholder ID (see
+/// [`host::placeholder_system`]) for the run.
+fn with_lacp_systems(f: &SwitchFile, ifs: &dyn Interfaces) -> Vec<GroupEntry> {
+    let mut groups = f.port_groups.clone();
+    for g in groups
+        .iter_mut()
+        .filter(|g| g.mode == teamster_core::teaming::TeamMode::Lacp)
+    {
+        let entry = g.lacp.get_or_insert_with(Default::default);
+        if entry.system_mac.is_some() {
+            continue;
+        }
+        let first = g.active.first().and_then(|a| f.uplinks.iter().find(|u| u.name == *a));
+        if let Some(mac) = first.and_then(|u| ifs.mac(&u.interface)) {
+            entry.system_mac = Some(mac.to_string());
+        }
+    }
+    groups
 }
 
 /// Reads and checks a switch file.
@@ -381,6 +414,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             false,
         )?;
     }
+    let groups = with_lacp_systems(f, ifs);
     let built = host::build(
         HostSpec {
             lbt: &f.lbt,
@@ -394,7 +428,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
                     capacity: *capacity,
                 })
                 .collect(),
-            port_groups: &f.port_groups,
+            port_groups: &groups,
             traffic_classes: &f.traffic_classes,
             pools: &f.pools,
             ports: &f.ports,

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod daemon;
 mod glob;
+pub mod lacp_view;
 pub mod persist;
 pub mod port_rules;
 pub mod safe_file;

@@ -28,6 +28,9 @@ pub struct Snapshot {
     pub events: Vec<EventView>,
     /// Times an uplink in use went out of use (carrier lost or set administratively down).
     pub failovers: u64,
+    /// The LACP members of the port groups whose mode is `lacp`.
+    #[serde(default)]
+    pub lacp: Vec<super::lacp_view::LacpMemberView>,
 }
 
 /// Packets, bytes and drops (by reason) seen by the switch on one port or uplink.
@@ -127,8 +130,42 @@ pub struct GroupView {
     pub standby: Vec<String>,
     pub failback: bool,
     pub vlan: Option<u16>,
-    /// The uplink that receives the group's broadcast and multicast.
+    /// The uplink that receives the group's broadcast and multicast (switch independent; in a
+    /// static or LACP bundle every live member does).
     pub receive_uplink: Option<String>,
+    /// switch-independent, static or lacp.
+    #[serde(default)]
+    pub mode: String,
+    /// What address-hash and the flowlet policies hash.
+    #[serde(default)]
+    pub hash_fields: String,
+    /// The flowlet gap in µs (dynamic, lbt-dynamic).
+    #[serde(default)]
+    pub flowlet_gap_us: u64,
+    /// The flowlet rebalancing interval in ms (dynamic, lbt-dynamic).
+    #[serde(default)]
+    pub rebalance_ms: u64,
+    /// Receive queues (VMQs) the team offers the group: the sum of its active members' where
+    /// each VM receives on one known member, else the smallest (None if a member's count is
+    /// unknown).
+    #[serde(default)]
+    pub vmq_queues: Option<u32>,
+    /// Flowlet policies: per member, the flowlet buckets that sent within the last interval
+    /// and their load.
+    #[serde(default)]
+    pub flowlets: Vec<FlowletShareView>,
+    /// Flowlet policies: flowlets that started on another member than their last one.
+    #[serde(default)]
+    pub flowlet_moves: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct FlowletShareView {
+    pub uplink: String,
+    /// Flowlet buckets (each one or more flows) sending on it.
+    pub buckets: u32,
+    /// Their recent send rate, decayed, in bits/s.
+    pub bps: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]

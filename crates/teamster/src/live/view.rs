@@ -3,7 +3,7 @@
 
 use super::config::SwitchFile;
 use super::snapshot::{
-    CountersView, EventView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
+    CountersView, EventView, FlowletShareView, GroupView, LbtView, MoveView, NodeView, PortView, Snapshot, UplinkView,
 };
 use std::collections::HashSet;
 use teamster_core::ioc::{allocate, NodeId};
@@ -57,7 +57,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 backend: u.backend.clone(),
                 link: up_down(u.carrier),
                 admin: up_down(u.plan.admin_up),
-                in_use: team.link_state(UplinkId(i)) == Some(LinkState::Up),
+                in_use: team.uplink_usable(UplinkId(i)),
                 capacity_bps: u.plan.capacity.bps(),
                 tx_utilisation: util.tx,
                 rx_utilisation: util.rx,
@@ -105,17 +105,51 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         .port_groups
         .iter()
         .enumerate()
-        .map(|(g, gf)| GroupView {
-            name: gf.name.clone(),
-            policy: serde_json::to_value(gf.policy)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            active: gf.active.clone(),
-            standby: gf.standby.clone(),
-            failback: gf.failback,
-            vlan: gf.vlan,
-            receive_uplink: team.group_receive_uplink(GroupId(g)).map(uplink_name),
+        .map(|(g, gf)| {
+            let spec = team.group(GroupId(g));
+            let tuning = spec.map(|s| s.tuning).unwrap_or_default();
+            let flowlets = team.flowlets(GroupId(g), now);
+            GroupView {
+                name: gf.name.clone(),
+                policy: serde_json::to_value(gf.policy)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                active: gf.active.clone(),
+                standby: gf.standby.clone(),
+                failback: gf.failback,
+                vlan: gf.vlan,
+                receive_uplink: team.group_receive_uplink(GroupId(g)).map(uplink_name),
+                mode: gf.mode.to_string(),
+                hash_fields: tuning.hash_fields.to_string(),
+                flowlet_gap_us: tuning.flowlet_gap.as_micros() as u64,
+                rebalance_ms: tuning.rebalance.as_millis() as u64,
+                vmq_queues: spec.and_then(|s| {
+                    let queues: Option<Vec<u32>> = s
+                        .order
+                        .active
+                        .iter()
+                        .map(|u| {
+                            let interface = &dp.uplinks.get(u.0)?.plan.interface;
+                            teamster_dp::iface::rx_queues(interface).ok().map(|n| n as u32)
+                        })
+                        .collect();
+                    Some(s.mode.vmq_queues(s.policy, &queues?))
+                }),
+                flowlet_moves: flowlets.as_ref().map(|(_, c)| c.flowlet_moves),
+                flowlets: flowlets
+                    .map(|(shares, _)| {
+                        shares
+                            .into_iter()
+                            .map(|m| FlowletShareView {
+                                uplink: uplink_name(m.uplink),
+                                buckets: m.active_buckets,
+                                bps: m.bps,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
         })
         .collect();
     let lbt_config = team.lbt_config();
@@ -178,6 +212,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         lbt,
         netioc,
         failovers: dp.failovers,
+        lacp: super::lacp_view::lacp_members(team, uplink_name),
         events: dp
             .events
             .iter()

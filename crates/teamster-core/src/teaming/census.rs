@@ -1,0 +1,93 @@
+//! A census of the flows a per-flow policy (IP hash, Address Hash) sends, for operators: which
+//! member each flow bucket used last and how much it sent, in [`BUCKETS`] buckets of the
+//! 4-tuple hash. Fixed state, whatever the number of flows; the flowlet policies keep their own
+//! (richer) buckets instead.
+
+use super::address_hash::{address_hash, HashFields};
+use super::flowlet::BUCKETS;
+use super::hash::spread;
+use super::policy::MemberShare;
+use super::UplinkId;
+use crate::wire::FlowKey;
+use crate::Instant;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    uplink: Option<UplinkId>,
+    /// The whole second its `current` bytes belong to.
+    second: u64,
+    current: u64,
+    previous: u64,
+}
+
+/// The census of one group (see the [module documentation](self)).
+#[derive(Debug, Clone)]
+pub(super) struct Census {
+    slots: Vec<Slot>,
+}
+
+impl Census {
+    pub(super) fn new() -> Census {
+        Census {
+            slots: vec![Slot::default(); BUCKETS],
+        }
+    }
+
+    /// Records a frame of `len` bytes of `flow` sent on `uplink` at `now`.
+    pub(super) fn record(&mut self, flow: &FlowKey, uplink: UplinkId, len: usize, now: Instant) {
+        let Some(h) = address_hash(flow, HashFields::TransportPorts) else {
+            return;
+        };
+        let s = &mut self.slots[(spread(u64::from(h)) % BUCKETS as u64) as usize];
+        let second = now.as_nanos() / 1_000_000_000;
+        if second != s.second {
+            s.previous = if second == s.second + 1 { s.current } else { 0 };
+            s.current = 0;
+            s.second = second;
+        }
+        s.current += len as u64;
+        s.uplink = Some(uplink);
+    }
+
+    /// Each member's buckets that sent in the last whole second before `now`, and their rate.
+    pub(super) fn shares(&self, now: Instant) -> Vec<MemberShare> {
+        let second = now.as_nanos() / 1_000_000_000;
+        let mut out: Vec<MemberShare> = Vec::new();
+        for s in &self.slots {
+            let bytes = if s.second == second {
+                s.previous
+            } else if s.second + 1 == second {
+                s.current
+            } else {
+                0
+            };
+            let Some(u) = s.uplink.filter(|_| bytes > 0) else {
+                continue;
+            };
+            match out.iter_mut().find(|m| m.uplink == u) {
+                Some(m) => {
+                    m.active_buckets += 1;
+                    m.bps += bytes as f64 * 8.0;
+                }
+                None => out.push(MemberShare {
+                    uplink: u,
+                    active_buckets: 1,
+                    bps: bytes as f64 * 8.0,
+                }),
+            }
+        }
+        out.sort_by_key(|m| m.uplink);
+        out
+    }
+
+    /// Uplink `removed` left the team: IDs above it move down one; buckets on it forget it.
+    pub(super) fn uplink_removed(&mut self, removed: UplinkId) {
+        for s in &mut self.slots {
+            s.uplink = match s.uplink {
+                Some(x) if x == removed => None,
+                Some(x) if x > removed => Some(UplinkId(x.0 - 1)),
+                other => other,
+            };
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Flowlet buckets: the sending half of the Dynamic policies.
+//!
+//! Model. A group's frames are hashed (Address Hash over the group's fields) into
+//! [`BUCKETS`] buckets. Each bucket has a *target* member, first `active[bucket mod n]`, and a
+//! *current* member that its frames take. A bucket's frames follow its current member until the
+//! bucket has been idle for at least the flowlet gap; the first frame after such a gap starts a
+//! new flowlet, which takes the target. So a flow changes member only between bursts, never
+//! mid-burst: with the gap longer than the longest wait in an uplink's queue, the last frame
+//! sent on the old member has left before the first one on the new member, and TCP sees no
+//! reordering. A single long flow that never pauses stays on one member. A bucket whose current
+//! member fails, or leaves the group's order, moves at once (its queued frames are lost anyway)
+//! to its failover choice; it keeps its target, and returns there at a flowlet boundary once
+//! the member is back.
+//!
+//! Every rebalance interval the buckets' loads decay by half and take in the bytes sent since
+//! (so a bucket's load is about twice its bytes per interval in steady state), and targets are
+//! moved from the most to the least loaded live active member, one bucket at a time, each move
+//! the one that best evens out that pair, while it evens it out (Open vSwitch's rebalancing
+//! rule). Only buckets that pause are moved: one that started a flowlet within the last two
+//! intervals, or is idle; a flow that never pauses would not follow its new target, so moving
+//! it would only mislead the balance. [`Balance`] says what "loaded" means: bytes (Windows' Dynamic, blind to link speed),
+//! or utilisation of capacity with a threshold, an improvement margin and a dwell time (the
+//! load-based Dynamic). Moving a target costs nothing until the bucket's next flowlet.
+//!
+//! State is fixed: one small entry per bucket, whatever the number of flows (a VM opening
+//! millions of flows grows nothing).
+
+use super::address_hash::{address_hash, hashed_uplink, HashFields};
+use super::hash::spread;
+use super::policy::{FlowletCounters, MemberShare, PortView, TeamView};
+use super::tuning::PolicyTuning;
+use super::UplinkId;
+use crate::wire::FlowKey;
+use crate::Instant;
+use core::time::Duration;
+
+/// Buckets per group: enough that a few dozen flows rarely share one, few enough that a
+/// rebalance scans them in microseconds.
+pub const BUCKETS: usize = 256;
+
+/// What the rebalance evens out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Balance {
+    /// Bytes per member, whatever its speed; any imbalance a move reduces is corrected.
+    Bytes,
+    /// Utilisation (rate / capacity), only while a member is over `threshold`; a move must cut
+    /// the pair's higher utilisation by a tenth, and a bucket moved stays two intervals.
+    Utilisation { threshold: f64 },
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    target: Option<UplinkId>,
+    current: Option<UplinkId>,
+    last_seen: Option<Instant>,
+    bytes: u64,
+    load: f64,
+    retargeted: Option<Instant>,
+    /// When its last flowlet started (a frame after an idle gap).
+    flowlet_at: Option<Instant>,
+}
+
+/// A group's flowlet buckets (see the [module documentation](self)).
+#[derive(Debug, Clone)]
+pub(super) struct Flowlets {
+    buckets: Vec<Bucket>,
+    fields: HashFields,
+    gap: Duration,
+    interval: Duration,
+    next: Instant,
+    pub(super) counters: FlowletCounters,
+}
+
+impl Flowlets {
+    pub(super) fn new(tuning: &PolicyTuning) -> Flowlets {
+        Flowlets {
+            buckets: vec![Bucket::default(); BUCKETS],
+            fields: tuning.hash_fields,
+            gap: tuning.flowlet_gap,
+            interval: tuning.rebalance,
+            next: Instant::ZERO + tuning.rebalance,
+            counters: FlowletCounters::default(),
+        }
+    }
+
+    /// The bucket of a frame; None for address resolution, which takes the port's own member.
+    fn bucket(&self, flow: &FlowKey) -> Option<usize> {
+        address_hash(flow, self.fields).map(|h| (spread(u64::from(h)) % BUCKETS as u64) as usize)
+    }
+
+    /// Where bucket `b`'s next flowlet goes: its target while that is a live active member,
+    /// else `active[b mod n]` (or its failover choice).
+    fn wanted(&self, team: &TeamView<'_>, b: usize) -> Option<UplinkId> {
+        match self.buckets[b].target {
+            Some(t) if team.is_up(t) && team.order().active.contains(&t) => Some(t),
+            _ => hashed_uplink(team, b as u32),
+        }
+    }
+
+    /// True if `u` is live and in the group's order: a bucket on it may stay there.
+    fn usable(team: &TeamView<'_>, u: UplinkId) -> bool {
+        let order = team.order();
+        team.is_up(u) && (order.active.contains(&u) || order.standby.contains(&u))
+    }
+
+    /// The member for a frame of `flow`, as a pure query (what the next frame would take now if
+    /// it came without a gap).
+    pub(super) fn peek(&self, team: &TeamView<'_>, port: &PortView<'_>, flow: &FlowKey) -> Option<UplinkId> {
+        let Some(b) = self.bucket(flow) else {
+            return port.current();
+        };
+        match self.buckets[b].current {
+            Some(c) if Self::usable(team, c) => Some(c),
+            _ => self.wanted(team, b),
+        }
+    }
+
+    /// The member for a frame of `len` bytes of `flow` sent at `now`, recording it: a new
+    /// flowlet (after the gap) takes the bucket's target, a frame within a burst its current
+    /// member.
+    pub(super) fn send(
+        &mut self,
+        team: &TeamView<'_>,
+        port: &PortView<'_>,
+        flow: &FlowKey,
+        len: usize,
+        now: Instant,
+    ) -> Option<UplinkId> {
+        let Some(b) = self.bucket(flow) else {
+            return port.current();
+        };
+        let wanted = self.wanted(team, b);
+        let bk = &mut self.buckets[b];
+        if bk.target.is_none() {
+            bk.target = wanted.filter(|w| team.order().active.contains(w));
+        }
+        let idle = bk
+            .last_seen
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.gap);
+        if idle {
+            bk.flowlet_at = Some(now);
+        }
+        match bk.current {
+            Some(c) if Self::usable(team, c) && !idle => {}
+            Some(c) if Self::usable(team, c) => {
+                if wanted != Some(c) {
+                    self.counters.flowlet_moves += 1;
+                }
+                bk.current = wanted;
+            }
+            Some(_) => {
+                self.counters.forced_moves += 1;
+                bk.current = wanted;
+            }
+            None => bk.current = wanted,
+        }
+        bk.last_seen = Some(now);
+        bk.bytes += len as u64;
+        bk.current
+    }
+
+    /// When the next rebalance is due.
+    pub(super) fn poll_at(&self) -> Instant {
+        self.next
+    }
+
+    /// Decays and takes in the buckets' loads and moves targets as [`Balance`] says, if the
+    /// rebalance is due at `now`.
+    pub(super) fn rebalance(&mut self, team: &TeamView<'_>, balance: Balance, now: Instant) {
+        if now < self.next {
+            return;
+        }
+        self.next = if now - self.next >= self.interval {
+            now + self.interval
+        } else {
+            self.next + self.interval
+        };
+        for bk in &mut self.buckets {
+            bk.load = bk.load / 2.0 + bk.bytes as f64;
+            bk.bytes = 0;
+        }
+        let members: Vec<UplinkId> = team.order().active.iter().copied().filter(|u| team.is_up(*u)).collect();
+        if members.len() < 2 {
+            return;
+        }
+        let owner: Vec<Option<usize>> = (0..BUCKETS)
+            .map(|b| {
+                let t = self.wanted(team, b);
+                members.iter().position(|m| Some(*m) == t)
+            })
+            .collect();
+        let mut load = vec![0.0f64; members.len()];
+        for (b, o) in owner.iter().enumerate() {
+            if let Some(o) = o {
+                load[*o] += self.buckets[b].load;
+            }
+        }
+        // Bytes per interval to bits/s: a steady load is twice the bytes of one interval.
+        let to_bps = 8.0 / (2.0 * self.interval.as_secs_f64());
+        let scale: Vec<f64> = members
+            .iter()
+            .map(|m| match balance {
+                Balance::Bytes => 1.0,
+                Balance::Utilisation { .. } => to_bps / team.capacity_bps(*m),
+            })
+            .collect();
+        let mut owner = owner;
+        for _ in 0..BUCKETS {
+            let metric = |i: usize| load[i] * scale[i];
+            let hi = (0..members.len()).max_by(|a, b| metric(*a).total_cmp(&metric(*b)).then(b.cmp(a)));
+            let lo = (0..members.len()).min_by(|a, b| metric(*a).total_cmp(&metric(*b)).then(a.cmp(b)));
+            let (Some(hi), Some(lo)) = (hi, lo) else { break };
+            let before = metric(hi);
+            if hi == lo || before <= 0.0 {
+                break;
+            }
+            if let Balance::Utilisation { threshold } = balance {
+                if before <= threshold {
+                    break;
+                }
+            }
+            let after = |x: f64| ((load[hi] - x) * scale[hi]).max((load[lo] + x) * scale[lo]);
+            let dwell = 2 * self.interval;
+            let best = (0..BUCKETS)
+                .filter(|&b| owner[b] == Some(hi) && self.buckets[b].load > 0.0 && self.pauses(b, now))
+                .filter(|&b| match balance {
+                    Balance::Bytes => true,
+                    Balance::Utilisation { .. } => self.buckets[b]
+                        .retargeted
+                        .is_none_or(|t| now.saturating_duration_since(t) >= dwell),
+                })
+                .min_by(|a, b| {
+                    after(self.buckets[*a].load)
+                        .total_cmp(&after(self.buckets[*b].load))
+                        .then(a.cmp(b))
+                });
+            let Some(b) = best else { break };
+            let x = self.buckets[b].load;
+            let margin = match balance {
+                Balance::Bytes => 1.0,
+                Balance::Utilisation { .. } => 0.9,
+            };
+            if after(x) >= before * margin {
+                break;
+            }
+            load[hi] -= x;
+            load[lo] += x;
+            owner[b] = Some(lo);
+            self.buckets[b].target = Some(members[lo]);
+            self.buckets[b].retargeted = Some(now);
+            self.counters.retargets += 1;
+        }
+    }
+
+    /// True if bucket `b` starts flowlets: it started one within the last two intervals, or is
+    /// idle now. A bucket that never pauses is not moved: its flows would not follow until they
+    /// pause, and the balance would count them where they are not.
+    fn pauses(&self, b: usize, now: Instant) -> bool {
+        let bk = &self.buckets[b];
+        let recent = bk
+            .flowlet_at
+            .is_some_and(|t| now.saturating_duration_since(t) <= 2 * self.interval);
+        let idle = bk
+            .last_seen
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.gap);
+        recent || idle
+    }
+
+    /// Each member's share of the buckets that sent within the last interval before `now`.
+    pub(super) fn shares(&self, team: &TeamView<'_>, now: Instant) -> Vec<MemberShare> {
+        let to_bps = 8.0 / (2.0 * self.interval.as_secs_f64());
+        let mut out: Vec<MemberShare> = Vec::new();
+        for bk in &self.buckets {
+            let (Some(c), Some(seen)) = (bk.current, bk.last_seen) else {
+                continue;
+            };
+            if !team.is_up(c) || now.saturating_duration_since(seen) > self.interval {
+                continue;
+            }
+            let i = match out.iter().position(|s| s.uplink == c) {
+                Some(i) => i,
+                None => {
+                    out.push(MemberShare {
+                        uplink: c,
+                        active_buckets: 0,
+                        bps: 0.0,
+                    });
+                    out.len() - 1
+                }
+            };
+            out[i].active_buckets += 1;
+            out[i].bps += bk.load * to_bps;
+        }
+        out.sort_by_key(|s| s.uplink);
+        out
+    }
+
+    /// Uplink `removed` left the team: IDs above it move down one; buckets on it forget it.
+    pub(super) fn uplink_removed(&mut self, removed: UplinkId) {
+        let renumber = |u: &mut Option<UplinkId>| {
+            *u = match *u {
+                Some(x) if x == removed => None,
+                Some(x) if x > removed => Some(UplinkId(x.0 - 1)),
+                other => other,
+            }
+        };
+        for bk in &mut self.buckets {
+            renumber(&mut bk.target);
+            renumber(&mut bk.current);
+        }
+    }
+}
