@@ -70,6 +70,7 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         port_uplinks: Vec::new(),
         reordered: Vec::new(),
         member_changes: Vec::new(),
+        teams: Vec::new(),
     };
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;

@@ -21,6 +21,8 @@ pub struct Summary {
     pub expectations: Vec<Verdict>,
     pub moves: Vec<MoveSummary>,
     pub series_csv: String,
+    /// Each port group's teaming and VMQ count.
+    pub teams: Vec<crate::run::TeamLine>,
 }
 
 /// One move in the summary.
@@ -50,6 +52,7 @@ impl Summary {
                 })
                 .collect(),
             series_csv: series_csv.display().to_string(),
+            teams: run.teams.clone(),
         }
     }
 }

@@ -67,6 +67,44 @@ pub struct RunOutput {
     pub reordered: Vec<u64>,
     /// Packet mode: per port, how many times one of its streams changed uplink.
     pub member_changes: Vec<u64>,
+    /// Each port group's teaming and the receive queues (VMQs) its team offers it.
+    pub teams: Vec<TeamLine>,
+}
+
+/// A port group's teaming, as the summary states it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TeamLine {
+    pub group: String,
+    pub policy: String,
+    pub mode: String,
+    /// The receive queues (VMQs) the team offers the group: the sum of its active members'
+    /// where each VM receives on one known member, else the smallest member's
+    /// ([`teamster_core::teaming::TeamMode::vmq_queues`]).
+    pub vmq_queues: u32,
+    /// Each active member's receive queues, in failover order.
+    pub member_queues: Vec<u32>,
+}
+
+/// The team lines of `groups` over uplinks with `queues` receive queues each.
+pub fn team_lines(groups: &[teamster_core::teaming::PortGroupSpec], queues: &[u32]) -> Vec<TeamLine> {
+    groups
+        .iter()
+        .map(|g| {
+            let member_queues: Vec<u32> = g
+                .order
+                .active
+                .iter()
+                .map(|u| queues.get(u.0).copied().unwrap_or(1))
+                .collect();
+            TeamLine {
+                group: g.name.clone(),
+                policy: g.policy.to_string(),
+                mode: g.mode.to_string(),
+                vmq_queues: g.mode.vmq_queues(g.policy, &member_queues),
+                member_queues,
+            }
+        })
+        .collect()
 }
 
 impl MoveRecord {
@@ -110,5 +148,48 @@ mod tests {
         assert_eq!(super::pct(0.0125), "1.25%");
         assert_eq!(super::pct(0.75), "75%");
         assert_eq!(super::pct(0.0), "0%");
+    }
+}
+
+#[cfg(test)]
+mod team_line_tests {
+    use super::*;
+    use teamster_core::teaming::{FailoverOrder, Policy, PortGroupSpec, TeamMode, UplinkId};
+
+    #[test]
+    fn the_vmq_count_is_the_sum_or_the_minimum_as_the_mode_and_policy_say() {
+        let group = |policy, mode| PortGroupSpec {
+            name: "vms".into(),
+            policy,
+            order: FailoverOrder {
+                active: vec![UplinkId(0), UplinkId(2)],
+                standby: vec![UplinkId(1)],
+            },
+            failback: true,
+            notify_switches: true,
+            vlan: None,
+            mode,
+            tuning: Default::default(),
+            lacp: Default::default(),
+        };
+        let queues = [8, 64, 4];
+        let lines = team_lines(
+            &[
+                group(Policy::DYNAMIC, TeamMode::SwitchIndependent),
+                group(Policy::ADDRESS_HASH, TeamMode::SwitchIndependent),
+                group(Policy::HYPERV_PORT, TeamMode::Lacp),
+            ],
+            &queues,
+        );
+        let got: Vec<(u32, &[u32])> = lines
+            .iter()
+            .map(|l| (l.vmq_queues, l.member_queues.as_slice()))
+            .collect();
+        // Active members only (uplinks 0 and 2): 8 + 4, or the smaller, 4.
+        assert_eq!(got, [(12, &[8, 4][..]), (4, &[8, 4][..]), (4, &[8, 4][..])]);
+        assert_eq!(
+            (lines[2].policy.as_str(), lines[2].mode.as_str()),
+            ("hyperv-port", "lacp")
+        );
     }
 }

@@ -59,6 +59,25 @@ fn one() -> f64 {
 pub struct UplinkFile {
     pub name: String,
     pub capacity: Bandwidth,
+    /// Its receive queues (VMQs), 1 to 4096 (default 1): what the summary's VMQ count adds up.
+    #[serde(default = "one_queue")]
+    pub rx_queues: u32,
+}
+
+pub(crate) fn one_queue() -> u32 {
+    1
+}
+
+/// Refuses receive queue counts out of 1 to 4096, naming the key.
+pub(crate) fn check_queues<'a>(names_and_queues: impl Iterator<Item = (&'a str, u32)>) -> Result<(), String> {
+    for (i, (name, q)) in names_and_queues.enumerate() {
+        if !(1..=4096).contains(&q) {
+            return Err(format!(
+                "uplinks[{i}].rx_queues: {q} for `{name}` is out of range 1-4096"
+            ));
+        }
+    }
+    Ok(())
 }
 
 teamster_core::port_entry! {
@@ -227,6 +246,7 @@ fn resolve(file: ScenarioFile, path: &Path, dir: &Path) -> Result<Scenario, Stri
     if file.duration_s / file.step_s > 1e8 {
         return Err("duration_s / step_s is over 100 million steps: use a larger step_s".into());
     }
+    check_queues(file.uplinks.iter().map(|u| (u.name.as_str(), u.rx_queues)))?;
     // Teamster's LBT rule judges ports by their rate over the window's last tenth: a coarser
     // step would leave it empty between steps, and every port would look idle.
     let lbt_used = file.port_groups.iter().any(|g| g.policy == Policy::LOAD_BASED)

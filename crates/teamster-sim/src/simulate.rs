@@ -86,7 +86,9 @@ fn simulate_fluid(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError>
         }
     }
     let started = std::time::Instant::now();
-    let run = fluid::run(&scenario).map_err(run_err(path))?;
+    let mut run = fluid::run(&scenario).map_err(run_err(path))?;
+    let queues: Vec<u32> = scenario.file.uplinks.iter().map(|u| u.rx_queues).collect();
+    run.teams = crate::run::team_lines(&scenario.host.groups, &queues);
     let wall_s = started.elapsed().as_secs_f64();
     let mut baseline_runs = Vec::new();
     for (name, b) in &baselines {
@@ -128,6 +130,7 @@ fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, S
         })
     };
     let f: packet_scenario::PacketFile = parse_toml(text).map_err(err)?;
+    crate::scenario::check_queues(f.uplinks.iter().map(|u| (u.name.as_str(), u.rx_queues))).map_err(err)?;
     let plan = packet_scenario::resolve(&f).map_err(err)?;
     let names = Names {
         uplinks: f.uplinks.iter().map(|u| u.name.clone()).collect(),
@@ -149,7 +152,9 @@ fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, S
         x.check(&names, dir).map_err(|e| err(format!("expect[{i}]: {e}")))?;
     }
     let started = std::time::Instant::now();
-    let run = engine::run(&plan).map_err(run_err(path))?;
+    let mut run = engine::run(&plan).map_err(run_err(path))?;
+    let queues: Vec<u32> = f.uplinks.iter().map(|u| u.rx_queues).collect();
+    run.teams = crate::run::team_lines(&plan.groups, &queues);
     let wall_s = started.elapsed().as_secs_f64();
     let verdicts = f.expect.iter().map(|spec| expect::evaluate(spec, &run, None)).collect();
     let info = RunInfo {

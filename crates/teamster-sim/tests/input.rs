@@ -38,6 +38,14 @@ fn errors_name_the_file_the_key_and_the_expectation() {
         (GOOD.replace("active = [\"u1\", \"u2\"]", "active = [\"u1\", \"u9\"]"), "port_groups[0].active[1]: no uplink named `u9`"),
         (GOOD.replace("group = \"g\"", "group = \"nope\""), "ports[0].group: no port group named `nope`"),
         (GOOD.replace("policy = \"load-based\"", "policy = \"round-robin\""), "unknown variant `round-robin`"),
+        (
+            GOOD.replace("\"1G\"\n[[uplinks]]", "\"1G\"\nrx_queues = 0\n[[uplinks]]"),
+            "uplinks[0].rx_queues: 0 for `u1` is out of range 1-4096",
+        ),
+        (
+            GOOD.replace("policy = \"load-based\"", "policy = \"load-based\"\nmode = \"static\""),
+            "port_groups[0].policy: `load-based` is switch independent only",
+        ),
         (GOOD.replace("duration_s = 10", "duration_s = 10\nstep_s = 0.0001"), "step_s"),
         (GOOD.replace("duration_s = 10", "duration_s = 10\ncolour = 3"), "unknown field `colour`"),
         (GOOD.replace("kind = \"constant\"", "kind = \"sine\""), "unknown variant `sine`"),

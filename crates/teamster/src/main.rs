@@ -549,6 +549,17 @@ fn print_text(o: &teamster_sim::Outcome) {
             gbps(last.total_delivered())
         );
     }
+    for t in &o.summary.teams {
+        let members: Vec<String> = t.member_queues.iter().map(u32::to_string).collect();
+        println!(
+            "port group {}: {}, {}; VMQs offered {} (members' receive queues {})",
+            t.group,
+            t.policy,
+            t.mode,
+            t.vmq_queues,
+            members.join(" + ")
+        );
+    }
     println!("expectations:");
     for v in &o.summary.expectations {
         println!(

@@ -658,9 +658,18 @@ impl Switch {
         }
     }
 
-    /// The next frame the team asks to send (notify-switch RARPs) or port move.
+    /// The next frame the team asks to send (notify-switch RARPs, LACPDUs) or port move. A
+    /// slow-protocol frame leaves from its uplink's own MAC where the switch knows it, as
+    /// 802.1AX asks (the team sends from the LACP system ID, the same on every member).
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.team.poll_effect()
+        let mut effect = self.team.poll_effect()?;
+        if let Effect::Transmit { uplink, frame } = &mut effect {
+            let own = self.uplink_macs.get(uplink.0).copied().flatten();
+            if let (true, Some(mac), Some(src)) = (crate::wire::lacp::is_slow(frame), own, frame.get_mut(6..12)) {
+                src.copy_from_slice(&mac.0);
+            }
+        }
+        Some(effect)
     }
 
     /// The team, for link state and policy changes.

@@ -116,3 +116,20 @@ fn nothing_is_rewritten_in_a_bundle_or_under_ip_hash() {
         );
     }
 }
+
+#[test]
+fn lacpdus_leave_from_their_uplinks_own_mac() {
+    let mut s = switch(Policy::ADDRESS_HASH, TeamMode::Lacp);
+    s.handle_timeout(Instant::from_millis(10));
+    let mut seen = Vec::new();
+    while let Some(e) = s.poll_effect() {
+        if let crate::teaming::Effect::Transmit { uplink, frame } = e {
+            if crate::wire::lacp::is_slow(&frame) {
+                seen.push((uplink.0, <[u8; 6]>::try_from(&frame[6..12]).unwrap()));
+            }
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, [(0, UPLINK_MACS[0]), (1, UPLINK_MACS[1])]);
+}

@@ -337,6 +337,7 @@ impl<'a> Sim<'a> {
                 port_uplinks: Vec::new(),
                 reordered: vec![0; np],
                 member_changes: vec![0; np],
+                teams: Vec::new(),
             },
             order: plan
                 .ports

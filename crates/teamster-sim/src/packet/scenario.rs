@@ -80,6 +80,9 @@ pub struct UplinkFile {
     pub name: String,
     pub capacity: Bandwidth,
     pub effective: Option<Bandwidth>,
+    /// Its receive queues (VMQs), 1 to 4096 (default 1).
+    #[serde(default = "crate::scenario::one_queue")]
+    pub rx_queues: u32,
 }
 
 teamster_core::port_entry! {
