@@ -426,13 +426,14 @@ fn open_vswitch_and_teamster_negotiate_a_bundle_and_keep_it_honest() {
         assert!(s[2] < 0.01, "{what} through the unbundled uplink3: {s:?}");
     }
 
-    // p2's side goes quiet: Teamster takes uplink2 out after three missed fast LACPDUs
-    // (3 s), not before two (2 s); uplink1 carries on.
+    // p2's side goes quiet: Teamster takes uplink2 out 3 s after the last LACPDU it heard,
+    // so 2 to 3 s after the filter (the partner sends one a second); never before two were
+    // missed. `ctl` sees it up to a snapshot later (about half a second), hence 4.5 s at most.
     quiet_p2(true);
     let out_after = within(6, "uplink2 out of the bundle", &ovs, d, || !distributing(d, "uplink2"));
     eprintln!("a quiet partner was out after {out_after:?}");
     assert!(
-        out_after >= Duration::from_millis(1900) && out_after <= Duration::from_millis(4000),
+        out_after >= Duration::from_millis(1900) && out_after <= Duration::from_millis(4500),
         "{out_after:?}"
     );
     assert_eq!(member(d, "uplink2")["usable"], false);

@@ -86,6 +86,8 @@ pub struct Member {
     pub actor_churn: bool,
     pub partner_churn: bool,
     ntt: bool,
+    /// The partner's identity changed since the mux last ran: it detaches first.
+    partner_changed: bool,
     sent: VecDeque<Instant>,
     pub counters: MemberCounters,
 }
@@ -123,6 +125,7 @@ impl Member {
             actor_churn: false,
             partner_churn: false,
             ntt: false,
+            partner_changed: false,
             sent: VecDeque::new(),
             counters: MemberCounters::default(),
         };
@@ -260,6 +263,13 @@ impl Member {
         let me = self.actor();
         let individual = pdu.actor.state & state::AGGREGATION == 0;
         let matched = identity(&pdu.partner) == identity(&me) || individual;
+        // Another partner port (or priority) than the one we attached with, under the same
+        // system and key: 802.1AX's update_Selected unselects the port, so it detaches and
+        // waits again before it carries traffic (a recabled link is not trusted at once).
+        let known = self.partner.system != crate::wire::MacAddr::default();
+        if known && identity(&self.partner) != identity(&pdu.actor) {
+            self.partner_changed = true;
+        }
         self.partner = pdu.actor;
         if !(matched && pdu.actor.state & state::SYNCHRONIZATION != 0) {
             self.partner.state &= !state::SYNCHRONIZATION;
@@ -350,6 +360,12 @@ impl Member {
     /// Steps the mux machine (coupled control) to where the selection and the partner's sync
     /// say, asking for a transmission at each change of our sync, collecting or distributing.
     pub fn run_mux(&mut self, now: Instant) {
+        if std::mem::take(&mut self.partner_changed) && self.mux != MuxState::Detached {
+            self.mux = MuxState::Detached;
+            self.attached_to = None;
+            self.wait_until = None;
+            self.ntt = true;
+        }
         loop {
             let next = match self.mux {
                 MuxState::Detached if self.selected.is_some() => {

@@ -340,3 +340,41 @@ fn a_fallback_under_way_outlives_another_link_coming_up() {
     step(&mut t, 10_000, &mut now, true);
     assert!(!t.uplink_usable(UplinkId(1)));
 }
+
+#[test]
+fn a_partner_port_that_changes_detaches_and_waits_again() {
+    let mut m = Member::new(UplinkId(0), 1, fast(1), true, Instant::ZERO);
+    let mut pdu = crate::wire::lacp::Lacpdu {
+        actor: crate::wire::lacp::LacpInfo {
+            system_priority: 1,
+            system: MacAddr([2, 0, 0, 0, 0, 2]),
+            key: 9,
+            port_priority: 1,
+            port: 7,
+            state: crate::wire::lacp::state::ACTIVITY | crate::wire::lacp::state::AGGREGATION,
+        },
+        ..Default::default()
+    };
+    let step = |m: &mut Member, pdu: &mut crate::wire::lacp::Lacpdu, at: Instant| {
+        pdu.partner = m.actor();
+        m.receive(pdu, at);
+        // Selection, as the group runs it for a member alone: its partner's aggregate.
+        m.selected = m.offer();
+        m.on_timers(at);
+        m.run_mux(at);
+    };
+    // In sync with the partner: attached after the aggregate wait, then distributing.
+    pdu.actor.state |= crate::wire::lacp::state::SYNCHRONIZATION;
+    for ms in (0..3000).step_by(100) {
+        step(&mut m, &mut pdu, Instant::from_millis(ms));
+    }
+    assert_eq!(m.mux, MuxState::CollectingDistributing);
+    // The same system and key, another port: detached, waiting again.
+    pdu.actor.port = 8;
+    step(&mut m, &mut pdu, Instant::from_millis(3100));
+    assert_eq!(m.mux, MuxState::Waiting);
+    for ms in (3200..5500).step_by(100) {
+        step(&mut m, &mut pdu, Instant::from_millis(ms));
+    }
+    assert_eq!(m.mux, MuxState::CollectingDistributing);
+}
