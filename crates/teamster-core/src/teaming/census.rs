@@ -1,6 +1,6 @@
 //! A census of the flows a per-flow policy (IP hash, Address Hash) sends, for operators: which
 //! member each flow bucket used last and how much it sent, in [`BUCKETS`] buckets of the
-//! 4-tuple hash. Fixed state, whatever the number of flows; the flowlet policies keep their own
+//! Address Hash over the group's fields (so a bucket holds what the policy cannot tell apart). Fixed state, whatever the number of flows; the flowlet policies keep their own
 //! (richer) buckets instead.
 
 use super::address_hash::{address_hash, HashFields};
@@ -24,18 +24,20 @@ struct Slot {
 #[derive(Debug, Clone)]
 pub(super) struct Census {
     slots: Vec<Slot>,
+    fields: HashFields,
 }
 
 impl Census {
-    pub(super) fn new() -> Census {
+    pub(super) fn new(fields: HashFields) -> Census {
         Census {
             slots: vec![Slot::default(); BUCKETS],
+            fields,
         }
     }
 
     /// Records a frame of `len` bytes of `flow` sent on `uplink` at `now`.
     pub(super) fn record(&mut self, flow: &FlowKey, uplink: UplinkId, len: usize, now: Instant) {
-        let Some(h) = address_hash(flow, HashFields::TransportPorts) else {
+        let Some(h) = address_hash(flow, self.fields) else {
             return;
         };
         let s = &mut self.slots[(spread(u64::from(h)) % BUCKETS as u64) as usize];

@@ -617,14 +617,15 @@ impl GroupState {
 
     /// A group with a fresh instance of its policy.
     fn new(spec: PortGroupSpec, lbt: &LbtConfig) -> Self {
-        let policy = spec.policy.build(&PolicyKnobs::new(*lbt, spec.tuning));
+        let tuning = spec.tuning;
+        let policy = spec.policy.build(&PolicyKnobs::new(*lbt, tuning));
         let counted = policy.per_flow() && policy.flowlet_counters().is_none();
         GroupState {
             per_flow: policy.per_flow(),
             spec,
             policy,
             last_rehome: None,
-            census: counted.then(Census::new),
+            census: counted.then(|| Census::new(tuning.hash_fields)),
         }
     }
 }

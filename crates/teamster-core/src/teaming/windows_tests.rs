@@ -295,3 +295,18 @@ fn a_switch_dependent_group_takes_floods_on_every_live_member() {
     t.set_link(UplinkId(1), LinkState::Down, Instant::ZERO).unwrap();
     assert!(t.takes_flood(PortId(2), UplinkId(0)) && !t.takes_flood(PortId(2), UplinkId(1)));
 }
+
+#[test]
+fn the_census_counts_what_the_groups_fields_tell_apart() {
+    let mut g = group(Policy::ADDRESS_HASH, &[0, 1], &[], true);
+    g.tuning.hash_fields = HashFields::IpAddresses;
+    let mut t = team(&[10.0, 10.0], g, [7]);
+    for s in 0..40 {
+        t.select_frame(PortId(7), Some(&tcp(30_000 + s)), 1000, Instant::from_millis(500));
+    }
+    // Forty connections between two addresses: one bucket, on one member.
+    let (shares, _) = t.flowlets(GroupId(0), Instant::from_millis(1500)).unwrap();
+    assert_eq!(shares.len(), 1, "{shares:?}");
+    assert_eq!(shares[0].active_buckets, 1);
+    assert_eq!(shares[0].bps, 40.0 * 1000.0 * 8.0);
+}
