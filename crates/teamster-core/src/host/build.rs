@@ -214,11 +214,7 @@ fn check_shared_mode(earlier: &[PortGroupSpec], spec: &PortGroupSpec, uplinks: &
 /// The LACP system ID of a group whose table gives none, until the live switch puts its first
 /// member's MAC there: a locally administered MAC from FNV-1a of the group's name and members.
 pub fn placeholder_system(group: &str, members: &[String]) -> MacAddr {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in group.bytes().chain(members.iter().flat_map(|m| m.bytes().chain([0]))) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let h = crate::teaming::fnv1a64(group.bytes().chain(members.iter().flat_map(|m| m.bytes().chain([0]))));
     let b = h.to_be_bytes();
     MacAddr([0x02, b[1], b[2], b[3], b[4], b[5]])
 }

@@ -4,8 +4,7 @@
 //! (richer) buckets instead.
 
 use super::address_hash::{address_hash, HashFields};
-use super::flowlet::BUCKETS;
-use super::hash::spread;
+use super::flowlet::{bucket_of, BUCKETS};
 use super::policy::MemberShare;
 use super::UplinkId;
 use crate::wire::FlowKey;
@@ -40,7 +39,7 @@ impl Census {
         let Some(h) = address_hash(flow, self.fields) else {
             return;
         };
-        let s = &mut self.slots[(spread(u64::from(h)) % BUCKETS as u64) as usize];
+        let s = &mut self.slots[bucket_of(h)];
         let second = now.as_nanos() / 1_000_000_000;
         if second != s.second {
             s.previous = if second == s.second + 1 { s.current } else { 0 };
@@ -85,11 +84,7 @@ impl Census {
     /// Uplink `removed` left the team: IDs above it move down one; buckets on it forget it.
     pub(super) fn uplink_removed(&mut self, removed: UplinkId) {
         for s in &mut self.slots {
-            s.uplink = match s.uplink {
-                Some(x) if x == removed => None,
-                Some(x) if x > removed => Some(UplinkId(x.0 - 1)),
-                other => other,
-            };
+            s.uplink = s.uplink.and_then(|u| u.after_removal(removed));
         }
     }
 }

@@ -38,6 +38,11 @@ use core::time::Duration;
 /// rebalance scans them in microseconds.
 pub const BUCKETS: usize = 256;
 
+/// The bucket of a flow whose Address Hash is `h` (flowlets and the flow census alike).
+pub(super) fn bucket_of(h: u32) -> usize {
+    (spread(u64::from(h)) % BUCKETS as u64) as usize
+}
+
 /// What the rebalance evens out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Balance {
@@ -85,7 +90,7 @@ impl Flowlets {
 
     /// The bucket of a frame; None for address resolution, which takes the port's own member.
     fn bucket(&self, flow: &FlowKey) -> Option<usize> {
-        address_hash(flow, self.fields).map(|h| (spread(u64::from(h)) % BUCKETS as u64) as usize)
+        address_hash(flow, self.fields).map(bucket_of)
     }
 
     /// Where bucket `b`'s next flowlet goes: its target while that is a live active member,
@@ -297,16 +302,9 @@ impl Flowlets {
 
     /// Uplink `removed` left the team: IDs above it move down one; buckets on it forget it.
     pub(super) fn uplink_removed(&mut self, removed: UplinkId) {
-        let renumber = |u: &mut Option<UplinkId>| {
-            *u = match *u {
-                Some(x) if x == removed => None,
-                Some(x) if x > removed => Some(UplinkId(x.0 - 1)),
-                other => other,
-            }
-        };
         for bk in &mut self.buckets {
-            renumber(&mut bk.target);
-            renumber(&mut bk.current);
+            bk.target = bk.target.and_then(|u| u.after_removal(removed));
+            bk.current = bk.current.and_then(|u| u.after_removal(removed));
         }
     }
 }

@@ -89,12 +89,14 @@ pub fn spread(x: u64) -> u64 {
 /// An uplink's salt for [`rendezvous_pick`]: FNV-1a (64-bit) of its name, mixed (names that
 /// differ in one character, as `uplink1` and `uplink3` do, get salts that differ everywhere).
 pub fn uplink_salt(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(h)
+    mix(fnv1a64(name.bytes()))
+}
+
+/// FNV-1a (64-bit) of `bytes`.
+pub fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// SplitMix64's finaliser: a cheap, well-spread 64-bit mix.

@@ -67,7 +67,7 @@ mod tests;
 mod windows_tests;
 
 pub use address_hash::{address_hash, HashFields};
-pub use hash::{ip_hash, mac_pair_hash, rendezvous_pick, source_mac_hash, uplink_salt};
+pub use hash::{fnv1a64, ip_hash, mac_pair_hash, rendezvous_pick, source_mac_hash, uplink_salt};
 pub use lbt::{Damping, LbtConfig, LbtDecision};
 pub use meter::RateMeter;
 pub use mode::TeamMode;
@@ -85,6 +85,18 @@ use core::fmt;
 /// Index of an uplink in its team, in configuration order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct UplinkId(pub usize);
+
+impl UplinkId {
+    /// This uplink's ID once uplink `removed` has left the team: None if it is the one gone,
+    /// one less if it came after it, else the same.
+    pub fn after_removal(self, removed: UplinkId) -> Option<UplinkId> {
+        match self {
+            x if x == removed => None,
+            x if x > removed => Some(UplinkId(x.0 - 1)),
+            x => Some(x),
+        }
+    }
+}
 
 /// Index of a port group in its team, in configuration order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -253,17 +253,8 @@ impl Lacp {
 
     /// Uplink `removed` left the team: IDs above it move down one.
     pub fn uplink_removed(&mut self, removed: UplinkId) {
-        self.members.retain(|m| m.uplink != removed);
-        self.capacities.retain(|(u, _)| *u != removed);
-        for m in &mut self.members {
-            if m.uplink > removed {
-                m.uplink = UplinkId(m.uplink.0 - 1);
-            }
-        }
-        for (u, _) in &mut self.capacities {
-            if *u > removed {
-                *u = UplinkId(u.0 - 1);
-            }
-        }
+        let renumber = |u: &mut UplinkId| u.after_removal(removed).map(|new| *u = new).is_some();
+        self.members.retain_mut(|m| renumber(&mut m.uplink));
+        self.capacities.retain_mut(|(u, _)| renumber(u));
     }
 }
