@@ -15,6 +15,7 @@ pub mod demand;
 pub mod expect;
 pub mod fluid;
 pub mod maxmin;
+pub mod migration;
 pub mod packet;
 pub mod report;
 pub mod run;

@@ -1,12 +1,13 @@
 //! One `teamster simulate` run: load and check everything, run, judge, then write the folder.
 //!
-//! The scenario's `mode` (default `fluid`) picks the model: [`crate::fluid`] or
-//! [`crate::packet`]. All input (the scenario and any baseline it names) is checked before
+//! The scenario's `mode` (default `fluid`) picks the model: [`crate::fluid`],
+//! [`crate::packet`] or [`crate::migration`]. All input (the scenario and any baseline it names) is checked before
 //! anything runs, and the output folder is written beside its final place and renamed into it at
 //! the end, so a failed run leaves no partial output and an earlier run's folder intact.
 
 use crate::expect::{self, Names, Verdict};
 use crate::fluid;
+use crate::migration;
 use crate::packet::{engine, scenario as packet_scenario};
 use crate::report::{self, PlotSeries, Summary};
 use crate::run::RunOutput;
@@ -72,7 +73,10 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
     match mode.as_deref() {
         None | Some("fluid") => simulate_fluid(path, out_dir),
         Some("packet") => simulate_packet(path, &text, out_dir),
-        Some(other) => Err(err(format!("mode = \"{other}\": expected \"fluid\" or \"packet\""))),
+        Some("migration") => simulate_migration(path, &text, out_dir),
+        Some(other) => Err(err(format!(
+            "mode = \"{other}\": expected \"fluid\", \"packet\" or \"migration\""
+        ))),
     }
 }
 
@@ -169,6 +173,39 @@ fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, S
         wall_s,
     };
     finish(info, run, verdicts, out_dir, PlotSeries::Ports)
+}
+
+fn simulate_migration(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
+    let err = |message: String| {
+        SimulateError::Scenario(ScenarioError {
+            file: path.display().to_string(),
+            message,
+        })
+    };
+    let file: migration::MigrationFile = parse_toml(text).map_err(err)?;
+    let plan = migration::resolve(file).map_err(err)?;
+    let started = std::time::Instant::now();
+    let run = migration::run(&plan).map_err(run_err(path))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let verdicts = plan
+        .file
+        .expect
+        .iter()
+        .map(|x| migration::expect::evaluate(x, &run))
+        .collect();
+    let f = &plan.file;
+    let info = RunInfo {
+        name: f.name.clone(),
+        description: f.description.clone(),
+        mode: "migration",
+        uplinks: run.output.uplinks.len(),
+        ports: run.streams.len(),
+        duration_s: run.end_s,
+        step_s: Some(f.step_s),
+        seed: f.seed,
+        wall_s,
+    };
+    finish(info, run.output, verdicts, out_dir, PlotSeries::Uplinks)
 }
 
 fn run_err(file: &Path) -> impl Fn(String) -> SimulateError {

@@ -2,8 +2,9 @@
 //!
 //! Sending is per flowlet ([`super::flowlet`]): a flow changes member only after an idle gap
 //! at least the group's flowlet gap, so TCP sees no reordering and a single long flow stays on
-//! one member; every rebalance interval the flowlet targets are evened out by measured load.
-//! Receiving is as Hyper-V Port: each port is affinitised to one member (the one home to the
+//! one member; a flow's first flowlet takes the least loaded member (by the same measure the
+//! rebalance uses), and every rebalance interval the flowlet targets are evened out by measured
+//! load. Receiving is as Hyper-V Port: each port is affinitised to one member (the one home to the
 //! fewest of the group's ports), announces its MAC and takes its flooded frames there, and
 //! sends address resolution there; in switch-independent mode what it sends on other members
 //! carries their MACs as source, so its inbound traffic arrives on its own member.
@@ -56,7 +57,7 @@ impl TeamingPolicy for Dynamic {
     }
 
     fn select(&self, team: &TeamView<'_>, port: &PortView<'_>, flow: &FlowKey) -> Option<UplinkId> {
-        self.flowlets.peek(team, port, flow)
+        self.flowlets.peek(team, port, flow, self.balance)
     }
 
     fn select_frame(
@@ -67,7 +68,7 @@ impl TeamingPolicy for Dynamic {
         len: usize,
         now: Instant,
     ) -> Option<UplinkId> {
-        self.flowlets.send(team, port, flow, len, now)
+        self.flowlets.send(team, port, flow, len, self.balance, now)
     }
 
     fn receive_uplink(&self, team: &TeamView<'_>, port: Option<&PortView<'_>>) -> Option<UplinkId> {

@@ -1,8 +1,10 @@
 //! Flowlet buckets: the sending half of the Dynamic policies.
 //!
 //! Model. A group's frames are hashed (Address Hash over the group's fields) into
-//! [`BUCKETS`] buckets. Each bucket has a *target* member, first `active[bucket mod n]`, and a
-//! *current* member that its frames take. A bucket's frames follow its current member until the
+//! [`BUCKETS`] buckets. Each bucket has a *target* member and a *current* member that its frames
+//! take. A bucket's first frame sets its target to the least loaded live active member (by the
+//! buckets targeting each, as [`Balance`] measures load), so that flows starting together spread
+//! at once: a flow that never pauses could not be moved by a later rebalance. A bucket's frames follow its current member until the
 //! bucket has been idle for at least the flowlet gap; the first frame after such a gap starts a
 //! new flowlet, which takes the target. So a flow changes member only between bursts, never
 //! mid-burst: with the gap longer than the longest wait in an uplink's queue, the last frame
@@ -108,33 +110,70 @@ impl Flowlets {
         team.is_up(u) && (order.active.contains(&u) || order.standby.contains(&u))
     }
 
+    /// The live active member whose buckets carry the least load (the bytes since the last
+    /// rebalance and the decayed load; per bit of capacity under [`Balance::Utilisation`]),
+    /// lowest in order on a tie: where a bucket's first flowlet goes.
+    fn least_loaded(&self, team: &TeamView<'_>, balance: Balance) -> Option<UplinkId> {
+        let members: Vec<UplinkId> = team.order().active.iter().copied().filter(|u| team.is_up(*u)).collect();
+        let mut load = vec![0.0f64; members.len()];
+        for bk in &self.buckets {
+            if let Some(i) = bk.target.and_then(|t| members.iter().position(|m| *m == t)) {
+                load[i] += bk.load + bk.bytes as f64;
+            }
+        }
+        let metric = |i: usize| match balance {
+            Balance::Bytes => load[i],
+            Balance::Utilisation { .. } => load[i] / team.capacity_bps(members[i]),
+        };
+        (0..members.len())
+            .min_by(|a, b| metric(*a).total_cmp(&metric(*b)).then(a.cmp(b)))
+            .map(|i| members[i])
+    }
+
+    /// Where bucket `b`'s next flowlet goes, counting a bucket never seen as new (its first
+    /// flowlet takes the least loaded member).
+    fn next_member(&self, team: &TeamView<'_>, b: usize, balance: Balance) -> Option<UplinkId> {
+        match self.buckets[b].target {
+            None => self.least_loaded(team, balance).or_else(|| self.wanted(team, b)),
+            Some(_) => self.wanted(team, b),
+        }
+    }
+
     /// The member for a frame of `flow`, as a pure query (what the next frame would take now if
     /// it came without a gap).
-    pub(super) fn peek(&self, team: &TeamView<'_>, port: &PortView<'_>, flow: &FlowKey) -> Option<UplinkId> {
+    pub(super) fn peek(
+        &self,
+        team: &TeamView<'_>,
+        port: &PortView<'_>,
+        flow: &FlowKey,
+        balance: Balance,
+    ) -> Option<UplinkId> {
         let Some(b) = self.bucket(flow) else {
             return port.current();
         };
         match self.buckets[b].current {
             Some(c) if Self::usable(team, c) => Some(c),
-            _ => self.wanted(team, b),
+            _ => self.next_member(team, b, balance),
         }
     }
 
     /// The member for a frame of `len` bytes of `flow` sent at `now`, recording it: a new
-    /// flowlet (after the gap) takes the bucket's target, a frame within a burst its current
-    /// member.
+    /// flowlet (after the gap) takes the bucket's target (the least loaded member for a bucket's
+    /// first), a frame within a burst its current member.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn send(
         &mut self,
         team: &TeamView<'_>,
         port: &PortView<'_>,
         flow: &FlowKey,
         len: usize,
+        balance: Balance,
         now: Instant,
     ) -> Option<UplinkId> {
         let Some(b) = self.bucket(flow) else {
             return port.current();
         };
-        let wanted = self.wanted(team, b);
+        let wanted = self.next_member(team, b, balance);
         let bk = &mut self.buckets[b];
         if bk.target.is_none() {
             bk.target = wanted.filter(|w| team.order().active.contains(w));

@@ -78,7 +78,7 @@ fn team_of_two(gap: Duration, sources: Vec<SourceSpec>, duration_s: f64) -> Host
 /// A port per bulk stream in `bulk` (100 µs RTT, 40-packet window: 4.8 Gbit/s that never
 /// pauses), and a port of eight bursty streams (15 ms RTT, 2,000-packet window: a 2.5 ms burst,
 /// then an idle gap longer than the default flowlet gap, every RTT; 1.6 Gbit/s each); flowlets
-/// rebalanced every 100 ms.
+/// rebalanced every 100 ms. The bulk streams stop at 3 s.
 fn mixed(gap: Duration, bulk: usize) -> RunOutput {
     let mut sources = vec![
         SourceSpec::TcpStream {
@@ -97,6 +97,10 @@ fn mixed(gap: Duration, bulk: usize) -> RunOutput {
     });
     let mut plan = team_of_two(gap, sources, 8.0);
     plan.groups[0].tuning.rebalance = Duration::from_millis(100);
+    // The bulk streams stop at 3 s, leaving their member the lighter: flowlets move to it.
+    for p in &mut plan.ports[..bulk] {
+        p.stop_s = Some(3.0);
+    }
     run(&plan).unwrap()
 }
 
@@ -118,16 +122,34 @@ fn flowlets_move_between_bursts_without_reordering_and_a_long_flow_stays() {
     );
 }
 
+/// Four constant-rate streams of 6, 2, 6 and 2 Gbit/s (a frame every 2 to 6 µs, never a pause)
+/// under flowlet gap `gap`: the first frames alternate members, so one member is offered
+/// 12 Gbit/s, each 6 Gbit/s stream queueing for its fair 4.7, while the other carries 4; the
+/// rebalance retargets one of the queued streams.
+fn constant_streams(gap: Duration) -> RunOutput {
+    let cbr = |gbps: u64| SourceSpec::Cbr {
+        rate: Bandwidth::from_gbps(gbps),
+        bytes: 1500,
+    };
+    let mut plan = team_of_two(gap, vec![cbr(6), cbr(2), cbr(6), cbr(2)], 3.0);
+    plan.groups[0].tuning.rebalance = Duration::from_millis(100);
+    run(&plan).unwrap()
+}
+
 #[test]
-fn a_gap_shorter_than_the_queues_reorders_tcp() {
-    // The detector can fail: with flowlets cut at 1 µs, frames of a burst still queued on one
-    // member are overtaken by the next ones sent on the other after a rebalance.
-    let out = mixed(Duration::from_micros(1), 1);
+fn a_gap_shorter_than_the_queues_reorders_and_the_default_does_not() {
+    // The detector can fail: with flowlets cut at 1 µs, a stream retargeted away from the
+    // queueing member sends its next frame on the other at once, overtaking its frames still
+    // queued. Under the default gap the same stream never pauses long enough to move.
+    let short = constant_streams(Duration::from_micros(1));
+    let default = constant_streams(PolicyTuning::DEFAULT_FLOWLET_GAP);
     eprintln!(
-        "1 µs gap: member changes {:?}, reordered {:?}",
-        out.member_changes, out.reordered
+        "1 µs gap: member changes {:?}, reordered {:?}; default gap: {:?}, {:?}",
+        short.member_changes, short.reordered, default.member_changes, default.reordered
     );
-    assert!(out.reordered.iter().sum::<u64>() > 0, "{:?}", out.member_changes);
+    assert!(short.reordered.iter().sum::<u64>() > 0, "{:?}", short.member_changes);
+    assert_eq!(default.reordered.iter().sum::<u64>(), 0);
+    assert_eq!(default.member_changes.iter().sum::<u64>(), 0);
 }
 
 /// Delivered Gbit/s from 4 s to the end (12 s), in all and per uplink, and packets reordered,

@@ -1,0 +1,335 @@
+//! The migration run: streams stepped through the hosts' real teams and the switch between them.
+
+use super::fabric::SwitchSide;
+use super::scenario::MigrationPlan;
+use crate::maxmin::progressive_fill;
+use crate::run::{MoveRecord, Row, RunOutput};
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::collections::BTreeSet;
+use teamster_core::teaming::{Direction, PortId, Team, UplinkId};
+use teamster_core::wire::FlowKey;
+use teamster_core::Instant;
+
+/// TCP payload per byte on the wire: 1448 bytes of payload (1500-byte MTU, IPv4 and TCP
+/// headers with timestamps) per 1538 bytes of Ethernet frame, preamble and gap.
+pub const GOODPUT: f64 = 1448.0 / 1538.0;
+
+/// The interval rows are recorded at (means over it).
+const ROW_S: f64 = 0.1;
+
+/// What a migration run produced: the rows and reports of any run, and per migration what it
+/// took and where it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigrationRun {
+    /// Uplinks are named `host:uplink`; ports are the migrations, `from>to vmN`.
+    pub output: RunOutput,
+    /// Per host: its name and where its uplinks start in `output.uplinks`.
+    pub hosts: Vec<(String, usize)>,
+    pub streams: Vec<StreamRecord>,
+    /// Simulated seconds until the last migration finished (or the scenario's `duration_s`).
+    pub end_s: f64,
+}
+
+/// One VM's migration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRecord {
+    pub name: String,
+    pub start_s: Option<f64>,
+    pub finish_s: Option<f64>,
+    /// Members of the source host it left on, and of the destination host it arrived on.
+    pub send_members: BTreeSet<usize>,
+    pub receive_members: BTreeSet<usize>,
+}
+
+/// A migration under way.
+struct Stream {
+    record: usize,
+    set: usize,
+    from: usize,
+    to: usize,
+    src: PortId,
+    dst: PortId,
+    flow: FlowKey,
+    left_bytes: f64,
+    last_bytes: f64,
+    last_member: Option<UplinkId>,
+}
+
+/// A host during the run.
+struct HostState {
+    team: Team,
+    side: SwitchSide,
+    /// The host's endpoints, in file order.
+    ports: Vec<(PortId, teamster_core::wire::MacAddr)>,
+    /// Offset of its uplinks among all hosts'.
+    first: usize,
+}
+
+/// Runs the plan: settles any LACP bundles, then steps the clock until every migration has
+/// finished or `duration_s` has passed.
+pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
+    let f = &plan.file;
+    let mut hosts = Vec::new();
+    let mut out = RunOutput {
+        uplinks: Vec::new(),
+        capacities: Vec::new(),
+        ports: Vec::new(),
+        rows: Vec::new(),
+        moves: Vec::new(),
+        events: Vec::new(),
+        notifications: 0,
+        lbt_threshold: None,
+        latencies: Vec::new(),
+        rejections: Vec::new(),
+        packets: 0,
+        port_uplinks: Vec::new(),
+        reordered: Vec::new(),
+        member_changes: Vec::new(),
+        teams: Vec::new(),
+    };
+    // Every host's bundles form before the clock starts: time zero is when the last did.
+    let mut start = Instant::ZERO;
+    for (h, hp) in plan.hosts.iter().enumerate() {
+        let mut team = hp.host.team.clone();
+        let mut side = SwitchSide::new(h, &hp.host)?;
+        start = start.max(
+            side.settle(&mut team, Instant::ZERO)
+                .map_err(|e| format!("host `{}`: {e}", hp.name))?,
+        );
+        let first = out.uplinks.len();
+        for u in &hp.host.uplinks {
+            out.uplinks.push(format!("{}:{}", hp.name, u.name));
+            out.capacities.push(u.capacity.bps_f64());
+        }
+        for mut line in crate::run::team_lines(&hp.host.groups, &hp.rx_queues) {
+            line.group = format!("{}:{}", hp.name, line.group);
+            out.teams.push(line);
+        }
+        let ports = hp.host.ports.iter().map(|p| (p.id, p.mac)).collect();
+        hosts.push(HostState {
+            team,
+            side,
+            ports,
+            first,
+        });
+    }
+    let links = out.uplinks.len();
+    let mut records = Vec::new();
+    for m in &plan.migrations {
+        let (a, b) = (&plan.hosts[m.from].name, &plan.hosts[m.to].name);
+        for k in 0..m.vms {
+            let name = format!("{a}>{b} vm{}", k + 1);
+            out.ports.push(name.clone());
+            records.push(StreamRecord {
+                name,
+                start_s: None,
+                finish_s: None,
+                send_members: BTreeSet::new(),
+                receive_members: BTreeSet::new(),
+            });
+        }
+    }
+    let n = records.len();
+    out.latencies = vec![Vec::new(); n];
+    out.reordered = vec![0; n];
+    out.member_changes = vec![0; n];
+    let mut started = vec![0u32; plan.migrations.len()];
+    let mut first_record: Vec<usize> = Vec::new();
+    let mut acc = 0;
+    for m in &plan.migrations {
+        first_record.push(acc);
+        acc += m.vms as usize;
+    }
+    let mut active: Vec<Stream> = Vec::new();
+    let dt = f.step_s;
+    let steps = (f.duration_s / dt).ceil() as u64;
+    let mut row = RowSums::new(links, n);
+    let mut end_s = f.duration_s;
+    for step in 0..steps {
+        let t = step as f64 * dt;
+        let now = start + Duration::from_secs_f64(t);
+        // Start what may start: in file order, up to each set's concurrency.
+        for (s, m) in plan.migrations.iter().enumerate() {
+            while t + 1e-12 >= m.start_s
+                && started[s] < m.vms
+                && active.iter().filter(|x| x.set == s).count() < m.concurrency as usize
+            {
+                let record = first_record[s] + started[s] as usize;
+                let (src, dst) = (
+                    endpoint(&hosts[m.from], started[s] as usize),
+                    endpoint(&hosts[m.to], started[s] as usize),
+                );
+                active.push(Stream {
+                    record,
+                    set: s,
+                    from: m.from,
+                    to: m.to,
+                    src: src.0,
+                    dst: dst.0,
+                    flow: migration_flow(m.from, src, m.to, dst, record),
+                    left_bytes: m.memory as f64,
+                    last_bytes: 0.0,
+                    last_member: None,
+                });
+                records[record].start_s = Some(t);
+                started[s] += 1;
+            }
+        }
+        if active.is_empty() && started.iter().zip(&plan.migrations).all(|(s, m)| *s == m.vms) {
+            end_s = t;
+            break;
+        }
+        // The teams' timers and LACP; moves are recorded by port (endpoint) name.
+        for (h, hs) in hosts.iter_mut().enumerate() {
+            let names: Vec<String> = out.uplinks[hs.first..hs.first + hs.team.uplink_count()].to_vec();
+            for m in hs.side.exchange(&mut hs.team, now) {
+                let port = plan.hosts[h]
+                    .host
+                    .ports
+                    .iter()
+                    .find(|p| p.id == m.port)
+                    .map(|p| p.name.as_str());
+                out.moves.push(MoveRecord::new(t, m, &names, port));
+            }
+        }
+        // Where each stream leaves and arrives: the source team picks (recording the frame
+        // for its flowlets and meters), the switch delivers.
+        let mut paths = Vec::with_capacity(active.len());
+        for s in &mut active {
+            let len = s.last_bytes.max(1.0) as usize;
+            let out_member = hosts[s.from].team.select_frame(s.src, Some(&s.flow), len, now);
+            let dst = &hosts[s.to];
+            let in_member = dst.side.arrival(&dst.team, s.dst, &s.flow);
+            let mut path = Vec::new();
+            if let (Some(o), Some(i)) = (out_member, in_member) {
+                if hosts[s.from].team.uplink_usable(o) && dst.side.usable(i) {
+                    path = vec![hosts[s.from].first + o.0, links + dst.first + i.0];
+                    let r = &mut records[s.record];
+                    r.send_members.insert(o.0);
+                    r.receive_members.insert(i.0);
+                }
+            }
+            if out_member != s.last_member && s.last_member.is_some() {
+                out.member_changes[s.record] += 1;
+            }
+            s.last_member = out_member;
+            paths.push(path);
+        }
+        let caps: Vec<f64> = out
+            .capacities
+            .iter()
+            .chain(&out.capacities)
+            .map(|c| c * GOODPUT)
+            .collect();
+        let rates = progressive_fill(&caps, &paths);
+        for (k, s) in active.iter_mut().enumerate() {
+            let bytes = (rates[k] * dt / 8.0).min(s.left_bytes);
+            s.left_bytes -= bytes;
+            s.last_bytes = bytes;
+            let wire = (bytes / GOODPUT) as u64;
+            if let [tx, rx] = paths[k][..] {
+                let (fh, th) = (&hosts[s.from], &hosts[s.to]);
+                let (o, i) = (UplinkId(tx - fh.first), UplinkId(rx - links - th.first));
+                hosts[s.from].team.account(s.src, o, Direction::Tx, wire, now);
+                hosts[s.to].team.account(s.dst, i, Direction::Rx, wire, now);
+                row.link[tx] += wire as f64 * 8.0;
+                row.link[rx] += wire as f64 * 8.0;
+            }
+            row.port[s.record] += bytes * 8.0;
+            if s.left_bytes <= 0.5 {
+                // It finished part-way through the step, at the rate it had.
+                let used = if rates[k] > 0.0 { bytes * 8.0 / rates[k] } else { dt };
+                records[s.record].finish_s = Some(t + used);
+                out.port_uplinks.resize(n, None);
+                out.port_uplinks[s.record] = s.last_member.map(|u| out.uplinks[hosts[s.from].first + u.0].clone());
+            }
+        }
+        active.retain(|s| s.left_bytes > 0.5);
+        row.elapsed += dt;
+        if row.elapsed >= ROW_S - 1e-9 {
+            out.rows.push(row.take(t + dt, links));
+        }
+    }
+    if row.elapsed > 0.0 {
+        let t_end = out.rows.last().map_or(0.0, |r| r.t_s) + row.elapsed;
+        out.rows.push(row.take(t_end, links));
+    }
+    out.port_uplinks.resize(n, None);
+    Ok(MigrationRun {
+        output: out,
+        hosts: plan
+            .hosts
+            .iter()
+            .zip(&hosts)
+            .map(|(p, h)| (p.name.clone(), h.first))
+            .collect(),
+        streams: records,
+        end_s,
+    })
+}
+
+/// The endpoint the `k`th migration of a set uses on a host: round robin over its endpoints.
+fn endpoint(h: &HostState, k: usize) -> (PortId, teamster_core::wire::MacAddr) {
+    h.ports[k % h.ports.len()]
+}
+
+/// The TCP connection of migration number `k` (globally): from an ephemeral port of the source
+/// endpoint to port 6600 (Hyper-V's live migration port) of the destination endpoint.
+fn migration_flow(
+    from: usize,
+    src: (PortId, teamster_core::wire::MacAddr),
+    to: usize,
+    dst: (PortId, teamster_core::wire::MacAddr),
+    k: usize,
+) -> FlowKey {
+    let ip = |h: usize, p: PortId| Ipv4Addr::new(10, 77, h as u8, p.0 as u8);
+    FlowKey {
+        src_mac: src.1,
+        dst_mac: dst.1,
+        ether_type: 0x0800,
+        src_ip: Some(ip(from, src.0).into()),
+        dst_ip: Some(ip(to, dst.0).into()),
+        ip_proto: Some(6),
+        src_port: Some(49152 + (k % 16384) as u16),
+        dst_port: Some(6600),
+        ..Default::default()
+    }
+}
+
+/// Bits carried since the last row, per link (sends, then receives) and per migration.
+struct RowSums {
+    link: Vec<f64>,
+    port: Vec<f64>,
+    elapsed: f64,
+}
+
+impl RowSums {
+    fn new(links: usize, ports: usize) -> RowSums {
+        RowSums {
+            link: vec![0.0; 2 * links],
+            port: vec![0.0; ports],
+            elapsed: 0.0,
+        }
+    }
+
+    /// The row ending at `t_end`, as means in bits/s; starts the next.
+    fn take(&mut self, t_end: f64, links: usize) -> Row {
+        let e = self.elapsed;
+        let mean = |v: &[f64]| v.iter().map(|b| b / e).collect::<Vec<f64>>();
+        let port = mean(&self.port);
+        let row = Row {
+            t_s: t_end - e,
+            uplink_tx: mean(&self.link[..links]),
+            uplink_rx: mean(&self.link[links..]),
+            offered_tx: port.clone(),
+            delivered_tx: port,
+            offered_rx: vec![0.0; self.port.len()],
+            delivered_rx: vec![0.0; self.port.len()],
+        };
+        self.link.iter_mut().for_each(|b| *b = 0.0);
+        self.port.iter_mut().for_each(|b| *b = 0.0);
+        self.elapsed = 0.0;
+        row
+    }
+}
