@@ -4,7 +4,8 @@
 //! 1. timeline events due at or before `t` are applied to the team (link down/up, policy);
 //! 2. the team's timers run (Load-Based Teaming checks), and its effects are collected;
 //! 3. every port offers its demand at `t` (with its seeded jitter), split evenly across its
-//!    flows; [`Team::select`] maps each flow to an uplink;
+//!    flows; [`Team::select_frame`] maps each flow to an uplink, recording the step's bytes for
+//!    the flowlet policies (with steps at least the flowlet gap, each step is a new flowlet);
 //! 4. each live uplink's capacity is shared max-min fairly among the flows mapped to it,
 //!    separately for send and receive (receive traffic is taken to arrive on the uplink its flow
 //!    sends on, as a physical switch that learned the MAC there delivers it);
@@ -55,23 +56,12 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
     }
 
     let (nu, np) = (f.uplinks.len(), s.ports.len());
-    let mut out = RunOutput {
-        uplinks: f.uplinks.iter().map(|u| u.name.clone()).collect(),
-        capacities: f.uplinks.iter().map(|u| u.capacity.bps_f64()).collect(),
-        ports: s.ports.iter().map(|p| p.name.clone()).collect(),
-        rows: Vec::new(),
-        moves: Vec::new(),
-        events: Vec::new(),
-        notifications: 0,
-        lbt_threshold: uses_lbt(s).then_some(s.host.lbt.threshold),
-        latencies: Vec::new(),
-        rejections: Vec::new(),
-        packets: 0,
-        port_uplinks: Vec::new(),
-        reordered: Vec::new(),
-        member_changes: Vec::new(),
-        teams: Vec::new(),
-    };
+    let mut out = RunOutput::new(
+        f.uplinks.iter().map(|u| u.name.clone()).collect(),
+        f.uplinks.iter().map(|u| u.capacity.bps_f64()).collect(),
+        s.ports.iter().map(|p| p.name.clone()).collect(),
+    );
+    out.lbt_threshold = uses_lbt(s).then_some(s.host.lbt.threshold);
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;
     let mut acc = empty_row(0.0, nu, np);
@@ -110,7 +100,17 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
                 offered[i] = curve.at(t) * jitter;
                 let per_flow = offered[i] / traffic[i].flows.len() as f64;
                 for flow in &traffic[i].flows {
-                    if let Some(u) = team.select(PortId(p.id), Some(flow)) {
+                    // Sending records the step's bytes at the step's instant (flowlet policies
+                    // place and balance by them; a flow pauses between steps as long as the step,
+                    // so with steps at least the flowlet gap every step is a new flowlet);
+                    // receiving follows where the flow now sends.
+                    let u = if dir == Direction::Tx {
+                        let bytes = (per_flow * f.step_s / 8.0).max(1.0) as usize;
+                        team.select_frame(PortId(p.id), Some(flow), bytes, now)
+                    } else {
+                        team.select(PortId(p.id), Some(flow))
+                    };
+                    if let Some(u) = u {
                         claims[u.0].push((i, per_flow));
                     }
                 }

@@ -28,7 +28,7 @@ pub fn share(capacity: f64, demands: &[f64]) -> Vec<f64> {
 }
 
 /// Max-min fair rates for flows that each cross the links `paths[i]` (a flow with no path gets
-/// nothing), over links of capacity `caps`, by progressive filling.
+/// nothing), over links of finite capacity `caps`, by progressive filling.
 pub fn progressive_fill(caps: &[f64], paths: &[Vec<usize>]) -> Vec<f64> {
     let mut left: Vec<f64> = caps.iter().map(|c| c.max(0.0)).collect();
     let mut rate = vec![0.0; paths.len()];
@@ -47,6 +47,14 @@ pub fn progressive_fill(caps: &[f64], paths: &[Vec<usize>]) -> Vec<f64> {
             .filter(|&l| crossing[l] > 0)
             .map(|l| left[l] / crossing[l] as f64)
             .fold(f64::INFINITY, f64::min);
+        if !raise.is_finite() {
+            // Only unbounded links left: nothing to share out (capacities must be finite).
+            break;
+        }
+        if !raise.is_finite() {
+            // Only unbounded links left: nothing to share out (capacities must be finite).
+            break;
+        }
         for (l, n) in crossing.iter().enumerate() {
             left[l] -= raise * *n as f64;
         }

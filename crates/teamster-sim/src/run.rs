@@ -71,6 +71,31 @@ pub struct RunOutput {
     pub teams: Vec<TeamLine>,
 }
 
+impl RunOutput {
+    /// An empty run over `uplinks` (with their `capacities`) and `ports`: no rows yet, every
+    /// per-port count zero.
+    pub fn new(uplinks: Vec<String>, capacities: Vec<f64>, ports: Vec<String>) -> RunOutput {
+        let np = ports.len();
+        RunOutput {
+            uplinks,
+            capacities,
+            ports,
+            rows: Vec::new(),
+            moves: Vec::new(),
+            events: Vec::new(),
+            notifications: 0,
+            lbt_threshold: None,
+            latencies: vec![Vec::new(); np],
+            rejections: Vec::new(),
+            packets: 0,
+            port_uplinks: Vec::new(),
+            reordered: vec![0; np],
+            member_changes: vec![0; np],
+            teams: Vec::new(),
+        }
+    }
+}
+
 /// A port group's teaming, as the summary states it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TeamLine {

@@ -68,6 +68,18 @@ pub(crate) fn one_queue() -> u32 {
     1
 }
 
+/// Refuses a `duration_s` that is not a number of seconds above 0 and up to a day (the packet
+/// and migration models' bound).
+pub(crate) fn check_day(duration_s: f64) -> Result<(), String> {
+    if duration_s.is_finite() && duration_s > 0.0 && duration_s <= 86_400.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "duration_s = {duration_s}: expected seconds between 0 and 86400"
+        ))
+    }
+}
+
 /// Refuses receive queue counts out of 1 to 4096, naming the key.
 pub(crate) fn check_queues<'a>(names_and_queues: impl Iterator<Item = (&'a str, u32)>) -> Result<(), String> {
     for (i, (name, q)) in names_and_queues.enumerate() {

@@ -1,6 +1,7 @@
 //! A switch-independent group whose policy spreads a port over members (Address Hash, Dynamic):
 //! frames on another member than the port's carry that member's MAC, broadcasts stay on the
-//! port's member, and nothing changes in a switch-dependent group.
+//! port's member, and nothing changes in a switch-dependent group. Also what reaches LACP: never
+//! a VM's slow-protocol frames, and a Marker flood only a bounded number of answers.
 
 use super::tests::{mac, targets, REMOTE};
 use super::*;
@@ -132,4 +133,71 @@ fn lacpdus_leave_from_their_uplinks_own_mac() {
     seen.sort();
     seen.dedup();
     assert_eq!(seen, [(0, UPLINK_MACS[0]), (1, UPLINK_MACS[1])]);
+}
+
+/// A Marker PDU (not a response) from the partner, transaction `n`.
+fn marker(n: u32) -> Vec<u8> {
+    let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 2, 2, 0, 0, 0, 0, 9, 0x88, 0x09];
+    f.extend_from_slice(&[2, 1, 1, 16, 0, 3, 2, 0, 0, 0, 0, 9]);
+    f.extend_from_slice(&n.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
+
+#[test]
+fn a_vm_cannot_speak_lacp_for_the_team() {
+    let mut s = switch(Policy::ADDRESS_HASH, TeamMode::Lacp);
+    s.handle_timeout(Instant::ZERO);
+    let forged = crate::wire::lacp::Lacpdu {
+        actor: crate::wire::lacp::LacpInfo {
+            system_priority: 1,
+            system: MacAddr([2, 0xba, 0xd, 0, 0, 1]),
+            key: 1,
+            port_priority: 1,
+            port: 1,
+            state: 0x3d,
+        },
+        ..Default::default()
+    };
+    let frame = crate::wire::lacp::build_lacpdu(mac(1), &forged);
+    let before = s.team().lacp().member(UplinkId(0)).unwrap().partner;
+    let out = s.ingress(Ingress::Port(PortId(1)), &frame, Instant::from_millis(1));
+    assert!(out.is_empty(), "a VM's LACPDU went somewhere: {out:?}");
+    assert_eq!(s.port_counters(PortId(1)).unwrap().drops(DropReason::SlowProtocol), 1);
+    for u in 0..2 {
+        let m = s.team().lacp().member(UplinkId(u)).unwrap();
+        assert_eq!(m.counters.rx_lacpdus, 0);
+        assert_ne!(m.partner.system, forged.actor.system);
+    }
+    assert_eq!(s.team().lacp().member(UplinkId(0)).unwrap().partner, before);
+}
+
+#[test]
+fn a_marker_flood_gets_five_answers_a_second() {
+    let mut s = switch(Policy::ADDRESS_HASH, TeamMode::Lacp);
+    let answers = |s: &mut Switch| {
+        let mut n = 0;
+        while let Some(e) = s.poll_effect() {
+            if let crate::teaming::Effect::Transmit { frame, .. } = e {
+                n += usize::from(matches!(
+                    crate::wire::lacp::parse_slow(&frame),
+                    Ok(crate::wire::lacp::SlowPdu::Marker(m)) if m.response
+                ));
+            }
+        }
+        n
+    };
+    answers(&mut s);
+    for k in 0..10_000 {
+        s.ingress(Ingress::Uplink(UplinkId(0)), &marker(k), Instant::from_millis(5));
+    }
+    assert_eq!(answers(&mut s), 5);
+    // A second later, five more; the other member never answered for the flood.
+    for k in 0..100 {
+        s.ingress(Ingress::Uplink(UplinkId(0)), &marker(k), Instant::from_millis(1005));
+    }
+    assert_eq!(answers(&mut s), 5);
+    let c = s.team().lacp().member(UplinkId(0)).unwrap().counters;
+    assert_eq!((c.rx_markers, c.tx_marker_responses), (10_100, 10));
+    assert_eq!(s.team().lacp().member(UplinkId(1)).unwrap().counters.rx_markers, 0);
 }

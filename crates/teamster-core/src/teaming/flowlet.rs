@@ -50,8 +50,9 @@ pub(super) fn bucket_of(h: u32) -> usize {
 pub(super) enum Balance {
     /// Bytes per member, whatever its speed; any imbalance a move reduces is corrected.
     Bytes,
-    /// Utilisation (rate / capacity), only while a member is over `threshold`; a move must cut
-    /// the pair's higher utilisation by a tenth, and a bucket moved stays two intervals.
+    /// Utilisation (rate / capacity), only while a member is over `threshold`; a round's moves
+    /// must together cut the busiest member's utilisation by a tenth, and a bucket moved stays
+    /// two intervals.
     Utilisation { threshold: f64 },
 }
 
@@ -115,10 +116,16 @@ impl Flowlets {
     /// lowest in order on a tie: where a bucket's first flowlet goes.
     fn least_loaded(&self, team: &TeamView<'_>, balance: Balance) -> Option<UplinkId> {
         let members: Vec<UplinkId> = team.order().active.iter().copied().filter(|u| team.is_up(*u)).collect();
+        // Counted as the rebalance counts them (a bucket without a live target where its next
+        // flowlet would go). Runs on a bucket's first frame only, so the two small vectors cost
+        // little.
         let mut load = vec![0.0f64; members.len()];
-        for bk in &self.buckets {
-            if let Some(i) = bk.target.and_then(|t| members.iter().position(|m| *m == t)) {
-                load[i] += bk.load + bk.bytes as f64;
+        for (b, bk) in self.buckets.iter().enumerate() {
+            let l = bk.load + bk.bytes as f64;
+            if l > 0.0 {
+                if let Some(i) = self.wanted(team, b).and_then(|t| members.iter().position(|m| *m == t)) {
+                    load[i] += l;
+                }
             }
         }
         let metric = |i: usize| match balance {
@@ -249,6 +256,10 @@ impl Flowlets {
             })
             .collect();
         let mut owner = owner;
+        let busiest = |load: &[f64]| (0..members.len()).map(|i| load[i] * scale[i]).fold(0.0, f64::max);
+        let busiest_before = busiest(&load);
+        // The round's moves, with what each bucket had before, to undo a round that gains too little.
+        let mut moved: Vec<(usize, Option<UplinkId>, Option<Instant>)> = Vec::new();
         for _ in 0..BUCKETS {
             let metric = |i: usize| load[i] * scale[i];
             let hi = (0..members.len()).max_by(|a, b| metric(*a).total_cmp(&metric(*b)).then(b.cmp(a)));
@@ -280,20 +291,26 @@ impl Flowlets {
                 });
             let Some(b) = best else { break };
             let x = self.buckets[b].load;
-            let margin = match balance {
-                Balance::Bytes => 1.0,
-                Balance::Utilisation { .. } => 0.9,
-            };
-            if after(x) >= before * margin {
+            // Each move must even out its pair.
+            if after(x) >= before {
                 break;
             }
             load[hi] -= x;
             load[lo] += x;
             owner[b] = Some(lo);
+            moved.push((b, self.buckets[b].target, self.buckets[b].retargeted));
             self.buckets[b].target = Some(members[lo]);
             self.buckets[b].retargeted = Some(now);
-            self.counters.retargets += 1;
         }
+        // Load-based damping: the round stands only if its moves together cut the busiest
+        // member's utilisation by a tenth; a smaller gain is not worth the churn.
+        if matches!(balance, Balance::Utilisation { .. }) && busiest(&load) > 0.9 * busiest_before {
+            for (b, target, retargeted) in moved.drain(..).rev() {
+                self.buckets[b].target = target;
+                self.buckets[b].retargeted = retargeted;
+            }
+        }
+        self.counters.retargets += moved.len() as u64;
     }
 
     /// True if bucket `b` starts flowlets: it started one within the last two intervals, or is

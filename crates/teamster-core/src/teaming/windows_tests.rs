@@ -270,6 +270,29 @@ fn lbt_dynamic_is_capacity_aware_and_quiet_below_the_threshold() {
 }
 
 #[test]
+fn lbt_dynamic_moves_flowlets_off_a_member_over_the_threshold() {
+    // Twelve flows of 0.8 Gbit/s all on one 10 GbE member (96 %): the round moves flowlets to
+    // the other until the busy one is under 75 %, a cut of more than a tenth, so it stands.
+    let gap = Duration::from_micros(200);
+    let mut t = team(
+        &[10.0, 10.0],
+        with_gap(group(Policy::LBT_DYNAMIC, &[0, 1], &[], true), gap),
+        [1],
+    );
+    let flows: Vec<_> = started_on_one_member(&mut t, 12)
+        .into_iter()
+        .map(|f| (f, 100_000))
+        .collect();
+    bursts(&mut t, &flows, 0, 6000);
+    let s = split(&t, Instant::from_millis(5999));
+    let util = |u: usize| s.iter().find(|m| m.0 == u).map_or(0.0, |m| m.2) / 10e9;
+    let retargets = t.flowlets(GroupId(0), Instant::from_millis(5999)).unwrap().1.retargets;
+    eprintln!("utilisation {:.2}/{:.2}, {retargets} retargets", util(0), util(1));
+    assert!((3..=4).contains(&retargets), "{retargets}");
+    assert!(util(0) <= 0.76 && util(1) >= 0.2, "{s:?}");
+}
+
+#[test]
 fn modes_refuse_what_the_bundle_cannot_use() {
     let mut g = group(Policy::LOAD_BASED, &[0, 1], &[], true);
     g.mode = TeamMode::Lacp;

@@ -15,9 +15,6 @@ use teamster_core::Instant;
 /// headers with timestamps) per 1538 bytes of Ethernet frame, preamble and gap.
 pub const GOODPUT: f64 = 1448.0 / 1538.0;
 
-/// The interval rows are recorded at (means over it).
-const ROW_S: f64 = 0.1;
-
 /// What a migration run produced: the rows and reports of any run, and per migration what it
 /// took and where it went.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +26,8 @@ pub struct MigrationRun {
     pub streams: Vec<StreamRecord>,
     /// Simulated seconds until the last migration finished (or the scenario's `duration_s`).
     pub end_s: f64,
+    /// Each row's length in seconds (the last may be shorter: it ends at `end_s`).
+    pub row_s: f64,
 }
 
 /// One VM's migration.
@@ -71,23 +70,7 @@ struct HostState {
 pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
     let f = &plan.file;
     let mut hosts = Vec::new();
-    let mut out = RunOutput {
-        uplinks: Vec::new(),
-        capacities: Vec::new(),
-        ports: Vec::new(),
-        rows: Vec::new(),
-        moves: Vec::new(),
-        events: Vec::new(),
-        notifications: 0,
-        lbt_threshold: None,
-        latencies: Vec::new(),
-        rejections: Vec::new(),
-        packets: 0,
-        port_uplinks: Vec::new(),
-        reordered: Vec::new(),
-        member_changes: Vec::new(),
-        teams: Vec::new(),
-    };
+    let mut out = RunOutput::new(Vec::new(), Vec::new(), Vec::new());
     // Every host's bundles form before the clock starts: time zero is when the last did.
     let mut start = Instant::ZERO;
     for (h, hp) in plan.hosts.iter().enumerate() {
@@ -145,6 +128,7 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
     let dt = f.step_s;
     let steps = (f.duration_s / dt).ceil() as u64;
     let mut row = RowSums::new(links, n);
+    let per_row = plan.row_steps();
     let mut end_s = f.duration_s;
     for step in 0..steps {
         let t = step as f64 * dt;
@@ -246,14 +230,13 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
             }
         }
         active.retain(|s| s.left_bytes > 0.5);
-        row.elapsed += dt;
-        if row.elapsed >= ROW_S - 1e-9 {
-            out.rows.push(row.take(t + dt, links));
+        row.steps += 1;
+        if row.steps == per_row {
+            out.rows.push(row.take(dt, links));
         }
     }
-    if row.elapsed > 0.0 {
-        let t_end = out.rows.last().map_or(0.0, |r| r.t_s) + row.elapsed;
-        out.rows.push(row.take(t_end, links));
+    if row.steps > 0 {
+        out.rows.push(row.take(dt, links));
     }
     out.port_uplinks.resize(n, None);
     Ok(MigrationRun {
@@ -266,6 +249,7 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
             .collect(),
         streams: records,
         end_s,
+        row_s: per_row as f64 * dt,
     })
 }
 
@@ -301,7 +285,9 @@ fn migration_flow(
 struct RowSums {
     link: Vec<f64>,
     port: Vec<f64>,
-    elapsed: f64,
+    /// The step the row starts at, and how many it has taken in.
+    first: u64,
+    steps: u64,
 }
 
 impl RowSums {
@@ -309,17 +295,18 @@ impl RowSums {
         RowSums {
             link: vec![0.0; 2 * links],
             port: vec![0.0; ports],
-            elapsed: 0.0,
+            first: 0,
+            steps: 0,
         }
     }
 
-    /// The row ending at `t_end`, as means in bits/s; starts the next.
-    fn take(&mut self, t_end: f64, links: usize) -> Row {
-        let e = self.elapsed;
+    /// The row so far, as means in bits/s over its steps of `dt`; starts the next.
+    fn take(&mut self, dt: f64, links: usize) -> Row {
+        let e = self.steps as f64 * dt;
         let mean = |v: &[f64]| v.iter().map(|b| b / e).collect::<Vec<f64>>();
         let port = mean(&self.port);
         let row = Row {
-            t_s: t_end - e,
+            t_s: self.first as f64 * dt,
             uplink_tx: mean(&self.link[..links]),
             uplink_rx: mean(&self.link[links..]),
             offered_tx: port.clone(),
@@ -329,7 +316,8 @@ impl RowSums {
         };
         self.link.iter_mut().for_each(|b| *b = 0.0);
         self.port.iter_mut().for_each(|b| *b = 0.0);
-        self.elapsed = 0.0;
+        self.first += self.steps;
+        self.steps = 0;
         row
     }
 }

@@ -3,135 +3,77 @@
 //! | kind | holds when |
 //! |---|---|
 //! | `finish-between` | every migration finished, the last one between `min_s` and `max_s` |
-//! | `member-rate` | `host`'s `uplink` carried a mean rate in `direction` (`send` or `receive`) over [`from_s`, `to_s`) of at least `min` (default 0) and at most `max` (default none) |
-//! | `host-rate` | the same for the sum of `host`'s uplinks |
+//! | `rate` | `host`'s `uplink` (all its uplinks together if none is named) carried a mean rate in `direction` (`send` or `receive`) over [`from_s`, `to_s`) of at least `min` (default 0) and at most `max` (default none) |
 //! | `one-member-per-migration` | every migration's stream left on one member of its source host and arrived on one member of its destination, from start to finish |
 //!
 //! Rates are on the wire (Ethernet frames with preamble and gap), as a NIC's counters show
-//! them. A window must end by the time the run does.
+//! them, averaged over the rows wholly inside the window: a window must be at least a row long
+//! (0.1 s, longer for runs over 500 s) and end by the time the run does; a rate needs a `min`
+//! above 0 or a `max`.
 
 use super::engine::MigrationRun;
-use super::scenario::MigrationPlan;
+use super::scenario::{MigrationExpect, MigrationPlan, Way};
 use crate::expect::Verdict;
 use crate::run::gbps;
-use serde::Deserialize;
 use teamster_core::units::Bandwidth;
 
-/// An expectation of a migration scenario.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum MigrationExpect {
-    FinishBetween {
-        min_s: f64,
-        max_s: f64,
-        name: Option<String>,
-    },
-    MemberRate {
-        host: String,
-        uplink: String,
-        direction: Way,
-        from_s: f64,
-        to_s: f64,
-        #[serde(default)]
-        min: Bandwidth,
-        max: Option<Bandwidth>,
-        name: Option<String>,
-    },
-    HostRate {
-        host: String,
-        direction: Way,
-        from_s: f64,
-        to_s: f64,
-        #[serde(default)]
-        min: Bandwidth,
-        max: Option<Bandwidth>,
-        name: Option<String>,
-    },
-    OneMemberPerMigration {
-        name: Option<String>,
-    },
-}
-
-/// Which way a member's traffic goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Way {
-    Send,
-    Receive,
-}
-
-impl std::fmt::Display for Way {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Way::Send => "send",
-            Way::Receive => "receive",
-        })
-    }
-}
-
-impl MigrationExpect {
-    /// Refuses unknown hosts or uplinks and empty or backwards ranges.
-    pub fn check(&self, plan: &MigrationPlan) -> Result<(), String> {
-        let host = |name: &str| {
-            plan.hosts
-                .iter()
-                .find(|h| h.name == name)
-                .ok_or_else(|| format!("host: no host named `{name}`"))
-        };
-        let window = |from_s: f64, to_s: f64| {
-            if from_s.is_finite() && to_s.is_finite() && 0.0 <= from_s && from_s < to_s && to_s <= plan.file.duration_s
-            {
+/// Refuses unknown hosts or uplinks, empty or backwards ranges, windows shorter than a row and
+/// rates that cannot fail.
+pub fn check(spec: &MigrationExpect, plan: &MigrationPlan) -> Result<(), String> {
+    let host = |name: &str| {
+        plan.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .ok_or_else(|| format!("host: no host named `{name}`"))
+    };
+    let row_s = plan.row_steps() as f64 * plan.file.step_s;
+    let window = |from_s: f64, to_s: f64| {
+        if !(from_s.is_finite() && to_s.is_finite() && 0.0 <= from_s && from_s < to_s && to_s <= plan.file.duration_s) {
+            Err(format!(
+                "from_s = {from_s}, to_s = {to_s}: expected 0 <= from_s < to_s <= duration_s"
+            ))
+        } else if to_s - from_s < row_s - 1e-9 {
+            Err(format!(
+                "from_s = {from_s}, to_s = {to_s}: shorter than the run's rows ({row_s} s)"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let range = |min: Bandwidth, max: Option<Bandwidth>| match max {
+        Some(max) if max < min => Err(format!("max = {max} is below min = {min}")),
+        None if min == Bandwidth::ZERO => Err("give a min above 0 or a max: as it is, it cannot fail".into()),
+        _ => Ok(()),
+    };
+    match spec {
+        MigrationExpect::FinishBetween { min_s, max_s, .. } => {
+            if min_s.is_finite() && max_s.is_finite() && 0.0 <= *min_s && min_s <= max_s {
                 Ok(())
             } else {
                 Err(format!(
-                    "from_s = {from_s}, to_s = {to_s}: expected 0 <= from_s < to_s <= duration_s"
+                    "min_s = {min_s}, max_s = {max_s}: expected 0 <= min_s <= max_s"
                 ))
             }
-        };
-        let range = |min: Bandwidth, max: Option<Bandwidth>| match max {
-            Some(max) if max < min => Err(format!("max = {max} is below min = {min}")),
-            _ => Ok(()),
-        };
-        match self {
-            MigrationExpect::FinishBetween { min_s, max_s, .. } => {
-                if min_s.is_finite() && max_s.is_finite() && 0.0 <= *min_s && min_s <= max_s {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "min_s = {min_s}, max_s = {max_s}: expected 0 <= min_s <= max_s"
-                    ))
-                }
-            }
-            MigrationExpect::MemberRate {
-                host: h,
-                uplink,
-                from_s,
-                to_s,
-                min,
-                max,
-                ..
-            } => {
-                let hp = host(h)?;
+        }
+        MigrationExpect::Rate {
+            host: h,
+            uplink,
+            from_s,
+            to_s,
+            min,
+            max,
+            ..
+        } => {
+            let hp = host(h)?;
+            if let Some(uplink) = uplink {
                 if !hp.host.uplinks.iter().any(|u| &u.name == uplink) {
                     return Err(format!("uplink: host `{h}` has no uplink named `{uplink}`"));
                 }
-                window(*from_s, *to_s)?;
-                range(*min, *max)
             }
-            MigrationExpect::HostRate {
-                host: h,
-                from_s,
-                to_s,
-                min,
-                max,
-                ..
-            } => {
-                host(h)?;
-                window(*from_s, *to_s)?;
-                range(*min, *max)
-            }
-            MigrationExpect::OneMemberPerMigration { .. } => Ok(()),
+            window(*from_s, *to_s)?;
+            range(*min, *max)
         }
+        MigrationExpect::OneMemberPerMigration { .. } => Ok(()),
     }
 }
 
@@ -156,7 +98,7 @@ pub fn evaluate(spec: &MigrationExpect, run: &MigrationRun) -> Verdict {
                 },
             )
         }
-        MigrationExpect::MemberRate {
+        MigrationExpect::Rate {
             host,
             uplink,
             direction,
@@ -166,26 +108,19 @@ pub fn evaluate(spec: &MigrationExpect, run: &MigrationRun) -> Verdict {
             max,
             name,
         } => {
-            let label = format!("{host}:{uplink}");
-            let column = run.output.uplinks.iter().position(|u| *u == label);
-            let mean = column.and_then(|c| window_mean(run, *direction, &[c], *from_s, *to_s));
-            rate_verdict(name, &label, *direction, *from_s, *to_s, *min, *max, mean, run.end_s)
-        }
-        MigrationExpect::HostRate {
-            host,
-            direction,
-            from_s,
-            to_s,
-            min,
-            max,
-            name,
-        } => {
-            let prefix = format!("{host}:");
+            // Uplink columns are named `host:uplink`.
+            let label = match uplink {
+                Some(u) => format!("{host}:{u}"),
+                None => host.clone(),
+            };
             let columns: Vec<usize> = (0..run.output.uplinks.len())
-                .filter(|&c| run.output.uplinks[c].starts_with(&prefix))
+                .filter(|&c| match uplink {
+                    Some(_) => run.output.uplinks[c] == label,
+                    None => run.output.uplinks[c].starts_with(&format!("{host}:")),
+                })
                 .collect();
             let mean = window_mean(run, *direction, &columns, *from_s, *to_s);
-            rate_verdict(name, host, *direction, *from_s, *to_s, *min, *max, mean, run.end_s)
+            rate_verdict(name, &label, *direction, *from_s, *to_s, *min, *max, mean, run.end_s)
         }
         MigrationExpect::OneMemberPerMigration { name } => {
             let spread: Vec<String> = run
@@ -215,26 +150,25 @@ pub fn evaluate(spec: &MigrationExpect, run: &MigrationRun) -> Verdict {
     Verdict { name, held, detail }
 }
 
-/// The mean over [`from_s`, `to_s`) of the summed columns, if the run lasted that long.
+/// The mean over the rows wholly inside [`from_s`, `to_s`) of the summed columns, weighted by
+/// their length; none if the run ended before `to_s` or no row fits.
 fn window_mean(run: &MigrationRun, way: Way, columns: &[usize], from_s: f64, to_s: f64) -> Option<f64> {
-    let last = run.output.rows.last()?;
-    if to_s > last.t_s + 0.1 + 1e-9 {
+    if to_s > run.end_s + 1e-9 {
         return None;
     }
-    let rows: Vec<f64> = run
-        .output
-        .rows
-        .iter()
-        .filter(|r| r.t_s + 1e-9 >= from_s && r.t_s + 1e-9 < to_s)
-        .map(|r| {
+    let (mut sum, mut len) = (0.0, 0.0);
+    for r in &run.output.rows {
+        let l = run.row_s.min(run.end_s - r.t_s);
+        if r.t_s + 1e-9 >= from_s && r.t_s + l <= to_s + 1e-9 && l > 0.0 {
             let v = match way {
                 Way::Send => &r.uplink_tx,
                 Way::Receive => &r.uplink_rx,
             };
-            columns.iter().map(|&c| v[c]).sum::<f64>()
-        })
-        .collect();
-    (!rows.is_empty()).then(|| rows.iter().sum::<f64>() / rows.len() as f64)
+            sum += columns.iter().map(|&c| v[c]).sum::<f64>() * l;
+            len += l;
+        }
+    }
+    (len > 0.0).then(|| sum / len)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -257,10 +191,12 @@ fn rate_verdict(
         .clone()
         .unwrap_or(format!("{what} {way}s {bounds} over [{from_s}, {to_s}) s"));
     match mean {
-        None => (name, false, format!("the run ended at {end_s:.2} s, before {to_s} s")),
+        None if to_s > end_s => (name, false, format!("the run ended at {end_s:.2} s, before {to_s} s")),
+        None => (name, false, "no whole row of the run falls inside the window".into()),
         Some(m) => (
             name,
-            m >= min.bps_f64() && max.is_none_or(|x| m <= x.bps_f64()),
+            // To rounding: a member full to its capacity may sum to a hair over it.
+            m >= min.bps_f64() * (1.0 - 1e-9) && max.is_none_or(|x| m <= x.bps_f64() * (1.0 + 1e-9)),
             format!("{what} {way} mean {} over [{from_s}, {to_s}) s", gbps(m)),
         ),
     }

@@ -3,8 +3,8 @@
 //! Model. Each VM's migration copies its memory once, as one TCP stream from an endpoint of the
 //! source host to an endpoint of the destination host (the `k`th migration of a set uses each
 //! host's endpoint `k mod endpoints`); no pages are dirtied, so a stream never pauses. A set of
-//! migrations starts its first `concurrency` VMs at `start_s` and the next whenever one
-//! finishes. Every clock step (1 ms by default):
+//! migrations starts its first `concurrency` VMs at `start_s` and the next at the first step
+//! after one finishes (a hand-off costs at most a step). Every clock step (1 ms by default):
 //! 1. each host's team runs its timers (flowlet rebalancing, Load-Based Teaming, LACP), and
 //!    LACPDUs cross to and from the switch ([`fabric`]);
 //! 2. the source host's real team picks the member each stream leaves on
@@ -27,4 +27,13 @@ pub mod scenario;
 mod tests;
 
 pub use engine::{run, MigrationRun};
-pub use scenario::{resolve, MigrationFile, MigrationPlan};
+pub use scenario::{MigrationFile, MigrationPlan};
+
+/// Checks a migration scenario, its expectations included; errors carry the key path.
+pub fn resolve(file: MigrationFile) -> Result<MigrationPlan, String> {
+    let plan = scenario::resolve(file)?;
+    for (i, x) in plan.file.expect.iter().enumerate() {
+        expect::check(x, &plan).map_err(|e| format!("expect[{i}]: {e}"))?;
+    }
+    Ok(plan)
+}

@@ -7,11 +7,11 @@
 //! Each `[[migrations]]` table moves `vms` VMs of `memory` each from one host to another. Unknown
 //! keys are errors, and every error names the key.
 
-use super::expect::MigrationExpect;
 use crate::scenario::{check_queues, UplinkFile};
 use serde::Deserialize;
 use teamster_core::host::{self, GroupEntry, Host, HostSpec, LbtSection, UplinkDesc};
 use teamster_core::teaming::Policy;
+use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 
 /// A migration scenario as written in its file.
@@ -76,6 +76,54 @@ pub struct MigrationEntry {
     pub start_s: f64,
 }
 
+/// The most VMs a scenario moves (all `[[migrations]]` together).
+const MAX_VMS: u64 = 1000;
+/// The most clock steps times VMs a run may take (about a minute and a half of work).
+const MAX_STREAM_STEPS: f64 = 1e9;
+
+/// An expectation of a migration scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MigrationExpect {
+    FinishBetween {
+        min_s: f64,
+        max_s: f64,
+        name: Option<String>,
+    },
+    /// The mean rate of `host`'s `uplink` (of all its uplinks if none is named).
+    Rate {
+        host: String,
+        uplink: Option<String>,
+        direction: Way,
+        from_s: f64,
+        to_s: f64,
+        #[serde(default)]
+        min: Bandwidth,
+        max: Option<Bandwidth>,
+        name: Option<String>,
+    },
+    OneMemberPerMigration {
+        name: Option<String>,
+    },
+}
+
+/// Which way a member's traffic goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Way {
+    Send,
+    Receive,
+}
+
+impl std::fmt::Display for Way {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Way::Send => "send",
+            Way::Receive => "receive",
+        })
+    }
+}
+
 /// The smallest VM memory accepted (1 MiB) and the largest (16 TiB).
 const MIN_MEMORY: u64 = 1 << 20;
 const MAX_MEMORY: u64 = 16 << 40;
@@ -108,17 +156,13 @@ pub struct MigrationSet {
     pub start_s: f64,
 }
 
-/// Parses and checks a migration scenario; errors carry the key path.
+/// Checks a migration scenario but for its expectations ([`super::resolve`] checks those);
+/// errors carry the key path.
 pub fn resolve(file: MigrationFile) -> Result<MigrationPlan, String> {
     if file.mode != "migration" {
         return Err(format!("mode = \"{}\": expected \"migration\"", file.mode));
     }
-    if !(file.duration_s.is_finite() && file.duration_s > 0.0 && file.duration_s <= 86_400.0) {
-        return Err(format!(
-            "duration_s = {}: expected seconds between 0 and 86400",
-            file.duration_s
-        ));
-    }
+    crate::scenario::check_day(file.duration_s)?;
     if !(file.step_s.is_finite() && (0.0001..=0.01).contains(&file.step_s)) {
         return Err(format!(
             "step_s = {}: expected seconds between 0.0001 and 0.01",
@@ -146,6 +190,19 @@ pub fn resolve(file: MigrationFile) -> Result<MigrationPlan, String> {
             format!("{key}: no host named `{name}` (hosts: {})", known.join(", "))
         })
     };
+    let total: u64 = file.migrations.iter().map(|m| u64::from(m.vms)).sum();
+    if total > MAX_VMS {
+        return Err(format!(
+            "migrations: {total} VMs in all; a scenario moves at most {MAX_VMS}"
+        ));
+    }
+    if (file.duration_s / file.step_s) * total as f64 > MAX_STREAM_STEPS {
+        return Err(format!(
+            "duration_s / step_s x VMs = {:.0}: over {MAX_STREAM_STEPS:.0} stream-steps; use a \
+             larger step_s, a shorter duration_s or fewer VMs",
+            (file.duration_s / file.step_s) * total as f64
+        ));
+    }
     if file.migrations.is_empty() {
         return Err("migrations: expected at least one [[migrations]] table".into());
     }
@@ -183,15 +240,22 @@ pub fn resolve(file: MigrationFile) -> Result<MigrationPlan, String> {
             start_s: m.start_s,
         });
     }
-    let plan = MigrationPlan {
+    Ok(MigrationPlan {
         file,
         hosts,
         migrations,
-    };
-    for (i, x) in plan.file.expect.iter().enumerate() {
-        x.check(&plan).map_err(|e| format!("expect[{i}]: {e}"))?;
+    })
+}
+
+/// The most rows a run records: rows are 0.1 s long, or longer for long runs.
+const MAX_ROWS: f64 = 5000.0;
+
+impl MigrationPlan {
+    /// The steps in a row of the run: 0.1 s, or `duration_s / 5000` if that is longer.
+    pub fn row_steps(&self) -> u64 {
+        let f = &self.file;
+        ((0.1f64).max(f.duration_s / MAX_ROWS) / f.step_s).round().max(1.0) as u64
     }
-    Ok(plan)
 }
 
 /// Builds host `h` with the host model's checks; endpoints without a MAC get `02:4d:..`.
@@ -219,6 +283,20 @@ fn build_host(h: usize, hf: &HostFile, seed: u64, step_s: f64) -> Result<HostPla
     let salt = (seed as u8).wrapping_mul(31);
     let mut mac = |i: usize, _: &[MacAddr]| Some(MacAddr([0x02, 0x4d, salt, h as u8, (i >> 8) as u8, i as u8]));
     let host = host::build(spec, &mut mac)?;
+    for (i, p) in hf.ports.iter().enumerate() {
+        let ignored = [
+            ("reservation", p.reservation.bps() > 0),
+            ("shares", p.shares.is_some()),
+            ("limit", p.limit.is_some()),
+            ("pool", p.pool.is_some()),
+            ("class", p.class.is_some()),
+        ];
+        if let Some((key, _)) = ignored.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "ports[{i}].{key}: Network I/O Control is not modelled in migration mode"
+            ));
+        }
+    }
     for (g, group) in hf.port_groups.iter().enumerate() {
         let gap = group.tuning().flowlet_gap.as_secs_f64();
         if (group.policy == Policy::DYNAMIC || group.policy == Policy::LBT_DYNAMIC) && gap <= step_s {
@@ -237,11 +315,12 @@ fn build_host(h: usize, hf: &HostFile, seed: u64, step_s: f64) -> Result<HostPla
     })
 }
 
-/// Reads a memory size; a plain number or a bit unit (`Gb`) is refused so that no one means
-/// gigabits and gets gigabytes.
+/// Reads a memory size; it must end in `B` (`GiB`, `GB`, `MiB`, ...): a plain number, `9G` or
+/// a bit unit (`Gb`) is refused, so that no one means gigabits (as in `capacity`) and gets
+/// gigabytes.
 fn memory(key: &str, text: &str) -> Result<u64, String> {
     let t = text.trim();
-    if t.ends_with('b') || t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+    if !t.ends_with('B') || t.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(format!(
             "{key}: \"{text}\" needs a byte unit such as \"9GiB\", \"512MiB\" or \"9GB\""
         ));
@@ -265,7 +344,9 @@ mod tests {
         assert_eq!(memory("m", "9GiB"), Ok(9 << 30));
         assert_eq!(memory("m", "9 GB"), Ok(9_000_000_000));
         assert_eq!(memory("m", "512MiB"), Ok(512 << 20));
-        for bad in ["9", "9Gb", "", "lots", "0GiB", "17TiB", "-1GiB"] {
+        for bad in [
+            "9", "9Gb", "9G", "9g", "9gib", "", "lots", "0GiB", "17TiB", "-1GiB", "1e30GiB",
+        ] {
             let e = memory("migrations[0].memory", bad).unwrap_err();
             assert!(e.starts_with("migrations[0].memory: "), "{bad}: {e}");
         }

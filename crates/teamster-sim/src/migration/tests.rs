@@ -39,14 +39,15 @@ fn every_byte_is_carried_and_no_link_exceeds_its_goodput() {
         assert!(r.streams.iter().all(|s| s.finish_s.is_some()), "{policy}");
         for (k, s) in r.streams.iter().enumerate() {
             // Rows are means over their span: the delivered bits add up to the VM's memory.
-            let mut bits = 0.0;
-            for (i, row) in r.output.rows.iter().enumerate() {
-                let span = r.output.rows.get(i + 1).map_or(r.end_s + 0.1, |n| n.t_s) - row.t_s;
-                bits += row.delivered_tx[k] * span.min(0.1);
-            }
+            let bits: f64 = r
+                .output
+                .rows
+                .iter()
+                .map(|row| row.delivered_tx[k] * r.row_s.min(r.end_s - row.t_s))
+                .sum();
             let want = (1u64 << 30) as f64 * 8.0;
             assert!(
-                (bits - want).abs() / want < 0.02,
+                (bits - want).abs() / want < 1e-6,
                 "{policy} {}: {bits} of {want}",
                 s.name
             );
@@ -57,6 +58,23 @@ fn every_byte_is_carried_and_no_link_exceeds_its_goodput() {
             }
         }
     }
+}
+
+#[test]
+fn rows_tile_the_run() {
+    let p = plan(&two_hosts("dynamic", "switch-independent", 1, &migrate(3, Some(2)))).unwrap();
+    let r = run(&p).unwrap();
+    assert_eq!(r.output.rows[0].t_s, 0.0);
+    for w in r.output.rows.windows(2) {
+        assert!(
+            (w[1].t_s - w[0].t_s - r.row_s).abs() < 1e-9,
+            "{} {}",
+            w[0].t_s,
+            w[1].t_s
+        );
+    }
+    let last = r.output.rows.last().unwrap().t_s;
+    assert!(last < r.end_s && r.end_s <= last + r.row_s + 1e-9, "{last} {}", r.end_s);
 }
 
 #[test]
@@ -117,11 +135,16 @@ fn bad_input_is_refused_naming_the_key() {
         (ok(&migrate(1, None)).replace("duration_s = 120", "duration_s = 120\nstep_s = 0.5"), "step_s = 0.5"),
         (ok(&migrate(1, None)).replacen("mode = \"switch-independent\"", "mode = \"switch-independent\"\nflowlet_gap_us = 500", 1), "hosts[0].port_groups[0].flowlet_gap_us"),
         (two_hosts("load-based", "lacp", 1, &migrate(1, None)), "hosts[0].port_groups[0]"),
-        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"member-rate\"\nhost = \"host-a\"\nuplink = \"x9\"\ndirection = \"send\"\nfrom_s = 0\nto_s = 1\n")), "expect[0]: uplink: host `host-a` has no uplink named `x9`"),
-        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"host-rate\"\nhost = \"host-a\"\ndirection = \"send\"\nfrom_s = 5\nto_s = 1\n")), "expect[0]: from_s = 5"),
+        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"rate\"\nhost = \"host-a\"\nuplink = \"x9\"\ndirection = \"send\"\nfrom_s = 0\nto_s = 1\n")), "expect[0]: uplink: host `host-a` has no uplink named `x9`"),
+        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"rate\"\nhost = \"host-a\"\ndirection = \"send\"\nfrom_s = 5\nto_s = 1\n")), "expect[0]: from_s = 5"),
         (ok(&migrate(1, None)).replace("[[hosts.ports]]\nname = \"lm0\"\ngroup = \"lm\"\n", ""), "ports: expected at least one"),
         (ok(&migrate(1, None)).replace("name = \"host-b\"", "name = \"host-a\""), "hosts[1].name: `host-a` is used twice"),
         (ok(&migrate(1, None)).replace("vms = 1", "vms = 1\nspeed = 3"), "unknown field `speed`"),
+        (ok(&migrate(1, None)).replace("group = \"lm\"\n", "group = \"lm\"\nlimit = \"1G\"\n"), "hosts[0].ports[0].limit: Network I/O Control is not modelled"),
+        (ok(&(migrate(1000, None) + &migrate(1, None))), "migrations: 1001 VMs in all"),
+        (ok(&migrate(500, None)).replace("duration_s = 120", "duration_s = 86400\nstep_s = 0.0001"), "stream-steps"),
+        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"rate\"\nhost = \"host-a\"\ndirection = \"send\"\nfrom_s = 0\nto_s = 1\n")), "expect[0]: give a min above 0 or a max"),
+        (ok(&(migrate(1, None) + "[[expect]]\nkind = \"rate\"\nhost = \"host-a\"\ndirection = \"send\"\nfrom_s = 1.01\nto_s = 1.09\nmin = \"1G\"\n")), "shorter than the run's rows"),
     ];
     for (text, want) in cases {
         let e = plan(&text).unwrap_err();

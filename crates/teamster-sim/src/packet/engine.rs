@@ -322,23 +322,11 @@ impl<'a> Sim<'a> {
             offered: vec![0.0; np],
             delivered: vec![0.0; np],
             uplink_bits: vec![0.0; plan.uplinks.len()],
-            out: RunOutput {
-                uplinks: plan.uplinks.iter().map(|u| u.name.clone()).collect(),
-                capacities: plan.uplinks.iter().map(|u| u.rate_bps).collect(),
-                ports: plan.ports.iter().map(|p| p.name.clone()).collect(),
-                rows: Vec::new(),
-                moves: Vec::new(),
-                events: Vec::new(),
-                notifications: 0,
-                lbt_threshold: None,
-                latencies: vec![Vec::new(); np],
-                rejections: Vec::new(),
-                packets: 0,
-                port_uplinks: Vec::new(),
-                reordered: vec![0; np],
-                member_changes: vec![0; np],
-                teams: Vec::new(),
-            },
+            out: RunOutput::new(
+                plan.uplinks.iter().map(|u| u.name.clone()).collect(),
+                plan.uplinks.iter().map(|u| u.rate_bps).collect(),
+                plan.ports.iter().map(|p| p.name.clone()).collect(),
+            ),
             order: plan
                 .ports
                 .iter()

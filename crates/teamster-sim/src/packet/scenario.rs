@@ -134,12 +134,7 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
     if f.mode != "packet" {
         return Err(format!("mode = \"{}\": expected \"packet\" here", f.mode));
     }
-    if !(f.duration_s.is_finite() && f.duration_s > 0.0 && f.duration_s <= 86_400.0) {
-        return Err(format!(
-            "duration_s = {}: expected seconds between 0 and 86400",
-            f.duration_s
-        ));
-    }
+    crate::scenario::check_day(f.duration_s)?;
     if !(1..=1 << 20).contains(&f.queue_packets) || !(1..=1 << 24).contains(&f.fifo_packets) {
         return Err("queue_packets and fifo_packets: expected 1 to 1048576 and 1 to 16777216".into());
     }

@@ -16,6 +16,9 @@ pub const AGGREGATE_WAIT: Duration = Duration::from_secs(2);
 pub const CHURN_DETECTION: Duration = Duration::from_secs(60);
 /// LACPDUs a port may send per fast periodic time.
 pub const MAX_TX_PER_PERIOD: usize = 3;
+/// Marker Responses a port may send per second: with its LACPDUs, within 802.3's ten
+/// slow-protocol frames per second, whatever the partner (or a flood) sends it.
+pub const MAX_MARKER_RESPONSES_PER_SECOND: usize = 5;
 
 /// The receive machine's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +92,8 @@ pub struct Member {
     /// The partner's identity changed since the mux last ran: it detaches first.
     partner_changed: bool,
     sent: VecDeque<Instant>,
+    /// When the Marker Responses of the last second went out.
+    answered: VecDeque<Instant>,
     pub counters: MemberCounters,
 }
 
@@ -127,6 +132,7 @@ impl Member {
             ntt: false,
             partner_changed: false,
             sent: VecDeque::new(),
+            answered: VecDeque::new(),
             counters: MemberCounters::default(),
         };
         m.set_link(link_up, now);
@@ -426,6 +432,25 @@ impl Member {
         self.sent.push_back(now);
         self.counters.tx_lacpdus += 1;
         Some(self.pdu())
+    }
+
+    /// Whether a Marker received at `now` gets its response: at most
+    /// [`MAX_MARKER_RESPONSES_PER_SECOND`] in any second; the rest are counted, not answered.
+    pub fn answer_marker(&mut self, now: Instant) -> bool {
+        self.counters.rx_markers += 1;
+        while self
+            .answered
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(1))
+        {
+            self.answered.pop_front();
+        }
+        if !self.link_up || self.answered.len() >= MAX_MARKER_RESPONSES_PER_SECOND {
+            return false;
+        }
+        self.answered.push_back(now);
+        self.counters.tx_marker_responses += 1;
+        true
     }
 
     /// When this member next has timed work.

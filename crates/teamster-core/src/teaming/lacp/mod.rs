@@ -9,7 +9,8 @@
 //! waiting (2 s), attached (our sync set), and collecting-and-distributing once the partner is
 //! in sync too; churn detection flags a side that has not reached sync 60 s after the link came
 //! up. LACPDUs are sent when something changed or the periodic time came, at most three per
-//! second per member; a Marker PDU is answered with a Marker Response.
+//! second per member; a Marker PDU is answered with a Marker Response, at most five a second per
+//! member (with the LACPDUs, within 802.3's ten slow-protocol frames a second).
 //!
 //! Selection. Members with the same actor system and key form one active aggregate: among
 //! those whose partner information is current (or just expired), the ones that share the most common partner (system
@@ -126,11 +127,9 @@ impl Lacp {
                 self.run(now);
                 None
             }
-            Ok(SlowPdu::Marker(marker)) if !marker.response && m.link_up => {
-                m.counters.rx_markers += 1;
-                m.counters.tx_marker_responses += 1;
-                Some(build_marker_response(m.settings.system, &marker))
-            }
+            Ok(SlowPdu::Marker(marker)) if !marker.response => m
+                .answer_marker(now)
+                .then(|| build_marker_response(m.settings.system, &marker)),
             Ok(SlowPdu::Marker(_)) => {
                 m.counters.rx_markers += 1;
                 None
