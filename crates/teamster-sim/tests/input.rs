@@ -150,6 +150,31 @@ fn link_down_event_fails_over_and_is_logged() {
 }
 
 #[test]
+fn dynamic_spreads_flows_in_the_fluid_model() {
+    // The flowlet policies place flows by the frames the model records: 64 flows offering
+    // 1.6 Gbit/s use both 1G uplinks, and nothing is lost.
+    let text = GOOD
+        .replace("policy = \"load-based\"", "policy = \"dynamic\"")
+        .replace("name = \"p\"", "name = \"p\"\nflows = 64")
+        .replace("rate = \"100M\"", "rate = \"1600M\"");
+    let run = fluid::run(&Scenario::from_str(&text, Path::new("d.toml")).unwrap()).unwrap();
+    for r in &run.rows[1..] {
+        assert!(
+            r.uplink_tx[0] > 0.6e9 && r.uplink_tx[1] > 0.6e9,
+            "t={}: {:?}",
+            r.t_s,
+            r.uplink_tx
+        );
+        assert!(
+            r.total_delivered_tx() > 1.599e9,
+            "t={}: {}",
+            r.t_s,
+            r.total_delivered_tx()
+        );
+    }
+}
+
+#[test]
 fn policy_event_rehomes_and_ip_hash_spreads_flows() {
     let text = GOOD.replace("name = \"p\"", "name = \"p\"\nflows = 64")
         + "[[events]]\nkind = \"policy\"\nat_s = 5\ngroup = \"g\"\npolicy = \"ip-hash-l4\"\n";
