@@ -10,6 +10,7 @@
 //!   exact fluid allocator.
 //! - [`host`]: the host model files share (uplinks, port groups, classes, pools, ports),
 //!   checked and built into a team and a NetIOC tree.
+//! - [`rx`]: receive scaling: the RSS Toeplitz hash, hash types and indirection tables.
 //! - [`teaming`]: a team of uplinks, failover order, failback, notify-switch frames and the
 //!   load-balancing policies, Load-Based Teaming among them.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@
 pub mod host;
 pub mod ioc;
 pub mod offload;
+pub mod rx;
 pub mod switch;
 pub mod teaming;
 pub mod time;

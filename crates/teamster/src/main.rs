@@ -12,6 +12,7 @@ mod ctl;
 mod ioc_cmd;
 mod libvirt_hook;
 mod live;
+mod rss_cmd;
 
 use clap::{Parser, Subcommand};
 use live::safe_file::TrustedDir;
@@ -80,6 +81,18 @@ enum Command {
         #[command(subcommand)]
         command: IocCommand,
     },
+    /// Receive-side scaling: compute the RSS hash (and queue) of a flow.
+    Rss {
+        #[command(subcommand)]
+        command: RssCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RssCommand {
+    /// Print the Toeplitz hash of a flow's addresses and ports (or of raw bytes), and the queue
+    /// an indirection table gives it.
+    Hash(rss_cmd::HashArgs),
 }
 
 /// Where the control-plane API listens.
@@ -224,6 +237,9 @@ fn main() -> ExitCode {
         Command::Ioc {
             command: IocCommand::Admit { file, json },
         } => ioc_cmd::admit_cmd(&file, json),
+        Command::Rss {
+            command: RssCommand::Hash(args),
+        } => rss_cmd::hash_cmd(&args),
     }
 }
 
