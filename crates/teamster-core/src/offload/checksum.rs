@@ -67,6 +67,18 @@ fn locate_l4(frame: &[u8]) -> Option<(u8, usize, usize, u32, usize)> {
     Some((proto, l4, l4_len, pseudo, field))
 }
 
+/// True if a frame's TCP or UDP checksum is right (a UDP checksum of zero means none); false
+/// if it is wrong or the frame is not an unfragmented TCP or UDP segment over IPv4 or IPv6.
+pub fn l4_checksum_valid(frame: &[u8]) -> bool {
+    let Some((proto, l4, l4_len, pseudo, field)) = locate_l4(frame) else {
+        return false;
+    };
+    if proto == 17 && frame[field..field + 2] == [0, 0] {
+        return true;
+    }
+    sum(&frame[l4..l4 + l4_len], pseudo) == 0xffff
+}
+
 /// Recomputes the TCP or UDP checksum of an Ethernet frame in place. Returns false (and leaves
 /// the frame alone) if it is not an unfragmented TCP or UDP segment over IPv4 or IPv6 that fits
 /// in the frame.

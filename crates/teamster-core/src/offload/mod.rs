@@ -10,12 +10,14 @@
 //! work is done only where it must be. Where nothing says which frames were left so (AF_XDP
 //! passes no metadata), [`complete_partial_l4_checksum`] recognises them by the mark itself, the
 //! uncomplemented pseudo-header sum in the field, and completes only those. Receive coalescing
-//! (GRO) comes later.
+//! ([`Gro`]) merges a TCP flow's in-order segments into super-frames for ports that take them.
 
 mod checksum;
+mod gro;
 mod request;
 mod segment;
 
-pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum};
+pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum, l4_checksum_valid};
+pub use gro::{Delivered, Gro, MAX_FLOWS as GRO_MAX_FLOWS};
 pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum, MIN_TCP_SEGMENT};
 pub use segment::segment_tcp;
