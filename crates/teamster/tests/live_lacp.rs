@@ -261,33 +261,20 @@ fn within(secs: u64, what: &str, ovs: &Ovs, dir: &Path, mut cond: impl FnMut() -
 }
 
 /// Bytes uplink `name` sent and received so far.
-fn uplink_bytes(dir: &Path, name: &str) -> (u64, u64) {
-    let (code, out, err) = ctl(dir, &["--json", "uplinks"]);
-    assert_eq!(code, 0, "{err}");
-    let all: Value = serde_json::from_str(&out).unwrap();
-    let u = all
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["name"] == name)
-        .unwrap()
-        .clone();
-    (
-        u["counters"]["tx_bytes"].as_u64().unwrap(),
-        u["counters"]["rx_bytes"].as_u64().unwrap(),
-    )
+fn bytes_of(dir: &Path, name: &str) -> (u64, u64) {
+    uplink_bytes(dir).into_iter().find(|(n, _)| n == name).unwrap().1
 }
 
 /// Each uplink's share of the bytes moved in one direction while `traffic` runs.
 fn shares(dir: &Path, rx: bool, traffic: impl FnOnce()) -> Vec<f64> {
     let names = ["uplink1", "uplink2", "uplink3"];
     let pick = |(tx, r): (u64, u64)| if rx { r } else { tx };
-    let before: Vec<u64> = names.iter().map(|n| pick(uplink_bytes(dir, n))).collect();
+    let before: Vec<u64> = names.iter().map(|n| pick(bytes_of(dir, n))).collect();
     traffic();
     let delta: Vec<u64> = names
         .iter()
         .zip(&before)
-        .map(|(n, b)| pick(uplink_bytes(dir, n)) - b)
+        .map(|(n, b)| pick(bytes_of(dir, n)) - b)
         .collect();
     let total: u64 = delta.iter().sum();
     assert!(total > 5_000_000, "only {total} bytes moved: {delta:?}");

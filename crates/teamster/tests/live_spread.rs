@@ -12,22 +12,6 @@ use std::path::Path;
 use std::process::Command;
 
 /// Bytes each uplink sent and received so far.
-fn uplink_bytes(dir: &Path) -> Vec<(u64, u64)> {
-    let (code, out, err) = ctl(dir, &["--json", "uplinks"]);
-    assert_eq!(code, 0, "{err}");
-    let all: Value = serde_json::from_str(&out).unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .map(|u| {
-            (
-                u["counters"]["tx_bytes"].as_u64().unwrap(),
-                u["counters"]["rx_bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// The bridge ports in tmt-phys on which the bridge has learned `mac` now.
 fn learned_on(mac: &str) -> Vec<String> {
     let out = Command::new("timeout")
@@ -45,7 +29,8 @@ fn learned_on(mac: &str) -> Vec<String> {
 /// bridge learned vm1's MAC every 50 ms meanwhile; returns the bridge ports seen and each
 /// uplink's (tx, rx) bytes during the run.
 fn run(dir: &Path, reverse: bool) -> (Vec<String>, Vec<(u64, u64)>) {
-    let before = uplink_bytes(dir);
+    let bytes = |dir: &Path| uplink_bytes(dir).into_iter().map(|(_, b)| b).collect::<Vec<_>>();
+    let before = bytes(dir);
     let mut server = iperf_server();
     let mut args = vec!["-t", "3", "-P", "8"];
     if reverse {
@@ -66,7 +51,7 @@ fn run(dir: &Path, reverse: bool) -> (Vec<String>, Vec<(u64, u64)>) {
     }
     assert!(client.wait().unwrap().success(), "iperf3 failed");
     let _ = server.wait();
-    let after = uplink_bytes(dir);
+    let after = bytes(dir);
     let delta = after.iter().zip(&before).map(|(a, b)| (a.0 - b.0, a.1 - b.1)).collect();
     (seen, delta)
 }

@@ -293,6 +293,24 @@ pub fn ctl(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Each uplink's name and (tx, rx) bytes as `teamster ctl uplinks` reports them, in order.
+pub fn uplink_bytes(dir: &Path) -> Vec<(String, (u64, u64))> {
+    let (code, out, err) = ctl(dir, &["--json", "uplinks"]);
+    assert_eq!(code, 0, "{err}");
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            let c = &u["counters"];
+            (
+                u["name"].as_str().unwrap().to_string(),
+                (c["tx_bytes"].as_u64().unwrap(), c["rx_bytes"].as_u64().unwrap()),
+            )
+        })
+        .collect()
+}
+
 /// Starts the daemon on `config` text; returns it and its status file path. Its API listens on
 /// `api.sock` in `dir`.
 pub fn start(dir: &Path, config: &str) -> (Daemon, std::path::PathBuf) {
