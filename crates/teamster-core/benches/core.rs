@@ -1,7 +1,11 @@
 //! Core benchmarks: flow-key parsing (report as Mpps: criterion's elements/s), uplink selection
 //! per policy (ns per decision), one Load-Based Teaming evaluation for 1,000 ports on 4 uplinks
-//! (µs), and the NetIOC scheduler's enqueue + dequeue (elements/s = packets/s; `teamster bench
-//! sched` runs the full matrix against the rte_sched peer's workload).
+//! (µs), the NetIOC scheduler's enqueue + dequeue (elements/s = packets/s; `teamster bench
+//! sched` runs the full matrix against the rte_sched peer's workload), and the receive path's
+//! stages: the RSS hash and queue of a parsed frame (ns per frame), the Internet checksum and
+//! software segmentation of a 64 KiB TCP super-frame (bytes/s), and receive coalescing of its
+//! 45 segments back into one (elements/s = segments/s). These are the per-stage costs the
+//! simulator's CPU model starts from.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use etherparse::{PacketBuilder, VlanId};
@@ -184,5 +188,53 @@ fn bench_sched(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_parse, bench_select, bench_lbt, bench_sched);
+fn bench_rx(c: &mut Criterion) {
+    use teamster_core::offload::{internet_checksum, segment_tcp, Gro};
+    use teamster_core::rx::RssConfig;
+    let mut g = c.benchmark_group("rx");
+    g.throughput(Throughput::Elements(1));
+    let rss = RssConfig::new(8).unwrap();
+    for (name, frame) in frames() {
+        let key = parse(&frame).unwrap();
+        g.bench_with_input(BenchmarkId::new("rss-queue", name), &key, |bn, k| {
+            bn.iter(|| rss.queue(black_box(k)))
+        });
+    }
+    // A 64 KiB TCP super-frame: 45 segments of 1448 bytes (the last shorter) at a 1500 MTU.
+    let mut big = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .tcp(1234, 80, 1, 100)
+        .ack(9)
+        .psh()
+        .write(&mut big, &vec![7u8; 65_000])
+        .unwrap();
+    let pieces = segment_tcp(&big, 1500).unwrap();
+    g.throughput(Throughput::Bytes(big.len() as u64));
+    g.bench_function("checksum-64KiB", |bn| {
+        bn.iter(|| internet_checksum(black_box(&big[34..])))
+    });
+    g.bench_function("segment-64KiB-mtu1500", |bn| {
+        bn.iter(|| segment_tcp(black_box(&big), 1500))
+    });
+    g.throughput(Throughput::Elements(pieces.len() as u64));
+    g.bench_function("gro-45-segments", |bn| {
+        bn.iter_batched(
+            || pieces.clone(),
+            |ps| {
+                let mut gro = Gro::new();
+                let mut out = Vec::with_capacity(2);
+                for p in ps {
+                    gro.receive(p, &mut out);
+                }
+                gro.flush(&mut out);
+                out
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_parse, bench_select, bench_lbt, bench_sched, bench_rx);
 criterion_main!(benches);

@@ -203,6 +203,10 @@ impl Gro {
             let p = self.pending.remove(oldest);
             out.push(finish(p));
         }
+        // Room for a whole super-frame at once: growing it segment by segment would copy it
+        // over and over.
+        let mut frame = frame;
+        frame.reserve((layout.ip + MAX_IP_PACKET).saturating_sub(frame.len()));
         self.pending.push(Pending {
             next_seq: layout.seq(&frame).wrapping_add(payload as u32),
             frame,
