@@ -5,9 +5,12 @@
 //!   the indirection table from hash to queue.
 //! - [`netqueue`]: receive queues with destination-MAC filters (VXLAN: the inner MAC), placed
 //!   evenly or packed by load (Dynamic NetQueue), each move an event.
+//! - [`split_rx`]: SplitRx, a saturated queue's per-destination work moved to the ports'
+//!   workers, with its cost stated and a hysteresis.
 
 pub mod netqueue;
 pub mod rss;
+pub mod split_rx;
 pub mod toeplitz;
 #[cfg(test)]
 mod vectors;
