@@ -96,6 +96,46 @@ pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
     true
 }
 
+/// A TCP segment's checksum checked, and its payload's one's-complement sum, in one pass:
+/// (valid, payload sum), `data` being the payload's offset. None if the frame is not an
+/// unfragmented TCP segment (over IPv4 or IPv6) with its payload at `data`.
+pub(crate) fn tcp_payload_sum(frame: &[u8], data: usize) -> Option<(bool, u32)> {
+    let (proto, l4, l4_len, pseudo, _) = locate_l4(frame)?;
+    if proto != 6 || data < l4 + 20 || data > l4 + l4_len || (data - l4) % 2 != 0 {
+        return None;
+    }
+    let payload = sum(&frame[data..l4 + l4_len], 0);
+    Some((sum(&frame[l4..data], pseudo + payload) == 0xffff, payload))
+}
+
+/// Adds the one's-complement sum `b` of bytes that start at an odd offset (`odd`) or an even one
+/// to the sum `a`: a sum of bytes shifted by one is the byte-swapped sum.
+pub(crate) fn add_sums(a: u32, b: u32, odd: bool) -> u32 {
+    let b = if odd { ((b & 0xff) << 8) | (b >> 8) } else { b };
+    let mut s = a + b;
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s
+}
+
+/// Writes a TCP segment's checksum from its headers and its payload's sum (as
+/// [`tcp_payload_sum`] and [`add_sums`] give it), without reading the payload; false if the
+/// frame is not a TCP segment with its payload at `data`.
+pub(crate) fn fill_tcp_checksum_with(frame: &mut [u8], data: usize, payload_sum: u32) -> bool {
+    let Some((6, l4, l4_len, pseudo, field)) = locate_l4(frame) else {
+        return false;
+    };
+    if data < l4 + 20 || data > l4 + l4_len {
+        return false;
+    }
+    frame[field] = 0;
+    frame[field + 1] = 0;
+    let c = !(sum(&frame[l4..data], pseudo + payload_sum) as u16);
+    frame[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
 /// Completes the TCP or UDP checksum of a frame whose sender left it to offload, and leaves
 /// every other frame alone; returns whether it wrote one. A checksum left to offload
 /// (CHECKSUM_PARTIAL) holds the pseudo-header's sum, uncomplemented: that is what is looked

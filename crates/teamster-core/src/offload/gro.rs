@@ -17,13 +17,14 @@
 //!
 //! A segment shorter than the segment size, or with PSH, joins and closes the super-frame. The
 //! merged frame keeps the first segment's headers, with the lengths, PSH, the IPv4 header
-//! checksum and a full TCP checksum rewritten, and says how many segments it holds and their
+//! checksum and the TCP checksum rewritten (from the segments' payload sums, taken while
+//! checking them), and says how many segments it holds and their
 //! size, so that [`super::segment_tcp`] can cut it back into the same segments. At most
 //! [`MAX_FLOWS`] flows are pending at once (the oldest goes out when a ninth arrives), and
 //! [`Gro::flush`] delivers everything at the end of a receive batch, so nothing waits longer
 //! than one batch.
 
-use super::checksum::{fill_l4_checksum, internet_checksum, l4_checksum_valid};
+use super::checksum::{add_sums, fill_tcp_checksum_with, internet_checksum, tcp_payload_sum};
 
 /// Flows coalescing at once, as Linux keeps per receive queue.
 pub const MAX_FLOWS: usize = 8;
@@ -134,6 +135,8 @@ struct Pending {
     next_seq: u32,
     segments: u16,
     mss: usize,
+    /// The one's-complement sum of its payload so far.
+    payload_sum: u32,
     /// Arrival order, to deliver the oldest first when the table is full.
     born: u64,
 }
@@ -164,7 +167,9 @@ impl Gro {
         };
         let flags = layout.flags(&frame);
         let payload = frame.len() - layout.data;
-        let mergeable = (flags & !PSH) == ACK && payload > 0 && l4_checksum_valid(&frame);
+        // One pass over the payload checks the checksum and sums it for the super-frame's.
+        let (valid, payload_sum) = tcp_payload_sum(&frame, layout.data).unwrap_or((false, 0));
+        let mergeable = (flags & !PSH) == ACK && payload > 0 && valid;
         // The flow's pending super-frame, if it has one: whatever this segment is, nothing of
         // the flow may overtake it.
         let mine = self.pending.iter().position(|p| {
@@ -176,6 +181,8 @@ impl Gro {
             let alike = p.layout.data == layout.data && p.layout.mergeable(&p.frame, &frame);
             if mergeable && alike && layout.seq(&frame) == p.next_seq && payload <= p.mss && fits {
                 let p = &mut self.pending[i];
+                let odd = (p.frame.len() - p.layout.data) % 2 == 1;
+                p.payload_sum = add_sums(p.payload_sum, payload_sum, odd);
                 p.frame.extend_from_slice(&frame[layout.data..]);
                 p.next_seq = p.next_seq.wrapping_add(payload as u32);
                 p.segments += 1;
@@ -213,6 +220,7 @@ impl Gro {
             layout,
             segments: 1,
             mss: payload,
+            payload_sum,
             born: self.arrivals,
         });
     }
@@ -237,6 +245,7 @@ fn finish(p: Pending) -> Delivered {
         layout: l,
         segments,
         mss,
+        payload_sum,
         ..
     } = p;
     if segments == 1 {
@@ -256,7 +265,8 @@ fn finish(p: Pending) -> Delivered {
         let plen = (frame.len() - l.ip - 40) as u16;
         frame[l.ip + 4..l.ip + 6].copy_from_slice(&plen.to_be_bytes());
     }
-    fill_l4_checksum(&mut frame);
+    // From the segments' payload sums: no second pass over 64 KiB.
+    fill_tcp_checksum_with(&mut frame, l.data, payload_sum);
     Delivered {
         frame,
         segments,
@@ -267,7 +277,7 @@ fn finish(p: Pending) -> Delivered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::offload::segment_tcp;
+    use crate::offload::{fill_l4_checksum, l4_checksum_valid, segment_tcp};
     use etherparse::{PacketBuilder, VlanId};
     use proptest::prelude::*;
 
