@@ -114,12 +114,14 @@ impl Layout {
             return false;
         }
         let (ip, tcp) = (self.ip, self.tcp);
-        let mut skip: Vec<core::ops::Range<usize>> = vec![tcp + 4..tcp + 8, tcp + 13..tcp + 14, tcp + 16..tcp + 18];
-        if self.v4 {
-            skip.extend([ip + 2..ip + 6, ip + 10..ip + 12]);
+        // IPv4: total length, identification, header checksum; IPv6: payload length (and an
+        // empty range). Then the sequence number, the flags, the TCP checksum.
+        let [l1, l2] = if self.v4 {
+            [ip + 2..ip + 6, ip + 10..ip + 12]
         } else {
-            skip.push(ip + 4..ip + 6);
-        }
+            [ip + 4..ip + 6, 0..0]
+        };
+        let skip = [l1, l2, tcp + 4..tcp + 8, tcp + 13..tcp + 14, tcp + 16..tcp + 18];
         (0..self.data).all(|i| skip.iter().any(|r| r.contains(&i)) || a[i] == b[i])
     }
 }

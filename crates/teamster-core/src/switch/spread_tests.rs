@@ -5,20 +5,13 @@
 
 use super::tests::{mac, targets, REMOTE};
 use super::*;
-use crate::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, PortSpec, TeamMode, UplinkSpec};
-use crate::units::Bandwidth;
+use crate::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, PortSpec, TeamMode};
 use etherparse::PacketBuilder;
 
 const UPLINK_MACS: [[u8; 6]; 2] = [[0x0e, 0, 0, 0, 0, 0xa1], [0x0e, 0, 0, 0, 0, 0xa2]];
 
 fn switch(policy: Policy, mode: TeamMode) -> Switch {
-    let uplinks = (1..=2)
-        .map(|i| UplinkSpec {
-            name: format!("uplink{i}"),
-            capacity: Bandwidth::from_gbps(10),
-        })
-        .collect();
-    let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
+    let mut t = Team::new(crate::teaming::tests::uplinks(&[10.0, 10.0]), LbtConfig::default()).unwrap();
     t.add_group(PortGroupSpec {
         name: "vms".into(),
         policy,

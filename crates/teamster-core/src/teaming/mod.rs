@@ -62,7 +62,7 @@ mod lbt_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod windows_tests;
 

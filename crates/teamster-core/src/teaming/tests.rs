@@ -10,7 +10,7 @@ pub(super) fn mac(n: u32) -> MacAddr {
     MacAddr([0x02, 0, b[0], b[1], b[2], b[3]])
 }
 
-pub(super) fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
+pub(crate) fn uplinks(caps_gbps: &[f64]) -> Vec<UplinkSpec> {
     caps_gbps
         .iter()
         .enumerate()

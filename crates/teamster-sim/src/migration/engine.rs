@@ -21,8 +21,6 @@ pub const GOODPUT: f64 = 1448.0 / 1538.0;
 pub struct MigrationRun {
     /// Uplinks are named `host:uplink`; ports are the migrations, `from>to vmN`.
     pub output: RunOutput,
-    /// Per host: its name and where its uplinks start in `output.uplinks`.
-    pub hosts: Vec<(String, usize)>,
     pub streams: Vec<StreamRecord>,
     /// Simulated seconds until the last migration finished (or the scenario's `duration_s`).
     pub end_s: f64,
@@ -59,8 +57,6 @@ struct Stream {
 struct HostState {
     team: Team,
     side: SwitchSide,
-    /// The host's endpoints, in file order.
-    ports: Vec<(PortId, teamster_core::wire::MacAddr)>,
     /// Offset of its uplinks among all hosts'.
     first: usize,
 }
@@ -69,8 +65,23 @@ struct HostState {
 /// finished or `duration_s` has passed.
 pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
     let f = &plan.file;
+    let mut records = Vec::new();
+    for m in &plan.migrations {
+        let (a, b) = (&plan.hosts[m.from].name, &plan.hosts[m.to].name);
+        for k in 0..m.vms {
+            records.push(StreamRecord {
+                name: format!("{a}>{b} vm{}", k + 1),
+                start_s: None,
+                finish_s: None,
+                send_members: BTreeSet::new(),
+                receive_members: BTreeSet::new(),
+            });
+        }
+    }
+    let n = records.len();
+    let mut out = RunOutput::new(Vec::new(), Vec::new(), records.iter().map(|r| r.name.clone()).collect());
+    out.port_uplinks = vec![None; n];
     let mut hosts = Vec::new();
-    let mut out = RunOutput::new(Vec::new(), Vec::new(), Vec::new());
     // Every host's bundles form before the clock starts: time zero is when the last did.
     let mut start = Instant::ZERO;
     for (h, hp) in plan.hosts.iter().enumerate() {
@@ -89,34 +100,16 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
             line.group = format!("{}:{}", hp.name, line.group);
             out.teams.push(line);
         }
-        let ports = hp.host.ports.iter().map(|p| (p.id, p.mac)).collect();
-        hosts.push(HostState {
-            team,
-            side,
-            ports,
-            first,
-        });
+        hosts.push(HostState { team, side, first });
     }
     let links = out.uplinks.len();
-    let mut records = Vec::new();
-    for m in &plan.migrations {
-        let (a, b) = (&plan.hosts[m.from].name, &plan.hosts[m.to].name);
-        for k in 0..m.vms {
-            let name = format!("{a}>{b} vm{}", k + 1);
-            out.ports.push(name.clone());
-            records.push(StreamRecord {
-                name,
-                start_s: None,
-                finish_s: None,
-                send_members: BTreeSet::new(),
-                receive_members: BTreeSet::new(),
-            });
-        }
-    }
-    let n = records.len();
-    out.latencies = vec![Vec::new(); n];
-    out.reordered = vec![0; n];
-    out.member_changes = vec![0; n];
+    // Each stream crosses a sending member (first `links` entries) and a receiving one.
+    let caps: Vec<f64> = out
+        .capacities
+        .iter()
+        .chain(&out.capacities)
+        .map(|c| c * GOODPUT)
+        .collect();
     let mut started = vec![0u32; plan.migrations.len()];
     let mut first_record: Vec<usize> = Vec::new();
     let mut acc = 0;
@@ -141,8 +134,8 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
             {
                 let record = first_record[s] + started[s] as usize;
                 let (src, dst) = (
-                    endpoint(&hosts[m.from], started[s] as usize),
-                    endpoint(&hosts[m.to], started[s] as usize),
+                    endpoint(&plan.hosts[m.from].host, started[s] as usize),
+                    endpoint(&plan.hosts[m.to].host, started[s] as usize),
                 );
                 active.push(Stream {
                     record,
@@ -166,8 +159,12 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
         }
         // The teams' timers and LACP; moves are recorded by port (endpoint) name.
         for (h, hs) in hosts.iter_mut().enumerate() {
+            let moves = hs.side.exchange(&mut hs.team, now);
+            if moves.is_empty() {
+                continue;
+            }
             let names: Vec<String> = out.uplinks[hs.first..hs.first + hs.team.uplink_count()].to_vec();
-            for m in hs.side.exchange(&mut hs.team, now) {
+            for m in moves {
                 let port = plan.hosts[h]
                     .host
                     .ports
@@ -200,12 +197,6 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
             s.last_member = out_member;
             paths.push(path);
         }
-        let caps: Vec<f64> = out
-            .capacities
-            .iter()
-            .chain(&out.capacities)
-            .map(|c| c * GOODPUT)
-            .collect();
         let rates = progressive_fill(&caps, &paths);
         for (k, s) in active.iter_mut().enumerate() {
             let bytes = (rates[k] * dt / 8.0).min(s.left_bytes);
@@ -225,7 +216,6 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
                 // It finished part-way through the step, at the rate it had.
                 let used = if rates[k] > 0.0 { bytes * 8.0 / rates[k] } else { dt };
                 records[s.record].finish_s = Some(t + used);
-                out.port_uplinks.resize(n, None);
                 out.port_uplinks[s.record] = s.last_member.map(|u| out.uplinks[hosts[s.from].first + u.0].clone());
             }
         }
@@ -238,15 +228,8 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
     if row.steps > 0 {
         out.rows.push(row.take(dt, links));
     }
-    out.port_uplinks.resize(n, None);
     Ok(MigrationRun {
         output: out,
-        hosts: plan
-            .hosts
-            .iter()
-            .zip(&hosts)
-            .map(|(p, h)| (p.name.clone(), h.first))
-            .collect(),
         streams: records,
         end_s,
         row_s: per_row as f64 * dt,
@@ -254,8 +237,9 @@ pub fn run(plan: &MigrationPlan) -> Result<MigrationRun, String> {
 }
 
 /// The endpoint the `k`th migration of a set uses on a host: round robin over its endpoints.
-fn endpoint(h: &HostState, k: usize) -> (PortId, teamster_core::wire::MacAddr) {
-    h.ports[k % h.ports.len()]
+fn endpoint(h: &teamster_core::host::Host, k: usize) -> (PortId, teamster_core::wire::MacAddr) {
+    let p = &h.ports[k % h.ports.len()];
+    (p.id, p.mac)
 }
 
 /// The TCP connection of migration number `k` (globally): from an ephemeral port of the source
