@@ -17,6 +17,7 @@ pub mod fluid;
 pub mod maxmin;
 pub mod migration;
 pub mod packet;
+pub mod receive;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -23,6 +23,9 @@ pub struct Summary {
     pub series_csv: String,
     /// Each port group's teaming and VMQ count.
     pub teams: Vec<crate::run::TeamLine>,
+    /// Receive mode: each variant's figures.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<(String, crate::receive::Measured)>,
 }
 
 /// One move in the summary.
@@ -53,6 +56,7 @@ impl Summary {
                 .collect(),
             series_csv: series_csv.display().to_string(),
             teams: run.teams.clone(),
+            variants: Vec::new(),
         }
     }
 }
@@ -114,6 +118,8 @@ pub enum PlotSeries {
     Uplinks,
     /// One line per port (delivered send).
     Ports,
+    /// One line per receive-mode variant (its delivered throughput, in the ports' places).
+    Variants,
 }
 
 /// Writes per-second TCP_RR latency percentiles: `t_s,port,transactions,p50_us,p99_us`.
@@ -182,7 +188,7 @@ pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path)
     ];
     let (names, pick): (&[String], RowValue) = match series {
         PlotSeries::Uplinks => (&run.uplinks, |r, i| r.uplink_tx[i]),
-        PlotSeries::Ports => (&run.ports, |r, i| r.delivered_tx[i]),
+        PlotSeries::Ports | PlotSeries::Variants => (&run.ports, |r, i| r.delivered_tx[i]),
     };
     for (u, name) in names.iter().enumerate() {
         let color = palette[u % palette.len()];

@@ -9,6 +9,7 @@ use crate::expect::{self, Names, Verdict};
 use crate::fluid;
 use crate::migration;
 use crate::packet::{engine, scenario as packet_scenario};
+use crate::receive;
 use crate::report::{self, PlotSeries, Summary};
 use crate::run::RunOutput;
 use crate::scenario::{parse_toml, Scenario, ScenarioError};
@@ -74,8 +75,9 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
         None | Some("fluid") => simulate_fluid(path, out_dir),
         Some("packet") => simulate_packet(path, &text, out_dir),
         Some("migration") => simulate_migration(path, &text, out_dir),
+        Some("receive") => simulate_receive(path, &text, out_dir),
         Some(other) => Err(err(format!(
-            "mode = \"{other}\": expected \"fluid\", \"packet\" or \"migration\""
+            "mode = \"{other}\": expected \"fluid\", \"packet\", \"migration\" or \"receive\""
         ))),
     }
 }
@@ -122,7 +124,7 @@ fn simulate_fluid(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError>
         seed: f.seed,
         wall_s,
     };
-    finish(info, run, verdicts, out_dir, PlotSeries::Uplinks)
+    finish(info, run, verdicts, out_dir, PlotSeries::Uplinks, Vec::new())
 }
 
 fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
@@ -172,7 +174,7 @@ fn simulate_packet(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, S
         seed: f.seed,
         wall_s,
     };
-    finish(info, run, verdicts, out_dir, PlotSeries::Ports)
+    finish(info, run, verdicts, out_dir, PlotSeries::Ports, Vec::new())
 }
 
 fn simulate_migration(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
@@ -205,7 +207,34 @@ fn simulate_migration(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome
         seed: f.seed,
         wall_s,
     };
-    finish(info, run.output, verdicts, out_dir, PlotSeries::Uplinks)
+    finish(info, run.output, verdicts, out_dir, PlotSeries::Uplinks, Vec::new())
+}
+
+fn simulate_receive(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
+    let plan = receive::resolve(text).map_err(|message| {
+        SimulateError::Scenario(ScenarioError {
+            file: path.display().to_string(),
+            message,
+        })
+    })?;
+    let started = std::time::Instant::now();
+    let run = receive::run(&plan).map_err(run_err(path))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let verdicts = plan.header.expect.iter().map(|x| receive::evaluate(x, &run)).collect();
+    let h = &plan.header;
+    let info = RunInfo {
+        name: h.name.clone(),
+        description: h.description.clone(),
+        mode: "receive",
+        uplinks: 1,
+        ports: plan.variants.first().map_or(0, |(_, s)| s.vms.count as usize),
+        duration_s: h.duration_ms / 1e3,
+        step_s: None,
+        seed: h.seed,
+        wall_s,
+    };
+    let output = run.output();
+    finish(info, output, verdicts, out_dir, PlotSeries::Variants, run.variants)
 }
 
 fn run_err(file: &Path) -> impl Fn(String) -> SimulateError {
@@ -223,11 +252,14 @@ fn finish(
     verdicts: Vec<Verdict>,
     out_dir: &Path,
     plot: PlotSeries,
+    variants: Vec<(String, receive::Measured)>,
 ) -> Result<Outcome, SimulateError> {
-    let summary = Summary::new(&info.name, &run, verdicts, &out_dir.join("series.csv"));
+    let mut summary = Summary::new(&info.name, &run, verdicts, &out_dir.join("series.csv"));
+    summary.variants = variants;
     let title = match plot {
         PlotSeries::Uplinks => format!("{}: per-uplink send throughput", info.name),
         PlotSeries::Ports => format!("{}: per-port throughput", info.name),
+        PlotSeries::Variants => format!("{}: delivered throughput per variant", info.name),
     };
     write_folder(&title, plot, &run, &summary, out_dir)?;
     Ok(Outcome {

@@ -514,11 +514,15 @@ fn simulate(scenario: PathBuf, out: Option<PathBuf>, json: bool) -> ExitCode {
 fn print_text(o: &teamster_sim::Outcome) {
     let f = &o.info;
     println!("scenario {} ({} mode): {}", f.name, f.mode, f.description.trim());
-    let step = f.step_s.map_or(String::new(), |s| format!(" in steps of {s} s"));
-    println!(
-        "  {} uplinks, {} ports, {:.0} s{step}, seed {}",
-        f.uplinks, f.ports, f.duration_s, f.seed
-    );
+    if !o.summary.variants.is_empty() {
+        print_variants(o);
+    } else {
+        let step = f.step_s.map_or(String::new(), |s| format!(" in steps of {s} s"));
+        println!(
+            "  {} uplinks, {} ports, {:.0} s{step}, seed {}",
+            f.uplinks, f.ports, f.duration_s, f.seed
+        );
+    }
     if o.run.packets > 0 {
         println!(
             "  simulated {} packets in {:.2} s of wall time: {:.2} M packets per wall second",
@@ -548,10 +552,11 @@ fn print_text(o: &teamster_sim::Outcome) {
         lines.push((m.t_s, 1, format!("move: {} {from} -> {to} ({})", m.port, m.reason)));
     }
     lines.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let decimals = if f.duration_s < 10.0 { 3 } else { 1 };
     for (t, _, line) in lines {
-        println!("  {t:>7.1} s  {line}");
+        println!("  {t:>7.decimals$} s  {line}");
     }
-    if let Some(last) = o.run.rows.last() {
+    if let Some(last) = o.run.rows.last().filter(|_| o.summary.variants.is_empty()) {
         let per: Vec<String> = o
             .run
             .uplinks
@@ -591,6 +596,31 @@ fn print_text(o: &teamster_sim::Outcome) {
         o.summary.expectations.len(),
         o.out_dir.display()
     );
+}
+
+/// Receive mode: each variant's figures over the measured window, one line each.
+fn print_variants(o: &teamster_sim::Outcome) {
+    let f = &o.info;
+    println!("  {:.0} ms per variant, seed {}", f.duration_s * 1e3, f.seed);
+    let width = o
+        .summary
+        .variants
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    println!(
+        "  {:width$}  {:>6}  {:>10}  {:>11}  {:>10}  {:>6}  {:>6}  {:>8}",
+        "variant", "Gbps", "host cores", "guest cores", "cores/Gbps", "queues", "drops", "ping us"
+    );
+    for (name, m) in &o.summary.variants {
+        let ping = m.ping_us.map_or("-".to_string(), |p| format!("{p:.1}"));
+        println!(
+            "  {name:width$}  {:>6.2}  {:>10.2}  {:>11.2}  {:>10.3}  {:>6}  {:>6}  {ping:>8}",
+            m.throughput_gbps, m.host_cpu, m.guest_cpu, m.cpu_per_gbps, m.queues_used, m.drops
+        );
+    }
 }
 
 /// Lets glibc keep up to 64 MiB of freed heap instead of returning its top to the kernel past

@@ -16,8 +16,13 @@ mod checksum;
 mod gro;
 mod request;
 mod segment;
+pub mod vxlan;
 
 pub use checksum::{complete_partial_l4_checksum, fill_l4_checksum, internet_checksum, l4_checksum_valid};
 pub use gro::{Delivered, Gro, MAX_FLOWS as GRO_MAX_FLOWS};
 pub use request::{Gso, GsoKind, Offload, OffloadError, PartialChecksum, MIN_TCP_SEGMENT};
 pub use segment::segment_tcp;
+pub use vxlan::{
+    decapsulate, encapsulate, encapsulate_frames, DecapError, Decapsulated, TunnelEnds, TunnelOffloads, Vni,
+    MAX_INNER as VXLAN_MAX_INNER,
+};
