@@ -10,7 +10,10 @@
 //!   exact fluid allocator.
 //! - [`host`]: the host model files share (uplinks, port groups, classes, pools, ports),
 //!   checked and built into a team and a NetIOC tree.
-//! - [`rx`]: receive scaling: the RSS Toeplitz hash, hash types and indirection tables.
+//! - [`rx`]: receive scaling: the RSS Toeplitz hash, hash types and indirection tables;
+//!   NetQueue and Dynamic NetQueue; SplitRx.
+//! - [`offload`]: checksums, segmentation, GRO and VXLAN encapsulation.
+//! - [`overlay`]: overlay port groups (VXLAN segments) and their VTEP's ARP.
 //! - [`teaming`]: a team of uplinks, failover order, failback, notify-switch frames and the
 //!   load-balancing policies, Load-Based Teaming among them.
 #![forbid(unsafe_code)]
@@ -18,6 +21,7 @@
 pub mod host;
 pub mod ioc;
 pub mod offload;
+pub mod overlay;
 pub mod rx;
 pub mod switch;
 pub mod teaming;

@@ -457,6 +457,8 @@ struct Scratch {
     received: Vec<(usize, Vec<u8>, Offload)>,
     pending: Vec<Pending>,
     forwards: Vec<Forward>,
+    /// Places a frame could not be edited for (counted as `bad_offload` there).
+    refused: Vec<Egress>,
     /// Frames taken from each receive queue this turn.
     taken: Vec<usize>,
     /// The receive queues whose interfaces are read this round.
@@ -508,7 +510,9 @@ fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now
 /// Passes one received frame (in a pooled buffer) through the switch, counted at its wire
 /// length, and queues it for each place it goes: the buffer itself where it goes one place
 /// with its tags as they are (most unicast frames: no copy), else a copy per place, edited,
-/// its offload request moved by the tag the switch added or removed.
+/// its offload request moved by the tag the switch added or removed (or, into a tunnel, done
+/// first). Where an edit cannot be made, the place is added to `refused` (a `bad_offload`).
+#[allow(clippy::too_many_arguments)]
 fn switch_frame(
     switch: &mut Switch,
     from: Ingress,
@@ -517,11 +521,22 @@ fn switch_frame(
     pool: &mut FramePool,
     pending: &mut Vec<Pending>,
     forwards: &mut Vec<Forward>,
+    refused: &mut Vec<Egress>,
 ) {
     let port = match from {
         Ingress::Port(p) => Some(p),
         Ingress::Uplink(_) => None,
     };
+    // A VXLAN frame from a sender on this host (a veth's peer) may come with its UDP checksum
+    // left to the device: finish it, so that the VTEP can check it like any other.
+    let (mut frame, mut offload) = (frame, offload);
+    if port.is_none()
+        && offload.csum.is_some()
+        && offload.gso.is_none()
+        && teamster_core::offload::vxlan::is_vxlan(&frame)
+    {
+        offload.finish_checksum(&mut frame);
+    }
     let extra_wire = offload.wire_len(&frame) - frame.len();
     forwards.clear();
     switch.forward(from, &frame, extra_wire, now, forwards);
@@ -543,15 +558,38 @@ fn switch_frame(
         }
     }
     for f in forwards.iter() {
-        let delta = f.edit.len_delta();
-        let mut buf = pool.take((frame.len() as isize + delta) as usize);
-        f.apply_into(&frame, &mut buf);
-        pending.push(Pending {
-            from: port,
-            to: f.to,
-            frame: buf,
-            offload: offload.shifted(delta),
-        });
+        match f.edit {
+            // Into a tunnel: the inner checksum and segmentation are done here (a packet
+            // socket's device cannot do them inside VXLAN), at the sender's segment size;
+            // whether the result fits the uplink's MTU is the fitting's to say.
+            TagEdit::Encap(t) => match t.wrap(&frame, offload, u16::MAX as usize) {
+                Some(frames) => pending.extend(frames.into_iter().map(|frame| Pending {
+                    from: port,
+                    to: f.to,
+                    frame,
+                    offload: Offload::NONE,
+                })),
+                None => refused.push(f.to),
+            },
+            // Out of a tunnel: the outer request (the UDP checksum) goes with the outer headers;
+            // a super-frame of VXLAN frames cannot be opened as one.
+            TagEdit::Strip(_) if offload.gso.is_some() => refused.push(f.to),
+            _ => {
+                let delta = f.edit.len_delta();
+                let mut buf = pool.take((frame.len() as isize + delta) as usize);
+                f.apply_into(&frame, &mut buf);
+                let offload = match f.edit {
+                    TagEdit::Strip(_) => Offload::NONE,
+                    _ => offload.shifted(delta),
+                };
+                pending.push(Pending {
+                    from: port,
+                    to: f.to,
+                    frame: buf,
+                    offload,
+                });
+            }
+        }
     }
     pool.give(frame);
 }

@@ -139,6 +139,7 @@ fn resolve_groups(groups: &[GroupEntry], uplinks: &[&str]) -> Result<Vec<PortGro
         if let Some(v) = g.vlan.filter(|v| !(1..=4094).contains(v)) {
             return Err(format!("{key}.vlan: {v} is out of range 1-4094"));
         }
+        check_overlay(groups, i)?;
         let tuning = g.tuning();
         tuning.validate().map_err(|e| format!("{key}.{e}"))?;
         if let Some(why) = g.mode.refuses(g.policy) {
@@ -177,6 +178,43 @@ fn resolve_groups(groups: &[GroupEntry], uplinks: &[&str]) -> Result<Vec<PortGro
         out.push(spec);
     }
     Ok(out)
+}
+
+/// Checks group `i`'s overlay: a valid segment, not also a VLAN, the same local VTEP as every
+/// earlier overlay (a host has one VTEP address) and a VNI of its own.
+fn check_overlay(groups: &[GroupEntry], i: usize) -> Result<(), String> {
+    let key = format!("port_groups[{i}].overlay");
+    let Some(entry) = &groups[i].overlay else {
+        return Ok(());
+    };
+    let o = entry.overlay(&key)?;
+    if groups[i].vlan.is_some() {
+        return Err(format!(
+            "{key}: an overlay group carries its frames in VXLAN, not in a VLAN: remove `vlan`"
+        ));
+    }
+    for (j, other) in groups[..i].iter().enumerate() {
+        let Some(e) = &other.overlay else { continue };
+        if e.local_vtep != o.local {
+            return Err(format!(
+                "{key}.local_vtep = {}: port_groups[{j}] has {}; a host has one VTEP address",
+                o.local, e.local_vtep
+            ));
+        }
+        if e.vni == u64::from(o.vni.get()) {
+            return Err(format!("{key}.vni = {}: port_groups[{j}] uses it too", o.vni));
+        }
+    }
+    Ok(())
+}
+
+/// Each group's overlay segment (None for a VLAN group), for [`crate::switch::SwitchConfig`];
+/// the groups must have been checked by [`build`].
+pub fn overlays(groups: &[GroupEntry]) -> Vec<Option<crate::overlay::Overlay>> {
+    groups
+        .iter()
+        .map(|g| g.overlay.as_ref().and_then(|o| o.overlay("").ok()))
+        .collect()
 }
 
 /// Refuses a group that shares an uplink with an earlier one of another mode, or (LACP) other

@@ -109,6 +109,27 @@ pub struct GroupEntry {
     /// MAC address changes, forged transmits, promiscuous mode: each rejected unless accepted.
     #[serde(default, skip_serializing_if = "crate::switch::SecurityPolicy::is_default")]
     pub security: crate::switch::SecurityPolicy,
+    /// The `[port_groups.overlay]` table: the group is a VXLAN segment (no `vlan` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<OverlayEntry>,
+}
+
+/// A port group's VXLAN segment, as written: its VNI, this host's VTEP address and the remote
+/// VTEPs that carry it (IPv4).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverlayEntry {
+    pub vni: u64,
+    pub local_vtep: core::net::Ipv4Addr,
+    pub remote_vteps: Vec<core::net::Ipv4Addr>,
+}
+
+impl OverlayEntry {
+    /// The segment, checked; errors name the key under `key`.
+    pub fn overlay(&self, key: &str) -> Result<crate::overlay::Overlay, String> {
+        crate::overlay::Overlay::new(self.vni, self.local_vtep, self.remote_vteps.clone())
+            .map_err(|e| format!("{key}.{e}"))
+    }
 }
 
 impl GroupEntry {

@@ -23,9 +23,9 @@ mod entries;
 mod netioc;
 mod text;
 
-pub use build::{build, failover_order, uplink_index, Host, HostPort, HostSpec, UplinkDesc};
+pub use build::{build, failover_order, overlays, uplink_index, Host, HostPort, HostSpec, UplinkDesc};
 pub use build::{check_capacity, check_name, MAX_CAPACITY, MIN_CAPACITY};
-pub use entries::{ClassEntry, GroupEntry, LacpEntry, LbtSection, PoolEntry, PortCommon, PortEntry};
+pub use entries::{ClassEntry, GroupEntry, LacpEntry, LbtSection, OverlayEntry, PoolEntry, PortCommon, PortEntry};
 pub use netioc::{build_tree, PortControls};
 pub use text::parse_toml;
 

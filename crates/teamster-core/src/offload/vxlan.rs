@@ -137,11 +137,18 @@ pub const MAX_INNER: usize = u16::MAX as usize - 20 - 8 - VXLAN_HEADER;
 /// Wraps `inner` for the tunnel `ends` in network `vni`; None if it is too long for one
 /// datagram ([`MAX_INNER`]).
 pub fn encapsulate(inner: &[u8], vni: Vni, ends: &TunnelEnds) -> Option<Vec<u8>> {
+    let mut f = Vec::with_capacity(ends.overhead() + inner.len());
+    encapsulate_into(inner, vni, ends, &mut f).then_some(f)
+}
+
+/// Appends `inner`, wrapped as [`encapsulate`] wraps it, to `f` (a buffer the caller reuses);
+/// false, appending nothing, if it is too long for one datagram.
+pub fn encapsulate_into(inner: &[u8], vni: Vni, ends: &TunnelEnds, f: &mut Vec<u8>) -> bool {
     let v6 = ends.src_ip.is_ipv6();
     if inner.len() > MAX_INNER + if v6 { 20 } else { 0 } {
-        return None;
+        return false;
     }
-    let mut f = Vec::with_capacity(overhead(v6) + inner.len());
+    let start = f.len();
     f.extend_from_slice(&ends.dst_mac.0);
     f.extend_from_slice(&ends.src_mac.0);
     let udp_len = 8 + VXLAN_HEADER + inner.len();
@@ -177,9 +184,9 @@ pub fn encapsulate(inner: &[u8], vni: Vni, ends: &TunnelEnds) -> Option<Vec<u8>>
     f.extend_from_slice(&[FLAG_I, 0, 0, 0, vni[0], vni[1], vni[2], 0]);
     f.extend_from_slice(inner);
     if v6 {
-        fill_l4_checksum(&mut f);
+        fill_l4_checksum(&mut f[start..]);
     }
-    Some(f)
+    true
 }
 
 fn ends_vni(vni: Vni) -> [u8; 3] {
@@ -243,6 +250,20 @@ pub fn encapsulate_frames(
         return Some(vec![(encapsulate(&whole, vni, ends)?, o)]);
     }
     Some(vec![(encapsulate(inner, vni, ends)?, offload)])
+}
+
+/// Whether `frame` is a UDP datagram to the VXLAN port (over IPv4 or IPv6, unfragmented as far
+/// as its first bytes say): a cheap test before anything is opened.
+pub fn is_vxlan(frame: &[u8]) -> bool {
+    let Some((et, ip)) = crate::wire::network_layer(frame) else {
+        return false;
+    };
+    let udp = match et {
+        0x0800 if frame.get(ip + 9) == Some(&17) => ip + usize::from(frame[ip] & 0x0f) * 4,
+        0x86dd if frame.get(ip + 6) == Some(&17) => ip + 40,
+        _ => return false,
+    };
+    frame.get(udp + 2..udp + 4) == Some(&VXLAN_PORT.to_be_bytes()[..])
 }
 
 /// A received VXLAN frame, opened.

@@ -32,11 +32,17 @@ pub enum DropReason {
     /// speak for the team to the physical switch, or from an uplink that runs no LACP; never
     /// forwarded.
     SlowProtocol,
+    /// A VXLAN frame to this host's VTEP that no overlay takes: malformed, from a VTEP no
+    /// overlay group lists, with a VNI none uses, tagged inside, or for no port of its segment.
+    Tunnel,
+    /// A frame for a remote VTEP whose MAC is not known yet (it is being asked for by ARP), or
+    /// leaving by an uplink whose own MAC is not known; counted once per VTEP not reached.
+    VtepUnresolved,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -47,6 +53,8 @@ impl DropReason {
         DropReason::Hairpin,
         DropReason::ForgedTransmit,
         DropReason::SlowProtocol,
+        DropReason::Tunnel,
+        DropReason::VtepUnresolved,
     ];
 
     /// A stable name for metrics and logs.
@@ -62,6 +70,8 @@ impl DropReason {
             DropReason::Hairpin => "hairpin",
             DropReason::ForgedTransmit => "forged_transmit",
             DropReason::SlowProtocol => "slow_protocol",
+            DropReason::Tunnel => "tunnel",
+            DropReason::VtepUnresolved => "vtep_unresolved",
         }
     }
 

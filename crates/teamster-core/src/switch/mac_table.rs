@@ -26,6 +26,8 @@ pub enum Location {
     Port(PortId),
     /// Somewhere beyond the uplinks (last seen arriving on this one).
     Remote(UplinkId),
+    /// Behind this remote VTEP, in an overlay segment.
+    Tunnel(core::net::Ipv4Addr),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +154,7 @@ impl MacTable {
         };
         let port_full = match at {
             Location::Port(p) => self.per_port.get(&p).copied().unwrap_or(0) >= self.limits.per_port,
-            Location::Remote(_) => false,
+            Location::Remote(_) | Location::Tunnel(_) => false,
         };
         if let Some(from) = old {
             self.entries.remove(&key);

@@ -37,8 +37,11 @@
 
 mod counters;
 mod mac_table;
+mod overlay;
 pub mod security;
 
+#[cfg(test)]
+mod overlay_tests;
 #[cfg(test)]
 mod security_tests;
 #[cfg(test)]
@@ -52,11 +55,15 @@ pub use security::{SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
+use crate::offload::vxlan::encapsulate_frames;
+use crate::offload::{Offload, TunnelEnds, TunnelOffloads, Vni};
+use crate::overlay::{Overlay, VtepNeighbors};
 use crate::teaming::{
     Direction, Effect, GroupId, PortGroupSpec, PortId, PortSpec, Team, TeamError, UplinkId, UplinkSpec,
 };
 use crate::wire::{parse, FlowKey, MacAddr};
 use crate::Instant;
+use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::collections::HashMap;
 
@@ -90,6 +97,48 @@ pub enum TagEdit {
     Push(u16),
     /// The outer tag removed (uplink to port; the parser has checked there is one).
     Pop,
+    /// Wrapped in VXLAN for a remote VTEP (overlay port to uplink).
+    Encap(Tunnel),
+    /// The first this-many bytes removed: a VXLAN frame's outer headers (uplink to overlay
+    /// port; [`crate::offload::decapsulate`] has checked them).
+    Strip(u16),
+}
+
+/// The outer headers of a frame sent into an overlay's tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunnel {
+    pub vni: Vni,
+    /// The uplink's MAC (this VTEP's, on that uplink) and the remote VTEP's.
+    pub src_mac: MacAddr,
+    pub dst_mac: MacAddr,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+}
+
+impl Tunnel {
+    fn ends(&self) -> TunnelEnds {
+        TunnelEnds {
+            src_mac: self.src_mac,
+            dst_mac: self.dst_mac,
+            src_ip: self.src.into(),
+            dst_ip: self.dst.into(),
+            ttl: 64,
+        }
+    }
+
+    /// The frames to send for `inner` (its sender's offload request `offload`), with the
+    /// inner checksum and segmentation done here: an uplink driven through a packet socket
+    /// can do neither inside a tunnel. None if it cannot be done (see
+    /// [`crate::offload::encapsulate_frames`]).
+    pub fn wrap(&self, inner: &[u8], offload: Offload, mtu: usize) -> Option<Vec<Vec<u8>>> {
+        let none = TunnelOffloads {
+            checksum: false,
+            tso: false,
+            mtu,
+        };
+        let out = encapsulate_frames(inner, offload, self.vni, &self.ends(), none)?;
+        Some(out.into_iter().map(|(f, _)| f).collect())
+    }
 }
 
 impl TagEdit {
@@ -109,6 +158,8 @@ impl TagEdit {
             TagEdit::Keep => 0,
             TagEdit::Push(_) => 4,
             TagEdit::Pop => -4,
+            TagEdit::Encap(_) => crate::offload::vxlan::overhead(false) as isize,
+            TagEdit::Strip(n) => -(n as isize),
         }
     }
 
@@ -125,6 +176,14 @@ impl TagEdit {
                 into.extend_from_slice(&frame[..12]);
                 into.extend_from_slice(&frame[16..]);
             }
+            TagEdit::Encap(t) => {
+                // The switch never asks this of a frame too long for a datagram (it cannot
+                // arrive: frames are at most 64 KiB and VXLAN's limit is near that); if one
+                // did, nothing is appended and the caller sends an empty frame, which no
+                // device takes.
+                crate::offload::vxlan::encapsulate_into(frame, t.vni, &t.ends(), into);
+            }
+            TagEdit::Strip(n) => into.extend_from_slice(frame.get(usize::from(n)..).unwrap_or(&[])),
         }
     }
 }
@@ -164,6 +223,9 @@ pub struct SwitchConfig {
     pub mac_limits: MacLimits,
     /// Per port group, by [`GroupId`] index; a group past the end gets the default (all reject).
     pub security: Vec<SecurityPolicy>,
+    /// Per port group, by [`GroupId`] index: its overlay segment, if it is one. Every overlay
+    /// names the same local VTEP and a VNI of its own ([`crate::host`] checks it).
+    pub overlays: Vec<Option<Overlay>>,
 }
 
 impl Default for SwitchConfig {
@@ -172,6 +234,7 @@ impl Default for SwitchConfig {
             ageing: MacTable::DEFAULT_AGEING,
             mac_limits: MacLimits::default(),
             security: Vec::new(),
+            overlays: Vec::new(),
         }
     }
 }
@@ -196,6 +259,14 @@ pub struct Switch {
     /// Frames from interfaces the switch does not know.
     unattributed: Counters,
     next_sweep: Instant,
+    /// Overlay segments; segment `i` is MAC-table domain 4096 + `i`.
+    segments: Vec<Overlay>,
+    /// Each port group's segment (by [`GroupId`] index), if it is an overlay.
+    group_segments: Vec<Option<usize>>,
+    /// This host's VTEP, if any group is an overlay.
+    vtep: Option<VtepNeighbors>,
+    /// Frames the VTEP sends (ARP), with their uplink, until taken by [`Switch::poll_effect`].
+    own_frames: std::collections::VecDeque<(UplinkId, Vec<u8>)>,
 }
 
 impl Switch {
@@ -224,8 +295,13 @@ impl Switch {
             security: config.security,
             unattributed: Counters::default(),
             next_sweep: Instant::ZERO + config.ageing / 10,
+            segments: Vec::new(),
+            group_segments: Vec::new(),
+            vtep: None,
+            own_frames: Default::default(),
             team,
         };
+        switch.set_overlays(config.overlays);
         let specs: Vec<PortSpec> = switch.team.ports().cloned().collect();
         for p in &specs {
             switch.admit_port(p);
@@ -236,7 +312,10 @@ impl Switch {
     /// Gives a port of the team its switch state: its MAC as a static entry, its VLAN's
     /// flooding domain, its guard (its group's security policy) and its counters.
     fn admit_port(&mut self, p: &PortSpec) {
-        let vlan = self.team.group(p.group).and_then(|g| g.vlan);
+        let vlan = match self.group_segments.get(p.group.0).copied().flatten() {
+            Some(segment) => overlay::domain(segment),
+            None => self.team.group(p.group).and_then(|g| g.vlan),
+        };
         self.macs.add_static(vlan, p.mac, p.id);
         self.domains.entry(vlan).or_default().push((p.id, p.group));
         let policy = self.security.get(p.group.0).copied().unwrap_or_default();
@@ -269,6 +348,9 @@ impl Switch {
         let spec = self.team.remove_group(g)?;
         if g.0 < self.security.len() {
             self.security.remove(g.0);
+        }
+        if g.0 < self.group_segments.len() {
+            self.group_segments.remove(g.0);
         }
         for members in self.domains.values_mut() {
             for (_, group) in members.iter_mut() {
@@ -389,6 +471,9 @@ impl Switch {
         } else {
             self.macs.lookup(vlan, key.dst_mac, now)
         };
+        if let Some(segment) = overlay::segment_of(vlan) {
+            return self.overlay_out(p, segment, &key, frame, elided, now, known, out);
+        }
         let first = out.len();
         let keep = |q: PortId| Forward {
             to: Egress::Port(q),
@@ -403,13 +488,16 @@ impl Switch {
         match known {
             Some(Location::Port(q)) if q == p => return self.dropped(Ingress::Port(p), DropReason::Hairpin),
             Some(Location::Port(q)) => out.push(keep(q)),
-            Some(Location::Remote(_)) => match self.team.select_frame(p, Some(&key), frame.len() + elided, now) {
-                Some(u) => {
-                    let (u, source) = self.spread_to(p, u);
-                    out.push(tagged(u, source))
+            // (A tunnel's MACs live only in overlay segments, switched above.)
+            Some(Location::Remote(_) | Location::Tunnel(_)) => {
+                match self.team.select_frame(p, Some(&key), frame.len() + elided, now) {
+                    Some(u) => {
+                        let (u, source) = self.spread_to(p, u);
+                        out.push(tagged(u, source))
+                    }
+                    None => return self.dropped(Ingress::Port(p), DropReason::NoUplink),
                 }
-                None => return self.dropped(Ingress::Port(p), DropReason::NoUplink),
-            },
+            }
             None => {
                 out.extend(
                     self.domains[&vlan]
@@ -550,6 +638,9 @@ impl Switch {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Uplink(u), DropReason::Malformed),
         };
+        if self.underlay_in(u, &key, frame, elided, now, out) {
+            return;
+        }
         let vlan = key.vlan;
         let Some(members) = self.domains.get(&vlan) else {
             return self.dropped(Ingress::Uplink(u), DropReason::UnknownVlan);
@@ -646,12 +737,18 @@ impl Switch {
 
     /// The next time [`Switch::handle_timeout`] has work: the team's timers or a MAC-table sweep.
     pub fn poll_at(&self) -> Instant {
-        self.team.poll_at().map_or(self.next_sweep, |t| t.min(self.next_sweep))
+        let t = self.team.poll_at().map_or(self.next_sweep, |t| t.min(self.next_sweep));
+        self.vtep
+            .as_ref()
+            .and_then(VtepNeighbors::poll_at)
+            .map_or(t, |v| v.min(t))
     }
 
-    /// Runs the timers due at `now`: Load-Based Teaming, and ageing of the MAC table.
+    /// Runs the timers due at `now`: Load-Based Teaming, the VTEP's ARP refreshes, and ageing
+    /// of the MAC table.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.team.handle_timeout(now);
+        self.vtep_timers(now);
         if now >= self.next_sweep {
             self.macs.expire(now);
             self.next_sweep = now + self.macs.ageing() / 10;
@@ -662,6 +759,9 @@ impl Switch {
     /// slow-protocol frame leaves from its uplink's own MAC where the switch knows it, as
     /// 802.1AX asks (the team sends from the LACP system ID, the same on every member).
     pub fn poll_effect(&mut self) -> Option<Effect> {
+        if let Some((uplink, frame)) = self.own_frames.pop_front() {
+            return Some(Effect::Transmit { uplink, frame });
+        }
         let mut effect = self.team.poll_effect()?;
         if let Effect::Transmit { uplink, frame } = &mut effect {
             let own = self.uplink_macs.get(uplink.0).copied().flatten();

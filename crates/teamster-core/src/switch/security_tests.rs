@@ -64,6 +64,7 @@ fn switch(vms: SecurityPolicy, limits: MacLimits) -> Switch {
             ageing: MacTable::DEFAULT_AGEING,
             mac_limits: limits,
             security: vec![vms, sniffer, sniffer],
+            overlays: Vec::new(),
         },
     )
 }

@@ -45,6 +45,36 @@ pub fn build_gratuitous_arp(mac: MacAddr, ip: Ipv4Addr, vlan: Option<u16>) -> Ve
     frame(mac, vlan, ETHERTYPE_ARP, arp)
 }
 
+/// Builds a broadcast ARP request from `mac` at `ip` asking who has `target`.
+pub fn build_arp_request(mac: MacAddr, ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let arp = ArpPacket::new(
+        ArpHardwareId::ETHERNET,
+        EtherType::IPV4,
+        ArpOperation::REQUEST,
+        &mac.0,
+        &ip.octets(),
+        &[0; 6],
+        &target.octets(),
+    );
+    frame(mac, None, ETHERTYPE_ARP, arp)
+}
+
+/// Builds an ARP reply from `mac` at `ip` to `to_mac` at `to_ip`, sent to `to_mac` alone.
+pub fn build_arp_reply(mac: MacAddr, ip: Ipv4Addr, to_mac: MacAddr, to_ip: Ipv4Addr) -> Vec<u8> {
+    let arp = ArpPacket::new(
+        ArpHardwareId::ETHERNET,
+        EtherType::IPV4,
+        ArpOperation::REPLY,
+        &mac.0,
+        &ip.octets(),
+        &to_mac.0,
+        &to_ip.octets(),
+    );
+    let mut f = frame(mac, None, ETHERTYPE_ARP, arp);
+    f[..6].copy_from_slice(&to_mac.0);
+    f
+}
+
 /// Wraps an ARP body in a broadcast Ethernet header (and 802.1Q tag) and pads it.
 fn frame(
     src: MacAddr,

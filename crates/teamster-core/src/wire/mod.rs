@@ -16,7 +16,7 @@ pub mod lacp;
 mod parse;
 
 pub use ecn::mark_congestion;
-pub use frames::{build_gratuitous_arp, build_rarp, ETHERTYPE_ARP, ETHERTYPE_RARP};
+pub use frames::{build_arp_reply, build_arp_request, build_gratuitous_arp, build_rarp, ETHERTYPE_ARP, ETHERTYPE_RARP};
 pub use parse::parse;
 
 use core::fmt;

@@ -177,7 +177,31 @@ impl Datapath {
                 let Some(frame) = next else { break };
                 scratch.taken[slot] += 1;
                 let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
-                switch_frame(&mut self.switch, from, frame, now, &mut self.pool, pending, forwards);
+                let refused = &mut scratch.refused;
+                switch_frame(
+                    &mut self.switch,
+                    from,
+                    frame,
+                    now,
+                    &mut self.pool,
+                    pending,
+                    forwards,
+                    refused,
+                );
+            }
+        }
+        for to in scratch.refused.drain(..) {
+            match to {
+                teamster_core::switch::Egress::Port(p) => {
+                    if let Some(i) = self.ports.iter().position(|s| s.plan.id == p) {
+                        self.ports[i].extra.bad_offload += 1;
+                    }
+                }
+                teamster_core::switch::Egress::Uplink(u) => {
+                    if let Some(up) = self.uplinks.get_mut(u.0) {
+                        up.extra.bad_offload += 1;
+                    }
+                }
             }
         }
     }

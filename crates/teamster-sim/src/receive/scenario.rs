@@ -14,6 +14,8 @@ const MAX_VMS: u32 = 256;
 const MAX_STREAMS: u32 = 4096;
 /// The longest simulated run, in ms: runs are packet by packet.
 const MAX_DURATION_MS: f64 = 2000.0;
+/// The most frames the link can carry in one variant's run (a few seconds of wall time).
+const MAX_FRAMES: f64 = 20e6;
 
 /// A receive scenario's header, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -382,6 +384,7 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
     }
     let mut out: Vec<(String, Setup)> = Vec::new();
     for (i, v) in variants.into_iter().enumerate() {
+        let duration_ms = header.duration_ms;
         let at = |e: String| format!("variants[{i}]: {e}");
         let toml::Value::Table(mut v) = v else {
             return Err(at("expected a table".into()));
@@ -410,6 +413,19 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
             .try_into()
             .map_err(|e: toml::de::Error| at(e.message().to_string()))?;
         check_setup(&setup).map_err(at)?;
+        let t = &setup.traffic;
+        let wire = f64::from(t.payload) + 54.0 + 24.0 + if t.overlay { 50.0 } else { 0.0 };
+        let frames = setup.nic.speed.bps_f64() / 8.0 / wire * duration_ms / 1e3;
+        if frames > MAX_FRAMES {
+            return Err(at(format!(
+                "nic.speed = {} for duration_ms = {duration_ms} is {:.0} million frames of {} bytes, \
+                 more than {:.0} million a run simulates: shorten duration_ms",
+                setup.nic.speed,
+                frames / 1e6,
+                t.payload,
+                MAX_FRAMES / 1e6
+            )));
+        }
         out.push((name, setup));
     }
     let plan = ReceivePlan { header, variants: out };

@@ -54,6 +54,8 @@ fn every_error_names_its_key() {
         let e = resolve(&file(&body, "")).unwrap_err();
         assert!(e.contains(want), "{want}: got {e}");
     }
+    let long = file(&BASE.replace("\"10Gbps\"", "\"400Gbps\""), "").replace("duration_ms = 20", "duration_ms = 2000");
+    assert!(resolve(&long).unwrap_err().contains("shorten duration_ms"));
     let bad_variant = "[[variants]]\nname = \"v\"\nnic = { steerin = \"rss\" }\n";
     let e = resolve(&file(BASE, bad_variant)).unwrap_err();
     assert!(e.starts_with("variants[0]: ") && e.contains("steerin"), "{e}");

@@ -522,6 +522,7 @@ pub fn add_group(f: &SwitchFile, g: &GroupAdd) -> Result<SwitchFile, ChangeError
         flowlet_gap_us: None,
         rebalance_ms: None,
         lacp: None,
+        overlay: None,
     });
     teaming_of!(g).apply(new.port_groups.last_mut().expect("just pushed"));
     Ok(new)

@@ -453,6 +453,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             ageing,
             mac_limits,
             security: f.port_groups.iter().map(|g| g.security).collect(),
+            overlays: teamster_core::host::overlays(&f.port_groups),
         },
         busy_poll,
         workers,

@@ -1,0 +1,298 @@
+//! Overlay port groups in the switch: the VTEP's side of switching (see [`crate::overlay`] for
+//! the model).
+//!
+//! An overlay segment is a flooding domain of its own, numbered past the VLANs in the MAC
+//! table (segment `i` is domain 4096 + `i`), so its ports never meet a VLAN's. From an overlay
+//! port, a frame for a local port of the segment is delivered as in a VLAN; one for a MAC
+//! learned behind a remote VTEP is wrapped for that VTEP; a broadcast, multicast or unknown
+//! unicast goes to the segment's other local ports that take it and, wrapped, to every remote
+//! VTEP of the segment. Every wrapped copy of a frame leaves by the one uplink the team picks
+//! for the port and flow, from that uplink's MAC. From an uplink, the VTEP takes ARP for its
+//! address and VXLAN frames to its address on port 4789; it opens an accepted frame (from a
+//! listed VTEP, with a segment's VNI), learns the inner source behind the sending VTEP, and
+//! switches the inner frame within the segment, never back into a tunnel (split horizon:
+//! every VTEP floods to every other itself). The underlay is untagged.
+
+use super::{DropReason, Egress, Forward, Ingress, Location, Switch, TagEdit, Tunnel};
+use crate::offload::decapsulate;
+use crate::overlay::{Overlay, VtepNeighbors};
+use crate::teaming::{Direction, PortId, UplinkId};
+use crate::wire::{FlowKey, MacAddr, VXLAN_PORT};
+use crate::Instant;
+use core::net::{IpAddr, Ipv4Addr};
+
+/// The first MAC-table domain past the VLANs.
+const FIRST_SEGMENT: u16 = 4096;
+
+/// The MAC-table domain of segment `i`.
+pub(super) fn domain(i: usize) -> Option<u16> {
+    Some(FIRST_SEGMENT + i as u16)
+}
+
+/// The segment a MAC-table domain is, if it is one.
+pub(super) fn segment_of(domain: Option<u16>) -> Option<usize> {
+    domain
+        .filter(|d| *d >= FIRST_SEGMENT)
+        .map(|d| usize::from(d - FIRST_SEGMENT))
+}
+
+impl Switch {
+    /// Takes each port group's overlay (by group index): the segments, and the VTEP that
+    /// carries them, listing every remote VTEP of every segment.
+    pub(super) fn set_overlays(&mut self, overlays: Vec<Option<Overlay>>) {
+        let mut remotes: Vec<Ipv4Addr> = Vec::new();
+        let mut local = None;
+        for o in &overlays {
+            let Some(o) = o else {
+                self.group_segments.push(None);
+                continue;
+            };
+            local = Some(o.local);
+            remotes.extend(o.remotes.iter().filter(|r| !remotes.contains(r)).collect::<Vec<_>>());
+            self.group_segments.push(Some(self.segments.len()));
+            self.segments.push(o.clone());
+        }
+        self.vtep = local.map(|l| VtepNeighbors::new(l, &remotes));
+    }
+
+    /// This host's VTEP, if it has overlay groups.
+    pub fn vtep(&self) -> Option<&VtepNeighbors> {
+        self.vtep.as_ref()
+    }
+
+    /// Moves what the VTEP wants sent into the switch's own frames, on uplink `u`.
+    fn drain_vtep(&mut self, u: UplinkId) {
+        if let Some(v) = self.vtep.as_mut() {
+            while let Some(f) = v.poll_transmit() {
+                self.own_frames.push_back((u, f));
+            }
+        }
+    }
+
+    /// The VTEP's ARP refreshes, sent on the first usable uplink whose MAC is known.
+    pub(super) fn vtep_timers(&mut self, now: Instant) {
+        let Some(next) = self.vtep.as_ref().and_then(VtepNeighbors::poll_at) else {
+            return;
+        };
+        if next > now {
+            return;
+        }
+        let usable = (0..self.uplink_macs.len())
+            .map(UplinkId)
+            .find(|u| self.team.uplink_usable(*u) && self.uplink_macs[u.0].is_some());
+        if let (Some(u), Some(v)) = (usable, self.vtep.as_mut()) {
+            v.handle_timeout(self.uplink_macs[u.0].expect("found with a MAC"), now);
+            self.drain_vtep(u);
+        }
+    }
+
+    /// A frame from overlay port `p` of segment `segment`, its destination `known` (or not):
+    /// delivered locally, wrapped for the VTEP behind it, or flooded to both.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn overlay_out(
+        &mut self,
+        p: PortId,
+        segment: usize,
+        key: &FlowKey,
+        frame: &[u8],
+        elided: usize,
+        now: Instant,
+        known: Option<Location>,
+        out: &mut Vec<Forward>,
+    ) {
+        let dom = domain(segment);
+        let first = out.len();
+        let keep = |q: PortId| Forward {
+            to: Egress::Port(q),
+            edit: TagEdit::Keep,
+            source: None,
+        };
+        match known {
+            Some(Location::Port(q)) if q == p => return self.dropped(Ingress::Port(p), DropReason::Hairpin),
+            Some(Location::Port(q)) => out.push(keep(q)),
+            Some(Location::Tunnel(r)) => self.wrap_for(p, segment, key, frame.len() + elided, now, &[r], out),
+            _ => {
+                let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
+                out.extend(
+                    members
+                        .iter()
+                        .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
+                        .map(|(q, _)| keep(*q)),
+                );
+                let remotes = self.segments[segment].remotes.clone();
+                self.wrap_for(p, segment, key, frame.len() + elided, now, &remotes, out);
+            }
+        }
+        self.copy_to_promiscuous(dom, Some(p), TagEdit::Keep, out, first);
+        self.account_sent(&out[first..], frame.len() + elided, now, p);
+    }
+
+    /// Adds a wrapped copy of port `p`'s frame for each of `remotes`, all on the uplink the
+    /// team picks for the port and flow; a VTEP whose MAC is not known yet is asked for and
+    /// counted as not reached.
+    #[allow(clippy::too_many_arguments)]
+    fn wrap_for(
+        &mut self,
+        p: PortId,
+        segment: usize,
+        key: &FlowKey,
+        len: usize,
+        now: Instant,
+        remotes: &[Ipv4Addr],
+        out: &mut Vec<Forward>,
+    ) {
+        let Some(u) = self.team.select_frame(p, Some(key), len, now) else {
+            return self.dropped(Ingress::Port(p), DropReason::NoUplink);
+        };
+        let Some(src_mac) = self.uplink_macs.get(u.0).copied().flatten() else {
+            return self.dropped(Ingress::Port(p), DropReason::VtepUnresolved);
+        };
+        let o = &self.segments[segment];
+        let (vni, local) = (o.vni, o.local);
+        for r in remotes {
+            let dst = self.vtep.as_mut().and_then(|v| v.resolve(*r, src_mac, now));
+            match dst {
+                Some(dst_mac) => out.push(Forward {
+                    to: Egress::Uplink(u),
+                    edit: TagEdit::Encap(Tunnel {
+                        vni,
+                        src_mac,
+                        dst_mac,
+                        src: local,
+                        dst: *r,
+                    }),
+                    source: None,
+                }),
+                None => self.dropped(Ingress::Port(p), DropReason::VtepUnresolved),
+            }
+        }
+        self.drain_vtep(u);
+    }
+
+    /// Takes what uplink `u` received for this host's VTEP: ARP for its address, and VXLAN
+    /// frames to it, which are opened and switched into their segment or dropped. False if
+    /// the frame is not the VTEP's (it is switched as any other).
+    pub(super) fn underlay_in(
+        &mut self,
+        u: UplinkId,
+        key: &FlowKey,
+        frame: &[u8],
+        elided: usize,
+        now: Instant,
+        out: &mut Vec<Forward>,
+    ) -> bool {
+        let Some(vtep) = self.vtep.as_mut() else {
+            return false;
+        };
+        if key.vlan.is_some() {
+            return false;
+        }
+        let local = vtep.local();
+        if key.arp_op.is_some() {
+            let Some(mac) = self.uplink_macs.get(u.0).copied().flatten() else {
+                return false;
+            };
+            let taken = vtep.handle_arp(key, mac, now);
+            self.drain_vtep(u);
+            return taken;
+        }
+        if key.dst_ip != Some(IpAddr::V4(local)) || key.dst_port != Some(VXLAN_PORT) {
+            return false;
+        }
+        let tunnel = Ingress::Uplink(u);
+        // Opened, from a listed VTEP, with a segment's VNI, untagged inside, and nothing after
+        // the datagram (the inner frame is delivered by cutting the outer headers off).
+        let accepted = decapsulate(frame).ok().and_then(|d| {
+            let IpAddr::V4(remote) = d.remote else { return None };
+            let at = frame.len().checked_sub(d.inner.len())?;
+            let ends_frame = d.inner.as_ptr_range().end == frame.as_ptr_range().end;
+            let segment = self
+                .segments
+                .iter()
+                .position(|o| o.vni == d.vni && o.accepts(remote, local))?;
+            ends_frame.then_some((remote, segment, at as u16))
+        });
+        let inner = key.vxlan.as_ref().map(|v| &v.inner);
+        let (Some((remote, segment, at)), Some(inner)) = (accepted, inner) else {
+            self.dropped(tunnel, DropReason::Tunnel);
+            return true;
+        };
+        if inner.vlan.is_some() {
+            self.dropped(tunnel, DropReason::Tunnel);
+            return true;
+        }
+        if let Some(v) = self.vtep.as_mut() {
+            v.confirm(remote, key.src_mac, now);
+        }
+        self.overlay_in(u, segment, remote, inner, at, frame.len() + elided, now, out);
+        true
+    }
+
+    /// Switches an opened frame (inner key `inner`, its outer headers `at` bytes long) from
+    /// `remote` within `segment`: to the local port of its destination, or flooded to the
+    /// segment's local ports that take it; never into a tunnel.
+    #[allow(clippy::too_many_arguments)]
+    fn overlay_in(
+        &mut self,
+        u: UplinkId,
+        segment: usize,
+        remote: Ipv4Addr,
+        inner: &FlowKey,
+        at: u16,
+        wire: usize,
+        now: Instant,
+        out: &mut Vec<Forward>,
+    ) {
+        let dom = domain(segment);
+        let tunnel = Ingress::Uplink(u);
+        if matches!(self.macs.lookup(dom, inner.src_mac, now), Some(Location::Port(_))) {
+            return self.dropped(tunnel, DropReason::Reflection);
+        }
+        let known = if inner.dst_mac.is_multicast() {
+            None
+        } else {
+            self.macs.lookup(dom, inner.dst_mac, now)
+        };
+        let first = out.len();
+        let edit = TagEdit::Strip(at);
+        let to = |q: PortId| Forward {
+            to: Egress::Port(q),
+            edit,
+            source: None,
+        };
+        match known {
+            Some(Location::Port(q)) => out.push(to(q)),
+            _ => {
+                let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
+                out.extend(
+                    members
+                        .iter()
+                        .filter(|(q, _)| {
+                            let g = &self.guards[q];
+                            g.promiscuous() || (known.is_none() && g.takes_flood(inner.dst_mac))
+                        })
+                        .map(|(q, _)| to(*q)),
+                );
+            }
+        }
+        if self.macs.learn(dom, inner.src_mac, Location::Tunnel(remote), now) == super::Learned::Refused {
+            self.uplinks[u.0].mac_limit += 1;
+        }
+        if out.len() == first {
+            return self.dropped(tunnel, DropReason::Tunnel);
+        }
+        for f in &out[first..] {
+            if let Egress::Port(q) = f.to {
+                self.team.account(q, u, Direction::Rx, wire as u64, now);
+            }
+        }
+        if matches!(known, Some(Location::Port(_))) {
+            self.copy_to_promiscuous(dom, None, edit, out, first);
+        }
+    }
+
+    /// Each remote VTEP the switch knows of, with the MAC it is reached at (for status).
+    pub fn vtep_neighbors(&self) -> Vec<(Ipv4Addr, Option<MacAddr>)> {
+        self.vtep.as_ref().map(VtepNeighbors::known).unwrap_or_default()
+    }
+}
