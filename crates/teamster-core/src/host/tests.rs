@@ -395,3 +395,53 @@ fn teaming_knobs_reach_the_team() {
         (TeamMode::default(), PolicyTuning::default())
     );
 }
+
+#[test]
+fn overlay_groups_are_checked_key_by_key() {
+    let group = |name: &str, extra: &str| {
+        format!("[[port_groups]]\nname = \"{name}\"\npolicy = \"port-id\"\nactive = [\"uplink1\"]\n{extra}\n")
+    };
+    let overlay = |vni: u64, local: &str| {
+        format!("overlay = {{ vni = {vni}, local_vtep = \"{local}\", remote_vteps = [\"192.0.2.2\"] }}")
+    };
+    let with = |groups: &str| GOOD.replace("[[traffic_classes]]", &format!("{groups}[[traffic_classes]]"));
+    let good = with(&group("t1", &overlay(5001, "192.0.2.1")));
+    build_text(&good).unwrap();
+    let f: TestFile = parse_toml(&good).unwrap();
+    let o = overlays(&f.port_groups);
+    assert_eq!(o.len(), 2);
+    assert!(o[0].is_none() && o[1].as_ref().is_some_and(|o| o.vni.get() == 5001));
+    let cases = [
+        (
+            group("t1", &overlay(1 << 24, "192.0.2.1")),
+            "port_groups[1].overlay.vni: VNI 16777216 is out of range",
+        ),
+        (
+            group("t1", &format!("vlan = 5\n{}", overlay(1, "192.0.2.1"))),
+            "port_groups[1].overlay: an overlay group carries",
+        ),
+        (
+            group("t1", &overlay(1, "192.0.2.1")) + &group("t2", &overlay(2, "192.0.2.9")),
+            "port_groups[2].overlay.local_vtep = 192.0.2.9: port_groups[1] has 192.0.2.1",
+        ),
+        (
+            group("t1", &overlay(7, "192.0.2.1")) + &group("t2", &overlay(7, "192.0.2.1")),
+            "port_groups[2].overlay.vni = 7: port_groups[1] uses it too",
+        ),
+        (
+            group("t1", &overlay(1, "192.0.2.2")),
+            "port_groups[1].overlay.remote_vteps[0] = 192.0.2.2: this host's own VTEP",
+        ),
+        (
+            group(
+                "t1",
+                "overlay = { vni = 1, local_vtep = \"192.0.2.1\", remote_vteps = [], ttl = 3 }",
+            ),
+            "ttl",
+        ),
+    ];
+    for (groups, want) in cases {
+        let e = build_text(&with(&groups)).unwrap_err();
+        assert!(e.contains(want), "{want}: got {e}");
+    }
+}

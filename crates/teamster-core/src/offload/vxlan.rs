@@ -157,7 +157,8 @@ pub fn encapsulate_into(inner: &[u8], vni: Vni, ends: &TunnelEnds, f: &mut Vec<u
             f.extend_from_slice(&0x0800u16.to_be_bytes());
             let total = (20 + udp_len) as u16;
             let ip_at = f.len();
-            // Version/IHL, DSCP, total length, ID 0, DF (RFC 7348 §4.3 recommends DF), TTL, UDP.
+            // Version/IHL, DSCP, total length, ID 0, DF (VTEPs must not fragment, RFC 7348
+            // §4.3), TTL, UDP.
             f.extend_from_slice(&[0x45, 0]);
             f.extend_from_slice(&total.to_be_bytes());
             f.extend_from_slice(&[0, 0, 0x40, 0, ends.ttl, 17, 0, 0]);
@@ -174,7 +175,11 @@ pub fn encapsulate_into(inner: &[u8], vni: Vni, ends: &TunnelEnds, f: &mut Vec<u
             f.extend_from_slice(&s.octets());
             f.extend_from_slice(&d.octets());
         }
-        _ => unreachable!("TunnelEnds::new keeps both addresses in one family"),
+        _ => {
+            // Ends built by hand with two families: nothing is sent.
+            f.truncate(start);
+            return false;
+        }
     }
     f.extend_from_slice(&source_port(inner).to_be_bytes());
     f.extend_from_slice(&VXLAN_PORT.to_be_bytes());
@@ -219,6 +224,17 @@ pub fn encapsulate_frames(
     uplink: TunnelOffloads,
 ) -> Option<Vec<(Vec<u8>, Offload)>> {
     offload.check(inner).ok()?;
+    // Over IPv6 the outer UDP checksum covers the inner frame as it is now: what the uplink
+    // would change in it afterwards would make that checksum wrong, so nothing is left to it.
+    let uplink = if ends.src_ip.is_ipv6() {
+        TunnelOffloads {
+            checksum: false,
+            tso: false,
+            ..uplink
+        }
+    } else {
+        uplink
+    };
     if let (Some(gso), false) = (offload.gso, uplink.tso) {
         // The inner IP packet may be as large as the outer MTU less the outer IP, UDP and
         // VXLAN headers and the inner Ethernet header (with its tags), and its payload no
@@ -303,6 +319,9 @@ pub fn decapsulate(frame: &[u8]) -> Result<Decapsulated<'_>, DecapError> {
         0x0800 => {
             let h = frame.get(ip..ip + 20).ok_or(DecapError::Truncated("IPv4 header"))?;
             let ihl = usize::from(h[0] & 0x0f) * 4;
+            if h[0] >> 4 != 4 {
+                return Err(DecapError::NotVxlan);
+            }
             if h[9] != 17 {
                 return Err(DecapError::NotVxlan);
             }
@@ -318,7 +337,7 @@ pub fn decapsulate(frame: &[u8]) -> Result<Decapsulated<'_>, DecapError> {
         }
         0x86dd => {
             let h = frame.get(ip..ip + 40).ok_or(DecapError::Truncated("IPv6 header"))?;
-            if h[6] != 17 {
+            if h[0] >> 4 != 6 || h[6] != 17 {
                 return Err(DecapError::NotVxlan);
             }
             let ip6 = |at: usize| IpAddr::from(<[u8; 16]>::try_from(&h[at..at + 16]).expect("16 bytes"));

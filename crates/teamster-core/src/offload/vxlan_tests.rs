@@ -148,6 +148,36 @@ fn what_is_not_a_vxlan_frame_is_refused_and_named() {
 }
 
 #[test]
+fn over_ipv6_nothing_is_left_to_the_uplink_inside_the_tunnel() {
+    let (f, o) = super_frame(20_000, 1448);
+    let all = TunnelOffloads {
+        checksum: true,
+        tso: true,
+        mtu: 1500,
+    };
+    let out = encapsulate_frames(&f, o, Vni::new(9).unwrap(), &ends(true), all).unwrap();
+    assert!(out.len() > 1 && out.iter().all(|(_, left)| left.is_none()));
+    for (outer, _) in &out {
+        let d = decapsulate(outer).unwrap();
+        assert!(l4_checksum_valid(d.inner));
+    }
+}
+
+#[test]
+fn ends_of_two_families_built_by_hand_send_nothing() {
+    let mut e = ends(false);
+    e.dst_ip = Ipv6Addr::LOCALHOST.into();
+    let mut buf = vec![1, 2, 3];
+    assert!(!encapsulate_into(
+        b"0123456789abcdef",
+        Vni::new(1).unwrap(),
+        &e,
+        &mut buf
+    ));
+    assert_eq!(buf, [1, 2, 3]);
+}
+
+#[test]
 fn an_inner_frame_too_long_for_a_datagram_is_refused() {
     let inner = vec![0u8; MAX_INNER + 21];
     assert!(encapsulate(&inner[..MAX_INNER + 1], Vni::new(1).unwrap(), &ends(false)).is_none());

@@ -63,6 +63,8 @@ struct Item {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     WireFree,
+    /// A paced stream may send again: the wire takes it if it is free.
+    WireWake,
     Arrive(u32, u32, u64, bool),
     Irq(u32),
     CoreDone(u32),
@@ -123,7 +125,13 @@ pub fn run(s: &Setup, seed: u64, duration_ns: u64, warmup_ns: u64) -> Result<Mea
             let placement = match s.nic.placement {
                 PlacementMode::Even => Placement::Even,
                 PlacementMode::Packed => Placement::Packed(Packing {
-                    queue_pps: s.nic.queue_pps.unwrap_or_else(|| 1e9 / queue_ns_per_frame(s)),
+                    queue_pps: match (s.nic.queue_pps, queue_ns_per_frame(s)) {
+                        (Some(p), _) => p,
+                        (None, ns) if ns > 0.0 => 1e9 / ns,
+                        (None, _) => {
+                            return Err("nic.queue_pps: the costs make a frame free: say what fills a queue".into())
+                        }
+                    },
                     interval: core::time::Duration::from_secs_f64(s.nic.packing_interval_ms / 1e3),
                     ..Packing::default()
                 }),
@@ -137,9 +145,10 @@ pub fn run(s: &Setup, seed: u64, duration_ns: u64, warmup_ns: u64) -> Result<Mea
         _ => None,
     };
     let c = &s.costs;
+    let deliver_ns = c.copy + c.copy_byte * flows.inner_bytes as f64;
     let split_costs = SplitCosts {
-        queue_ns: queue_ns_per_frame(s) - c.copy - c.copy_byte * flows.inner_bytes as f64,
-        deliver_ns: c.copy + c.copy_byte * flows.inner_bytes as f64,
+        queue_ns: (queue_ns_per_frame(s) - deliver_ns).max(0.0),
+        deliver_ns,
         handoff_ns: c.handoff,
     };
     let mut sim = Sim {
@@ -250,6 +259,9 @@ impl Sim<'_> {
         match ev {
             Ev::WireFree => {
                 self.wire_busy = false;
+                self.send_next();
+            }
+            Ev::WireWake => {
                 if self.wire_wake.is_some_and(|w| w <= self.now) {
                     self.wire_wake = None;
                 }
@@ -301,7 +313,7 @@ impl Sim<'_> {
                 let interval = self.s.ping.as_ref().map_or(0.0, |p| p.interval_us * 1e3) as u64;
                 let ser = self.wire_ns(u64::from(PING_BYTES));
                 self.at(self.now + ser, Ev::Arrive(0, 0, self.now, true));
-                self.at(self.now + interval, Ev::Probe);
+                self.at(self.now.saturating_add(interval), Ev::Probe);
             }
             Ev::Tick => self.tick(),
             Ev::TxStart(vm) => {
@@ -364,7 +376,7 @@ impl Sim<'_> {
         }
         if soonest != u64::MAX && self.wire_wake.is_none_or(|w| w > soonest) {
             self.wire_wake = Some(soonest);
-            self.at(soonest, Ev::WireFree);
+            self.at(soonest, Ev::WireWake);
         }
     }
 
@@ -705,9 +717,9 @@ impl Sim<'_> {
     fn sent(&mut self, stream: u32, segs: u32) {
         self.flows.streams[stream as usize].in_flight -= segs;
         self.count_delivered(u64::from(segs) * u64::from(self.s.traffic.payload));
+        // Woken now even if it waits for a paced stream: this one may send at once.
         let vm = stream / self.s.traffic.streams_per_vm;
-        let t = &self.tx[vm as usize];
-        if !t.busy && !t.wake_pending {
+        if !self.tx[vm as usize].busy {
             self.tx[vm as usize].wake_pending = true;
             self.at(self.now, Ev::TxStart(vm));
         }

@@ -14,8 +14,10 @@ const MAX_VMS: u32 = 256;
 const MAX_STREAMS: u32 = 4096;
 /// The longest simulated run, in ms: runs are packet by packet.
 const MAX_DURATION_MS: f64 = 2000.0;
-/// The most frames the link can carry in one variant's run (a few seconds of wall time).
+/// The most frames the link can carry in one variant's run, and in all of a file's variants
+/// together (a few seconds of wall time each).
 const MAX_FRAMES: f64 = 20e6;
+const MAX_FRAMES_IN_ALL: f64 = 60e6;
 
 /// A receive scenario's header, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -125,7 +127,8 @@ pub struct Nic {
     /// The NIC verifies received TCP checksums (inner ones too, for VXLAN).
     #[serde(default = "yes")]
     pub rx_checksum: bool,
-    /// The NIC segments TSO frames (inside VXLAN too) on send.
+    /// Send, overlay traffic: the NIC segments TSO frames inside VXLAN (VXLAN TSO); without
+    /// it the host cuts them. (Plain TCP is always segmented by the NIC here.)
     #[serde(default = "yes")]
     pub tso: bool,
     #[serde(default = "off")]
@@ -383,6 +386,7 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
         return Err(format!("variants: expected 1 to {MAX_VARIANTS} [[variants]] tables"));
     }
     let mut out: Vec<(String, Setup)> = Vec::new();
+    let mut frames_in_all = 0.0;
     for (i, v) in variants.into_iter().enumerate() {
         let duration_ms = header.duration_ms;
         let at = |e: String| format!("variants[{i}]: {e}");
@@ -390,8 +394,12 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
             return Err(at("expected a table".into()));
         };
         let name = match v.remove("name") {
-            Some(toml::Value::String(s)) if !s.trim().is_empty() => s,
-            _ => return Err(at("name: expected a non-empty string".into())),
+            Some(toml::Value::String(s)) if !s.trim().is_empty() && s.trim() == s && s.len() <= 64 => s,
+            _ => {
+                return Err(at(
+                    "name: expected 1 to 64 characters, without spaces around them".into()
+                ))
+            }
         };
         if out.iter().any(|(n, _)| *n == name) {
             return Err(at(format!("name: `{name}` is used twice")));
@@ -409,13 +417,20 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
                 _ => return Err(at(format!("unknown table `{k}`"))),
             }
         }
-        let setup: Setup = toml::Value::Table(merged)
-            .try_into()
-            .map_err(|e: toml::de::Error| at(e.message().to_string()))?;
+        let setup = setup_of(merged).map_err(at)?;
         check_setup(&setup).map_err(at)?;
         let t = &setup.traffic;
         let wire = f64::from(t.payload) + 54.0 + 24.0 + if t.overlay { 50.0 } else { 0.0 };
         let frames = setup.nic.speed.bps_f64() / 8.0 / wire * duration_ms / 1e3;
+        frames_in_all += frames;
+        if frames_in_all > MAX_FRAMES_IN_ALL {
+            return Err(at(format!(
+                "the variants so far carry {:.0} million frames, more than {:.0} million a file \
+                 simulates: shorten duration_ms or run fewer variants",
+                frames_in_all / 1e6,
+                MAX_FRAMES_IN_ALL / 1e6
+            )));
+        }
         if frames > MAX_FRAMES {
             return Err(at(format!(
                 "nic.speed = {} for duration_ms = {duration_ms} is {:.0} million frames of {} bytes, \
@@ -435,19 +450,42 @@ pub fn resolve(text: &str) -> Result<ReceivePlan, String> {
     Ok(plan)
 }
 
+/// The setup of merged tables, each read on its own so that an error names its table.
+fn setup_of(mut t: toml::Table) -> Result<Setup, String> {
+    fn section<T: serde::de::DeserializeOwned>(t: &mut toml::Table, key: &str) -> Result<Option<T>, String> {
+        t.remove(key)
+            .map(|v| {
+                v.try_into()
+                    .map_err(|e: toml::de::Error| format!("{key}: {}", e.message()))
+            })
+            .transpose()
+    }
+    let need = |key: &str| format!("[{key}]: missing");
+    Ok(Setup {
+        host: section(&mut t, "host")?.unwrap_or_default(),
+        nic: section(&mut t, "nic")?.ok_or_else(|| need("nic"))?,
+        costs: section(&mut t, "costs")?.unwrap_or_default(),
+        vms: section(&mut t, "vms")?.ok_or_else(|| need("vms"))?,
+        traffic: section(&mut t, "traffic")?.ok_or_else(|| need("traffic"))?,
+        ping: section(&mut t, "ping")?,
+    })
+}
+
 fn check_header(h: &Header) -> Result<(), String> {
     if h.mode != "receive" {
         return Err(format!("mode = \"{}\": expected \"receive\"", h.mode));
     }
-    if !(h.duration_ms.is_finite() && h.duration_ms > 0.0 && h.duration_ms <= MAX_DURATION_MS) {
+    if !(h.duration_ms.is_finite() && (1.0..=MAX_DURATION_MS).contains(&h.duration_ms)) {
         return Err(format!(
-            "duration_ms = {}: expected above 0, at most {MAX_DURATION_MS}",
+            "duration_ms = {}: expected 1 to {MAX_DURATION_MS}",
             h.duration_ms
         ));
     }
     if let Some(w) = h.warmup_ms {
-        if !(w.is_finite() && w >= 0.0 && w < h.duration_ms) {
-            return Err(format!("warmup_ms = {w}: expected 0 or more, below duration_ms"));
+        if !(w.is_finite() && w >= 0.0 && w <= h.duration_ms - 1.0) {
+            return Err(format!(
+                "warmup_ms = {w}: expected 0 or more, at least 1 ms below duration_ms"
+            ));
         }
     }
     Ok(())
@@ -471,9 +509,9 @@ fn check_setup(s: &Setup) -> Result<(), String> {
             return Err(format!("nic.queue_pps = {p}: expected 1 to 1e9 frames per second"));
         }
     }
-    if !(n.packing_interval_ms.is_finite() && n.packing_interval_ms >= 1.0) {
+    if !(n.packing_interval_ms.is_finite() && (10.0..=3_600_000.0).contains(&n.packing_interval_ms)) {
         return Err(format!(
-            "nic.packing_interval_ms = {}: expected 1 or more",
+            "nic.packing_interval_ms = {}: expected 10 to 3600000 (an hour)",
             n.packing_interval_ms
         ));
     }
@@ -516,8 +554,8 @@ fn check_setup(s: &Setup) -> Result<(), String> {
         }
     }
     if let Some(p) = &s.ping {
-        if !(p.interval_us.is_finite() && p.interval_us >= 10.0) {
-            return Err(format!("ping.interval_us = {}: expected 10 or more", p.interval_us));
+        if !(p.interval_us.is_finite() && (10.0..=1e6).contains(&p.interval_us)) {
+            return Err(format!("ping.interval_us = {}: expected 10 to 1000000", p.interval_us));
         }
     }
     let threads = match t.direction {

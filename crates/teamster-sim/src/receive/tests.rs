@@ -54,6 +54,28 @@ fn every_error_names_its_key() {
         let e = resolve(&file(&body, "")).unwrap_err();
         assert!(e.contains(want), "{want}: got {e}");
     }
+    let more = [
+        (format!("{BASE}[ping]\ninterval_us = 1e300\n"), "expected 10 to 1000000"),
+        (format!("{BASE}[ping]\n"), "ping: missing field `interval_us`"),
+        (
+            BASE.replace("queues = 4", "queues = 4\npacking_interval_ms = 5.0"),
+            "nic.packing_interval_ms = 5",
+        ),
+        (BASE.replace("queues = 4", "queues = 70000"), "nic: "),
+        (BASE.replace("[vms]", "[vmz]"), "unknown field `vmz`"),
+    ];
+    for (body, want) in more {
+        let e = resolve(&file(&body, "")).unwrap_err();
+        assert!(e.contains(want), "{want}: got {e}");
+    }
+    assert!(
+        resolve(&file(BASE, "").replace("duration_ms = 20", "duration_ms = 1e-7"))
+            .unwrap_err()
+            .contains("duration_ms")
+    );
+    assert!(resolve(&file(BASE, "[[variants]]\nname = \" a \"\n"))
+        .unwrap_err()
+        .contains("spaces"));
     let long = file(&BASE.replace("\"10Gbps\"", "\"400Gbps\""), "").replace("duration_ms = 20", "duration_ms = 2000");
     assert!(resolve(&long).unwrap_err().contains("shorten duration_ms"));
     let bad_variant = "[[variants]]\nname = \"v\"\nnic = { steerin = \"rss\" }\n";
