@@ -209,10 +209,15 @@ fn an_overlay_group_talks_to_linux_vxlan_and_refuses_an_unlisted_vtep() {
         println!("{way}: {:.0} Mbit/s, {retransmits} retransmits", rate / 1e6);
     }
 
-    // Nothing was refused as a tunnel frame from the listed VTEP.
+    // Nothing was refused as a tunnel frame from the listed VTEP, and the status shows the
+    // VTEP and the remote's MAC ARP found.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let before = status(&status_path);
     assert_eq!(uplink_drop(&before, "tunnel"), 0, "{}", counters_line(&before));
+    let vtep = &before["vtep"];
+    assert_eq!(vtep["address"], "192.0.2.1", "{vtep}");
+    assert_eq!(vtep["remotes"][0]["address"], "192.0.2.2", "{vtep}");
+    assert!(vtep["remotes"][0]["mac"].is_string(), "{vtep}");
 
     // The unlisted VTEP (192.0.2.3) sends into VNI 5001: its frames are dropped, counted.
     must(&["ip", "-n", "tmt-phys", "link", "set", "vx1", "up"]);

@@ -63,6 +63,12 @@ pub struct Published {
     /// The most recent events, oldest first.
     pub events: Vec<Event>,
     pub failovers: u64,
+    /// This host's VTEP address and each remote VTEP with the MAC ARP found for it, if any
+    /// port group is an overlay.
+    pub vtep: Option<(
+        core::net::Ipv4Addr,
+        Vec<(core::net::Ipv4Addr, Option<teamster_core::wire::MacAddr>)>,
+    )>,
 }
 
 impl Datapath {
@@ -117,6 +123,7 @@ impl Datapath {
             moves_by_reason: self.moves_by_reason.clone(),
             events: self.events.iter().skip(skip).cloned().collect(),
             failovers: self.failovers,
+            vtep: self.switch.vtep().map(|v| (v.local(), self.switch.vtep_neighbors())),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! `teamster_failovers_total`, `teamster_scheduler_queue_depth{uplink}` (frames),
 //! `teamster_scheduler_queue_bytes{uplink}`, `teamster_scheduler_queue_budget_bytes{uplink}`
 //! and `teamster_uplink_ecn_marked_total{uplink}` / `teamster_port_ecn_marked_total{port}`
-//! (frames marked Congestion Experienced).
+//! (frames marked Congestion Experienced), `teamster_vtep_remote_resolved{remote}` (overlays:
+//! 1 once ARP has found the remote VTEP's MAC).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -189,6 +190,17 @@ pub fn encode(s: &Snapshot) -> String {
         moves.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
     }
     failovers.inc_by(s.failovers);
+    let resolved = Family::<Labels, FloatGauge>::default();
+    reg.register(
+        "vtep_remote_resolved",
+        "1 if ARP has found the remote VTEP's MAC, else 0",
+        resolved.clone(),
+    );
+    for r in s.vtep.iter().flat_map(|v| &v.remotes) {
+        resolved
+            .get_or_create(&labels(&[("remote", &r.address)]))
+            .set(if r.mac.is_some() { 1.0 } else { 0.0 });
+    }
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String cannot fail");
     out

@@ -46,6 +46,8 @@ use utoipa::OpenApi;
         crate::live::lacp_view::LacpMemberView,
         crate::live::lacp_view::LacpSideView,
         crate::live::lacp_view::LacpCountersView,
+        crate::live::snapshot::VtepView,
+        crate::live::snapshot::RemoteVtepView,
         LbtView,
         MoveView,
         NodeView,

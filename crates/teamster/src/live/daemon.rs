@@ -344,6 +344,7 @@ mod tests {
             moves_by_reason: Default::default(),
             events: Vec::new(),
             failovers: 0,
+            vtep: None,
         };
         (state, file)
     }

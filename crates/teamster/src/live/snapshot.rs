@@ -31,6 +31,23 @@ pub struct Snapshot {
     /// The LACP members of the port groups whose mode is `lacp`.
     #[serde(default)]
     pub lacp: Vec<super::lacp_view::LacpMemberView>,
+    /// This host's VTEP, if a port group is an overlay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep: Option<VtepView>,
+}
+
+/// This host's VTEP: its address and the remote VTEPs the overlays list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct VtepView {
+    pub address: String,
+    pub remotes: Vec<RemoteVtepView>,
+}
+
+/// A remote VTEP and the MAC ARP found for it (null until it answers or sends).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RemoteVtepView {
+    pub address: String,
+    pub mac: Option<String>,
 }
 
 /// Packets, bytes and drops (by reason) seen by the switch on one port or uplink.

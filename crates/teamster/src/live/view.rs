@@ -213,6 +213,16 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         netioc,
         failovers: dp.failovers,
         lacp: super::lacp_view::lacp_members(team, uplink_name),
+        vtep: dp.vtep.as_ref().map(|(local, remotes)| super::snapshot::VtepView {
+            address: local.to_string(),
+            remotes: remotes
+                .iter()
+                .map(|(ip, mac)| super::snapshot::RemoteVtepView {
+                    address: ip.to_string(),
+                    mac: mac.map(|m| m.to_string()),
+                })
+                .collect(),
+        }),
         events: dp
             .events
             .iter()
