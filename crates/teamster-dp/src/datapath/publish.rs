@@ -48,6 +48,12 @@ pub struct UplinkState {
     pub queue_budget: u64,
 }
 
+/// This host's VTEP address, and each remote VTEP with the MAC ARP found for it.
+pub type VtepState = (
+    core::net::Ipv4Addr,
+    Vec<(core::net::Ipv4Addr, Option<teamster_core::wire::MacAddr>)>,
+);
+
 /// The data plane's state at one instant, for the control plane.
 #[derive(Debug, Clone)]
 pub struct Published {
@@ -65,10 +71,7 @@ pub struct Published {
     pub failovers: u64,
     /// This host's VTEP address and each remote VTEP with the MAC ARP found for it, if any
     /// port group is an overlay.
-    pub vtep: Option<(
-        core::net::Ipv4Addr,
-        Vec<(core::net::Ipv4Addr, Option<teamster_core::wire::MacAddr>)>,
-    )>,
+    pub vtep: Option<VtepState>,
 }
 
 impl Datapath {
