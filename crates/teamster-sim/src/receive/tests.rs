@@ -229,3 +229,36 @@ fn sending_without_tunnel_tso_costs_per_segment() {
     assert!((tso.throughput_gbps - 0.8).abs() < 0.03 && (sw.throughput_gbps - 0.8).abs() < 0.03);
     assert!(sw.host_cpu > 5.0 * tso.host_cpu, "{} vs {}", sw.host_cpu, tso.host_cpu);
 }
+
+#[test]
+fn split_rx_auto_splits_a_saturated_queue_and_says_so() {
+    let body = BASE
+        .replace("count = 2", "count = 4")
+        .replace("steering = \"single\"", "steering = \"single\"\nsplit_rx = \"auto\"");
+    let auto = engine::run(&setup(&body), 1, 100_000_000, 50_000_000).unwrap();
+    let on = engine::run(&setup(&body.replace("\"auto\"", "\"on\"")), 1, 100_000_000, 50_000_000).unwrap();
+    // One queue at full speed is saturated: SplitRx decides to split after its hold (three
+    // 10 ms observations), and from then on runs as if it were on.
+    assert!(
+        auto.events
+            .iter()
+            .any(|(t, e)| e.contains("queue 0 split") && *t <= 0.05),
+        "{:?}",
+        auto.events
+    );
+    assert!(
+        (auto.throughput_gbps - on.throughput_gbps).abs() < 0.02 * on.throughput_gbps,
+        "{} vs {}",
+        auto.throughput_gbps,
+        on.throughput_gbps
+    );
+    // Paced far below what the core carries, it never splits.
+    let light = engine::run(
+        &setup(&format!("{body}rate = \"50Mbps\"\n")),
+        1,
+        100_000_000,
+        50_000_000,
+    )
+    .unwrap();
+    assert!(light.events.is_empty(), "{:?}", light.events);
+}
