@@ -557,20 +557,36 @@ fn switch_frame(
             return;
         }
     }
+    // Into a tunnel, a frame with an offload request is completed once (cut at the sender's
+    // segment size, checksummed: a packet socket's device cannot do that inside VXLAN), and
+    // its pieces wrapped for each remote VTEP it goes to; whether they fit the uplink's MTU is
+    // the fitting's to say.
+    let mut pieces: Option<Option<Vec<Vec<u8>>>> = None;
     for f in forwards.iter() {
         match f.edit {
-            // Into a tunnel: the inner checksum and segmentation are done here (a packet
-            // socket's device cannot do them inside VXLAN), at the sender's segment size;
-            // whether the result fits the uplink's MTU is the fitting's to say.
-            TagEdit::Encap(t) => match t.wrap(&frame, offload, u16::MAX as usize) {
-                Some(frames) => pending.extend(frames.into_iter().map(|frame| Pending {
-                    from: port,
-                    to: f.to,
-                    frame,
-                    offload: Offload::NONE,
-                })),
-                None => refused.push(f.to),
-            },
+            TagEdit::Encap(t) if !offload.is_none() => {
+                let max_ip = u16::MAX as usize - teamster_core::offload::vxlan::overhead(false);
+                let done = pieces
+                    .get_or_insert_with(|| teamster_core::offload::vxlan::complete_inner(&frame, offload, max_ip));
+                let Some(done) = done else {
+                    refused.push(f.to);
+                    continue;
+                };
+                for piece in done {
+                    let mut buf = pool.take(piece.len() + teamster_core::offload::vxlan::overhead(false));
+                    if t.wrap_into(piece, &mut buf) {
+                        pending.push(Pending {
+                            from: port,
+                            to: f.to,
+                            frame: buf,
+                            offload: Offload::NONE,
+                        });
+                    } else {
+                        pool.give(buf);
+                        refused.push(f.to);
+                    }
+                }
+            }
             // Out of a tunnel: the outer request (the UDP checksum) goes with the outer headers;
             // a super-frame of VXLAN frames cannot be opened as one.
             TagEdit::Strip(_) if offload.gso.is_some() => refused.push(f.to),

@@ -193,6 +193,26 @@ fn check_overlay(groups: &[GroupEntry], i: usize) -> Result<(), String> {
             "{key}: an overlay group carries its frames in VXLAN, not in a VLAN: remove `vlan`"
         ));
     }
+    if groups[..i].iter().filter(|g| g.overlay.is_some()).count() >= crate::switch::MAX_SEGMENTS {
+        return Err(format!(
+            "{key}: more than {} overlay groups",
+            crate::switch::MAX_SEGMENTS
+        ));
+    }
+    // The underlay is untagged: a VM of an untagged group on the same uplinks could speak for
+    // the VTEP (and the VTEP would answer it).
+    let uplinks = |g: &GroupEntry| g.active.iter().chain(&g.standby).cloned().collect::<Vec<String>>();
+    let mine = uplinks(&groups[i]);
+    for (j, other) in groups.iter().enumerate() {
+        let shared = uplinks(other).into_iter().find(|u| mine.contains(u));
+        if let (None, None, Some(u)) = (&other.overlay, other.vlan, shared) {
+            return Err(format!(
+                "{key}: port_groups[{j}] (`{}`) is untagged on uplink `{u}`, where the overlay's \
+                 VTEP sends and receives untagged: give that group a VLAN",
+                other.name
+            ));
+        }
+    }
     for (j, other) in groups[..i].iter().enumerate() {
         let Some(e) = &other.overlay else { continue };
         if e.local_vtep != o.local {

@@ -404,9 +404,23 @@ fn overlay_groups_are_checked_key_by_key() {
     let overlay = |vni: u64, local: &str| {
         format!("overlay = {{ vni = {vni}, local_vtep = \"{local}\", remote_vteps = [\"192.0.2.2\"] }}")
     };
-    let with = |groups: &str| GOOD.replace("[[traffic_classes]]", &format!("{groups}[[traffic_classes]]"));
+    // The plain group is tagged: an untagged one may not share the VTEP's uplinks.
+    let tagged = GOOD.replace(
+        "active = [\"uplink1\", \"uplink2\"]",
+        "active = [\"uplink1\", \"uplink2\"]\nvlan = 10",
+    );
+    let with = |groups: &str| tagged.replace("[[traffic_classes]]", &format!("{groups}[[traffic_classes]]"));
     let good = with(&group("t1", &overlay(5001, "192.0.2.1")));
     build_text(&good).unwrap();
+    let untagged = GOOD.replace(
+        "[[traffic_classes]]",
+        &format!("{}[[traffic_classes]]", group("t1", &overlay(5001, "192.0.2.1"))),
+    );
+    let e = build_text(&untagged).unwrap_err();
+    assert!(
+        e.contains("port_groups[1].overlay: port_groups[0] (`vms`) is untagged on uplink `uplink1`"),
+        "{e}"
+    );
     let f: TestFile = parse_toml(&good).unwrap();
     let o = overlays(&f.port_groups);
     assert_eq!(o.len(), 2);

@@ -210,6 +210,26 @@ pub struct TunnelOffloads {
     pub mtu: usize,
 }
 
+/// The complete frames `inner` (with its sender's request `offload`) becomes when nothing is
+/// left to the uplink inside a tunnel: a super-frame cut at the sender's segment size (and so
+/// that each inner IP packet is at most `max_ip` bytes), each piece checksummed; else the
+/// frame with its checksum completed. Done once, the pieces can be wrapped for every remote
+/// VTEP a frame is flooded to. None as for [`encapsulate_frames`].
+pub fn complete_inner(inner: &[u8], offload: Offload, max_ip: usize) -> Option<Vec<Vec<u8>>> {
+    offload.check(inner).ok()?;
+    if let Some(gso) = offload.gso {
+        let (_, inner_ip) = crate::wire::network_layer(inner)?;
+        let headers = offload.header_len(inner)? - inner_ip;
+        let mtu = max_ip.min(headers + usize::from(gso.size));
+        if inner.len() - inner_ip > mtu {
+            return segment_tcp(inner, mtu);
+        }
+    }
+    let mut whole = inner.to_vec();
+    let mut o = Offload { gso: None, ..offload };
+    o.finish_checksum(&mut whole).then_some(vec![whole])
+}
+
 /// The frames to send for `inner` (with the offload its sender asked for), each with the
 /// request left to the uplink for its *inner* frame (which starts [`TunnelEnds::overhead`]
 /// bytes in): the work the uplink cannot do inside the tunnel is done here first. An inner

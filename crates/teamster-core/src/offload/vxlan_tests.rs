@@ -276,6 +276,27 @@ proptest! {
         prop_assert_eq!(stream, payload(len));
     }
 
+    /// Completed once and wrapped for a VTEP, a super-frame's pieces open to segments no larger
+    /// than the sender's MSS, with valid checksums, that coalesce back to its bytes.
+    #[test]
+    fn completed_pieces_keep_the_byte_stream(len in 1usize..60_000, mss in 88u16..9000) {
+        let (f, o) = super_frame(len, mss);
+        let pieces = complete_inner(&f, o, u16::MAX as usize - 50).unwrap();
+        let mut gro = Gro::new();
+        let mut merged = Vec::new();
+        for p in &pieces {
+            let mut outer = Vec::new();
+            prop_assert!(encapsulate_into(p, Vni::new(3).unwrap(), &ends(false), &mut outer));
+            let d = decapsulate(&outer).unwrap();
+            prop_assert!(l4_checksum_valid(d.inner));
+            prop_assert!(d.inner.len() - 54 <= usize::from(mss));
+            gro.receive(d.inner.to_vec(), &mut merged);
+        }
+        gro.flush(&mut merged);
+        let stream: Vec<u8> = merged.iter().flat_map(|m| m.frame[54..].to_vec()).collect();
+        prop_assert_eq!(stream, payload(len));
+    }
+
     /// Whatever bytes arrive, opening them never panics, and what opens lies inside the frame.
     #[test]
     fn decapsulation_takes_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {

@@ -75,15 +75,14 @@ impl VtepNeighbors {
         else {
             return false;
         };
-        if key.src_mac.is_multicast() {
+        if key.src_mac.is_multicast() || target != self.local {
             return false;
         }
+        // Learned only from ARP addressed to this VTEP (a request for it, a reply to it): an
+        // unsolicited announcement on the underlay does not move a remote VTEP.
         if let Some(n) = self.remotes.get_mut(&sender) {
             n.mac = Some(key.src_mac);
             n.confirmed = Some(now);
-        }
-        if target != self.local {
-            return false;
         }
         if op == 1 && sender != self.local && !sender.is_unspecified() {
             self.queue(build_arp_reply(our_mac, self.local, key.src_mac, sender));

@@ -6,7 +6,7 @@
 //! flood has left the map much larger than what it now holds.
 //!
 //! Learned entries are bounded ([`MacLimits`]): at most `total` in all, and at most `per_port`
-//! behind any one VM port. Uplinks share the total (the physical network has as many hosts as
+//! behind any one VM port or remote VTEP (so one overlay peer cannot fill the table). Uplinks share the total (the physical network has as many hosts as
 //! it has). Past a limit a new address is not learned: the frame is still switched (as a
 //! production switch does: forward, do not learn), traffic to that address is flooded as
 //! unknown unicast until an entry frees up, and the refusal is counted by the caller. Static
@@ -81,7 +81,8 @@ pub struct MacTable {
     /// Learned entries held (expired ones included until swept).
     learned: usize,
     /// Learned entries held behind each port (ports with none are absent).
-    per_port: HashMap<PortId, usize>,
+    /// Learned entries behind each port and each remote VTEP (both bounded by `per_port`).
+    per_port: HashMap<Location, usize>,
 }
 
 impl MacTable {
@@ -153,8 +154,10 @@ impl MacTable {
             None => None,
         };
         let port_full = match at {
-            Location::Port(p) => self.per_port.get(&p).copied().unwrap_or(0) >= self.limits.per_port,
-            Location::Remote(_) | Location::Tunnel(_) => false,
+            Location::Port(_) | Location::Tunnel(_) => {
+                self.per_port.get(&at).copied().unwrap_or(0) >= self.limits.per_port
+            }
+            Location::Remote(_) => false,
         };
         if let Some(from) = old {
             self.entries.remove(&key);
@@ -165,8 +168,8 @@ impl MacTable {
         }
         self.entries.insert(key, Entry { at, seen: Some(now) });
         self.learned += 1;
-        if let Location::Port(p) = at {
-            *self.per_port.entry(p).or_default() += 1;
+        if !matches!(at, Location::Remote(_)) {
+            *self.per_port.entry(at).or_default() += 1;
         }
         Learned::Added
     }
@@ -198,7 +201,7 @@ impl MacTable {
         });
         if before != self.entries.len() {
             self.learned -= learned;
-            self.per_port.remove(&port);
+            self.per_port.remove(&at);
         }
     }
 
@@ -222,12 +225,10 @@ impl MacTable {
     /// Updates the counts for a learned entry at `at` that was removed.
     fn forget(&mut self, at: Location) {
         self.learned -= 1;
-        if let Location::Port(p) = at {
-            if let Some(n) = self.per_port.get_mut(&p) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_port.remove(&p);
-                }
+        if let Some(n) = self.per_port.get_mut(&at) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_port.remove(&at);
             }
         }
     }
@@ -241,10 +242,8 @@ impl MacTable {
             let keep = e.seen.is_none_or(|t| now - t < ageing);
             if !keep {
                 *learned -= 1;
-                if let Location::Port(p) = e.at {
-                    if let Some(n) = per_port.get_mut(&p) {
-                        *n -= 1;
-                    }
+                if let Some(n) = per_port.get_mut(&e.at) {
+                    *n -= 1;
                 }
             }
             keep
@@ -273,7 +272,7 @@ impl MacTable {
 
     /// Learned entries held behind port `p`.
     pub fn learned_behind(&self, p: PortId) -> usize {
-        self.per_port.get(&p).copied().unwrap_or(0)
+        self.per_port.get(&Location::Port(p)).copied().unwrap_or(0)
     }
 
     /// Entries the map has room for without growing (a measure of its memory).

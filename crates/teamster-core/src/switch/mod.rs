@@ -51,12 +51,12 @@ mod tests;
 
 pub use counters::{Counters, DropReason};
 pub use mac_table::{Learned, Location, MacLimits, MacTable};
+pub use overlay::MAX_SEGMENTS;
 pub use security::{SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
-use crate::offload::vxlan::encapsulate_frames;
-use crate::offload::{Offload, TunnelEnds, TunnelOffloads, Vni};
+use crate::offload::{TunnelEnds, Vni};
 use crate::overlay::{Overlay, VtepNeighbors};
 use crate::teaming::{
     Direction, Effect, GroupId, PortGroupSpec, PortId, PortSpec, Team, TeamError, UplinkId, UplinkSpec,
@@ -126,18 +126,10 @@ impl Tunnel {
         }
     }
 
-    /// The frames to send for `inner` (its sender's offload request `offload`), with the
-    /// inner checksum and segmentation done here: an uplink driven through a packet socket
-    /// can do neither inside a tunnel. None if it cannot be done (see
-    /// [`crate::offload::encapsulate_frames`]).
-    pub fn wrap(&self, inner: &[u8], offload: Offload, mtu: usize) -> Option<Vec<Vec<u8>>> {
-        let none = TunnelOffloads {
-            checksum: false,
-            tso: false,
-            mtu,
-        };
-        let out = encapsulate_frames(inner, offload, self.vni, &self.ends(), none)?;
-        Some(out.into_iter().map(|(f, _)| f).collect())
+    /// Appends complete inner frame `piece` (see [`crate::offload::vxlan::complete_inner`]),
+    /// wrapped, to `into`; false (nothing appended) if it is too long for a datagram.
+    pub fn wrap_into(&self, piece: &[u8], into: &mut Vec<u8>) -> bool {
+        crate::offload::vxlan::encapsulate_into(piece, self.vni, &self.ends(), into)
     }
 }
 
@@ -259,8 +251,9 @@ pub struct Switch {
     /// Frames from interfaces the switch does not know.
     unattributed: Counters,
     next_sweep: Instant,
-    /// Overlay segments; segment `i` is MAC-table domain 4096 + `i`.
-    segments: Vec<Overlay>,
+    /// Overlay segments (None once their group is removed); segment `i` is MAC-table domain
+    /// 4096 + `i`.
+    segments: Vec<Option<Overlay>>,
     /// Each port group's segment (by [`GroupId`] index), if it is an overlay.
     group_segments: Vec<Option<usize>>,
     /// This host's VTEP, if any group is an overlay.
@@ -349,6 +342,7 @@ impl Switch {
         if g.0 < self.security.len() {
             self.security.remove(g.0);
         }
+        self.drop_segment(g.0);
         if g.0 < self.group_segments.len() {
             self.group_segments.remove(g.0);
         }
@@ -411,6 +405,12 @@ impl Switch {
             self.uplink_macs.remove(u.0);
         }
         self.macs.remove_uplink(u);
+        self.own_frames.retain(|(v, _)| *v != u);
+        for (v, _) in self.own_frames.iter_mut() {
+            if v.0 > u.0 {
+                *v = UplinkId(v.0 - 1);
+            }
+        }
         Ok(spec)
     }
 
@@ -763,6 +763,13 @@ impl Switch {
             return Some(Effect::Transmit { uplink, frame });
         }
         let mut effect = self.team.poll_effect()?;
+        // An overlay port's MAC lives in its segment, not on the underlay: no RARP for it.
+        while let Effect::Transmit { frame, .. } = &effect {
+            if !self.announces_overlay_port(frame) {
+                break;
+            }
+            effect = self.team.poll_effect()?;
+        }
         if let Effect::Transmit { uplink, frame } = &mut effect {
             let own = self.uplink_macs.get(uplink.0).copied().flatten();
             if let (true, Some(mac), Some(src)) = (crate::wire::lacp::is_slow(frame), own, frame.get_mut(6..12)) {

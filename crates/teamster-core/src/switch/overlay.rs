@@ -23,6 +23,8 @@ use core::net::{IpAddr, Ipv4Addr};
 
 /// The first MAC-table domain past the VLANs.
 const FIRST_SEGMENT: u16 = 4096;
+/// The most overlay segments a switch holds ([`crate::host`] refuses more overlay groups).
+pub const MAX_SEGMENTS: usize = 1024;
 
 /// The MAC-table domain of segment `i`.
 pub(super) fn domain(i: usize) -> Option<u16> {
@@ -43,16 +45,49 @@ impl Switch {
         let mut remotes: Vec<Ipv4Addr> = Vec::new();
         let mut local = None;
         for o in &overlays {
-            let Some(o) = o else {
+            // (Past MAX_SEGMENTS only if the host's checks were skipped.)
+            let Some(o) = o.as_ref().filter(|_| self.segments.len() < MAX_SEGMENTS) else {
                 self.group_segments.push(None);
                 continue;
             };
             local = Some(o.local);
             remotes.extend(o.remotes.iter().filter(|r| !remotes.contains(r)).collect::<Vec<_>>());
             self.group_segments.push(Some(self.segments.len()));
-            self.segments.push(o.clone());
+            self.segments.push(Some(o.clone()));
         }
         self.vtep = local.map(|l| VtepNeighbors::new(l, &remotes));
+    }
+
+    /// Forgets overlay group `g`'s segment (the group was removed): its VNI is no longer
+    /// accepted, and the segment's learned addresses age out.
+    pub(super) fn drop_segment(&mut self, g: usize) {
+        if let Some(Some(seg)) = self.group_segments.get(g).copied() {
+            self.segments[seg] = None;
+        }
+    }
+
+    /// The uplinks an overlay group may use: the only ones the VTEP listens and answers on.
+    fn vtep_uplink(&self, u: UplinkId) -> bool {
+        self.group_segments.iter().enumerate().any(|(g, seg)| {
+            seg.is_some()
+                && self
+                    .team
+                    .group(crate::teaming::GroupId(g))
+                    .is_some_and(|spec| spec.order.active.contains(&u) || spec.order.standby.contains(&u))
+        })
+    }
+
+    /// The uplink the VTEP answers broadcast ARP on: the first usable one of the first overlay
+    /// group's order (a physical switch floods a request to every team member; one answer).
+    fn vtep_home(&self) -> Option<UplinkId> {
+        let g = self.group_segments.iter().position(|s| s.is_some())?;
+        let spec = self.team.group(crate::teaming::GroupId(g))?;
+        spec.order
+            .active
+            .iter()
+            .chain(&spec.order.standby)
+            .copied()
+            .find(|u| self.team.uplink_usable(*u))
     }
 
     /// This host's VTEP, if it has overlay groups.
@@ -60,11 +95,16 @@ impl Switch {
         self.vtep.as_ref()
     }
 
-    /// Moves what the VTEP wants sent into the switch's own frames, on uplink `u`.
+    /// Moves what the VTEP wants sent into the switch's own frames, on uplink `u`; past
+    /// [`crate::overlay::neighbors::MAX_QUEUED`] waiting, frames are dropped (and counted).
     fn drain_vtep(&mut self, u: UplinkId) {
         if let Some(v) = self.vtep.as_mut() {
             while let Some(f) = v.poll_transmit() {
-                self.own_frames.push_back((u, f));
+                if self.own_frames.len() >= crate::overlay::neighbors::MAX_QUEUED {
+                    v.dropped += 1;
+                } else {
+                    self.own_frames.push_back((u, f));
+                }
             }
         }
     }
@@ -80,9 +120,18 @@ impl Switch {
         let usable = (0..self.uplink_macs.len())
             .map(UplinkId)
             .find(|u| self.team.uplink_usable(*u) && self.uplink_macs[u.0].is_some());
-        if let (Some(u), Some(v)) = (usable, self.vtep.as_mut()) {
-            v.handle_timeout(self.uplink_macs[u.0].expect("found with a MAC"), now);
-            self.drain_vtep(u);
+        match (usable, self.vtep.as_mut()) {
+            (Some(u), Some(v)) => {
+                v.handle_timeout(self.uplink_macs[u.0].expect("found with a MAC"), now);
+                self.drain_vtep(u);
+            }
+            // Nowhere to ask from: the round is spent all the same (no busy loop), its
+            // requests not sent.
+            (None, Some(v)) => {
+                v.handle_timeout(MacAddr::default(), now);
+                while v.poll_transmit().is_some() {}
+            }
+            _ => {}
         }
     }
 
@@ -119,7 +168,10 @@ impl Switch {
                         .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
                         .map(|(q, _)| keep(*q)),
                 );
-                let remotes = self.segments[segment].remotes.clone();
+                let remotes = self.segments[segment]
+                    .as_ref()
+                    .map(|o| o.remotes.clone())
+                    .unwrap_or_default();
                 self.wrap_for(p, segment, key, frame.len() + elided, now, &remotes, out);
             }
         }
@@ -147,8 +199,10 @@ impl Switch {
         let Some(src_mac) = self.uplink_macs.get(u.0).copied().flatten() else {
             return self.dropped(Ingress::Port(p), DropReason::VtepUnresolved);
         };
-        let o = &self.segments[segment];
-        let (vni, local) = (o.vni, o.local);
+        let Some((vni, local)) = self.segments[segment].as_ref().map(|o| (o.vni, o.local)) else {
+            return;
+        };
+        let mut unreached = false;
         for r in remotes {
             let dst = self.vtep.as_mut().and_then(|v| v.resolve(*r, src_mac, now));
             match dst {
@@ -163,8 +217,12 @@ impl Switch {
                     }),
                     source: None,
                 }),
-                None => self.dropped(Ingress::Port(p), DropReason::VtepUnresolved),
+                None => unreached = true,
             }
+        }
+        // Once per frame, however many VTEPs it did not reach.
+        if unreached {
+            self.dropped(Ingress::Port(p), DropReason::VtepUnresolved);
         }
         self.drain_vtep(u);
     }
@@ -181,17 +239,26 @@ impl Switch {
         now: Instant,
         out: &mut Vec<Forward>,
     ) -> bool {
-        let Some(vtep) = self.vtep.as_mut() else {
-            return false;
-        };
-        if key.vlan.is_some() {
+        if self.vtep.is_none() || key.vlan.is_some() || !self.vtep_uplink(u) {
             return false;
         }
+        let Some(mac) = self.uplink_macs.get(u.0).copied().flatten() else {
+            return false;
+        };
+        let for_vtep = key.dst_ip == Some(IpAddr::V4(self.vtep.as_ref().expect("checked").local()));
+        if for_vtep && self.uplink_macs.contains(&Some(key.src_mac)) {
+            // Our own request or frame come back from the physical network.
+            self.dropped(Ingress::Uplink(u), DropReason::Reflection);
+            return true;
+        }
+        let home = self.vtep_home();
+        let vtep = self.vtep.as_mut().expect("checked above");
         let local = vtep.local();
         if key.arp_op.is_some() {
-            let Some(mac) = self.uplink_macs.get(u.0).copied().flatten() else {
-                return false;
-            };
+            // A broadcast request is answered on one uplink only; a unicast one where it came.
+            if key.dst_mac.is_multicast() && home != Some(u) {
+                return key.dst_ip == Some(IpAddr::V4(local));
+            }
             let taken = vtep.handle_arp(key, mac, now);
             self.drain_vtep(u);
             return taken;
@@ -200,6 +267,11 @@ impl Switch {
             return false;
         }
         let tunnel = Ingress::Uplink(u);
+        // Only a frame sent to this uplink's MAC: a flooded copy arrives on every member.
+        if key.dst_mac != mac {
+            self.dropped(tunnel, DropReason::Tunnel);
+            return true;
+        }
         // Opened, from a listed VTEP, with a segment's VNI, untagged inside, and nothing after
         // the datagram (the inner frame is delivered by cutting the outer headers off).
         let accepted = decapsulate(frame).ok().and_then(|d| {
@@ -209,7 +281,7 @@ impl Switch {
             let segment = self
                 .segments
                 .iter()
-                .position(|o| o.vni == d.vni && o.accepts(remote, local))?;
+                .position(|o| o.as_ref().is_some_and(|o| o.vni == d.vni && o.accepts(remote, local)))?;
             ends_frame.then_some((remote, segment, at as u16))
         });
         let inner = key.vxlan.as_ref().map(|v| &v.inner);
@@ -275,11 +347,11 @@ impl Switch {
                 );
             }
         }
-        if self.macs.learn(dom, inner.src_mac, Location::Tunnel(remote), now) == super::Learned::Refused {
-            self.uplinks[u.0].mac_limit += 1;
-        }
         if out.len() == first {
             return self.dropped(tunnel, DropReason::Tunnel);
+        }
+        if self.macs.learn(dom, inner.src_mac, Location::Tunnel(remote), now) == super::Learned::Refused {
+            self.uplinks[u.0].mac_limit += 1;
         }
         for f in &out[first..] {
             if let Egress::Port(q) = f.to {
@@ -289,6 +361,17 @@ impl Switch {
         if matches!(known, Some(Location::Port(_))) {
             self.copy_to_promiscuous(dom, None, edit, out, first);
         }
+    }
+
+    /// Whether `frame` is a RARP announcing an overlay port's MAC (configured, in a segment).
+    pub(super) fn announces_overlay_port(&self, frame: &[u8]) -> bool {
+        if frame.get(12..14) != Some(&crate::wire::ETHERTYPE_RARP.to_be_bytes()[..]) {
+            return false;
+        }
+        let src = MacAddr(frame[6..12].try_into().expect("6 bytes"));
+        self.guards
+            .values()
+            .any(|g| g.mac == src && segment_of(g.vlan).is_some())
     }
 
     /// Each remote VTEP the switch knows of, with the MAC it is reached at (for status).

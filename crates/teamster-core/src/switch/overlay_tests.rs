@@ -27,7 +27,7 @@ fn switch() -> Switch {
         })
         .collect();
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
-    for name in ["overlay", "plain"] {
+    for (name, notify) in [("overlay", true), ("plain", false)] {
         t.add_group(PortGroupSpec {
             mode: Default::default(),
             tuning: Default::default(),
@@ -39,7 +39,7 @@ fn switch() -> Switch {
                 standby: vec![],
             },
             failback: true,
-            notify_switches: false,
+            notify_switches: notify,
             vlan: None,
         })
         .unwrap();
@@ -76,6 +76,7 @@ fn own_frames(s: &mut Switch) -> Vec<(UplinkId, FlowKey)> {
 
 /// Teaches the switch both remote VTEPs' MACs by their ARP requests for our VTEP.
 fn resolve_peers(s: &mut Switch) {
+    own_frames(s);
     for (ip, m) in [(PEER, PEER_MAC), (OTHER_PEER, OTHER_MAC)] {
         let ask = build_arp_request(m, ip, LOCAL);
         assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &ask, Instant::ZERO).is_empty());
@@ -92,20 +93,29 @@ fn vxlan(from: Ipv4Addr, from_mac: MacAddr, to: Ipv4Addr, vni: u64, inner: &[u8]
 #[test]
 fn the_vtep_answers_arp_for_its_address_on_the_uplink_asked() {
     let mut s = switch();
+    own_frames(&mut s);
     let ask = build_arp_request(PEER_MAC, PEER, LOCAL);
+    // The physical switch floods a broadcast request to both members: one answer, from the
+    // first uplink of the overlay's order.
     assert!(
         s.ingress(Ingress::Uplink(UplinkId(1)), &ask, Instant::ZERO).is_empty(),
         "not switched to VMs"
     );
+    assert!(own_frames(&mut s).is_empty());
+    assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &ask, Instant::ZERO).is_empty());
     let sent = own_frames(&mut s);
     assert_eq!(sent.len(), 1);
     let (u, reply) = &sent[0];
-    assert_eq!(*u, UplinkId(1));
+    assert_eq!(*u, UplinkId(0));
     assert_eq!((reply.arp_op, reply.dst_mac), (Some(2), PEER_MAC));
+    assert_eq!(reply.src_mac, UPLINK_MAC, "from that uplink's MAC");
+    // A request sent to uplink 1's MAC alone is answered there.
+    let mut unicast = ask.clone();
+    unicast[..6].copy_from_slice(&[0x0a, 0, 0, 0, 0, 0x11]);
+    s.ingress(Ingress::Uplink(UplinkId(1)), &unicast, Instant::ZERO);
     assert_eq!(
-        reply.src_mac,
-        MacAddr([0x0a, 0, 0, 0, 0, 0x11]),
-        "from that uplink's MAC"
+        own_frames(&mut s).iter().map(|(u, _)| *u).collect::<Vec<_>>(),
+        vec![UplinkId(1)]
     );
     // ARP for anyone else is switched as usual (the plain group's port gets the broadcast).
     let other = build_arp_request(PEER_MAC, PEER, Ipv4Addr::new(192, 0, 2, 50));
@@ -124,7 +134,11 @@ fn a_broadcast_floods_the_segment_and_every_remote_vtep_once_their_macs_are_know
         vec![Egress::Port(PortId(2))],
         "never the plain group's port 3"
     );
-    assert_eq!(s.port_counters(PortId(1)).unwrap().drops(DropReason::VtepUnresolved), 2);
+    assert_eq!(
+        s.port_counters(PortId(1)).unwrap().drops(DropReason::VtepUnresolved),
+        1,
+        "once per frame"
+    );
     let asked: Vec<_> = own_frames(&mut s)
         .into_iter()
         .map(|(_, k)| (k.arp_op, k.dst_ip))
@@ -240,4 +254,92 @@ fn refreshes_go_out_on_a_usable_uplink() {
         s.vtep_neighbors(),
         vec![(PEER, Some(PEER_MAC)), (OTHER_PEER, Some(OTHER_MAC))]
     );
+}
+
+#[test]
+fn the_underlay_cannot_fool_the_vtep() {
+    let mut s = switch();
+    resolve_peers(&mut s);
+    let inner = udp(FAR_VM, mac(2).0, None);
+    // Our own frame come back, and a flooded copy sent to another MAC: never opened.
+    let own = vxlan(PEER, UPLINK_MAC, LOCAL, 5001, &inner);
+    assert!(s.ingress(Ingress::Uplink(UplinkId(1)), &own, Instant::ZERO).is_empty());
+    assert_eq!(s.uplink_counters(UplinkId(1)).unwrap().drops(DropReason::Reflection), 1);
+    let mut flooded = vxlan(PEER, PEER_MAC, LOCAL, 5001, &inner);
+    flooded[..6].copy_from_slice(&[0x0a, 0, 0, 0, 0, 0x55]);
+    assert!(s
+        .ingress(Ingress::Uplink(UplinkId(0)), &flooded, Instant::ZERO)
+        .is_empty());
+    assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Tunnel), 1);
+    // An unsolicited announcement does not move a remote VTEP.
+    let liar = MacAddr([0x0a, 0xee, 0, 0, 0, 1]);
+    let garp = crate::wire::build_gratuitous_arp(liar, PEER, None);
+    s.ingress(Ingress::Uplink(UplinkId(0)), &garp, Instant::ZERO);
+    assert_eq!(s.vtep_neighbors()[0], (PEER, Some(PEER_MAC)));
+    // A flood of requests for the VTEP leaves a bounded queue.
+    let ask = build_arp_request(PEER_MAC, PEER, LOCAL);
+    for _ in 0..10_000 {
+        s.ingress(Ingress::Uplink(UplinkId(0)), &ask, Instant::ZERO);
+    }
+    assert!(own_frames(&mut s).len() <= crate::overlay::neighbors::MAX_QUEUED);
+}
+
+#[test]
+fn overlay_ports_are_not_announced_on_the_underlay() {
+    let mut s = switch();
+    own_frames(&mut s);
+    s.add_port(PortSpec {
+        id: PortId(9),
+        mac: mac(9),
+        group: GroupId(0),
+    })
+    .unwrap();
+    assert!(
+        own_frames(&mut s).iter().all(|(_, k)| k.src_mac != mac(9)),
+        "no RARP for an overlay port"
+    );
+}
+
+#[test]
+fn with_no_usable_uplink_the_refresh_does_not_spin() {
+    let mut s = switch();
+    resolve_peers(&mut s);
+    for u in [UplinkId(0), UplinkId(1)] {
+        s.team_mut()
+            .set_link(u, crate::teaming::LinkState::Down, Instant::ZERO)
+            .unwrap();
+    }
+    own_frames(&mut s);
+    s.handle_timeout(Instant::from_secs(61));
+    assert!(s.poll_at() > Instant::from_secs(61), "the next round is later, not now");
+}
+
+#[test]
+fn one_remote_vtep_cannot_fill_the_mac_table() {
+    let mut s = switch();
+    s.macs = MacTable::with_limits(
+        MacTable::DEFAULT_AGEING,
+        MacLimits {
+            total: 100,
+            per_port: 4,
+        },
+    );
+    for p in [1u8, 2, 3] {
+        s.macs.add_static(
+            if p == 3 { None } else { overlay::domain(0) },
+            mac(p),
+            PortId(u32::from(p)),
+        );
+    }
+    resolve_peers(&mut s);
+    for i in 0..10u8 {
+        let inner = udp([0x02, 0, 0, 0, 0x66, i], [0xff; 6], None);
+        s.ingress(
+            Ingress::Uplink(UplinkId(0)),
+            &vxlan(PEER, PEER_MAC, LOCAL, 5001, &inner),
+            Instant::ZERO,
+        );
+    }
+    assert_eq!(s.mac_table().learned(), 4, "per VTEP, as per port");
+    assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().mac_limit, 6);
 }

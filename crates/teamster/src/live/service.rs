@@ -89,8 +89,8 @@ impl Watchdog {
 /// matched kept (those whose name and interface the file's ports and uplinks do not now use),
 /// or why the reload
 /// needs a restart instead (the parts a running switch cannot change: uplinks kept changed or
-/// reordered, port groups' VLANs and security, MAC-table and data-plane knobs, LBT, and port
-/// rules where there were none).
+/// reordered, port groups' VLANs, overlays and security, overlay groups added or removed,
+/// MAC-table and data-plane knobs, LBT, and port rules where there were none).
 pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile, String> {
     let (was, now) = (running, &file);
     let differs: Vec<&str> = [
@@ -99,8 +99,12 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
             !kept_in_order(&was.uplinks, &now.uplinks, |u| &u.name, same_uplink),
         ),
         (
-            "port_groups kept (their order, VLANs, security, notify_switches; new groups go after them)",
+            "port_groups kept (their order, VLANs, overlays, security, notify_switches; new groups go after them)",
             !kept_in_order(&was.port_groups, &now.port_groups, |g| &g.name, same_group),
+        ),
+        (
+            "overlay groups (added or removed)",
+            overlay_names(&was.port_groups) != overlay_names(&now.port_groups),
         ),
         ("lbt", was.lbt != now.lbt),
         ("mac_ageing_s", was.mac_ageing_s != now.mac_ageing_s),
@@ -167,10 +171,19 @@ fn same_uplink(a: &crate::live::config::UplinkFile, b: &crate::live::config::Upl
     a.interface == b.interface && a.capacity == b.capacity && a.backend == b.backend
 }
 
+/// The names of the overlay groups, in order.
+fn overlay_names(groups: &[teamster_core::host::GroupEntry]) -> Vec<&str> {
+    groups
+        .iter()
+        .filter(|g| g.overlay.is_some())
+        .map(|g| g.name.as_str())
+        .collect()
+}
+
 /// A kept port group the running switch can go on with: teaming may differ, not its VLAN,
-/// security or switch notification.
+/// overlay, security or switch notification.
 fn same_group(a: &teamster_core::host::GroupEntry, b: &teamster_core::host::GroupEntry) -> bool {
-    a.vlan == b.vlan && a.security == b.security && a.notify_switches == b.notify_switches
+    a.vlan == b.vlan && a.overlay == b.overlay && a.security == b.security && a.notify_switches == b.notify_switches
 }
 
 #[cfg(test)]
