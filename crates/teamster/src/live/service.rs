@@ -193,6 +193,39 @@ mod tests {
 
     /// A reload may add uplinks after the others and remove ones no order lists, not change
     /// or reorder the uplinks kept (other than their administrative state).
+    /// Overlays are set at start: a reload may not add, remove or change one.
+    #[test]
+    fn a_reload_refuses_overlay_changes() {
+        let overlay = |vni: u32| {
+            ONE_PORT.replace(
+                "active = [\"uplink1\"]",
+                &format!(
+                    "active = [\"uplink1\"]\noverlay = {{ vni = {vni}, local_vtep = \"192.0.2.1\", remote_vteps = [\"192.0.2.2\"] }}"
+                ),
+            )
+        };
+        let plain = parse_file(ONE_PORT).unwrap();
+        let with = parse_file(&overlay(5001)).unwrap();
+        for (from, to) in [
+            (&plain, overlay(5001)),
+            (&with, overlay(5002)),
+            (&with, ONE_PORT.to_string()),
+        ] {
+            let e = reloaded(from, parse_file(&to).unwrap()).unwrap_err();
+            assert!(e.contains("overlay"), "{e}");
+        }
+        let extra = format!(
+            "{}\n[[port_groups]]\nname = \"t2\"\npolicy = \"port-id\"\nactive = [\"uplink1\"]\noverlay = {{ vni = 7, local_vtep = \"192.0.2.1\", remote_vteps = [\"192.0.2.2\"] }}\n",
+            overlay(5001)
+        );
+        let e = reloaded(&with, parse_file(&extra).unwrap()).unwrap_err();
+        assert!(e.contains("overlay groups (added or removed)"), "{e}");
+        assert!(
+            reloaded(&with, parse_file(&overlay(5001)).unwrap()).is_ok(),
+            "unchanged"
+        );
+    }
+
     #[test]
     fn a_reload_adds_and_removes_uplinks_in_order() {
         let running = parse_file(ONE_PORT).unwrap();
