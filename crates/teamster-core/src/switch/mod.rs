@@ -466,11 +466,7 @@ impl Switch {
         if !self.admit_source(p, vlan, key.src_mac, now) {
             return self.dropped(Ingress::Port(p), DropReason::ForgedTransmit);
         }
-        let known = if key.dst_mac.is_multicast() {
-            None
-        } else {
-            self.macs.lookup(vlan, key.dst_mac, now)
-        };
+        let known = self.destination(vlan, key.dst_mac, now);
         if let Some(segment) = overlay::segment_of(vlan) {
             return self.overlay_out(p, segment, &key, frame, elided, now, known, out);
         }
@@ -649,11 +645,7 @@ impl Switch {
         if ours || matches!(self.macs.lookup(vlan, key.src_mac, now), Some(Location::Port(_))) {
             return self.dropped(Ingress::Uplink(u), DropReason::Reflection);
         }
-        let known = if key.dst_mac.is_multicast() {
-            None
-        } else {
-            self.macs.lookup(vlan, key.dst_mac, now)
-        };
+        let known = self.destination(vlan, key.dst_mac, now);
         // A frame for a local port arrives once; anything else the physical switch floods to
         // every team member, so each group takes it from its receive uplink only.
         let first = out.len();
@@ -728,6 +720,15 @@ impl Switch {
         match at {
             Ingress::Port(p) => self.port(p).drop(why),
             Ingress::Uplink(u) => self.uplinks[u.0].drop(why),
+        }
+    }
+
+    /// Where unicast `dst` lives in `domain`, if known (never for a group address).
+    fn destination(&self, domain: Option<u16>, dst: MacAddr, now: Instant) -> Option<Location> {
+        if dst.is_multicast() {
+            None
+        } else {
+            self.macs.lookup(domain, dst, now)
         }
     }
 

@@ -320,11 +320,7 @@ impl Switch {
         if matches!(self.macs.lookup(dom, inner.src_mac, now), Some(Location::Port(_))) {
             return self.dropped(tunnel, DropReason::Reflection);
         }
-        let known = if inner.dst_mac.is_multicast() {
-            None
-        } else {
-            self.macs.lookup(dom, inner.dst_mac, now)
-        };
+        let known = self.destination(dom, inner.dst_mac, now);
         let first = out.len();
         let edit = TagEdit::Strip(at);
         let to = |q: PortId| Forward {

@@ -4,8 +4,7 @@
 use super::tests::{mac, targets, udp};
 use super::*;
 use crate::offload::{decapsulate, encapsulate, TunnelEnds};
-use crate::teaming::{FailoverOrder, LbtConfig, Policy, PortGroupSpec, PortSpec, UplinkSpec};
-use crate::units::Bandwidth;
+use crate::teaming::PortSpec;
 use crate::wire::{build_arp_reply, build_arp_request};
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -20,38 +19,10 @@ const FAR_VM: [u8; 6] = [0x02, 0, 0, 0, 0, 0x77];
 /// Two uplinks; group "overlay" (VNI 5001 with two remote VTEPs) with ports 1 and 2, and an
 /// untagged group "plain" with port 3.
 fn switch() -> Switch {
-    let uplinks = (1..=2)
-        .map(|i| UplinkSpec {
-            name: format!("uplink{i}"),
-            capacity: Bandwidth::from_gbps(10),
-        })
-        .collect();
-    let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
-    for (name, notify) in [("overlay", true), ("plain", false)] {
-        t.add_group(PortGroupSpec {
-            mode: Default::default(),
-            tuning: Default::default(),
-            lacp: Default::default(),
-            name: name.into(),
-            policy: Policy::PORT_ID,
-            order: FailoverOrder {
-                active: vec![UplinkId(0), UplinkId(1)],
-                standby: vec![],
-            },
-            failback: true,
-            notify_switches: notify,
-            vlan: None,
-        })
-        .unwrap();
-    }
-    for (id, g) in [(1, 0), (2, 0), (3, 1)] {
-        t.add_port(PortSpec {
-            id: PortId(id),
-            mac: mac(id as u8),
-            group: GroupId(g),
-        })
-        .unwrap();
-    }
+    let t = super::tests::team(
+        &[("overlay", None, true), ("plain", None, false)],
+        &[(1, 0), (2, 0), (3, 1)],
+    );
     let overlay = Overlay::new(5001, LOCAL, vec![PEER, OTHER_PEER]).unwrap();
     let mut s = Switch::with_config(
         t,

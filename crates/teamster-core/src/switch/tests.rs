@@ -22,6 +22,16 @@ fn switch() -> Switch {
 
 /// The same switch with `config` (ageing, MAC limits, security of groups "a" and "b").
 pub(super) fn switch_with(config: SwitchConfig) -> Switch {
+    let t = team(
+        &[("a", Some(10), true), ("b", Some(20), true)],
+        &[(1, 0), (2, 0), (3, 1)],
+    );
+    Switch::with_config(t, config)
+}
+
+/// Two 10G uplinks; port-ID groups over both, each (name, VLAN, notify switches); ports
+/// (ID, group index) with MAC `mac(ID)`.
+pub(super) fn team(groups: &[(&str, Option<u16>, bool)], ports: &[(u32, usize)]) -> Team {
     let uplinks = (1..=2)
         .map(|i| UplinkSpec {
             name: format!("uplink{i}"),
@@ -29,32 +39,32 @@ pub(super) fn switch_with(config: SwitchConfig) -> Switch {
         })
         .collect();
     let mut t = Team::new(uplinks, LbtConfig::default()).unwrap();
-    for (name, vlan) in [("a", 10), ("b", 20)] {
+    for (name, vlan, notify) in groups {
         t.add_group(PortGroupSpec {
             mode: Default::default(),
             tuning: Default::default(),
             lacp: Default::default(),
-            name: name.into(),
+            name: (*name).into(),
             policy: Policy::PORT_ID,
             order: FailoverOrder {
                 active: vec![UplinkId(0), UplinkId(1)],
                 standby: vec![],
             },
             failback: true,
-            notify_switches: true,
-            vlan: Some(vlan),
+            notify_switches: *notify,
+            vlan: *vlan,
         })
         .unwrap();
     }
-    for (id, g) in [(1, 0), (2, 0), (3, 1)] {
+    for (id, g) in ports {
         t.add_port(PortSpec {
-            id: PortId(id),
-            mac: mac(id as u8),
-            group: GroupId(g),
+            id: PortId(*id),
+            mac: mac(*id as u8),
+            group: GroupId(*g),
         })
         .unwrap();
     }
-    Switch::with_config(t, config)
+    t
 }
 
 pub(super) fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>) -> Vec<u8> {
