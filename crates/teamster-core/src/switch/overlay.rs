@@ -263,10 +263,18 @@ impl Switch {
             self.drain_vtep(u);
             return taken;
         }
-        if key.dst_ip != Some(IpAddr::V4(local)) || key.dst_port != Some(VXLAN_PORT) {
+        if key.dst_ip != Some(IpAddr::V4(local)) {
             return false;
         }
         let tunnel = Ingress::Uplink(u);
+        if key.fragment {
+            // VXLAN is never fragmented (RFC 7348 §4.3) and the VTEP does not reassemble.
+            self.dropped(tunnel, DropReason::Tunnel);
+            return true;
+        }
+        if key.dst_port != Some(VXLAN_PORT) {
+            return false;
+        }
         // Only a frame sent to this uplink's MAC: a flooded copy arrives on every member.
         if key.dst_mac != mac {
             self.dropped(tunnel, DropReason::Tunnel);

@@ -242,6 +242,11 @@ fn the_underlay_cannot_fool_the_vtep() {
         .ingress(Ingress::Uplink(UplinkId(0)), &flooded, Instant::ZERO)
         .is_empty());
     assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Tunnel), 1);
+    // A fragment to the VTEP (VXLAN is never fragmented): dropped, not switched.
+    let mut frag = vxlan(PEER, PEER_MAC, LOCAL, 5001, &inner);
+    frag[20] = 0x20;
+    assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &frag, Instant::ZERO).is_empty());
+    assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Tunnel), 2);
     // An unsolicited announcement does not move a remote VTEP.
     let liar = MacAddr([0x0a, 0xee, 0, 0, 0, 1]);
     let garp = crate::wire::build_gratuitous_arp(liar, PEER, None);

@@ -626,7 +626,10 @@ impl Sim<'_> {
             let secs = tick_ns(self.s) as f64 / 1e9;
             for q in 0..self.split.len() {
                 let pps = self.queue_pkts[q] as f64 / secs;
-                let ports = self.flows.vms_on_queue(q as u16) as f64;
+                let ports = match &self.netqueue {
+                    Some(nq) => nq.filters().iter().filter(|f| usize::from(f.queue) == q).count(),
+                    None => self.flows.vms_on_queue(q as u16),
+                } as f64;
                 if let Some(e) = self.split[q].observe(t, pps, 1.0, ports.max(1.0)) {
                     let text = format!(
                         "queue {q} {} (unsplit load {:.2})",
