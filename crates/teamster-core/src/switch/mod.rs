@@ -495,12 +495,7 @@ impl Switch {
                 }
             }
             None => {
-                out.extend(
-                    self.domains[&vlan]
-                        .iter()
-                        .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
-                        .map(|(q, _)| keep(*q)),
-                );
+                self.flood_from_port(p, vlan, key.dst_mac, out);
                 // A spreading policy's broadcasts and multicasts go on the port's own member, with
                 // its own MAC: only there does the physical switch know it.
                 let u = if key.dst_mac.is_multicast() && self.team.rewrites_source(p) {
@@ -638,9 +633,9 @@ impl Switch {
             return;
         }
         let vlan = key.vlan;
-        let Some(members) = self.domains.get(&vlan) else {
+        if !self.domains.contains_key(&vlan) {
             return self.dropped(Ingress::Uplink(u), DropReason::UnknownVlan);
-        };
+        }
         let ours = self.uplink_macs.contains(&Some(key.src_mac));
         if ours || matches!(self.macs.lookup(vlan, key.src_mac, now), Some(Location::Port(_))) {
             return self.dropped(Ingress::Uplink(u), DropReason::Reflection);
@@ -650,39 +645,90 @@ impl Switch {
         // every team member, so each group takes it from its receive uplink only.
         let first = out.len();
         let edit = TagEdit::pop(vlan);
-        let to = |q: PortId| Forward {
-            to: Egress::Port(q),
-            edit,
-            source: None,
-        };
-        match known {
-            Some(Location::Port(q)) => out.push(to(q)),
-            _ => out.extend(
-                members
-                    .iter()
-                    .filter(|(q, _)| {
-                        let guard = &self.guards[q];
-                        let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(key.dst_mac));
-                        takes && self.team.takes_flood(*q, u)
-                    })
-                    .map(|(q, _)| to(*q)),
-            ),
-        }
+        self.receivers(u, vlan, key.dst_mac, known, edit, true, out);
         if self.macs.learn(vlan, key.src_mac, Location::Remote(u), now) == Learned::Refused {
             self.uplinks[u.0].mac_limit += 1;
         }
         if out.len() == first {
             return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
         }
-        let wire = (frame.len() + elided) as u64;
+        self.account_received(u, vlan, known, edit, frame.len() + elided, now, out, first);
+    }
+
+    /// Appends, unedited, the other local ports of domain `dom` that a frame from port `p` for
+    /// group or unknown `dst` floods to.
+    fn flood_from_port(&self, p: PortId, dom: Option<u16>, dst: MacAddr, out: &mut Vec<Forward>) {
+        let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
+        out.extend(
+            members
+                .iter()
+                .filter(|(q, _)| *q != p && self.guards[q].takes_flood(dst))
+                .map(|(q, _)| Forward {
+                    to: Egress::Port(*q),
+                    edit: TagEdit::Keep,
+                    source: None,
+                }),
+        );
+    }
+
+    /// Appends (with `edit`) the local ports of domain `dom` that a frame from uplink `u` for
+    /// `dst` goes to: the port `dst` is known behind; else the ports that take it (promiscuous
+    /// ones always, the others a group or unknown destination they take), each only from its
+    /// receive uplink where `per_uplink` (the physical switch floods to every team member).
+    #[allow(clippy::too_many_arguments)]
+    fn receivers(
+        &self,
+        u: UplinkId,
+        dom: Option<u16>,
+        dst: MacAddr,
+        known: Option<Location>,
+        edit: TagEdit,
+        per_uplink: bool,
+        out: &mut Vec<Forward>,
+    ) {
+        let to = |q: PortId| Forward {
+            to: Egress::Port(q),
+            edit,
+            source: None,
+        };
+        if let Some(Location::Port(q)) = known {
+            return out.push(to(q));
+        }
+        let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
+        out.extend(
+            members
+                .iter()
+                .filter(|(q, _)| {
+                    let guard = &self.guards[q];
+                    let takes = guard.promiscuous() || (known.is_none() && guard.takes_flood(dst));
+                    takes && (!per_uplink || self.team.takes_flood(*q, u))
+                })
+                .map(|(q, _)| to(*q)),
+        );
+    }
+
+    /// Feeds the team's meters with what uplink `u` delivered to ports (`out[first..]`, `wire`
+    /// bytes each) and, for a destination known behind a port, copies the frame to the
+    /// domain's promiscuous ports (copies do not cross the uplink again: not metered).
+    #[allow(clippy::too_many_arguments)]
+    fn account_received(
+        &mut self,
+        u: UplinkId,
+        dom: Option<u16>,
+        known: Option<Location>,
+        edit: TagEdit,
+        wire: usize,
+        now: Instant,
+        out: &mut Vec<Forward>,
+        first: usize,
+    ) {
         for f in &out[first..] {
             if let Egress::Port(q) = f.to {
-                self.team.account(q, u, Direction::Rx, wire, now);
+                self.team.account(q, u, Direction::Rx, wire as u64, now);
             }
         }
         if matches!(known, Some(Location::Port(_))) {
-            // Copies do not cross the uplink again: no accounting for them.
-            self.copy_to_promiscuous(vlan, None, edit, out, first);
+            self.copy_to_promiscuous(dom, None, edit, out, first);
         }
     }
 

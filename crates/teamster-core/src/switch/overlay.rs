@@ -16,7 +16,7 @@
 use super::{DropReason, Egress, Forward, Ingress, Location, Switch, TagEdit, Tunnel};
 use crate::offload::decapsulate;
 use crate::overlay::{Overlay, VtepNeighbors};
-use crate::teaming::{Direction, PortId, UplinkId};
+use crate::teaming::{PortId, UplinkId};
 use crate::wire::{FlowKey, MacAddr, VXLAN_PORT};
 use crate::Instant;
 use core::net::{IpAddr, Ipv4Addr};
@@ -161,13 +161,7 @@ impl Switch {
             Some(Location::Port(q)) => out.push(keep(q)),
             Some(Location::Tunnel(r)) => self.wrap_for(p, segment, key, frame.len() + elided, now, &[r], out),
             _ => {
-                let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
-                out.extend(
-                    members
-                        .iter()
-                        .filter(|(q, _)| *q != p && self.guards[q].takes_flood(key.dst_mac))
-                        .map(|(q, _)| keep(*q)),
-                );
+                self.flood_from_port(p, dom, key.dst_mac, out);
                 let remotes = self.segments[segment]
                     .as_ref()
                     .map(|o| o.remotes.clone())
@@ -331,40 +325,15 @@ impl Switch {
         let known = self.destination(dom, inner.dst_mac, now);
         let first = out.len();
         let edit = TagEdit::Strip(at);
-        let to = |q: PortId| Forward {
-            to: Egress::Port(q),
-            edit,
-            source: None,
-        };
-        match known {
-            Some(Location::Port(q)) => out.push(to(q)),
-            _ => {
-                let members = self.domains.get(&dom).map(Vec::as_slice).unwrap_or(&[]);
-                out.extend(
-                    members
-                        .iter()
-                        .filter(|(q, _)| {
-                            let g = &self.guards[q];
-                            g.promiscuous() || (known.is_none() && g.takes_flood(inner.dst_mac))
-                        })
-                        .map(|(q, _)| to(*q)),
-                );
-            }
-        }
+        // A tunnel delivers each frame once: every port takes it from whatever uplink.
+        self.receivers(u, dom, inner.dst_mac, known, edit, false, out);
         if out.len() == first {
             return self.dropped(tunnel, DropReason::Tunnel);
         }
         if self.macs.learn(dom, inner.src_mac, Location::Tunnel(remote), now) == super::Learned::Refused {
             self.uplinks[u.0].mac_limit += 1;
         }
-        for f in &out[first..] {
-            if let Egress::Port(q) = f.to {
-                self.team.account(q, u, Direction::Rx, wire as u64, now);
-            }
-        }
-        if matches!(known, Some(Location::Port(_))) {
-            self.copy_to_promiscuous(dom, None, edit, out, first);
-        }
+        self.account_received(u, dom, known, edit, wire, now, out, first);
     }
 
     /// Whether `frame` is a RARP announcing an overlay port's MAC (configured, in a segment).

@@ -33,20 +33,16 @@ pub fn build_rarp(mac: MacAddr, vlan: Option<u16>) -> Vec<u8> {
 
 /// Builds a broadcast gratuitous ARP request announcing that `ip` is at `mac`.
 pub fn build_gratuitous_arp(mac: MacAddr, ip: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
-    let arp = ArpPacket::new(
-        ArpHardwareId::ETHERNET,
-        EtherType::IPV4,
-        ArpOperation::REQUEST,
-        &mac.0,
-        &ip.octets(),
-        &[0; 6],
-        &ip.octets(),
-    );
-    frame(mac, vlan, ETHERTYPE_ARP, arp)
+    arp_request(mac, ip, ip, vlan)
 }
 
 /// Builds a broadcast ARP request from `mac` at `ip` asking who has `target`.
 pub fn build_arp_request(mac: MacAddr, ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    arp_request(mac, ip, target, None)
+}
+
+/// A broadcast ARP request from `mac` at `ip` for `target`, tagged with `vlan` if given.
+fn arp_request(mac: MacAddr, ip: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
     let arp = ArpPacket::new(
         ArpHardwareId::ETHERNET,
         EtherType::IPV4,
@@ -56,7 +52,7 @@ pub fn build_arp_request(mac: MacAddr, ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8
         &[0; 6],
         &target.octets(),
     );
-    frame(mac, None, ETHERTYPE_ARP, arp)
+    frame(mac, vlan, ETHERTYPE_ARP, arp)
 }
 
 /// Builds an ARP reply from `mac` at `ip` to `to_mac` at `to_ip`, sent to `to_mac` alone.

@@ -568,7 +568,7 @@ impl Sim<'_> {
         let v = &mut self.vcpus[vm as usize][cpu as usize];
         v.busy = true;
         v.busy_ns += charged;
-        v.hand = vec![it];
+        v.hand.push(it); // (emptied by guest_done)
         self.at(self.now + ns.round() as u64, Ev::GuestDone(vm, cpu));
     }
 
@@ -690,7 +690,7 @@ impl Sim<'_> {
         let t = &mut self.tx[vm as usize];
         t.busy = true;
         t.busy_ns += charged;
-        t.hand = vec![Item {
+        t.hand.push(Item {
             stream: k,
             segments: segs,
             payload: (payload * n) as u64,
@@ -698,7 +698,7 @@ impl Sim<'_> {
             born: self.now,
             probe: false,
             queue: 0,
-        }];
+        }); // (emptied by tx_done)
         self.at(self.now + ns.round() as u64, Ev::TxDone(vm));
     }
 
