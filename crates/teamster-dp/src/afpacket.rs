@@ -62,6 +62,13 @@ const PACKET_OUTGOING: u8 = 4;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// Linux's PACKET_VNET_HDR: a virtio-net header before every frame, both ways.
 const PACKET_VNET_HDR: libc::c_int = 15;
+/// Linux's PACKET_FANOUT (join a group) and PACKET_FANOUT_DATA (its steering program).
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
+/// The fanout type that steers by a classic BPF program, and the flag asking the kernel for a
+/// group id of its own choosing (no other process can have joined it before).
+const PACKET_FANOUT_CBPF: u32 = 6;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 
 /// A frame waiting to be sent: its bytes, its virtio-net header, and what it becomes on the wire.
 struct TxFrame {
@@ -116,6 +123,12 @@ impl AfPacket {
     /// Opens interface `name`: socket, auxiliary data and buffer sizes, promiscuous membership,
     /// bind.
     pub fn open(name: &str) -> io::Result<AfPacket> {
+        AfPacket::open_muted(name, false)
+    }
+
+    /// [`AfPacket::open`], with a filter that drops every frame until it is taken off when
+    /// `muted` (a receive queue socket takes no frame before it has joined its group).
+    fn open_muted(name: &str, muted: bool) -> io::Result<AfPacket> {
         let ifindex = crate::iface::index(name)?;
         // Protocol 0: the socket receives nothing until it is bound to the interface below. A
         // socket opened with ETH_P_ALL would queue frames from every interface in the meantime,
@@ -211,6 +224,15 @@ impl AfPacket {
             "promiscuous membership",
             name,
         )?;
+        if muted {
+            let drop_all = [libc::sock_filter {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            }];
+            set_program(raw, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &drop_all, name)?;
+        }
         // SAFETY: sockaddr_ll is plain data; zeroed is valid and the fields are set below.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -290,6 +312,61 @@ impl AfPacket {
     /// The interface index the socket is bound to (resolved once, at open).
     pub fn ifindex(&self) -> i32 {
         self.ifindex
+    }
+
+    /// Makes this socket the first member (receive queue 0) of a new fanout group steered by
+    /// a classic BPF program; returns the group's id, which the kernel chose. Until a program
+    /// is set, every frame goes to this socket, as before.
+    pub fn start_fanout(&self) -> io::Result<u16> {
+        let fd = self.fd.as_raw_fd();
+        let arg = (PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+        set_opt(fd, libc::SOL_PACKET, PACKET_FANOUT, &arg, "PACKET_FANOUT", &self.name)?;
+        let mut got: u32 = 0;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: `got` is a u32 of the length passed, filled by the kernel.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_PACKET,
+                PACKET_FANOUT,
+                (&mut got as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        check(r, "PACKET_FANOUT (read)", &self.name)?;
+        Ok(got as u16)
+    }
+
+    /// Opens a receive queue of interface `name`: a socket joined to fanout group `group` as
+    /// its next member, which takes no frame before it has joined (it would take a copy of
+    /// every frame the group takes).
+    pub fn open_queue(name: &str, group: u16) -> io::Result<AfPacket> {
+        let sock = AfPacket::open_muted(name, true)?;
+        let fd = sock.fd.as_raw_fd();
+        let arg = u32::from(group) | (PACKET_FANOUT_CBPF << 16);
+        set_opt(fd, libc::SOL_PACKET, PACKET_FANOUT, &arg, "PACKET_FANOUT (join)", name)?;
+        let none: libc::c_int = 0;
+        set_opt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            &none,
+            "SO_DETACH_FILTER",
+            name,
+        )?;
+        Ok(sock)
+    }
+
+    /// Sets the steering program of this socket's fanout group (every member's): a frame
+    /// goes to member `result mod members`, members numbered in the order they joined.
+    pub fn steer(&self, program: &[libc::sock_filter]) -> io::Result<()> {
+        set_program(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_FANOUT_DATA,
+            program,
+            &self.name,
+        )
     }
 
     /// Reads and clears the socket's pending error (ENETDOWN after its interface went down or
@@ -491,6 +568,25 @@ impl Backend for AfPacket {
 
 /// The frame's `tp_status`, VLAN TCI and TPID from its PACKET_AUXDATA control message, or zeros
 /// (nothing to restore) if it carries none.
+/// Attaches a classic BPF `program` with option `opt` (a socket filter, or a fanout group's
+/// steering program).
+fn set_program(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    program: &[libc::sock_filter],
+    name: &str,
+) -> io::Result<()> {
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: BPF program too long")))?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // The kernel copies the instructions during the call; `program` outlives it.
+    set_opt(fd, level, opt, &prog, "BPF program", name)
+}
+
 fn auxdata(h: &libc::msghdr) -> AuxData {
     // SAFETY: `h` was filled by recvmmsg with `msg_controllen` valid bytes of control messages
     // in a buffer of RX_CTRL bytes; the CMSG macros stay within that length, and the auxdata is

@@ -52,10 +52,12 @@ mod poll;
 mod port_worker;
 mod ports;
 mod publish;
+mod rx_queues;
 mod uplinks;
 
 pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
+pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering, MAX_RX_QUEUES};
 
 use crate::pool::{self, FramePool, Spill};
 use fit::{fit, Refused};
@@ -132,6 +134,8 @@ pub struct DatapathPlan {
     /// Data-plane threads: the switching worker, and `workers - 1` port workers that share
     /// the ports' receiving and sending (see the `port_worker` submodule). At least 1.
     pub workers: usize,
+    /// The uplinks' receive queues (see the `rx_queues` submodule).
+    pub rx: RxPlan,
 }
 
 /// Data-plane threads by default: one per core the process may run on, at most
@@ -305,6 +309,10 @@ pub struct Uplink {
     pub ecn_marked: u64,
     /// The last attach failure reported.
     attach_error: Option<String>,
+    /// Its receive queues past its own socket (see the `rx_queues` submodule).
+    rx: rx_queues::UplinkRx,
+    /// The fanout group its own socket leads, once it has receive queues.
+    fanout: Option<u16>,
 }
 
 impl Uplink {
@@ -415,6 +423,13 @@ pub struct Datapath {
     /// RCU grace period in the kernel (`synchronize_net`, 10-25 ms measured here), which would
     /// stall every other port's traffic if this thread did it.
     closer: std::sync::mpsc::Sender<Link>,
+    /// The uplinks' receive queues, the most recent moves of their filters, and when their
+    /// next round is due.
+    rx: RxPlan,
+    rx_events: rx_queues::RxEvents,
+    /// Filter moves since start, by reason.
+    rx_moves: std::collections::BTreeMap<&'static str, u64>,
+    next_rx_round: Instant,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -697,6 +712,8 @@ impl Datapath {
                 ecn_marked: 0,
                 plan: u,
                 attach_error: None,
+                rx: Default::default(),
+                fanout: None,
             });
         }
         let index = ports.iter().enumerate().map(|(i, p)| (p.plan.id, i)).collect();
@@ -747,6 +764,10 @@ impl Datapath {
             ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
             news: LinkNews::default(),
             closer,
+            rx: plan.rx.clone(),
+            rx_events: Default::default(),
+            rx_moves: Default::default(),
+            next_rx_round: now,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
@@ -755,6 +776,11 @@ impl Datapath {
         }
         for i in 0..dp.ports.len() {
             dp.attach_port_at_start(i, now)?;
+        }
+        for u in 0..dp.uplinks.len() {
+            if dp.uplinks[u].backend.is_some() {
+                dp.attach_queues(u, now);
+            }
         }
         Ok(dp)
     }
@@ -890,6 +916,7 @@ impl Datapath {
             self.send_now(now);
             self.recycle();
             self.count_devices();
+            self.rx_round(now);
             control.turn(self, now);
         }
     }
@@ -923,6 +950,12 @@ impl Datapath {
     /// Re-attaches the ports whose socket a port worker closed (its interface went away).
     fn take_gone(&mut self, now: Instant) {
         while let Ok(Gone { port, generation }) = self.gone.try_recv() {
+            if rx_queues::of_slot(port).is_some() {
+                if let Some((u, _)) = self.queue_of(port, generation) {
+                    self.detach_uplink(u, "a receive queue's socket failed", now);
+                }
+                continue;
+            }
             let p = &mut self.ports[port];
             if matches!(p.io, PortIo::Away { generation: g, .. } if g == generation) {
                 p.io = PortIo::Detached;
@@ -991,6 +1024,20 @@ impl Datapath {
             x.ring_full += t.ring_full;
             x.detached += t.detached;
             x.handoff_full += t.handoff_full;
+        }
+        // The receive queues' counts go to their uplinks (those of a closed queue included).
+        for (u, up) in self.uplinks.iter_mut().enumerate() {
+            for q in 1..self.rx.queues.min(MAX_RX_QUEUES) {
+                let Some(w) = (!self.workers.is_empty()).then(|| (q - 1) % self.workers.len()) else {
+                    break;
+                };
+                let t = self.workers[w].lane.tallies[rx_queues::slot(u, q)].take();
+                let x = &mut up.extra;
+                x.truncated += t.truncated;
+                x.bad_offload += t.bad_offload;
+                x.ring_full += t.ring_full;
+                x.handoff_full += t.handoff_full;
+            }
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
             if let Some(b) = u.backend.as_mut() {
@@ -1137,6 +1184,7 @@ impl Datapath {
                                     port: i as u32,
                                     frame,
                                     offload,
+                                    generation: 0,
                                 };
                                 if let Err(h) = lane.to_ports.push(h) {
                                     full += 1;

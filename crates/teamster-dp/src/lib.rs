@@ -30,6 +30,7 @@ pub mod pacer;
 pub mod pool;
 pub mod receive;
 pub mod sockopt;
+pub mod steer;
 pub mod vnet;
 
 use pool::FramePool;

@@ -131,6 +131,7 @@ fn plan() -> DatapathPlan {
         reservation_cap: teamster_core::ioc::ReservationCap::default(),
         busy_poll: teamster_dp::datapath::DEFAULT_BUSY_POLL,
         workers: 2,
+        rx: Default::default(),
     }
 }
 

@@ -226,11 +226,16 @@ impl NetQueue {
     /// The queue a frame goes to, counting it: the queue of the filter on its destination MAC
     /// (VXLAN: the inner MAC and VNI), else the default queue.
     pub fn receive(&mut self, flow: &FlowKey) -> u16 {
-        let key = match &flow.vxlan {
-            Some(v) => (v.inner.dst_mac, Some(v.vni)),
-            None => (flow.dst_mac, None),
-        };
-        match self.index.get(&key) {
+        match &flow.vxlan {
+            Some(v) => self.count(v.inner.dst_mac, Some(v.vni)),
+            None => self.count(flow.dst_mac, None),
+        }
+    }
+
+    /// The queue of a frame to `mac` (with `vni`, inside VXLAN), counting it: what
+    /// [`NetQueue::receive`] does for a frame whose key was not parsed.
+    pub fn count(&mut self, mac: MacAddr, vni: Option<u32>) -> u16 {
+        match self.index.get(&(mac, vni)) {
             Some(&i) => {
                 self.filters[i].packets += 1;
                 self.filters[i].queue

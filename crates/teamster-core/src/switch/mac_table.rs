@@ -126,6 +126,18 @@ impl MacTable {
         }
     }
 
+    /// Every MAC behind a local port and not expired at `now`, with its VLAN (or overlay
+    /// segment) and port, in no particular order.
+    pub fn port_macs(&self, now: Instant) -> impl Iterator<Item = (Option<u16>, MacAddr, PortId)> + '_ {
+        self.entries
+            .iter()
+            .filter_map(move |((vlan, mac), e)| match (e.at, e.seen) {
+                (_, Some(t)) if now - t >= self.ageing => None,
+                (Location::Port(p), _) => Some((*vlan, *mac, p)),
+                _ => None,
+            })
+    }
+
     /// The port `mac` is configured on in `vlan`, if it is a static entry.
     pub fn static_port(&self, vlan: Option<u16>, mac: MacAddr) -> Option<PortId> {
         match self.entries.get(&(vlan, mac))? {

@@ -183,11 +183,13 @@ impl Datapath {
                     opened.note.map(|n| format!("; {n}")).unwrap_or_default()
                 );
                 self.uplinks[u].backend = Some(backend);
+                self.uplinks[u].fanout = None;
                 self.uplinks[u].mtu = mtu;
                 self.switch.set_uplink_mac(UplinkId(u), iface::mac(&interface).ok());
                 self.uplinks[u].attach_error = None;
                 self.pollfds_stale = true;
                 self.event(now, "attach", what);
+                self.attach_queues(u, now);
                 self.set_carrier(u, up, now);
             }
             Err(e) => {
@@ -200,7 +202,8 @@ impl Datapath {
     }
 
     /// Detaches uplink `u` (its interface went away): out of use until it returns.
-    fn detach_uplink(&mut self, u: usize, why: &str, now: Instant) {
+    pub(super) fn detach_uplink(&mut self, u: usize, why: &str, now: Instant) {
+        self.detach_queues(u);
         let Some(mut backend) = self.uplinks[u].backend.take() else {
             return;
         };

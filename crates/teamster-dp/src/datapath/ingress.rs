@@ -16,7 +16,7 @@
 //!
 //! Frames dropped here are counted as `backlog` on the interface they arrived on.
 
-use super::{port_worker, switch_frame, Datapath, PortIo, Scratch, Slot};
+use super::{port_worker, switch_frame, Datapath, PortIo, Scratch, Slot, MAX_PORTS};
 use crate::ingress_queue::IngressQueue;
 use crate::{Backend, RX_TURN};
 use core::time::Duration;
@@ -115,6 +115,7 @@ impl Datapath {
             };
             let mut read = 0;
             let mut cost = 0u64;
+            let start = scratch.received.len();
             for _ in 0..READS_PER_ROUND {
                 if q.len() + read >= room || q.memory() + cost >= memory {
                     break;
@@ -123,22 +124,37 @@ impl Datapath {
                     cost += f.capacity() as u64;
                     scratch.received.push((slot, f, o))
                 });
+
                 read += n;
                 if n < RX_TURN {
                     break;
                 }
             }
             received += read;
+            if slot >= ports && self.rx.queues > 1 {
+                for (_, f, _) in &scratch.received[start..] {
+                    self.uplinks[slot - ports].rx.count(0, f);
+                }
+            }
         }
-        for w in &self.workers {
+        for w in 0..self.workers.len() {
             for _ in 0..port_worker::HANDOFF_FRAMES / ROUNDS {
-                let Some(h) = w.lane.from_ports.pop() else { break };
-                // A frame a removed port handed over before it went goes with it.
-                if !self.ports.get(h.port as usize).is_some_and(|p| p.present()) {
+                let Some(h) = self.workers[w].lane.from_ports.pop() else {
+                    break;
+                };
+                let slot = h.port as usize;
+                let to = if slot < MAX_PORTS {
+                    // A frame a removed port handed over before it went goes with it.
+                    self.ports.get(slot).is_some_and(|p| p.present()).then_some(slot)
+                } else {
+                    // An uplink's receive queue's, unless that queue has since closed.
+                    self.take_queue_frame(slot, h.generation, &h.frame).map(|u| ports + u)
+                };
+                let Some(to) = to else {
                     self.pool.give(h.frame);
                     continue;
-                }
-                scratch.received.push((h.port as usize, h.frame, h.offload));
+                };
+                scratch.received.push((to, h.frame, h.offload));
                 received += 1;
             }
         }

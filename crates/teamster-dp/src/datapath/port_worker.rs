@@ -19,6 +19,12 @@
 //! gone (or nothing explains the error) the worker closes it and reports the port
 //! [`Gone`], and the switching worker re-attaches it like any other. Each attach carries a
 //! generation, so a report about a socket the switching worker has already replaced is ignored.
+//!
+//! Receive queues. A worker may also be given an uplink's receive queue (a socket of the
+//! uplink's fanout group, see [`super::rx_queues`]): it is attached, read, counted and
+//! reported gone as a port's socket is, in a slot past the ports' ([`super::rx_queues::slot`]),
+//! and never sent on. The frames it hands over carry the attach's generation, so the switching
+//! worker can tell frames of a queue it has since closed or renumbered.
 
 use super::handoff::Doorbell;
 use crate::backend::Link;
@@ -43,11 +49,13 @@ const RING_DROPS_EVERY: Duration = Duration::from_millis(100);
 /// a stop takes).
 const MAX_WAIT: Duration = Duration::from_millis(10);
 
-/// A frame handed between threads: the port it came from or goes to, and its offload request.
+/// A frame handed between threads: the port (or receive queue slot) it came from or goes to,
+/// its offload request, and the generation of the socket that received it.
 pub(super) struct Handed {
     pub port: u32,
     pub frame: Vec<u8>,
     pub offload: Offload,
+    pub generation: u64,
 }
 
 /// Counts a port worker keeps for one port, taken (and zeroed) by the switching worker.
@@ -134,7 +142,8 @@ pub(super) struct Lane {
     pub from_ports: ArrayQueue<Handed>,
     /// The port worker's bell.
     pub bell: Doorbell,
-    /// Per port (every port of the switch; this worker's only are used).
+    /// Per slot: every port of the switch, then every uplink receive queue (this worker's
+    /// only are used).
     pub tallies: Box<[PortTally]>,
     stop: AtomicBool,
 }
@@ -164,7 +173,7 @@ impl PortWorker {
             to_ports: ArrayQueue::new(HANDOFF_FRAMES),
             from_ports: ArrayQueue::new(HANDOFF_FRAMES),
             bell: Doorbell::new()?,
-            tallies: (0..super::MAX_PORTS).map(|_| PortTally::default()).collect(),
+            tallies: (0..super::rx_queues::MAX_SLOTS).map(|_| PortTally::default()).collect(),
             stop: AtomicBool::new(false),
         });
         let (commands, inbox) = std::sync::mpsc::channel();
@@ -173,6 +182,7 @@ impl PortWorker {
             inbox,
             upstream: upstream.clone(),
             ports: (0..ports).map(|_| None).collect(),
+            attached: Vec::new(),
             pool: FramePool::sharing(upstream.spill),
             pollfds: Vec::new(),
             pollmap: Vec::new(),
@@ -222,6 +232,8 @@ struct Run {
     inbox: Receiver<Command>,
     upstream: Upstream,
     ports: Vec<Option<Attached>>,
+    /// The slots of `ports` holding a socket, in order.
+    attached: Vec<usize>,
     pool: FramePool,
     /// The bell first, then each attached port's socket.
     pollfds: Vec<libc::pollfd>,
@@ -262,12 +274,13 @@ impl Run {
         let (lane, pool) = (&*self.lane, &mut self.pool);
         let mut received = 0;
         let mut handed = 0;
-        for (port, slot) in self.ports.iter_mut().enumerate() {
-            let Some(a) = slot.as_mut() else { continue };
+        for &port in &self.attached {
+            let Some(a) = self.ports[port].as_mut() else { continue };
             if lane.from_ports.capacity() - lane.from_ports.len() < RX_ROOM {
                 break;
             }
             let tally = &lane.tallies[port];
+            let generation = a.generation;
             // Refused by a full queue (rare: no allocation otherwise), back to the pool after.
             let mut full = Vec::new();
             received += a.link.recv_batch(pool, &mut |frame, offload| {
@@ -275,6 +288,7 @@ impl Run {
                     port: port as u32,
                     frame,
                     offload,
+                    generation,
                 };
                 match lane.from_ports.push(h) {
                     Ok(()) => handed += 1,
@@ -304,8 +318,8 @@ impl Run {
         if read_ring_drops {
             self.next_ring_drops = Instant::now() + RING_DROPS_EVERY;
         }
-        for (port, slot) in self.ports.iter_mut().enumerate() {
-            let Some(a) = slot.as_mut() else { continue };
+        for &port in &self.attached {
+            let Some(a) = self.ports[port].as_mut() else { continue };
             let tally = &lane.tallies[port];
             add(&tally.tx_error, a.link.flush() as u64);
             a.link.recycle(&mut |b| pool.give(b));
@@ -355,6 +369,9 @@ impl Run {
     fn rebuild_pollfds(&mut self) {
         self.pollfds.clear();
         self.pollmap.clear();
+        self.attached.clear();
+        self.attached
+            .extend((0..self.ports.len()).filter(|&p| self.ports[p].is_some()));
         self.pollfds.push(libc::pollfd {
             fd: self.lane.bell.raw_fd(),
             events: libc::POLLIN,

@@ -46,6 +46,8 @@ pub struct UplinkState {
     pub queued_bytes: u64,
     /// Its queue's byte budget.
     pub queue_budget: u64,
+    /// Its receive queues, with more than one configured.
+    pub rx: Option<super::RxState>,
 }
 
 /// This host's VTEP address, and each remote VTEP with the MAC ARP found for it.
@@ -72,6 +74,10 @@ pub struct Published {
     /// This host's VTEP address and each remote VTEP with the MAC ARP found for it, if any
     /// port group is an overlay.
     pub vtep: Option<VtepState>,
+    /// The most recent moves of NetQueue filters between receive queues, oldest first.
+    pub rx_events: Vec<super::RxEvent>,
+    /// NetQueue filter moves since start, by reason (`pack`, `spread`).
+    pub rx_moves: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Datapath {
@@ -108,6 +114,7 @@ impl Datapath {
                     .sum(),
                 queued_bytes: self.ioc.queued_bytes(i),
                 queue_budget: self.ioc.budget(i),
+                rx: self.rx_state(i),
             })
             .collect();
         let skip = self.events.len().saturating_sub(events);
@@ -127,6 +134,8 @@ impl Datapath {
             events: self.events.iter().skip(skip).cloned().collect(),
             failovers: self.failovers,
             vtep: self.switch.vtep().map(|v| (v.local(), self.switch.vtep_neighbors())),
+            rx_events: self.recent_rx_events(events),
+            rx_moves: self.rx_moves.clone(),
         }
     }
 }

@@ -58,6 +58,8 @@ impl Datapath {
                 carrier: false,
                 ecn_marked: 0,
                 attach_error: None,
+                rx: Default::default(),
+                fanout: None,
             });
             self.ingress.push(ingress::queue(now));
             let what = format!("uplink {}: added on interface {}", w.name, w.interface);
@@ -112,6 +114,11 @@ impl Datapath {
     /// Removes the uplinks `want` does not name; then says whether the uplinks are `want`'s,
     /// in its order (false, with an event, means a bug: the checks refuse such a change).
     pub(super) fn remove_uplinks(&mut self, want: &[UplinkPlan], now: Instant) -> bool {
+        let removing = self.uplinks.iter().any(|u| !want.iter().any(|w| w.name == u.plan.name));
+        if removing {
+            // Queue slots follow uplink indices: closed before, re-opened after the removal.
+            (0..self.uplinks.len()).for_each(|u| self.detach_queues(u));
+        }
         for u in (0..self.uplinks.len()).rev() {
             if want.iter().any(|w| w.name == self.uplinks[u].plan.name) {
                 continue;
@@ -146,6 +153,9 @@ impl Datapath {
             self.pollfds_stale = true;
             let what = format!("uplink {name}: removed (interface {})", gone.plan.interface);
             self.event(now, "config", what);
+        }
+        if removing {
+            self.reattach_all_queues(now);
         }
         let aligned = self
             .uplinks

@@ -7,7 +7,10 @@
 //! `teamster_scheduler_queue_bytes{uplink}`, `teamster_scheduler_queue_budget_bytes{uplink}`
 //! and `teamster_uplink_ecn_marked_total{uplink}` / `teamster_port_ecn_marked_total{port}`
 //! (frames marked Congestion Experienced), `teamster_vtep_remote_resolved{remote}` (overlays:
-//! 1 once ARP has found the remote VTEP's MAC).
+//! 1 once ARP has found the remote VTEP's MAC), `teamster_rx_queue_frames_total{uplink,queue}`,
+//! `teamster_rx_queue_pps{uplink,queue}` and `teamster_rx_queue_load{uplink,queue}` (receive
+//! queues; the load under NetQueue only) and `teamster_rx_filter_moves_total{reason}` (Dynamic
+//! NetQueue's moves since start).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -21,6 +24,42 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The receive queues' families.
+fn rx_metrics(reg: &mut Registry, rx: &crate::live::rx_view::RxView) {
+    let frames = Family::<Labels, Counter>::default();
+    reg.register("rx_queue_frames", "Frames a receive queue took", frames.clone());
+    let pps = gauge(
+        reg,
+        "rx_queue_pps",
+        "Frames per second a receive queue took over the last round",
+    );
+    let load = gauge(
+        reg,
+        "rx_queue_load",
+        "A receive queue's NetQueue load, as a fraction of what one queue takes",
+    );
+    let moves = Family::<Labels, Counter>::default();
+    reg.register(
+        "rx_filter_moves",
+        "NetQueue filter moves between receive queues since start",
+        moves.clone(),
+    );
+    for u in &rx.uplinks {
+        for q in &u.queues {
+            let queue = q.queue.to_string();
+            let l = labels(&[("uplink", &u.uplink), ("queue", &queue)]);
+            frames.get_or_create(&l).inc_by(q.frames);
+            pps.get_or_create(&l).set(q.pps);
+            if let Some(v) = q.load {
+                load.get_or_create(&l).set(v);
+            }
+        }
+    }
+    for (reason, n) in &rx.moves {
+        moves.get_or_create(&labels(&[("reason", reason)])).inc_by(*n);
+    }
+}
 
 /// Labels as (name, value) pairs: `uplink`, `port` or `node`, with `reason` or `direction`.
 type Labels = Vec<(String, String)>;
@@ -201,6 +240,7 @@ pub fn encode(s: &Snapshot) -> String {
             .get_or_create(&labels(&[("remote", &r.address)]))
             .set(if r.mac.is_some() { 1.0 } else { 0.0 });
     }
+    rx_metrics(&mut reg, &s.rx);
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String cannot fail");
     out

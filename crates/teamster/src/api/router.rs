@@ -35,6 +35,7 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
         )
         .route("/api/v1/lbt", get(routes::lbt))
         .route("/api/v1/lacp", get(routes::lacp))
+        .route("/api/v1/rx", get(routes::rx))
         .route("/api/v1/netioc", get(routes::netioc))
         .route("/api/v1/events", get(routes::events))
         .route("/api/v1/history", get(super::history::history))

@@ -247,6 +247,11 @@ pub async fn lbt(State(s): State<ApiState>) -> Json<LbtView> {
     Json(latest(&s).lbt.clone())
 }
 
+#[utoipa::path(get, path = "/api/v1/rx", responses((status = 200, body = crate::live::rx_view::RxView)))]
+pub async fn rx(State(s): State<ApiState>) -> Json<crate::live::rx_view::RxView> {
+    Json(latest(&s).rx.clone())
+}
+
 #[utoipa::path(get, path = "/api/v1/lacp", responses((status = 200, body = Vec<crate::live::lacp_view::LacpMemberView>)))]
 pub async fn lacp(State(s): State<ApiState>) -> Json<Vec<crate::live::lacp_view::LacpMemberView>> {
     Json(latest(&s).lacp.clone())

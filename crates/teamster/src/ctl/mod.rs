@@ -113,6 +113,9 @@ enum CtlCommand {
     /// LACP, as `ovs-appctl lacp/show` shows a bond: actor and partner system, key, port
     /// state bits and counters, per member.
     Lacp,
+    /// Receive queues: per uplink, each queue's thread, frames and rate; NetQueue's filters
+    /// and loads; and the filters' recent moves between queues (packing and spreading).
+    Rx,
     /// The NetIOC tree with live allocations.
     Netioc,
     /// The event log.
@@ -445,6 +448,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
             CtlCommand::Lbt => ("GET", "/api/v1/status".into(), None),
             CtlCommand::Netioc => ("GET", "/api/v1/netioc".into(), None),
             CtlCommand::Lacp => ("GET", "/api/v1/lacp".into(), None),
+            CtlCommand::Rx => ("GET", "/api/v1/rx".into(), None),
             CtlCommand::Events { since } => (
                 "GET",
                 since.map_or("/api/v1/events".into(), |s| format!("/api/v1/events?since={s}")),
@@ -479,6 +483,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 CtlCommand::Netioc => parse::<Vec<NodeView>>(b).map(|v| netioc_rows(&v)),
                 CtlCommand::Lacp => parse::<Vec<crate::live::lacp_view::LacpMemberView>>(b)
                     .map(|v| crate::live::lacp_view::lacp_text(&v)),
+                CtlCommand::Rx => parse::<crate::live::rx_view::RxView>(b).map(|v| crate::live::rx_view::rx_text(&v)),
                 CtlCommand::Events { .. } => parse::<Vec<EventView>>(b).map(|v| event_rows(&v)),
                 CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
                 CtlCommand::Watch { .. } => Ok(String::new()),

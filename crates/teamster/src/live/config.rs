@@ -65,6 +65,9 @@ pub struct SwitchFile {
     pub workers: Option<u64>,
     #[serde(default)]
     pub lbt: LbtSection,
+    /// Receive queues per uplink (see [`super::rx_config`]).
+    #[serde(default, skip_serializing_if = "super::rx_config::RxSection::is_default")]
+    pub rx: super::rx_config::RxSection,
     pub uplinks: Vec<UplinkFile>,
     pub port_groups: Vec<GroupEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -243,6 +246,8 @@ pub struct SwitchPlan {
     pub busy_poll: core::time::Duration,
     /// Data-plane threads.
     pub workers: usize,
+    /// The uplinks' receive queues.
+    pub rx: teamster_dp::datapath::RxPlan,
     /// The file this plan was built from (names, MACs, administrative states).
     pub file: SwitchFile,
 }
@@ -357,6 +362,10 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         Some(n) if (1..=max as u64).contains(&n) => n as usize,
         Some(n) => return Err(format!("workers = {n}: expected data-plane threads from 1 to {max}")),
     };
+    let backends: Vec<(String, bool)> = (f.uplinks.iter())
+        .map(|u| (u.name.clone(), u.backend == BackendSetting::AfXdp))
+        .collect();
+    let rx = super::rx_config::rx_plan(&f.rx, workers, &backends)?;
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
@@ -457,6 +466,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         },
         busy_poll,
         workers,
+        rx,
         file: f.clone(),
     })
 }

@@ -15,6 +15,7 @@ use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
 use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
+use teamster_dp::backend::BackendChoice;
 use teamster_dp::datapath::{Control, Datapath, DatapathPlan, LinkNews, PortPlan, PortWant, UplinkPlan};
 
 /// How often the loop publishes a snapshot.
@@ -96,7 +97,11 @@ fn uplink_plans(checked: &[(String, Bandwidth)], file: &SwitchFile) -> Vec<Uplin
             capacity: *capacity,
             follows_link_speed: uf.capacity.is_none(),
             admin_up: uf.admin == AdminState::Up,
-            backend: uf.backend.choice(),
+            // Receive queues are sockets of one AF_PACKET fanout group.
+            backend: match uf.backend.choice() {
+                BackendChoice::Auto if file.rx.queue_count() > 1 => BackendChoice::AfPacket,
+                choice => choice,
+            },
         })
         .collect()
 }
@@ -126,6 +131,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
         switch: plan.switch,
         busy_poll: plan.busy_poll,
         workers: plan.workers,
+        rx: plan.rx,
     };
     (dp, file)
 }
@@ -332,6 +338,7 @@ mod tests {
                 queued_frames: 0,
                 queued_bytes: 0,
                 queue_budget: 62_500,
+                rx: None,
             })
             .collect();
         let state = Published {
@@ -345,6 +352,8 @@ mod tests {
             events: Vec::new(),
             failovers: 0,
             vtep: None,
+            rx_events: Vec::new(),
+            rx_moves: Default::default(),
         };
         (state, file)
     }

@@ -14,6 +14,8 @@ mod glob;
 pub mod lacp_view;
 pub mod persist;
 pub mod port_rules;
+pub mod rx_config;
+pub mod rx_view;
 pub mod safe_file;
 pub mod service;
 pub mod snapshot;

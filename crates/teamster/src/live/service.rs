@@ -113,6 +113,7 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
         ("reservation_cap", was.reservation_cap != now.reservation_cap),
         ("busy_poll_us", was.busy_poll_us != now.busy_poll_us),
         ("workers", was.workers != now.workers),
+        ("rx", was.rx != now.rx),
         (
             "port_rules (where there were none)",
             was.port_rules.is_empty() && !now.port_rules.is_empty(),

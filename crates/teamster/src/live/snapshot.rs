@@ -34,6 +34,9 @@ pub struct Snapshot {
     /// This host's VTEP, if a port group is an overlay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vtep: Option<VtepView>,
+    /// The uplinks' receive queues.
+    #[serde(default)]
+    pub rx: super::rx_view::RxView,
 }
 
 /// This host's VTEP: its address and the remote VTEPs the overlays list.

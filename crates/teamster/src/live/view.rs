@@ -213,6 +213,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         netioc,
         failovers: dp.failovers,
         lacp: super::lacp_view::lacp_members(team, uplink_name),
+        rx: super::rx_view::rx_view(dp, file.rx.queue_count()),
         vtep: dp.vtep.as_ref().map(|(local, remotes)| super::snapshot::VtepView {
             address: local.to_string(),
             remotes: remotes

@@ -1,0 +1,438 @@
+//! An uplink's receive queues: its frames spread over the data-plane threads by RSS, or by
+//! NetQueue's destination-MAC filters packed as load allows (Dynamic NetQueue).
+//!
+//! Model. With `rx.queues = n` above one, an attached uplink (AF_PACKET) has `n` receive
+//! queues: queue 0 is its own socket, read by the switching worker; queues 1 to `n - 1` are
+//! sockets joined after it to the same fanout group, each given to a port worker (queue `q` to
+//! worker `(q - 1) mod workers`), which reads it and hands the frames over as it does a port's.
+//! The kernel runs the group's steering program ([`crate::steer`]) on every frame the uplink
+//! receives and queues it on one socket only, so a queue's frames are read by one thread and a
+//! flow's frames stay in order. The switch itself stays in the switching worker: what the
+//! queues spread is the receiving (the system calls and copies), not the switching.
+//! - RSS: the program is the Toeplitz hash and indirection table of `core::rx`; it is built
+//!   once, at attach.
+//! - NetQueue: one filter per MAC behind a local port (as the MAC table knows them, refreshed
+//!   every round), placed by `core::rx::NetQueue` evenly or packed (Dynamic NetQueue), with
+//!   every other frame on queue 0. Each round (the packing interval, 1 s by default) the
+//!   filters' loads are measured from the frames counted to their MACs, the queues repacked, and
+//!   the program rebuilt and swapped in (one system call; the kernel swaps it between frames)
+//!   when a filter was added, removed or moved. Each move is an event with its reason and the
+//!   queues' loads.
+//!
+//! A queue whose socket fails, or whose interface goes, detaches the whole uplink, which is
+//! re-attached with all its queues as any uplink is. Frames a queue handed over under an
+//! earlier attach (or before the uplinks were renumbered by a removal) carry an older
+//! generation and are dropped, counted as `detached` on the uplink.
+
+use super::{Datapath, MAX_PORTS, MAX_UPLINKS};
+use crate::afpacket::AfPacket;
+use crate::backend::Link;
+use crate::steer;
+use std::collections::VecDeque;
+use teamster_core::rx::netqueue::{NetQueue, Placement, Reason};
+use teamster_core::rx::RssConfig;
+use teamster_core::teaming::PortId;
+use teamster_core::wire::MacAddr;
+use teamster_core::Instant;
+
+/// The most receive queues an uplink has.
+pub const MAX_RX_QUEUES: usize = 16;
+/// Slots of a port worker: every port, then every uplink's receive queues.
+pub(super) const MAX_SLOTS: usize = MAX_PORTS + MAX_UPLINKS * MAX_RX_QUEUES;
+/// Receive-queue events kept (the most recent).
+pub const RX_EVENTS_KEPT: usize = 1000;
+/// How often the queues' frame rates are measured (and NetQueue's filters refreshed, when
+/// it places them evenly).
+const ROUND: core::time::Duration = core::time::Duration::from_secs(1);
+
+/// A port worker's slot for uplink `u`'s queue `q`.
+pub(super) fn slot(u: usize, q: usize) -> usize {
+    MAX_PORTS + u * MAX_RX_QUEUES + q
+}
+
+/// The uplink and queue of a port worker's slot past the ports'.
+pub(super) fn of_slot(slot: usize) -> Option<(usize, usize)> {
+    let s = slot.checked_sub(MAX_PORTS)?;
+    Some((s / MAX_RX_QUEUES, s % MAX_RX_QUEUES))
+}
+
+/// How a frame's receive queue is chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Steering {
+    Rss(RssConfig),
+    NetQueue(Placement),
+}
+
+/// Every uplink's receive queues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RxPlan {
+    /// Receive queues per uplink (1: the uplink's own socket only, as before).
+    pub queues: usize,
+    pub steering: Steering,
+}
+
+impl Default for RxPlan {
+    fn default() -> RxPlan {
+        RxPlan {
+            queues: 1,
+            steering: Steering::Rss(RssConfig::new(1).expect("one queue")),
+        }
+    }
+}
+
+/// A filter's move between receive queues, as the control plane sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RxEvent {
+    pub at: Instant,
+    pub uplink: String,
+    pub mac: MacAddr,
+    pub from: u16,
+    pub to: u16,
+    /// `spread` or `pack`.
+    pub reason: &'static str,
+    /// Each queue's load before the move (a fraction of `queue_pps`).
+    pub loads: Vec<f64>,
+}
+
+/// One receive queue as the control plane sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueState {
+    pub queue: usize,
+    /// The data-plane thread reading it (0: the switching worker); None while not open.
+    pub worker: Option<usize>,
+    /// Frames it received since start.
+    pub frames: u64,
+    /// Frames per second over the last round.
+    pub pps: f64,
+}
+
+/// A NetQueue filter as the control plane sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterState {
+    pub mac: MacAddr,
+    pub port: PortId,
+    pub queue: u16,
+    /// Smoothed load, a fraction of one queue.
+    pub load: f64,
+}
+
+/// An uplink's receive queues as the control plane sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RxState {
+    /// `rss`, `netqueue` or `dynamic-netqueue`.
+    pub steering: &'static str,
+    pub queues: Vec<QueueState>,
+    pub filters: Vec<FilterState>,
+    /// Why the uplink receives on fewer queues than configured, if it does.
+    pub note: Option<String>,
+}
+
+/// One uplink's receive queues.
+#[derive(Debug, Default)]
+pub(super) struct UplinkRx {
+    /// The generation of each queue's socket while attached (index 0 unused: the uplink's own).
+    generations: Vec<Option<u64>>,
+    frames: Vec<u64>,
+    /// Frames at the last round, and the rates measured then.
+    frames_then: Vec<u64>,
+    pps: Vec<f64>,
+    netqueue: Option<NetQueue>,
+    note: Option<String>,
+}
+
+impl UplinkRx {
+    /// Counts a frame queue `q` took, to destination `dst` (its first six bytes).
+    pub(super) fn count(&mut self, q: usize, frame: &[u8]) {
+        if let Some(n) = self.frames.get_mut(q) {
+            *n += 1;
+        }
+        if let (Some(nq), Some(dst)) = (self.netqueue.as_mut(), frame.get(..6)) {
+            let mac = MacAddr(dst.try_into().expect("six bytes"));
+            nq.count(mac, None);
+        }
+    }
+}
+
+impl Datapath {
+    /// Opens uplink `u`'s receive queues past its own socket and steers frames to them; on any
+    /// failure it receives on its own socket alone, and says why.
+    pub(super) fn attach_queues(&mut self, u: usize, now: Instant) {
+        let want = self.rx.queues;
+        let rx = &mut self.uplinks[u].rx;
+        *rx = UplinkRx {
+            frames: vec![0; want],
+            frames_then: vec![0; want],
+            pps: vec![0.0; want],
+            ..UplinkRx::default()
+        };
+        if want <= 1 {
+            return;
+        }
+        if let Steering::NetQueue(placement) = self.rx.steering {
+            rx.netqueue = NetQueue::new(want as u16, placement).ok();
+        }
+        let interface = self.uplinks[u].plan.interface.clone();
+        let up = &mut self.uplinks[u];
+        let opened = match &up.backend {
+            _ if self.workers.is_empty() => Err("one data-plane thread reads every queue: workers = 1".to_string()),
+            Some(Link::Packet(b)) => open_group(b, &mut up.fanout, &interface, want),
+            Some(Link::Xdp(_)) => Err("af_xdp receives on one queue: set backend = \"af_packet\"".to_string()),
+            None => return,
+        };
+        let sockets = match opened {
+            Ok(s) => s,
+            Err(why) => return self.queues_refused(u, why, now),
+        };
+        let mut generations = vec![None];
+        for (i, link) in sockets.into_iter().enumerate() {
+            let q = i + 1;
+            self.generation += 1;
+            generations.push(Some(self.generation));
+            let worker = (q - 1) % self.workers.len();
+            self.workers[worker].command(super::port_worker::Command::Attach {
+                port: slot(u, q),
+                generation: self.generation,
+                link: Box::new(Link::Packet(link)),
+                interface: interface.clone(),
+            });
+        }
+        self.uplinks[u].rx.generations = generations;
+        if let Err(why) = self.steer(u) {
+            self.detach_queues(u);
+            return self.queues_refused(u, why, now);
+        }
+        let what = format!(
+            "uplink {}: receiving on {want} queues ({})",
+            self.uplinks[u].plan.name,
+            self.steering_name()
+        );
+        self.event(now, "rx", what);
+    }
+
+    /// Uplink `u` receives on its own socket alone, because of `why`.
+    fn queues_refused(&mut self, u: usize, why: String, now: Instant) {
+        let what = format!("uplink {}: receiving on one queue: {why}", self.uplinks[u].plan.name);
+        self.uplinks[u].rx.note = Some(why);
+        self.event(now, "rx", what);
+    }
+
+    /// Closes uplink `u`'s receive queues past its own socket.
+    pub(super) fn detach_queues(&mut self, u: usize) {
+        let generations = std::mem::take(&mut self.uplinks[u].rx.generations);
+        for (q, g) in generations.iter().enumerate().skip(1) {
+            if g.is_some() {
+                let worker = (q - 1) % self.workers.len();
+                let port = slot(u, q);
+                self.workers[worker].command(super::port_worker::Command::Detach { port });
+            }
+        }
+    }
+
+    /// Re-opens every uplink's queues (their slots follow the uplinks' indices, which a removal
+    /// changes).
+    pub(super) fn reattach_all_queues(&mut self, now: Instant) {
+        for u in 0..self.uplinks.len() {
+            self.detach_queues(u);
+            if self.uplinks[u].backend.is_some() {
+                self.attach_queues(u, now);
+            }
+        }
+    }
+
+    /// Sets uplink `u`'s steering program from the plan (RSS) or its filters (NetQueue).
+    fn steer(&mut self, u: usize) -> Result<(), String> {
+        let program = match (&self.rx.steering, &self.uplinks[u].rx.netqueue) {
+            (Steering::Rss(rss), _) => steer::rss_program(rss)?,
+            (Steering::NetQueue(_), Some(nq)) => {
+                let filters: Vec<(MacAddr, u16)> = nq.filters().iter().map(|f| (f.mac, f.queue)).collect();
+                steer::mac_program(&filters)
+            }
+            (Steering::NetQueue(_), None) => return Ok(()),
+        };
+        match &self.uplinks[u].backend {
+            Some(Link::Packet(b)) => b.steer(&program).map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    fn steering_name(&self) -> &'static str {
+        match self.rx.steering {
+            Steering::Rss(_) => "rss",
+            Steering::NetQueue(Placement::Even) => "netqueue",
+            Steering::NetQueue(Placement::Packed(_)) => "dynamic-netqueue",
+        }
+    }
+
+    /// The uplink a frame handed over from queue slot `slot` belongs to, counted; None (and
+    /// counted as `detached`) if that queue has since been closed or renumbered.
+    pub(super) fn take_queue_frame(&mut self, slot: usize, generation: u64, frame: &[u8]) -> Option<usize> {
+        let Some((u, q)) = self.queue_of(slot, generation) else {
+            if let Some(up) = of_slot(slot).and_then(|(u, _)| self.uplinks.get_mut(u)) {
+                up.extra.detached += 1;
+            }
+            return None;
+        };
+        self.uplinks[u].rx.count(q, frame);
+        Some(u)
+    }
+
+    /// The uplink and queue of slot `slot`, if its socket is still the one of `generation`.
+    pub(super) fn queue_of(&self, slot: usize, generation: u64) -> Option<(usize, usize)> {
+        let (u, q) = of_slot(slot)?;
+        let current = self.uplinks.get(u)?.rx.generations.get(q).copied().flatten();
+        (current == Some(generation)).then_some((u, q))
+    }
+
+    /// The receive queues' round at `now`: rates measured; NetQueue's filters refreshed from
+    /// the MAC table, repacked, and the program swapped when they changed.
+    pub(super) fn rx_round(&mut self, now: Instant) {
+        if self.rx.queues <= 1 || now < self.next_rx_round {
+            return;
+        }
+        let interval = match self.rx.steering {
+            Steering::NetQueue(Placement::Packed(p)) => p.interval,
+            _ => ROUND,
+        };
+        let elapsed = (now - self.next_rx_round + interval).as_secs_f64();
+        self.next_rx_round = now + interval;
+        let macs: Vec<(MacAddr, PortId)> = {
+            let mut m: Vec<_> = (self.switch.mac_table().port_macs(now))
+                .filter(|(vlan, mac, _)| vlan.is_none_or(|v| v < 4096) && !mac.is_multicast())
+                .map(|(_, mac, port)| (mac, port))
+                .collect();
+            m.sort();
+            m.dedup_by_key(|e| e.0);
+            m
+        };
+        for u in 0..self.uplinks.len() {
+            let name = self.uplinks[u].plan.name.clone();
+            let rx = &mut self.uplinks[u].rx;
+            for q in 0..rx.frames.len() {
+                rx.pps[q] = (rx.frames[q] - rx.frames_then[q]) as f64 / elapsed;
+                rx.frames_then[q] = rx.frames[q];
+            }
+            let Some(nq) = rx.netqueue.as_mut() else { continue };
+            let mut changed = false;
+            let stale: Vec<PortId> = (nq.filters().iter())
+                .filter(|f| !macs.contains(&(f.mac, f.port)))
+                .map(|f| f.port)
+                .collect();
+            for port in stale {
+                nq.remove_port(port);
+                changed = true;
+            }
+            for (mac, port) in &macs {
+                if !nq.filters().iter().any(|f| f.mac == *mac) {
+                    changed |= nq.add_filter(*port, *mac, None, now).is_ok();
+                }
+            }
+            nq.handle_timeout(now);
+            let mut events = Vec::new();
+            while let Some(e) = nq.poll_event() {
+                let mac = nq
+                    .filters()
+                    .iter()
+                    .find(|f| f.port == e.port)
+                    .map_or(MacAddr([0; 6]), |f| f.mac);
+                events.push(RxEvent {
+                    at: e.at,
+                    uplink: name.clone(),
+                    mac,
+                    from: e.from,
+                    to: e.to,
+                    reason: match e.reason {
+                        Reason::Spread => "spread",
+                        Reason::Pack => "pack",
+                    },
+                    loads: e.loads,
+                });
+            }
+            changed |= !events.is_empty();
+            for e in events {
+                let loads: Vec<String> = e.loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
+                let what = format!(
+                    "uplink {}: {} queue {} -> {} ({}; loads {})",
+                    e.uplink,
+                    e.mac,
+                    e.from,
+                    e.to,
+                    e.reason,
+                    loads.join(" ")
+                );
+                self.event(now, "rx", what);
+                *self.rx_moves.entry(e.reason).or_default() += 1;
+                if self.rx_events.len() >= RX_EVENTS_KEPT {
+                    self.rx_events.pop_front();
+                }
+                self.rx_events.push_back(e);
+            }
+            if changed && self.uplinks[u].rx.generations.len() > 1 {
+                if let Err(why) = self.steer(u) {
+                    let what = format!("uplink {}: steering not changed: {why}", self.uplinks[u].plan.name);
+                    self.event(now, "rx", what);
+                }
+            }
+        }
+    }
+
+    /// Uplink `u`'s receive queues for the control plane (None with one queue).
+    pub(super) fn rx_state(&self, u: usize) -> Option<RxState> {
+        if self.rx.queues <= 1 {
+            return None;
+        }
+        let rx = &self.uplinks[u].rx;
+        let queues = (0..rx.frames.len())
+            .map(|q| QueueState {
+                queue: q,
+                worker: match q {
+                    0 => self.uplinks[u].backend.as_ref().map(|_| 0),
+                    _ => rx
+                        .generations
+                        .get(q)
+                        .copied()
+                        .flatten()
+                        .map(|_| 1 + (q - 1) % self.workers.len()),
+                },
+                frames: rx.frames[q],
+                pps: rx.pps[q],
+            })
+            .collect();
+        let filters = rx.netqueue.as_ref().map_or(Vec::new(), |nq| {
+            (nq.filters().iter())
+                .map(|f| FilterState {
+                    mac: f.mac,
+                    port: f.port,
+                    queue: f.queue,
+                    load: f.load,
+                })
+                .collect()
+        });
+        Some(RxState {
+            steering: self.steering_name(),
+            queues,
+            filters,
+            note: rx.note.clone(),
+        })
+    }
+
+    /// The most recent receive-queue events, at most `n`, oldest first.
+    pub(super) fn recent_rx_events(&self, n: usize) -> Vec<RxEvent> {
+        let skip = self.rx_events.len().saturating_sub(n);
+        self.rx_events.iter().skip(skip).cloned().collect()
+    }
+}
+
+/// Makes `own` the first member of a fanout group on `interface` (a new one, unless it leads
+/// `group` already) and opens `want - 1` more members, in queue order.
+fn open_group(own: &AfPacket, group: &mut Option<u16>, interface: &str, want: usize) -> Result<Vec<AfPacket>, String> {
+    let group = match *group {
+        Some(g) => g,
+        None => *group.insert(own.start_fanout().map_err(|e| e.to_string())?),
+    };
+    (1..want)
+        .map(|_| AfPacket::open_queue(interface, group).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Kept so a queue's events are bounded even when never read.
+pub(super) type RxEvents = VecDeque<RxEvent>;
