@@ -69,6 +69,9 @@ const PACKET_FANOUT_DATA: libc::c_int = 22;
 /// group id of its own choosing (no other process can have joined it before).
 const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+/// The group's counterpart of PACKET_IGNORE_OUTGOING (Linux 6.2+): a group's hook replaces its
+/// members' own, so without it frames the host sends out of the interface reach the queues.
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: u32 = 0x4000;
 
 /// A frame waiting to be sent: its bytes, its virtio-net header, and what it becomes on the wire.
 struct TxFrame {
@@ -315,12 +318,21 @@ impl AfPacket {
     }
 
     /// Makes this socket the first member (receive queue 0) of a new fanout group steered by
-    /// a classic BPF program; returns the group's id, which the kernel chose. Until a program
-    /// is set, every frame goes to this socket, as before.
-    pub fn start_fanout(&self) -> io::Result<u16> {
+    /// a classic BPF program; returns the group (its id, which the kernel chose, with the
+    /// type and flags every member joins with). Until a program is set, every frame goes to
+    /// this socket, as before. Outgoing frames are left out where the kernel can (6.2+); an
+    /// older kernel's queues skip them as the socket does.
+    pub fn start_fanout(&self) -> io::Result<u32> {
         let fd = self.fd.as_raw_fd();
-        let arg = (PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
-        set_opt(fd, libc::SOL_PACKET, PACKET_FANOUT, &arg, "PACKET_FANOUT", &self.name)?;
+        let mut kind = PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+        let join = |kind: u32| {
+            let arg = (kind | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+            set_opt(fd, libc::SOL_PACKET, PACKET_FANOUT, &arg, "PACKET_FANOUT", &self.name)
+        };
+        if join(kind).is_err() {
+            kind = PACKET_FANOUT_CBPF;
+            join(kind)?;
+        }
         let mut got: u32 = 0;
         let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
         // SAFETY: `got` is a u32 of the length passed, filled by the kernel.
@@ -334,16 +346,16 @@ impl AfPacket {
             )
         };
         check(r, "PACKET_FANOUT (read)", &self.name)?;
-        Ok(got as u16)
+        Ok((got & 0xffff) | (kind << 16))
     }
 
-    /// Opens a receive queue of interface `name`: a socket joined to fanout group `group` as
-    /// its next member, which takes no frame before it has joined (it would take a copy of
-    /// every frame the group takes).
-    pub fn open_queue(name: &str, group: u16) -> io::Result<AfPacket> {
+    /// Opens a receive queue of interface `name`: a socket joined to fanout group `group` (as
+    /// [`AfPacket::start_fanout`] returned it) as its next member, which takes no frame before
+    /// it has joined (it would take a copy of every frame the group takes).
+    pub fn open_queue(name: &str, group: u32) -> io::Result<AfPacket> {
         let sock = AfPacket::open_muted(name, true)?;
         let fd = sock.fd.as_raw_fd();
-        let arg = u32::from(group) | (PACKET_FANOUT_CBPF << 16);
+        let arg = group;
         set_opt(fd, libc::SOL_PACKET, PACKET_FANOUT, &arg, "PACKET_FANOUT (join)", name)?;
         let none: libc::c_int = 0;
         set_opt(
@@ -359,14 +371,16 @@ impl AfPacket {
 
     /// Sets the steering program of this socket's fanout group (every member's): a frame
     /// goes to member `result mod members`, members numbered in the order they joined.
+    /// Replacing a program waits for an RCU grace period in the kernel (milliseconds): a
+    /// caller on the frames' path does that on another thread, through
+    /// [`AfPacket::steering_handle`] and [`steer_fd`].
     pub fn steer(&self, program: &[libc::sock_filter]) -> io::Result<()> {
-        set_program(
-            self.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_FANOUT_DATA,
-            program,
-            &self.name,
-        )
+        steer_fd(self.fd.as_raw_fd(), program, &self.name)
+    }
+
+    /// A second descriptor of this socket, for [`steer_fd`] on another thread.
+    pub fn steering_handle(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
     }
 
     /// Reads and clears the socket's pending error (ENETDOWN after its interface went down or
@@ -566,8 +580,11 @@ impl Backend for AfPacket {
     }
 }
 
-/// The frame's `tp_status`, VLAN TCI and TPID from its PACKET_AUXDATA control message, or zeros
-/// (nothing to restore) if it carries none.
+/// Sets the steering program of the fanout group socket `fd` (interface `name`) is in.
+pub fn steer_fd(fd: RawFd, program: &[libc::sock_filter], name: &str) -> io::Result<()> {
+    set_program(fd, libc::SOL_PACKET, PACKET_FANOUT_DATA, program, name)
+}
+
 /// Attaches a classic BPF `program` with option `opt` (a socket filter, or a fanout group's
 /// steering program).
 fn set_program(
@@ -587,6 +604,8 @@ fn set_program(
     set_opt(fd, level, opt, &prog, "BPF program", name)
 }
 
+/// The frame's `tp_status`, VLAN TCI and TPID from its PACKET_AUXDATA control message, or zeros
+/// (nothing to restore) if it carries none.
 fn auxdata(h: &libc::msghdr) -> AuxData {
     // SAFETY: `h` was filled by recvmmsg with `msg_controllen` valid bytes of control messages
     // in a buffer of RX_CTRL bytes; the CMSG macros stay within that length, and the auxdata is

@@ -312,7 +312,7 @@ pub struct Uplink {
     /// Its receive queues past its own socket (see the `rx_queues` submodule).
     rx: rx_queues::UplinkRx,
     /// The fanout group its own socket leads, once it has receive queues.
-    fanout: Option<u16>,
+    fanout: Option<u32>,
 }
 
 impl Uplink {
@@ -430,6 +430,8 @@ pub struct Datapath {
     /// Filter moves since start, by reason.
     rx_moves: std::collections::BTreeMap<&'static str, u64>,
     next_rx_round: Instant,
+    /// Installs NetQueue's programs off this thread.
+    steerer: rx_queues::Steerer,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -647,6 +649,9 @@ impl Datapath {
     pub fn attach_with(plan: DatapathPlan, options: AttachOptions) -> Result<Datapath, String> {
         let started = std::time::Instant::now();
         let now = Instant::ZERO;
+        if !(1..=MAX_RX_QUEUES).contains(&plan.rx.queues) {
+            return Err(format!("rx.queues = {}: expected 1 to {MAX_RX_QUEUES}", plan.rx.queues));
+        }
         if !(1..=MAX_WORKERS).contains(&plan.workers) {
             return Err(format!(
                 "workers = {}: a switch needs 1 to {MAX_WORKERS} data-plane threads",
@@ -712,7 +717,7 @@ impl Datapath {
                 ecn_marked: 0,
                 plan: u,
                 attach_error: None,
-                rx: Default::default(),
+                rx: rx_queues::UplinkRx::keyed(uplinks.len()),
                 fanout: None,
             });
         }
@@ -768,6 +773,7 @@ impl Datapath {
             rx_events: Default::default(),
             rx_moves: Default::default(),
             next_rx_round: now,
+            steerer: rx_queues::Steerer::spawn().map_err(|e| format!("cannot start the steering thread: {e}"))?,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);

@@ -263,6 +263,56 @@ proptest! {
     }
 }
 
+/// The kernel's own classic BPF checker accepts every program (attached as a socket filter
+/// to a UDP socket: the same checks as a fanout program, and no privilege needed).
+#[test]
+fn the_kernel_accepts_the_programs() {
+    use std::os::fd::AsRawFd;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let load = |program: &[sock_filter]| {
+        let prog = libc::sock_fprog {
+            len: program.len() as u16,
+            filter: program.as_ptr() as *mut sock_filter,
+        };
+        // SAFETY: `prog` points at `program`, alive for the call, of the length given.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&prog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "{} instructions: {}",
+            program.len(),
+            std::io::Error::last_os_error()
+        );
+    };
+    for (size, queues, udp) in [
+        (1, 1, false),
+        (128, 8, false),
+        (128, 16, true),
+        (MAX_LIVE_TABLE, 3, true),
+    ] {
+        let mut rss = RssConfig::new(queues).unwrap();
+        rss.types.udp_ipv4 = udp;
+        rss.types.udp_ipv6 = udp;
+        rss.table = Indirection::round_robin(size, queues).unwrap();
+        load(&rss_program(&rss).unwrap());
+    }
+    // A socket filter is charged to the socket's option memory (`optmem_max`), a fanout
+    // program is not: the longest MAC program is left to the live tests and the length check.
+    let filters: Vec<_> = (0..MAX_PROGRAM_FILTERS / 4)
+        .map(|i| (MacAddr([2, 0, 0, 0, (i >> 8) as u8, i as u8]), 1 + (i % 3) as u16))
+        .collect();
+    load(&mac_program(&filters));
+    load(&mac_program(&[]));
+}
+
 #[test]
 fn a_short_frame_goes_to_the_default_queue() {
     let rss = RssConfig::new(4).unwrap();

@@ -222,3 +222,59 @@ fn a_receive_call_takes_one_turn_of_frames_and_leaves_the_rest() {
     );
     assert!(calls.len() >= 3, "the frames took several calls: {calls:?}");
 }
+
+/// A fanout group steered by Teamster's programs: the kernel loads the longest ones (a fanout
+/// program is not charged to socket memory, as a socket filter is), and a frame goes to the
+/// member its destination MAC's filter names, in the order the members joined; no member
+/// takes a frame another one took.
+#[test]
+fn a_fanout_group_steers_each_frame_to_one_queue_by_its_filter() {
+    use teamster_core::rx::{Indirection, RssConfig};
+    use teamster_core::wire::MacAddr;
+    use teamster_dp::steer;
+    if !live::as_root() {
+        return;
+    }
+    let _veth = Veth::new("tmtfna", "tmtfnb").expect("create veth pair");
+    let own = AfPacket::open("tmtfna").unwrap();
+    let group = own.start_fanout().unwrap();
+    let mut queues = vec![own];
+    for _ in 1..3 {
+        queues.push(AfPacket::open_queue("tmtfna", group).unwrap());
+    }
+    let mut rss = RssConfig::new(3).unwrap();
+    rss.types.udp_ipv4 = true;
+    rss.types.udp_ipv6 = true;
+    rss.table = Indirection::round_robin(steer::MAX_LIVE_TABLE, 3).unwrap();
+    queues[0].steer(&steer::rss_program(&rss).unwrap()).unwrap();
+    // Frame n goes to 02:00:00:00:00:0n; filters send ...01 to queue 1 and ...02 to queue 2,
+    // behind hundreds of others; ...03 has none (queue 0).
+    let mut filters: Vec<(MacAddr, u16)> = (0..steer::MAX_PROGRAM_FILTERS - 2)
+        .map(|i| (MacAddr([6, 0, 0, 0, (i >> 8) as u8, i as u8]), 1))
+        .collect();
+    filters.push((MacAddr([2, 0, 0, 0, 0, 1]), 1));
+    filters.push((MacAddr([2, 0, 0, 0, 0, 2]), 2));
+    queues[0].steer(&steer::mac_program(&filters)).unwrap();
+    let mut sender = AfPacket::open("tmtfnb").unwrap();
+    for round in 0..5u8 {
+        for n in 1..=3u8 {
+            let mut f = frame(None, round);
+            f[..6].copy_from_slice(&[2, 0, 0, 0, 0, n]);
+            sender.send(&f, Offload::NONE);
+        }
+    }
+    assert_eq!(sender.flush(), 0);
+    let mut got = vec![Vec::new(); 3];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while got.iter().map(Vec::len).sum::<usize>() < 15 && Instant::now() < deadline {
+        for (q, sock) in queues.iter_mut().enumerate() {
+            sock.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+                if f.len() >= 14 && f[12..14] == [0x88, 0xb5] {
+                    got[q].push(f[5]);
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(got, [vec![3; 5], vec![1; 5], vec![2; 5]], "frames by queue: {got:?}");
+}

@@ -112,6 +112,9 @@ pub enum Reason {
 pub struct QueueEvent {
     pub at: Instant,
     pub port: PortId,
+    /// The filter's MAC (and VNI).
+    pub mac: MacAddr,
+    pub vni: Option<u32>,
     pub from: u16,
     pub to: u16,
     pub reason: Reason,
@@ -180,6 +183,23 @@ impl NetQueue {
         Ok(queue)
     }
 
+    /// Whether a filter on `mac` (with `vni`) exists.
+    pub fn has_filter(&self, mac: MacAddr, vni: Option<u32>) -> bool {
+        self.index.contains_key(&(mac, vni))
+    }
+
+    /// Removes the filter on `mac` (with `vni`), if any: one MAC of a port that has several.
+    pub fn remove_filter(&mut self, mac: MacAddr, vni: Option<u32>) {
+        let Some(i) = self.index.remove(&(mac, vni)) else {
+            return;
+        };
+        self.filters.remove(i);
+        for (j, f) in self.filters.iter().enumerate().skip(i) {
+            self.index.insert((f.mac, f.vni), j);
+        }
+        self.fill_freed_queues();
+    }
+
     /// Removes every filter of `port`.
     pub fn remove_port(&mut self, port: PortId) {
         self.filters.retain(|f| f.port != port);
@@ -189,6 +209,12 @@ impl NetQueue {
             .enumerate()
             .map(|(i, f)| ((f.mac, f.vni), i))
             .collect();
+        self.fill_freed_queues();
+    }
+
+    /// Under even placement, moves filters waiting on the default queue, in the order they
+    /// came, into queues a removal left empty.
+    fn fill_freed_queues(&mut self) {
         if let Placement::Even = self.placement {
             // Filters past the queues move up into the freed queue, in the order they came.
             for q in 1..self.queues {
@@ -373,6 +399,8 @@ impl NetQueue {
             let event = QueueEvent {
                 at: now,
                 port: f.port,
+                mac: f.mac,
+                vni: f.vni,
                 from: f.queue,
                 to,
                 reason,
@@ -473,6 +501,16 @@ mod tests {
             nq.add_filter(PortId(50), mac(8), None, Instant::ZERO).is_err(),
             "a MAC twice"
         );
+        // One MAC of a port leaves: its queue goes to the next filter waiting, and every
+        // other filter keeps its queue.
+        nq.remove_filter(mac(1), None);
+        assert!(!nq.has_filter(mac(1), None) && nq.has_filter(mac(2), None));
+        assert_eq!(nq.receive(&to(mac(1))), 0);
+        assert_eq!(nq.receive(&to(mac(8))), 2);
+        assert_eq!(nq.receive(&to(mac(9))), 0);
+        assert_eq!(nq.receive(&to(mac(6))), 7);
+        nq.remove_filter(mac(77), None);
+        assert_eq!(nq.filters().len(), 8);
     }
 
     #[test]

@@ -15,20 +15,28 @@
 //!   every round), placed by `core::rx::NetQueue` evenly or packed (Dynamic NetQueue), with
 //!   every other frame on queue 0. Each round (the packing interval, 1 s by default) the
 //!   filters' loads are measured from the frames counted to their MACs, the queues repacked, and
-//!   the program rebuilt and swapped in (one system call; the kernel swaps it between frames)
-//!   when a filter was added, removed or moved. Each move is an event with its reason and the
-//!   queues' loads.
+//!   the program rebuilt when what it steers changed, and swapped in by a thread of its own
+//!   (the kernel swaps it between frames, then waits for an RCU grace period, milliseconds the
+//!   frames' path must not wait). Each move is an event with its reason and the queues' loads.
+//!   Filters are bounded: at most [`FILTERS_PER_PORT`] MACs of one port and
+//!   [`steer::MAX_PROGRAM_FILTERS`] in all are steered (a VM sourcing many MACs cannot take
+//!   the others' queues); other MACs take the default queue, and the uplink's note says so.
 //!
+//! A port worker's slot for a queue is keyed by the uplink's receive key, which it keeps for
+//! life (uplinks after a removed one move down an index; their keys, and so their queues, stay).
 //! A queue whose socket fails, or whose interface goes, detaches the whole uplink, which is
-//! re-attached with all its queues as any uplink is. Frames a queue handed over under an
-//! earlier attach (or before the uplinks were renumbered by a removal) carry an older
-//! generation and are dropped, counted as `detached` on the uplink.
+//! re-attached with all its queues, in a new group, as any uplink is. An uplink whose queues
+//! could not be opened (its interface was down, say) is tried again every round. Frames a
+//! queue handed over under an earlier attach carry an older generation and are dropped,
+//! counted as `detached` on the uplink. A queue's counts run from its uplink's attach.
 
 use super::{Datapath, MAX_PORTS, MAX_UPLINKS};
-use crate::afpacket::AfPacket;
+use crate::afpacket::{self, AfPacket};
 use crate::backend::Link;
 use crate::steer;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::mpsc::{Receiver, Sender};
 use teamster_core::rx::netqueue::{NetQueue, Placement, Reason};
 use teamster_core::rx::RssConfig;
 use teamster_core::teaming::PortId;
@@ -44,13 +52,15 @@ pub const RX_EVENTS_KEPT: usize = 1000;
 /// How often the queues' frame rates are measured (and NetQueue's filters refreshed, when
 /// it places them evenly).
 const ROUND: core::time::Duration = core::time::Duration::from_secs(1);
+/// The most MACs of one port that get a filter of their own.
+pub const FILTERS_PER_PORT: usize = 4;
 
-/// A port worker's slot for uplink `u`'s queue `q`.
-pub(super) fn slot(u: usize, q: usize) -> usize {
-    MAX_PORTS + u * MAX_RX_QUEUES + q
+/// A port worker's slot for queue `q` of the uplink with receive key `key`.
+pub(super) fn slot(key: usize, q: usize) -> usize {
+    MAX_PORTS + key * MAX_RX_QUEUES + q
 }
 
-/// The uplink and queue of a port worker's slot past the ports'.
+/// The receive key and queue of a port worker's slot past the ports'.
 pub(super) fn of_slot(slot: usize) -> Option<(usize, usize)> {
     let s = slot.checked_sub(MAX_PORTS)?;
     Some((s / MAX_RX_QUEUES, s % MAX_RX_QUEUES))
@@ -100,7 +110,7 @@ pub struct QueueState {
     pub queue: usize,
     /// The data-plane thread reading it (0: the switching worker); None while not open.
     pub worker: Option<usize>,
-    /// Frames it received since start.
+    /// Frames it received since its uplink was attached.
     pub frames: u64,
     /// Frames per second over the last round.
     pub pps: f64,
@@ -130,6 +140,8 @@ pub struct RxState {
 /// One uplink's receive queues.
 #[derive(Debug, Default)]
 pub(super) struct UplinkRx {
+    /// Its key, for life: its queues' slots in the port workers (see [`slot`]).
+    pub key: usize,
     /// The generation of each queue's socket while attached (index 0 unused: the uplink's own).
     generations: Vec<Option<u64>>,
     frames: Vec<u64>,
@@ -137,10 +149,51 @@ pub(super) struct UplinkRx {
     frames_then: Vec<u64>,
     pps: Vec<f64>,
     netqueue: Option<NetQueue>,
+    /// The filters the installed program steers (NetQueue).
+    steered: Vec<(MacAddr, u16)>,
     note: Option<String>,
 }
 
+/// A program to install on a fanout group, off the frames' path.
+struct SteerJob {
+    fd: OwnedFd,
+    program: Vec<libc::sock_filter>,
+    uplink: String,
+}
+
+/// The thread that installs NetQueue's programs, and the errors it reports.
+pub(super) struct Steerer {
+    jobs: Sender<SteerJob>,
+    failed: Receiver<String>,
+}
+
+impl Steerer {
+    /// Starts the thread.
+    pub(super) fn spawn() -> std::io::Result<Steerer> {
+        let (jobs, inbox) = std::sync::mpsc::channel::<SteerJob>();
+        let (report, failed) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("teamster-steer".into())
+            .spawn(move || {
+                for job in inbox {
+                    if let Err(e) = afpacket::steer_fd(job.fd.as_raw_fd(), &job.program, &job.uplink) {
+                        let _ = report.send(format!("uplink {}: steering not changed: {e}", job.uplink));
+                    }
+                }
+            })?;
+        Ok(Steerer { jobs, failed })
+    }
+}
+
 impl UplinkRx {
+    /// An uplink's receive queues, before its first attach, under receive key `key`.
+    pub(super) fn keyed(key: usize) -> UplinkRx {
+        UplinkRx {
+            key,
+            ..UplinkRx::default()
+        }
+    }
+
     /// Counts a frame queue `q` took, to destination `dst` (its first six bytes).
     pub(super) fn count(&mut self, q: usize, frame: &[u8]) {
         if let Some(n) = self.frames.get_mut(q) {
@@ -160,9 +213,11 @@ impl Datapath {
         let want = self.rx.queues;
         let rx = &mut self.uplinks[u].rx;
         *rx = UplinkRx {
+            key: rx.key,
             frames: vec![0; want],
             frames_then: vec![0; want],
             pps: vec![0.0; want],
+            note: rx.note.take(),
             ..UplinkRx::default()
         };
         if want <= 1 {
@@ -183,6 +238,7 @@ impl Datapath {
             Ok(s) => s,
             Err(why) => return self.queues_refused(u, why, now),
         };
+        let key = self.uplinks[u].rx.key;
         let mut generations = vec![None];
         for (i, link) in sockets.into_iter().enumerate() {
             let q = i + 1;
@@ -190,13 +246,14 @@ impl Datapath {
             generations.push(Some(self.generation));
             let worker = (q - 1) % self.workers.len();
             self.workers[worker].command(super::port_worker::Command::Attach {
-                port: slot(u, q),
+                port: slot(key, q),
                 generation: self.generation,
                 link: Box::new(Link::Packet(link)),
                 interface: interface.clone(),
             });
         }
         self.uplinks[u].rx.generations = generations;
+        self.uplinks[u].rx.note = None;
         if let Err(why) = self.steer(u) {
             self.detach_queues(u);
             return self.queues_refused(u, why, now);
@@ -209,8 +266,12 @@ impl Datapath {
         self.event(now, "rx", what);
     }
 
-    /// Uplink `u` receives on its own socket alone, because of `why`.
+    /// Uplink `u` receives on its own socket alone, because of `why` (logged once per reason:
+    /// the queues are tried again every round).
     fn queues_refused(&mut self, u: usize, why: String, now: Instant) {
+        if self.uplinks[u].rx.note.as_ref() == Some(&why) {
+            return;
+        }
         let what = format!("uplink {}: receiving on one queue: {why}", self.uplinks[u].plan.name);
         self.uplinks[u].rx.note = Some(why);
         self.event(now, "rx", what);
@@ -219,40 +280,63 @@ impl Datapath {
     /// Closes uplink `u`'s receive queues past its own socket.
     pub(super) fn detach_queues(&mut self, u: usize) {
         let generations = std::mem::take(&mut self.uplinks[u].rx.generations);
+        let key = self.uplinks[u].rx.key;
         for (q, g) in generations.iter().enumerate().skip(1) {
             if g.is_some() {
                 let worker = (q - 1) % self.workers.len();
-                let port = slot(u, q);
+                let port = slot(key, q);
                 self.workers[worker].command(super::port_worker::Command::Detach { port });
             }
         }
     }
 
-    /// Re-opens every uplink's queues (their slots follow the uplinks' indices, which a removal
-    /// changes).
-    pub(super) fn reattach_all_queues(&mut self, now: Instant) {
-        for u in 0..self.uplinks.len() {
-            self.detach_queues(u);
-            if self.uplinks[u].backend.is_some() {
-                self.attach_queues(u, now);
-            }
-        }
+    /// A receive key no uplink has.
+    pub(super) fn free_rx_key(&self) -> usize {
+        (0..MAX_UPLINKS)
+            .find(|k| !self.uplinks.iter().any(|u| u.rx.key == *k))
+            .expect("fewer than MAX_UPLINKS uplinks")
     }
 
-    /// Sets uplink `u`'s steering program from the plan (RSS) or its filters (NetQueue).
+    /// Sets uplink `u`'s first steering program from the plan (RSS) or its filters (NetQueue),
+    /// here: a group's first program costs no grace period.
     fn steer(&mut self, u: usize) -> Result<(), String> {
         let program = match (&self.rx.steering, &self.uplinks[u].rx.netqueue) {
             (Steering::Rss(rss), _) => steer::rss_program(rss)?,
-            (Steering::NetQueue(_), Some(nq)) => {
-                let filters: Vec<(MacAddr, u16)> = nq.filters().iter().map(|f| (f.mac, f.queue)).collect();
-                steer::mac_program(&filters)
-            }
-            (Steering::NetQueue(_), None) => return Ok(()),
+            (Steering::NetQueue(_), _) => steer::mac_program(&self.uplinks[u].rx.steered),
         };
         match &self.uplinks[u].backend {
             Some(Link::Packet(b)) => b.steer(&program).map_err(|e| e.to_string()),
             _ => Ok(()),
         }
+    }
+
+    /// Replaces uplink `u`'s NetQueue program if its filters steer differently now, on the
+    /// steering thread.
+    fn resteer(&mut self, u: usize, now: Instant) {
+        let up = &mut self.uplinks[u];
+        let Some(nq) = up.rx.netqueue.as_ref() else { return };
+        let mut steered: Vec<(MacAddr, u16)> = (nq.filters().iter())
+            .filter(|f| f.queue != 0)
+            .map(|f| (f.mac, f.queue))
+            .collect();
+        steered.truncate(steer::MAX_PROGRAM_FILTERS);
+        if steered == up.rx.steered || up.rx.generations.len() <= 1 {
+            return;
+        }
+        let Some(Link::Packet(b)) = &up.backend else { return };
+        let job = match b.steering_handle() {
+            Ok(fd) => SteerJob {
+                fd,
+                program: steer::mac_program(&steered),
+                uplink: up.plan.name.clone(),
+            },
+            Err(e) => {
+                let what = format!("uplink {}: steering not changed: {e}", up.plan.name);
+                return self.event(now, "rx", what);
+            }
+        };
+        up.rx.steered = steered;
+        let _ = self.steerer.jobs.send(job);
     }
 
     fn steering_name(&self) -> &'static str {
@@ -267,7 +351,8 @@ impl Datapath {
     /// counted as `detached`) if that queue has since been closed or renumbered.
     pub(super) fn take_queue_frame(&mut self, slot: usize, generation: u64, frame: &[u8]) -> Option<usize> {
         let Some((u, q)) = self.queue_of(slot, generation) else {
-            if let Some(up) = of_slot(slot).and_then(|(u, _)| self.uplinks.get_mut(u)) {
+            let key = of_slot(slot).map(|s| s.0);
+            if let Some(up) = self.uplinks.iter_mut().find(|u| Some(u.rx.key) == key) {
                 up.extra.detached += 1;
             }
             return None;
@@ -276,16 +361,22 @@ impl Datapath {
         Some(u)
     }
 
-    /// The uplink and queue of slot `slot`, if its socket is still the one of `generation`.
+    /// The uplink (index) and queue of slot `slot`, if its socket is still the one of
+    /// `generation`.
     pub(super) fn queue_of(&self, slot: usize, generation: u64) -> Option<(usize, usize)> {
-        let (u, q) = of_slot(slot)?;
-        let current = self.uplinks.get(u)?.rx.generations.get(q).copied().flatten();
+        let (key, q) = of_slot(slot)?;
+        let u = self.uplinks.iter().position(|u| u.rx.key == key)?;
+        let current = self.uplinks[u].rx.generations.get(q).copied().flatten();
         (current == Some(generation)).then_some((u, q))
     }
 
-    /// The receive queues' round at `now`: rates measured; NetQueue's filters refreshed from
-    /// the MAC table, repacked, and the program swapped when they changed.
+    /// The receive queues' round at `now`: rates measured; queues that could not be opened
+    /// tried again; NetQueue's filters refreshed from the MAC table, repacked, and the program
+    /// swapped when what it steers changed.
     pub(super) fn rx_round(&mut self, now: Instant) {
+        while let Ok(what) = self.steerer.failed.try_recv() {
+            self.event(now, "rx", what);
+        }
         if self.rx.queues <= 1 || now < self.next_rx_round {
             return;
         }
@@ -295,49 +386,46 @@ impl Datapath {
         };
         let elapsed = (now - self.next_rx_round + interval).as_secs_f64();
         self.next_rx_round = now + interval;
-        let macs: Vec<(MacAddr, PortId)> = {
-            let mut m: Vec<_> = (self.switch.mac_table().port_macs(now))
-                .filter(|(vlan, mac, _)| vlan.is_none_or(|v| v < 4096) && !mac.is_multicast())
-                .map(|(_, mac, port)| (mac, port))
-                .collect();
-            m.sort();
-            m.dedup_by_key(|e| e.0);
-            m
-        };
+        let netqueue = matches!(self.rx.steering, Steering::NetQueue(_));
+        // The MACs behind local ports (the first port a MAC is found on, for one in two VLANs).
+        let mut macs: HashMap<MacAddr, PortId> = HashMap::new();
+        if netqueue {
+            for (vlan, mac, port) in self.switch.mac_table().port_macs(now) {
+                if vlan.is_none_or(|v| v < 4096) && !mac.is_multicast() {
+                    macs.entry(mac).or_insert(port);
+                }
+            }
+        }
+        let mut sorted: Vec<(MacAddr, PortId)> = macs.iter().map(|(m, p)| (*m, *p)).collect();
+        sorted.sort();
         for u in 0..self.uplinks.len() {
-            let name = self.uplinks[u].plan.name.clone();
+            if self.uplinks[u].backend.is_some() && self.uplinks[u].rx.generations.len() <= 1 {
+                self.attach_queues(u, now);
+            }
             let rx = &mut self.uplinks[u].rx;
             for q in 0..rx.frames.len() {
                 rx.pps[q] = (rx.frames[q] - rx.frames_then[q]) as f64 / elapsed;
                 rx.frames_then[q] = rx.frames[q];
             }
             let Some(nq) = rx.netqueue.as_mut() else { continue };
-            let mut changed = false;
-            let stale: Vec<PortId> = (nq.filters().iter())
-                .filter(|f| !macs.contains(&(f.mac, f.port)))
-                .map(|f| f.port)
-                .collect();
-            for port in stale {
-                nq.remove_port(port);
-                changed = true;
-            }
-            for (mac, port) in &macs {
-                if !nq.filters().iter().any(|f| f.mac == *mac) {
-                    changed |= nq.add_filter(*port, *mac, None, now).is_ok();
-                }
+            let capped = refresh_filters(nq, &macs, &sorted, now);
+            let note = capped.then(|| {
+                format!(
+                    "MACs past {FILTERS_PER_PORT} per port or {} in all take the default queue",
+                    steer::MAX_PROGRAM_FILTERS
+                )
+            });
+            if rx.generations.len() > 1 {
+                rx.note = note;
             }
             nq.handle_timeout(now);
+            let name = self.uplinks[u].plan.name.clone();
             let mut events = Vec::new();
-            while let Some(e) = nq.poll_event() {
-                let mac = nq
-                    .filters()
-                    .iter()
-                    .find(|f| f.port == e.port)
-                    .map_or(MacAddr([0; 6]), |f| f.mac);
+            while let Some(e) = self.uplinks[u].rx.netqueue.as_mut().and_then(NetQueue::poll_event) {
                 events.push(RxEvent {
                     at: e.at,
                     uplink: name.clone(),
-                    mac,
+                    mac: e.mac,
                     from: e.from,
                     to: e.to,
                     reason: match e.reason {
@@ -347,7 +435,6 @@ impl Datapath {
                     loads: e.loads,
                 });
             }
-            changed |= !events.is_empty();
             for e in events {
                 let loads: Vec<String> = e.loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
                 let what = format!(
@@ -366,12 +453,7 @@ impl Datapath {
                 }
                 self.rx_events.push_back(e);
             }
-            if changed && self.uplinks[u].rx.generations.len() > 1 {
-                if let Err(why) = self.steer(u) {
-                    let what = format!("uplink {}: steering not changed: {why}", self.uplinks[u].plan.name);
-                    self.event(now, "rx", what);
-                }
-            }
+            self.resteer(u, now);
         }
     }
 
@@ -422,9 +504,48 @@ impl Datapath {
     }
 }
 
+/// Brings NetQueue's filters in line with the MACs behind local ports (`macs`, and the same
+/// sorted): a filter whose MAC left (or moved to another port) is removed, a new MAC gets one
+/// unless its port has [`FILTERS_PER_PORT`] or the uplink [`steer::MAX_PROGRAM_FILTERS`]
+/// already. Says whether a MAC went without a filter for those limits. Costs a hash lookup
+/// per MAC and filter.
+fn refresh_filters(
+    nq: &mut NetQueue,
+    macs: &HashMap<MacAddr, PortId>,
+    sorted: &[(MacAddr, PortId)],
+    now: Instant,
+) -> bool {
+    let stale: Vec<MacAddr> = (nq.filters().iter())
+        .filter(|f| macs.get(&f.mac) != Some(&f.port))
+        .map(|f| f.mac)
+        .collect();
+    for mac in stale {
+        nq.remove_filter(mac, None);
+    }
+    let mut per_port: HashMap<PortId, usize> = HashMap::new();
+    for f in nq.filters() {
+        *per_port.entry(f.port).or_default() += 1;
+    }
+    let mut capped = false;
+    for (mac, port) in sorted {
+        if nq.has_filter(*mac, None) {
+            continue;
+        }
+        let n = per_port.entry(*port).or_default();
+        if *n >= FILTERS_PER_PORT || nq.filters().len() >= steer::MAX_PROGRAM_FILTERS {
+            capped = true;
+            continue;
+        }
+        if nq.add_filter(*port, *mac, None, now).is_ok() {
+            *n += 1;
+        }
+    }
+    capped
+}
+
 /// Makes `own` the first member of a fanout group on `interface` (a new one, unless it leads
 /// `group` already) and opens `want - 1` more members, in queue order.
-fn open_group(own: &AfPacket, group: &mut Option<u16>, interface: &str, want: usize) -> Result<Vec<AfPacket>, String> {
+fn open_group(own: &AfPacket, group: &mut Option<u32>, interface: &str, want: usize) -> Result<Vec<AfPacket>, String> {
     let group = match *group {
         Some(g) => g,
         None => *group.insert(own.start_fanout().map_err(|e| e.to_string())?),

@@ -58,7 +58,7 @@ impl Datapath {
                 carrier: false,
                 ecn_marked: 0,
                 attach_error: None,
-                rx: Default::default(),
+                rx: super::rx_queues::UplinkRx::keyed(self.free_rx_key()),
                 fanout: None,
             });
             self.ingress.push(ingress::queue(now));
@@ -114,11 +114,6 @@ impl Datapath {
     /// Removes the uplinks `want` does not name; then says whether the uplinks are `want`'s,
     /// in its order (false, with an event, means a bug: the checks refuse such a change).
     pub(super) fn remove_uplinks(&mut self, want: &[UplinkPlan], now: Instant) -> bool {
-        let removing = self.uplinks.iter().any(|u| !want.iter().any(|w| w.name == u.plan.name));
-        if removing {
-            // Queue slots follow uplink indices: closed before, re-opened after the removal.
-            (0..self.uplinks.len()).for_each(|u| self.detach_queues(u));
-        }
         for u in (0..self.uplinks.len()).rev() {
             if want.iter().any(|w| w.name == self.uplinks[u].plan.name) {
                 continue;
@@ -128,6 +123,7 @@ impl Datapath {
                 self.event(now, "config", format!("uplink {name}: not removed: {e}"));
                 continue;
             }
+            self.detach_queues(u);
             let mut gone = self.uplinks.remove(u);
             // Its counters went with it (what it sent since the last turn is not counted).
             if let Some(backend) = gone.backend.take() {
@@ -153,9 +149,6 @@ impl Datapath {
             self.pollfds_stale = true;
             let what = format!("uplink {name}: removed (interface {})", gone.plan.interface);
             self.event(now, "config", what);
-        }
-        if removing {
-            self.reattach_all_queues(now);
         }
         let aligned = self
             .uplinks

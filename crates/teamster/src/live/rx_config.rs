@@ -105,6 +105,11 @@ pub fn rx_plan(rx: &RxSection, workers: usize, backends: &[(String, bool)]) -> R
         if !(1..=MAX_LIVE_TABLE as u64).contains(&n) {
             return Err(format!("rx.indirection = {n}: expected 1 to {MAX_LIVE_TABLE} entries"));
         }
+        if (n as usize) < queues {
+            return Err(format!(
+                "rx.indirection = {n}: fewer entries than rx.queues = {queues}, so some queues would never receive"
+            ));
+        }
         rss.table = Indirection::round_robin(n as usize, queues).map_err(|e| format!("rx.indirection: {e}"))?;
     }
     rss.types.udp_ipv4 = rx.hash_udp;
@@ -130,6 +135,9 @@ pub fn rx_plan(rx: &RxSection, workers: usize, backends: &[(String, bool)]) -> R
         SteeringSetting::DynamicNetqueue => {
             let d = Packing::default();
             let interval_ms = rx.interval_ms.unwrap_or(d.interval.as_millis() as u64);
+            if !(10..=3_600_000).contains(&interval_ms) {
+                return Err(format!("rx.interval_ms = {interval_ms}: expected 10 to 3600000"));
+            }
             let p = Packing {
                 queue_pps: rx.queue_pps.unwrap_or(DEFAULT_QUEUE_PPS),
                 interval: core::time::Duration::from_millis(interval_ms),
@@ -195,6 +203,16 @@ mod tests {
             ("queues = 2\nrss_key = \"zz\"", 2, "rx.rss_key"),
             ("queues = 2\nindirection = 257", 2, "rx.indirection = 257"),
             ("queues = 2\nindirection = 0", 2, "rx.indirection = 0"),
+            (
+                "queues = 4\nindirection = 2",
+                2,
+                "rx.indirection = 2: fewer entries than rx.queues = 4",
+            ),
+            (
+                "queues = 2\nsteering = \"dynamic_netqueue\"\ninterval_ms = 5",
+                2,
+                "rx.interval_ms = 5",
+            ),
             ("queues = 2\nqueue_pps = 10", 2, "dynamic_netqueue"),
             (
                 "queues = 2\nsteering = \"netqueue\"\nhash_udp = true",
