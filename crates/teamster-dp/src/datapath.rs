@@ -49,6 +49,7 @@ mod fit;
 mod handoff;
 mod ingress;
 mod poll;
+mod port_moves;
 mod port_worker;
 mod ports;
 mod publish;
@@ -62,7 +63,7 @@ pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering,
 use crate::pool::{self, FramePool, Spill};
 use fit::{fit, Refused};
 use handoff::Doorbell;
-use port_worker::{Gone, Handed, PortWorker, Upstream};
+use port_worker::{Gone, Handed, PortWorker, Returned, Upstream};
 
 use crate::backend::{BackendChoice, Link};
 use crate::netlink::LinkWatch;
@@ -227,6 +228,8 @@ enum PortIo {
         ifindex: i32,
         takes_offloads: bool,
         describe: String,
+        /// The worker its socket is moving to (see the `port_moves` submodule).
+        moving_to: Option<usize>,
     },
 }
 
@@ -244,6 +247,10 @@ pub struct Port {
     /// Set when the port was removed: the slot is empty, and taken again by a port added once
     /// frames the old one handed between threads have drained (see the `ports` submodule).
     vacant_since: Option<Instant>,
+    /// The port worker its socket is given to (whose tally holds its counts).
+    home: Option<usize>,
+    /// Frames for it held while its socket moves between workers.
+    held: VecDeque<(Vec<u8>, Offload)>,
 }
 
 impl Port {
@@ -412,6 +419,8 @@ pub struct Datapath {
     bell: Arc<Doorbell>,
     /// Ports whose socket a port worker closed.
     gone: Receiver<Gone>,
+    /// Sockets port workers handed back (ports moving between workers).
+    returned: Receiver<Returned>,
     /// Attaches so far (each attach to a port worker carries the next).
     generation: u64,
     /// Each interface's receive queue, ports then uplinks.
@@ -673,6 +682,8 @@ impl Datapath {
                 ecn_marked: 0,
                 attach_error: None,
                 vacant_since: None,
+                home: None,
+                held: VecDeque::new(),
             });
         }
         if plan.uplinks.len() > MAX_UPLINKS {
@@ -725,9 +736,11 @@ impl Datapath {
         let bell = Arc::new(Doorbell::new().map_err(|e| format!("eventfd: {e}"))?);
         let spill = Arc::new(Spill::new(pool::KEPT));
         let (gone_tx, gone) = std::sync::mpsc::channel();
+        let (returned_tx, returned) = std::sync::mpsc::channel();
         let upstream = Upstream {
             bell: bell.clone(),
             gone: gone_tx,
+            returned: returned_tx,
             spill: spill.clone(),
         };
         // Port workers even for a switch that starts without ports: ports come and go.
@@ -765,6 +778,7 @@ impl Datapath {
             workers,
             bell,
             gone,
+            returned,
             generation: 0,
             ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
             news: LinkNews::default(),
@@ -910,6 +924,7 @@ impl Datapath {
                 self.resync(now, false);
             }
             self.take_gone(now);
+            self.take_returned(now);
             let (received, now) = self.receive_and_switch(now, &mut scratch);
             if received > 0 {
                 self.busy_until = now + self.busy_poll;
@@ -965,6 +980,10 @@ impl Datapath {
             let p = &mut self.ports[port];
             if matches!(p.io, PortIo::Away { generation: g, .. } if g == generation) {
                 p.io = PortIo::Detached;
+                p.extra.detached += p.held.len() as u64;
+                for (frame, _) in p.held.drain(..) {
+                    self.pool.give(frame);
+                }
                 self.pollfds_stale = true;
                 let what = format!(
                     "port {}: detached from {} (interface gone)",
@@ -1014,22 +1033,10 @@ impl Datapath {
         // A port worker's counts, whether or not the port is still attached (what a closed
         // socket held is counted there too).
         for i in 0..self.ports.len() {
-            let Some(w) = self.port_worker_of(i) else { break };
             // A removed port's last counts stay in its slot's tally until the slot is reused.
-            if !self.ports[i].present() {
-                continue;
+            if let (Some(w), true) = (self.ports[i].home, self.ports[i].present()) {
+                self.take_tally(i, w);
             }
-            let t = self.workers[w].lane.tallies[i].take();
-            let p = &mut self.ports[i];
-            self.switch
-                .count_sent(Egress::Port(p.plan.id), t.sent_packets, t.sent_bytes);
-            let x = &mut p.extra;
-            x.truncated += t.truncated;
-            x.bad_offload += t.bad_offload;
-            x.tx_error += t.tx_error;
-            x.ring_full += t.ring_full;
-            x.detached += t.detached;
-            x.handoff_full += t.handoff_full;
         }
         // The receive queues' counts go to their uplinks (those of a closed queue included).
         for (u, up) in self.uplinks.iter_mut().enumerate() {
@@ -1055,6 +1062,21 @@ impl Datapath {
                 u.extra.bad_offload += rx.bad_offload;
             }
         }
+    }
+
+    /// Takes what port worker `w` counted for port `i` into the port's counters.
+    fn take_tally(&mut self, i: usize, w: usize) {
+        let t = self.workers[w].lane.tallies[i].take();
+        let p = &mut self.ports[i];
+        self.switch
+            .count_sent(Egress::Port(p.plan.id), t.sent_packets, t.sent_bytes);
+        let x = &mut p.extra;
+        x.truncated += t.truncated;
+        x.bad_offload += t.bad_offload;
+        x.tx_error += t.tx_error;
+        x.ring_full += t.ring_full;
+        x.detached += t.detached;
+        x.handoff_full += t.handoff_full;
     }
 
     /// Carries out what the team asked for: frames to send, moves to record.
@@ -1174,6 +1196,29 @@ impl Datapath {
                             };
                             let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
                             count_refusal(&mut port.extra, fitted);
+                        }
+                        PortIo::Away {
+                            moving_to: Some(_),
+                            takes_offloads,
+                            ..
+                        } => {
+                            let to = fit::Egress {
+                                mtu: port.mtu,
+                                takes_offloads: *takes_offloads,
+                                max_wire: None,
+                            };
+                            let held = &mut port.held;
+                            let mut full = 0;
+                            let fitted = fit(frame, offload, to, &mut |frame, offload| {
+                                if held.len() < port_moves::HELD_MAX {
+                                    held.push_back((frame, offload));
+                                } else {
+                                    full += 1;
+                                    self.pool.give(frame);
+                                }
+                            });
+                            count_refusal(&mut port.extra, fitted);
+                            port.extra.handoff_full += full;
                         }
                         PortIo::Away {
                             worker, takes_offloads, ..

@@ -5,7 +5,8 @@
 //! - Dynamic NetQueue: two VMs' filters start packed on one queue; a flood into one VM spreads
 //!   the other's filter to a queue of its own (a `spread` event with the loads), frames to
 //!   each VM then arrive on its filter's queue only, and when the flood stops the filters are
-//!   packed again (a `pack` event).
+//!   packed again (a `pack` event). Each VM's port I/O follows its filter: on one thread while
+//!   packed, on two while spread.
 //!
 //! Topology: [`netns`].
 
@@ -48,10 +49,11 @@ fn filter_queue(v: &Value, mac: &str) -> Option<u64> {
         .as_u64()
 }
 
-/// The switch: both VMs on uplink1 (uplink2 standby), two data-plane threads, `rx` as given.
-fn config(rx: &str) -> String {
+/// The switch: both VMs on uplink1 (uplink2 standby), `workers` data-plane threads, `rx` as
+/// given.
+fn config(workers: u32, rx: &str) -> String {
     switch_toml(
-        &format!("workers = 2\n[rx]\n{rx}"),
+        &format!("workers = {workers}\n[rx]\n{rx}"),
         "10G",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "",
@@ -82,7 +84,7 @@ fn rss_spreads_one_vms_flows_over_two_queues_and_threads() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (_daemon, status_path) = start(d, &config("queues = 2\nsteering = \"rss\""));
+    let (_daemon, status_path) = start(d, &config(2, "queues = 2\nsteering = \"rss\""));
     assert!(reaches_remote("tmt-vm1"));
     let v = rx(d);
     assert_eq!(v["steering"], "rss", "{v}");
@@ -144,7 +146,15 @@ fn dynamic_netqueue_spreads_under_load_and_packs_when_it_ends() {
     let d = dir.path();
     // A queue is "full" at 2000 frames/s, so a ping is light and a flood heavy.
     let rx_section = "queues = 3\nsteering = \"dynamic_netqueue\"\nqueue_pps = 2000\ninterval_ms = 200";
-    let (_daemon, _status) = start(d, &config(rx_section));
+    // Three threads: queue 1 is read by port worker 1, queue 2 by port worker 2, and a VM's
+    // port I/O follows its filter's queue.
+    let (_daemon, status_path) = start(d, &config(3, rx_section));
+    let workers = || -> Vec<u64> {
+        let s = status(&status_path);
+        (s["ports"].as_array().unwrap().iter())
+            .map(|p| p["worker"].as_u64().unwrap_or(0))
+            .collect()
+    };
     assert!(reaches_remote("tmt-vm1") && reaches_remote("tmt-vm2"));
     let (vm1, vm2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
     let v = await_rx(d, 5, "both filters placed", |v| {
@@ -155,6 +165,10 @@ fn dynamic_netqueue_spreads_under_load_and_packs_when_it_ends() {
         filter_queue(&v, vm2),
         "new filters join the queue in use: {v}"
     );
+    await_that("both VMs' I/O on the packed queue's thread", || {
+        let w = workers();
+        w[0] == w[1]
+    });
     // A flood into vm1: UDP at a few thousand frames per second for 4 s.
     let mut flood = std::process::Command::new("timeout")
         .args([
@@ -196,6 +210,10 @@ fn dynamic_netqueue_spreads_under_load_and_packs_when_it_ends() {
         loads.iter().any(|l| *l > 0.8),
         "a queue was over spread_above: {spread}"
     );
+    await_that("each VM's I/O on its own queue's thread", || {
+        let w = workers();
+        w[0] != w[1]
+    });
     // Frames to vm2 now arrive on vm2's queue, the flood on vm1's.
     let before = queue_frames(&v, "uplink1");
     let out = ping("tmt-remote", "10.77.0.2", "20", "0.05");
@@ -211,6 +229,17 @@ fn dynamic_netqueue_spreads_under_load_and_packs_when_it_ends() {
         v["events"].as_array().unwrap().iter().any(|e| e["reason"] == "pack")
     });
     assert_eq!(filter_queue(&v, vm1), filter_queue(&v, vm2), "packed: {v}");
+    await_that("both VMs' I/O on one thread again", || {
+        let w = workers();
+        w[0] == w[1]
+    });
+    // Every move handed the socket over without losing a frame: both VMs still answer.
+    for vm in ["10.77.0.1", "10.77.0.2"] {
+        let out = ping("tmt-remote", vm, "10", "0.05");
+        assert!(received(&out) >= 9, "{vm}: {out}");
+    }
+    let events = ctl(d, &["events"]).1;
+    assert!(events.contains("I/O moved to data-plane thread"), "{events}");
     let (code, text, _) = ctl(d, &["rx"]);
     assert_eq!(code, 0);
     for want in ["dynamic-netqueue", "spread", "pack", vm1, vm2] {

@@ -133,7 +133,14 @@ impl Datapath {
                 self.close(backend);
             }
             // The worker counts what the socket sent and held in the port's tally.
-            PortIo::Away { worker, .. } => self.workers[worker].command(Command::Detach { port: i }),
+            PortIo::Away { worker, .. } => {
+                self.workers[worker].command(Command::Detach { port: i });
+                let p = &mut self.ports[i];
+                p.extra.detached += p.held.len() as u64;
+                for (frame, _) in p.held.drain(..) {
+                    self.pool.give(frame);
+                }
+            }
         }
         let port = &mut self.ports[i];
         port.attach_error = None;
@@ -146,17 +153,19 @@ impl Datapath {
     /// are any (see [`super::port_worker`]), else to this thread.
     fn place_port(&mut self, i: usize, link: Link) {
         self.pollfds_stale = true;
-        let Some(worker) = self.port_worker_of(i) else {
+        let Some(worker) = self.ports[i].home.or(self.port_worker_of(i)) else {
             self.ports[i].io = PortIo::Here(link);
             return;
         };
         self.generation += 1;
+        self.ports[i].home = Some(worker);
         self.ports[i].io = PortIo::Away {
             worker,
             generation: self.generation,
             ifindex: link.ifindex(),
             takes_offloads: link.takes_offloads(),
             describe: link.describe(),
+            moving_to: None,
         };
         self.workers[worker].command(Command::Attach {
             port: i,

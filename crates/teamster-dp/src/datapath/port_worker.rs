@@ -20,6 +20,12 @@
 //! [`Gone`], and the switching worker re-attaches it like any other. Each attach carries a
 //! generation, so a report about a socket the switching worker has already replaced is ignored.
 //!
+//! Moves. A port's socket can move to another worker (its NetQueue filter moved to a queue
+//! that worker reads, see [`super::port_moves`]): [`Command::Release`] makes the worker send
+//! every frame the switching worker handed it so far, flush the socket, count it, and hand it
+//! back ([`Returned`]), still holding any frames the device had no room for, which the next
+//! worker sends. No frame is dropped on the way.
+//!
 //! Receive queues. A worker may also be given an uplink's receive queue (a socket of the
 //! uplink's fanout group, see [`super::rx_queues`]): it is attached, read, counted and
 //! reported gone as a port's socket is, in a slot past the ports' ([`super::rx_queues::slot`]),
@@ -126,6 +132,15 @@ pub(super) enum Command {
     },
     /// Close port `port`'s socket.
     Detach { port: usize },
+    /// Hand port `port`'s socket back, once what was handed for it is sent.
+    Release { port: usize },
+}
+
+/// A socket a worker handed back ([`Command::Release`]).
+pub(super) struct Returned {
+    pub port: usize,
+    pub generation: u64,
+    pub link: Box<Link>,
 }
 
 /// A port whose socket a worker closed because its interface is gone.
@@ -161,6 +176,7 @@ pub(super) struct Upstream {
     /// The switching worker's bell.
     pub bell: Arc<Doorbell>,
     pub gone: Sender<Gone>,
+    pub returned: Sender<Returned>,
     pub spill: Arc<Spill>,
 }
 
@@ -305,15 +321,8 @@ impl Run {
         if handed > 0 {
             self.upstream.bell.ring();
         }
-        while let Some(h) = lane.to_ports.pop() {
-            match self.ports.get_mut(h.port as usize).and_then(Option::as_mut) {
-                Some(a) => a.link.send_owned(h.frame, h.offload),
-                None => {
-                    add(&lane.tallies[h.port as usize].detached, 1);
-                    pool.give(h.frame);
-                }
-            }
-        }
+        self.send_handed();
+        let (lane, pool) = (&*self.lane, &mut self.pool);
         let read_ring_drops = Instant::now() >= self.next_ring_drops;
         if read_ring_drops {
             self.next_ring_drops = Instant::now() + RING_DROPS_EVERY;
@@ -336,9 +345,48 @@ impl Run {
         received
     }
 
+    /// Sends every frame the switching worker has handed over.
+    fn send_handed(&mut self) {
+        let (lane, pool) = (&*self.lane, &mut self.pool);
+        while let Some(h) = lane.to_ports.pop() {
+            match self.ports.get_mut(h.port as usize).and_then(Option::as_mut) {
+                Some(a) => a.link.send_owned(h.frame, h.offload),
+                None => {
+                    add(&lane.tallies[h.port as usize].detached, 1);
+                    pool.give(h.frame);
+                }
+            }
+        }
+    }
+
     /// Carries out one command from the switching worker.
     fn apply(&mut self, command: Command) {
         match command {
+            Command::Release { port } => {
+                // Everything handed for it before the command was sent is in the queue now.
+                self.send_handed();
+                let Some(mut a) = self.ports.get_mut(port).and_then(Option::take) else {
+                    return;
+                };
+                let tally = &self.lane.tallies[port];
+                add(&tally.tx_error, a.link.flush() as u64);
+                a.link.recycle(&mut |b| self.pool.give(b));
+                let sent = a.link.take_sent();
+                add(&tally.sent_packets, sent.packets);
+                add(&tally.sent_bytes, sent.bytes);
+                let rx = a.link.take_rx_drops();
+                add(&tally.truncated, rx.truncated);
+                add(&tally.bad_offload, rx.bad_offload);
+                let back = Returned {
+                    port,
+                    generation: a.generation,
+                    link: Box::new(a.link),
+                };
+                // The switching worker outlives its workers; if it is stopping, the socket
+                // closes here.
+                let _ = self.upstream.returned.send(back);
+                self.upstream.bell.ring();
+            }
             Command::Attach {
                 port,
                 generation,

@@ -224,7 +224,7 @@ impl Datapath {
             }
         };
         // Counts a port worker kept for the slot's last port are not the new one's.
-        if let Some(k) = self.port_worker_of(i) {
+        if let Some(k) = self.ports[i].home {
             self.workers[k].lane.tallies[i].take();
         }
         self.ports[i] = Port {
@@ -262,6 +262,8 @@ impl Port {
             ecn_marked: 0,
             attach_error: None,
             vacant_since: Some(Instant::ZERO),
+            home: None,
+            held: std::collections::VecDeque::new(),
         }
     }
 }

@@ -195,6 +195,13 @@ impl UplinkRx {
     }
 
     /// Counts a frame queue `q` took, to destination `dst` (its first six bytes).
+    /// Each NetQueue filter's port and queue, while the queues are open (else the filters
+    /// steer nothing).
+    pub(super) fn filter_queues(&self) -> impl Iterator<Item = (PortId, u16)> + '_ {
+        let open = self.generations.len() > 1;
+        (self.netqueue.iter().filter(move |_| open)).flat_map(|nq| nq.filters().iter().map(|f| (f.port, f.queue)))
+    }
+
     pub(super) fn count(&mut self, q: usize, frame: &[u8]) {
         if let Some(n) = self.frames.get_mut(q) {
             *n += 1;
@@ -454,6 +461,9 @@ impl Datapath {
                 self.rx_events.push_back(e);
             }
             self.resteer(u, now);
+        }
+        if netqueue {
+            self.follow_queues();
         }
     }
 

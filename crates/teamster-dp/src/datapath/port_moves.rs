@@ -1,0 +1,125 @@
+//! A port's I/O follows its receive queue: under NetQueue, the port worker that reads the queue
+//! a VM's filter is on also does that VM's port I/O, so Dynamic NetQueue packing filters onto
+//! fewer queues packs the VMs' whole receive path onto fewer threads, and the others sleep.
+//!
+//! Model. Each round, after NetQueue has placed the filters, a port whose first filter (on the
+//! first uplink that has one for it) is on queue `q >= 1` belongs on port worker
+//! `(q - 1) mod workers`, the one reading `q`; a port on the default queue, or with no filter,
+//! stays where it is. A port not where it belongs moves: its worker is asked to release the
+//! socket ([`Command::Release`]) and sends what it was handed first; frames the switch sends
+//! the port meanwhile are held here (at most [`HELD_MAX`], beyond that counted as
+//! `handoff_full`); when the socket comes back it is attached to the new worker, the held
+//! frames after it, and the old worker's counts for the port are taken. A port detached or
+//! gone during a move is detached as any other (its held frames counted `detached`; its socket
+//! closed when it comes back). A flow's frames from the VM may cross between the two workers'
+//! queues at the move; none is lost.
+
+use super::port_worker::{Command, Handed, Returned};
+use super::{Datapath, PortIo};
+use std::collections::HashMap;
+use teamster_core::teaming::PortId;
+use teamster_core::Instant;
+
+/// Frames held for a port while its socket moves between workers.
+pub const HELD_MAX: usize = 1024;
+
+impl Datapath {
+    /// Asks port `i`'s worker to hand its socket back, to give it to worker `to`.
+    fn move_port(&mut self, i: usize, to: usize) {
+        let PortIo::Away { worker, moving_to, .. } = &mut self.ports[i].io else {
+            return;
+        };
+        if moving_to.is_some() || *worker == to {
+            return;
+        }
+        *moving_to = Some(to);
+        let from = *worker;
+        self.workers[from].command(Command::Release { port: i });
+    }
+
+    /// Gives each socket a worker handed back to the worker its port moves to, with the
+    /// frames held for it meanwhile.
+    pub(super) fn take_returned(&mut self, now: Instant) {
+        while let Ok(Returned { port, generation, link }) = self.returned.try_recv() {
+            let p = &mut self.ports[port];
+            let (old, to) = match &p.io {
+                PortIo::Away {
+                    worker,
+                    generation: g,
+                    moving_to: Some(to),
+                    ..
+                } if *g == generation => (*worker, *to),
+                // Detached (or replaced) while it moved: the socket is not wanted.
+                _ => {
+                    self.close(*link);
+                    continue;
+                }
+            };
+            self.take_tally(port, old);
+            self.generation += 1;
+            let PortIo::Away {
+                worker,
+                generation: g,
+                moving_to,
+                ..
+            } = &mut self.ports[port].io
+            else {
+                unreachable!("matched above")
+            };
+            (*worker, *g, *moving_to) = (to, self.generation, None);
+            self.ports[port].home = Some(to);
+            let interface = self.ports[port].plan.interface.clone();
+            self.workers[to].command(Command::Attach {
+                port,
+                generation: self.generation,
+                link,
+                interface,
+            });
+            let lane = &self.workers[to].lane;
+            let mut full = 0;
+            for (frame, offload) in self.ports[port].held.drain(..) {
+                let h = Handed {
+                    port: port as u32,
+                    frame,
+                    offload,
+                    generation: 0,
+                };
+                if let Err(h) = lane.to_ports.push(h) {
+                    full += 1;
+                    self.pool.give(h.frame);
+                }
+            }
+            lane.bell.ring();
+            self.ports[port].extra.handoff_full += full;
+            let what = format!(
+                "port {}: I/O moved to data-plane thread {} (its receive queue's)",
+                self.ports[port].plan.name,
+                to + 1
+            );
+            self.event(now, "rx", what);
+        }
+    }
+
+    /// Moves each port whose NetQueue filter is on a queue another worker reads to that
+    /// worker (see the module documentation).
+    pub(super) fn follow_queues(&mut self) {
+        if self.workers.is_empty() {
+            return;
+        }
+        let mut queue_of: HashMap<PortId, u16> = HashMap::new();
+        for u in &self.uplinks {
+            for (port, queue) in u.rx.filter_queues() {
+                queue_of.entry(port).or_insert(queue);
+            }
+        }
+        for i in 0..self.ports.len() {
+            let Some(&q) = queue_of.get(&self.ports[i].plan.id) else {
+                continue;
+            };
+            if q >= 1 && self.ports[i].present() {
+                let to = (usize::from(q) - 1) % self.workers.len();
+                self.move_port(i, to);
+            }
+        }
+    }
+}
