@@ -29,6 +29,8 @@ DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
 OFFLOADS=${OFFLOADS:-off}
 RATE=${RATE:-20M}
+# BUSY_POLL_US sets the switch's busy_poll_us (its default, 50, unless given).
+BUSY_POLL_US=${BUSY_POLL_US:-}
 OUT=${1:?usage: bench/live/rx.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -70,6 +72,7 @@ mac = \"02:00:00:00:01:0$i\"
 group = \"vms\""
 done
 switch_toml() {   # head lines
+  [ -n "$BUSY_POLL_US" ] && echo "busy_poll_us = $BUSY_POLL_US"
   printf '%s\n' "$1"
   cat <<TOML
 [[uplinks]]

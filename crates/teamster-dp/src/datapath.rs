@@ -22,8 +22,11 @@
 //! per thread: the MAC table, the team's meters and NetIOC's shared limits would have to be
 //! merged between threads, and NetIOC would stop being exact; the switching itself is a small
 //! part of the cost per frame, the system calls and copies the large part, and those are what
-//! the port workers take. On a machine with many cores the switching worker is the bound: it
-//! still does the uplinks' I/O.
+//! the port workers take. With `[rx] queues` above one, an uplink's receiving is spread over
+//! the threads too (the `rx_queues` submodule: RSS or NetQueue steering in the kernel), and
+//! under NetQueue a VM's port I/O follows its filter's queue (the `port_moves` submodule). The
+//! switching worker still switches every frame and sends on the uplinks: on a machine with
+//! many cores it is the bound.
 //!
 //! Interfaces come and go (the `attach` submodule states the rules): a VM's tap disappears
 //! when the VM stops and returns, with a new index, when it starts. The port is then detached (its
@@ -1296,8 +1299,12 @@ impl Datapath {
                 p.extra.tx_error += b.flush() as u64;
             }
         }
+        // Only those with frames waiting: an idle worker (its VMs' filters packed onto
+        // another's queue) sleeps.
         for w in &self.workers {
-            w.lane.bell.ring();
+            if !w.lane.to_ports.is_empty() {
+                w.lane.bell.ring();
+            }
         }
     }
 
