@@ -19,7 +19,8 @@
 # VMs for DURATION s, under workers = 3 and rx.queues = 4 with NetQueue's filters spread one
 # per queue (steering = "netqueue", queues 1-3 over two port workers) or packed by Dynamic
 # NetQueue (steering = "dynamic_netqueue": all four filters on one queue at this load); the
-# figure is the daemon's CPU seconds over the run, and each thread's.
+# figure is the daemon's CPU seconds over the run, and each thread's; `one-thread` is the same
+# load on `workers = 1` (no queues), for reference.
 #
 # ROUNDS rounds (default 3), configurations interleaved within each. On a 2-core machine the
 # senders, the receivers and the switch share the CPU: read the ratios within a round.
@@ -162,9 +163,14 @@ print(f'round $round  $cfg  $2 flows into $1 VM(s): {g:.3f} Gbit/s, switch CPU {
 else
   echo "packing, $RATE UDP to each of $VMS VMs, ${DURATION}s per cell, $ROUNDS rounds, $(nproc) CPUs" | tee -a "$OUT/rx.txt"
   for round in $(seq 1 "$ROUNDS"); do
-    for cfg in spread packed; do
+    for cfg in spread packed one-thread; do
       steering=netqueue; [ $cfg = packed ] && steering=dynamic_netqueue
-      start "$cfg" $'workers = 3\n[rx]\nqueues = 4\nsteering = "'$steering'"'
+      if [ $cfg = one-thread ]; then
+        start "$cfg" "workers = 1"
+        steering="none, workers = 1"
+      else
+        start "$cfg" $'workers = 3\n[rx]\nqueues = 4\nsteering = "'$steering'"'
+      fi
       # Let the filters be placed (one round of the MAC table) and packed.
       sleep 3
       c0=$(cpu_s); th0=$(threads)

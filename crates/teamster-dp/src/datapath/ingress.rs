@@ -138,34 +138,48 @@ impl Datapath {
             }
         }
         for w in 0..self.workers.len() {
-            for _ in 0..port_worker::HANDOFF_FRAMES / ROUNDS {
-                let Some(h) = self.workers[w].lane.from_ports.pop() else {
-                    break;
-                };
-                let slot = h.port as usize;
-                let to = if slot < MAX_PORTS {
-                    // A frame a removed port handed over before it went goes with it.
-                    self.ports.get(slot).is_some_and(|p| p.present()).then_some(slot)
-                } else {
-                    // An uplink's receive queue's, unless that queue has since closed.
-                    self.take_queue_frame(slot, h.generation, &h.frame).map(|u| ports + u)
-                };
-                let Some(to) = to else {
-                    self.pool.give(h.frame);
-                    continue;
-                };
-                scratch.received.push((to, h.frame, h.offload));
-                received += 1;
-            }
+            received += self.take_handed(w, port_worker::HANDOFF_FRAMES / ROUNDS, &mut scratch.received);
         }
         for (slot, frame, offload) in scratch.received.drain(..) {
-            let q = &mut self.ingress[slot];
-            let flow = q.flow_of(&frame);
-            let size = (frame.len() as u32, frame.capacity() as u32);
-            let pool = &mut self.pool;
-            q.enqueue(flow, (frame, offload), size, now, &mut |(f, _)| pool.give(f));
+            self.enqueue_received(slot, frame, offload, now);
         }
         received
+    }
+
+    /// Puts a frame received on interface `slot` (ports, then uplinks) in its receive queue.
+    pub(super) fn enqueue_received(&mut self, slot: usize, frame: Vec<u8>, offload: Offload, now: Instant) {
+        let q = &mut self.ingress[slot];
+        let flow = q.flow_of(&frame);
+        let size = (frame.len() as u32, frame.capacity() as u32);
+        let pool = &mut self.pool;
+        q.enqueue(flow, (frame, offload), size, now, &mut |(f, _)| pool.give(f));
+    }
+
+    /// Takes up to `max` frames port worker `w` handed over into `into`, each with the
+    /// interface it goes to (ports, then uplinks); returns how many.
+    pub(super) fn take_handed(&mut self, w: usize, max: usize, into: &mut Vec<(usize, Vec<u8>, Offload)>) -> usize {
+        let ports = self.ports.len();
+        let mut taken = 0;
+        for _ in 0..max {
+            let Some(h) = self.workers[w].lane.from_ports.pop() else {
+                break;
+            };
+            let slot = h.port as usize;
+            let to = if slot < MAX_PORTS {
+                // A frame a removed port handed over before it went goes with it.
+                self.ports.get(slot).is_some_and(|p| p.present()).then_some(slot)
+            } else {
+                // An uplink's receive queue's, unless that queue has since closed.
+                self.take_queue_frame(slot, h.generation, &h.frame).map(|u| ports + u)
+            };
+            let Some(to) = to else {
+                self.pool.give(h.frame);
+                continue;
+            };
+            into.push((to, h.frame, h.offload));
+            taken += 1;
+        }
+        taken
     }
 
     /// Switches frames from every receive queue: with `upto`, from any flow until the queue has

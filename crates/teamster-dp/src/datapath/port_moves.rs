@@ -11,12 +11,15 @@
 //! `handoff_full`); when the socket comes back it is attached to the new worker, the held
 //! frames after it, and the old worker's counts for the port are taken. A port detached or
 //! gone during a move is detached as any other (its held frames counted `detached`; its socket
-//! closed when it comes back). A flow's frames from the VM may cross between the two workers'
-//! queues at the move; none is lost.
+//! closed when it comes back, what it still held counted `detached` too). Frames the old
+//! worker received from the VM before it let go are taken into the switch before the socket
+//! moves, so the VM's frames stay in order.
 
 use super::port_worker::{Command, Handed, Returned};
 use super::{Datapath, PortIo};
+use crate::Backend;
 use std::collections::HashMap;
+use teamster_core::switch::Egress;
 use teamster_core::teaming::PortId;
 use teamster_core::Instant;
 
@@ -49,13 +52,28 @@ impl Datapath {
                     moving_to: Some(to),
                     ..
                 } if *g == generation => (*worker, *to),
-                // Detached (or replaced) while it moved: the socket is not wanted.
+                // Detached (or replaced) while it moved: the socket is not wanted; what it sent
+                // and still held is counted, as a detach counts it.
                 _ => {
-                    self.close(*link);
+                    let mut link = *link;
+                    if p.present() {
+                        p.extra.detached += link.tx_pending() as u64;
+                        let sent = link.take_sent();
+                        let id = p.plan.id;
+                        self.switch.count_sent(Egress::Port(id), sent.packets, sent.bytes);
+                    }
+                    self.close(link);
                     continue;
                 }
             };
             self.take_tally(port, old);
+            // What the old worker received before it let go goes to the switch first, so the
+            // VM's frames stay in order across the move.
+            let mut earlier = Vec::new();
+            self.take_handed(old, usize::MAX, &mut earlier);
+            for (slot, frame, offload) in earlier {
+                self.enqueue_received(slot, frame, offload, now);
+            }
             self.generation += 1;
             let PortIo::Away {
                 worker,

@@ -7,8 +7,8 @@
 //! each frame into a pooled buffer and hands it, with its port and offload request, to the
 //! switching worker; it sends the frames the switching worker hands it for its ports
 //! (already fitted to the port), and counts what it did in its ports' [`PortTally`], which the
-//! switching worker takes each turn. A port has one socket, read by one thread, so its frames
-//! reach the switch in the order they arrived; a frame for a port is sent by that port's
+//! switching worker takes each turn. A port has one socket, read by one thread at a time, so
+//! its frames reach the switch in the order they arrived; a frame for a port is sent by that port's
 //! worker in the order the switch handed it over. The two directions run through the lock-free
 //! queues of [`super::handoff`].
 //!
@@ -24,7 +24,10 @@
 //! that worker reads, see [`super::port_moves`]): [`Command::Release`] makes the worker send
 //! every frame the switching worker handed it so far, flush the socket, count it, and hand it
 //! back ([`Returned`]), still holding any frames the device had no room for, which the next
-//! worker sends. No frame is dropped on the way.
+//! worker sends. A worker that finds a frame for a port it has no socket for reads its
+//! commands before dropping it (the socket may be in one), so a frame handed right after its
+//! socket is dropped only if the port is really gone. A port's frames reach the switch in
+//! order across a move (the switching worker takes the old worker's before the socket moves).
 //!
 //! Receive queues. A worker may also be given an uplink's receive queue (a socket of the
 //! uplink's fanout group, see [`super::rx_queues`]): it is attached, read, counted and
@@ -160,6 +163,8 @@ pub(super) struct Lane {
     /// Per slot: every port of the switch, then every uplink receive queue (this worker's
     /// only are used).
     pub tallies: Box<[PortTally]>,
+    /// Set with each command sent, so a worker about to sleep sees one its bell missed.
+    commands: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -190,6 +195,7 @@ impl PortWorker {
             from_ports: ArrayQueue::new(HANDOFF_FRAMES),
             bell: Doorbell::new()?,
             tallies: (0..super::rx_queues::MAX_SLOTS).map(|_| PortTally::default()).collect(),
+            commands: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
         let (commands, inbox) = std::sync::mpsc::channel();
@@ -221,6 +227,7 @@ impl PortWorker {
         // The worker lives as long as this handle; a send fails only if it panicked, and then
         // the socket in the command is closed here.
         let _ = self.commands.send(command);
+        self.lane.commands.store(true, Ordering::SeqCst);
         self.lane.bell.ring();
     }
 }
@@ -277,8 +284,9 @@ impl Run {
         }
     }
 
-    /// One turn: commands, receiving, sending, counting; returns the frames received.
-    fn turn(&mut self) -> usize {
+    /// Applies every command waiting; says whether there was one (the poll set is rebuilt).
+    fn take_commands(&mut self) -> bool {
+        self.lane.commands.store(false, Ordering::SeqCst);
         let mut changed = false;
         while let Ok(command) = self.inbox.try_recv() {
             self.apply(command);
@@ -287,6 +295,12 @@ impl Run {
         if changed {
             self.rebuild_pollfds();
         }
+        changed
+    }
+
+    /// One turn: commands, receiving, sending, counting; returns the frames received.
+    fn turn(&mut self) -> usize {
+        self.take_commands();
         let (lane, pool) = (&*self.lane, &mut self.pool);
         let mut received = 0;
         let mut handed = 0;
@@ -345,15 +359,22 @@ impl Run {
         received
     }
 
-    /// Sends every frame the switching worker has handed over.
+    /// Sends every frame the switching worker has handed over. A frame for a port this
+    /// worker has no socket for may be one whose socket is still in a command not yet read
+    /// (the switching worker sends the command first): the commands are read, and it is
+    /// dropped (as `detached`) only if there is still none.
     fn send_handed(&mut self) {
-        let (lane, pool) = (&*self.lane, &mut self.pool);
-        while let Some(h) = lane.to_ports.pop() {
-            match self.ports.get_mut(h.port as usize).and_then(Option::as_mut) {
+        while let Some(h) = self.lane.to_ports.pop() {
+            let port = h.port as usize;
+            let here = |ports: &[Option<Attached>]| ports.get(port).is_some_and(Option::is_some);
+            if !here(&self.ports) {
+                self.take_commands();
+            }
+            match self.ports.get_mut(port).and_then(Option::as_mut) {
                 Some(a) => a.link.send_owned(h.frame, h.offload),
                 None => {
-                    add(&lane.tallies[h.port as usize].detached, 1);
-                    pool.give(h.frame);
+                    add(&self.lane.tallies[port].detached, 1);
+                    self.pool.give(h.frame);
                 }
             }
         }
@@ -447,8 +468,9 @@ impl Run {
         let backlogged = self.lane.from_ports.capacity() - self.lane.from_ports.len() < RX_ROOM;
         let sockets = if backlogged { 1 } else { self.pollfds.len() };
         let mut n = 0;
+        let work = |lane: &Lane| !lane.to_ports.is_empty() || lane.commands.load(Ordering::SeqCst);
         while n == 0 && Instant::now() < self.busy_until {
-            if !self.lane.to_ports.is_empty() {
+            if work(&self.lane) {
                 return;
             }
             n = self.poll(sockets, Duration::ZERO);
@@ -460,7 +482,7 @@ impl Run {
             } else {
                 MAX_WAIT
             };
-            if self.lane.to_ports.is_empty() && !self.lane.stop.load(Ordering::Relaxed) {
+            if !work(&self.lane) && !self.lane.stop.load(Ordering::Relaxed) {
                 n = self.poll(sockets, cap.saturating_sub(now.elapsed()));
             }
             self.lane.bell.disarm();

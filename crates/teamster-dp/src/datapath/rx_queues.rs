@@ -194,7 +194,6 @@ impl UplinkRx {
         }
     }
 
-    /// Counts a frame queue `q` took, to destination `dst` (its first six bytes).
     /// Each NetQueue filter's port and queue, while the queues are open (else the filters
     /// steer nothing).
     pub(super) fn filter_queues(&self) -> impl Iterator<Item = (PortId, u16)> + '_ {
@@ -202,6 +201,7 @@ impl UplinkRx {
         (self.netqueue.iter().filter(move |_| open)).flat_map(|nq| nq.filters().iter().map(|f| (f.port, f.queue)))
     }
 
+    /// Counts a frame queue `q` took (NetQueue: to its destination MAC, its first six bytes).
     pub(super) fn count(&mut self, q: usize, frame: &[u8]) {
         if let Some(n) = self.frames.get_mut(q) {
             *n += 1;
