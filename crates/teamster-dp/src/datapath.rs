@@ -231,7 +231,8 @@ enum PortIo {
         ifindex: i32,
         takes_offloads: bool,
         describe: String,
-        /// The worker its socket is moving to (see the `port_moves` submodule).
+        /// The thread its socket is moving to, 0 the switching worker (see the `port_moves`
+        /// submodule).
         moving_to: Option<usize>,
     },
 }
@@ -350,6 +351,8 @@ pub struct AttachOptions {
 enum Slot {
     Port(usize),
     Uplink(usize),
+    /// A receive queue of uplink `.0` the switching worker reads.
+    Queue(usize),
     Links,
     /// The switching worker's doorbell: a port worker handed it frames.
     Bell,

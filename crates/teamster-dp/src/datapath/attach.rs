@@ -291,6 +291,12 @@ impl Datapath {
                     self.attach_uplink(u, now);
                 }
             }
+            Slot::Queue(u) => {
+                if self.uplinks[u].rx.local_error(&self.uplinks[u].plan.interface) {
+                    self.detach_uplink(u, "a receive queue's socket failed", now);
+                    self.attach_uplink(u, now);
+                }
+            }
             Slot::Links | Slot::Bell => {}
         }
     }

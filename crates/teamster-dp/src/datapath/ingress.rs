@@ -89,7 +89,9 @@ impl Datapath {
             for (fd, slot) in self.pollfds.iter().zip(&self.pollmap) {
                 match *slot {
                     Slot::Port(p) if fd.revents & libc::POLLIN != 0 => scratch.readable.push(p),
-                    Slot::Uplink(u) if fd.revents & libc::POLLIN != 0 => scratch.readable.push(ports + u),
+                    Slot::Uplink(u) | Slot::Queue(u) if fd.revents & libc::POLLIN != 0 => {
+                        scratch.readable.push(ports + u)
+                    }
                     _ => {}
                 }
             }
@@ -132,9 +134,12 @@ impl Datapath {
             }
             received += read;
             if slot >= ports && self.rx.queues > 1 {
+                let rx = &mut self.uplinks[slot - ports].rx;
                 for (_, f, _) in &scratch.received[start..] {
-                    self.uplinks[slot - ports].rx.count(0, f);
+                    rx.count(0, f);
                 }
+                // The uplink's queues this thread reads (NetQueue's queue 1), as far.
+                received += rx.read_local(slot, &mut self.pool, &mut scratch.received);
             }
         }
         for w in 0..self.workers.len() {

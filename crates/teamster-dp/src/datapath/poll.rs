@@ -123,8 +123,11 @@ impl Datapath {
             .iter()
             .enumerate()
             .filter_map(|(i, u)| Some((u.backend.as_ref()?.raw_fd(), Slot::Uplink(i))));
+        let queues =
+            (self.uplinks.iter().enumerate()).flat_map(|(i, u)| u.rx.local_fds().map(move |fd| (fd, Slot::Queue(i))));
         for (fd, slot) in ports
             .chain(uplinks)
+            .chain(queues)
             .chain(std::iter::once((self.links.raw_fd(), Slot::Links)))
             .chain(std::iter::once((self.bell.raw_fd(), Slot::Bell)))
         {

@@ -1,14 +1,15 @@
-//! A port's I/O follows its receive queue: under NetQueue, the port worker that reads the queue
-//! a VM's filter is on also does that VM's port I/O, so Dynamic NetQueue packing filters onto
+//! A port's I/O follows its receive queue: under NetQueue, the thread that reads the queue a
+//! VM's filter is on also does that VM's port I/O, so Dynamic NetQueue packing filters onto
 //! fewer queues packs the VMs' whole receive path onto fewer threads, and the others sleep.
 //!
 //! Model. Each round, after NetQueue has placed the filters, a port whose first filter (on the
-//! first uplink that has one for it) is on queue `q >= 1` belongs on port worker
-//! `(q - 1) mod workers`, the one reading `q`; a port on the default queue, or with no filter,
-//! stays where it is. A port not where it belongs moves: its worker is asked to release the
-//! socket ([`Command::Release`]) and sends what it was handed first; frames the switch sends
-//! the port meanwhile are held here (at most [`HELD_MAX`], beyond that counted as
-//! `handoff_full`); when the socket comes back it is attached to the new worker, the held
+//! first uplink that has one for it) is on queue `q >= 1` belongs on the thread reading `q`
+//! ([`Datapath::queue_thread`]: the switching worker for queue 1); a port on the default queue,
+//! or with no filter, stays where it is. A port not where it belongs moves. From the switching
+//! worker, its socket is simply given to the port worker. From a port worker, the worker is
+//! asked to release the socket ([`Command::Release`]) and sends what it was handed first;
+//! frames the switch sends the port meanwhile are held here (at most [`HELD_MAX`], beyond that
+//! counted as `handoff_full`); when the socket comes back it goes to its new thread, the held
 //! frames after it, and the old worker's counts for the port are taken. A port detached or
 //! gone during a move is detached as any other (its held frames counted `detached`; its socket
 //! closed when it comes back, what it still held counted `detached` too). Frames the old
@@ -17,6 +18,7 @@
 
 use super::port_worker::{Command, Handed, Returned};
 use super::{Datapath, PortIo};
+use crate::backend::Link;
 use crate::Backend;
 use std::collections::HashMap;
 use teamster_core::switch::Egress;
@@ -27,20 +29,59 @@ use teamster_core::Instant;
 pub const HELD_MAX: usize = 1024;
 
 impl Datapath {
-    /// Asks port `i`'s worker to hand its socket back, to give it to worker `to`.
+    /// Moves port `i`'s socket to thread `to` (0: the switching worker; `k`: port worker
+    /// `k - 1`), at once from the switching worker, else by asking its worker to hand it back.
     fn move_port(&mut self, i: usize, to: usize) {
-        let PortIo::Away { worker, moving_to, .. } = &mut self.ports[i].io else {
-            return;
-        };
-        if moving_to.is_some() || *worker == to {
-            return;
+        match &mut self.ports[i].io {
+            PortIo::Away { worker, moving_to, .. } => {
+                if moving_to.is_some() || *worker + 1 == to {
+                    return;
+                }
+                *moving_to = Some(to);
+                let from = *worker;
+                self.workers[from].command(Command::Release { port: i });
+            }
+            PortIo::Here(_) if to > 0 => {
+                let PortIo::Here(mut link) = std::mem::replace(&mut self.ports[i].io, PortIo::Detached) else {
+                    unreachable!("matched above")
+                };
+                // What it sent and dropped so far is counted here; the rest by its worker.
+                let sent = link.take_sent();
+                let p = &mut self.ports[i];
+                self.switch
+                    .count_sent(Egress::Port(p.plan.id), sent.packets, sent.bytes);
+                let rx = link.take_rx_drops();
+                p.extra.truncated += rx.truncated;
+                p.extra.bad_offload += rx.bad_offload;
+                self.give(i, to - 1, Box::new(link));
+            }
+            _ => {}
         }
-        *moving_to = Some(to);
-        let from = *worker;
-        self.workers[from].command(Command::Release { port: i });
     }
 
-    /// Gives each socket a worker handed back to the worker its port moves to, with the
+    /// Gives port `i`'s socket to port worker `worker`.
+    fn give(&mut self, i: usize, worker: usize, link: Box<Link>) {
+        self.generation += 1;
+        self.pollfds_stale = true;
+        let p = &mut self.ports[i];
+        p.home = Some(worker);
+        p.io = PortIo::Away {
+            worker,
+            generation: self.generation,
+            ifindex: link.ifindex(),
+            takes_offloads: link.takes_offloads(),
+            describe: link.describe(),
+            moving_to: None,
+        };
+        self.workers[worker].command(Command::Attach {
+            port: i,
+            generation: self.generation,
+            link,
+            interface: p.plan.interface.clone(),
+        });
+    }
+
+    /// Gives each socket a worker handed back to the thread its port moves to, with the
     /// frames held for it meanwhile.
     pub(super) fn take_returned(&mut self, now: Instant) {
         while let Ok(Returned { port, generation, link }) = self.returned.try_recv() {
@@ -68,58 +109,50 @@ impl Datapath {
             };
             self.take_tally(port, old);
             // What the old worker received before it let go goes to the switch first, so the
-            // VM's frames stay in order across the move.
+            // VM's frames stay in order.
             let mut earlier = Vec::new();
             self.take_handed(old, usize::MAX, &mut earlier);
             for (slot, frame, offload) in earlier {
                 self.enqueue_received(slot, frame, offload, now);
             }
-            self.generation += 1;
-            let PortIo::Away {
-                worker,
-                generation: g,
-                moving_to,
-                ..
-            } = &mut self.ports[port].io
-            else {
-                unreachable!("matched above")
-            };
-            (*worker, *g, *moving_to) = (to, self.generation, None);
-            self.ports[port].home = Some(to);
-            let interface = self.ports[port].plan.interface.clone();
-            self.workers[to].command(Command::Attach {
-                port,
-                generation: self.generation,
-                link,
-                interface,
-            });
-            let lane = &self.workers[to].lane;
-            let mut full = 0;
-            for (frame, offload) in self.ports[port].held.drain(..) {
-                let h = Handed {
-                    port: port as u32,
-                    frame,
-                    offload,
-                    generation: 0,
-                };
-                if let Err(h) = lane.to_ports.push(h) {
-                    full += 1;
-                    self.pool.give(h.frame);
+            let held = std::mem::take(&mut self.ports[port].held);
+            if to == 0 {
+                let mut link = *link;
+                for (frame, offload) in held {
+                    link.send_owned(frame, offload);
                 }
+                let p = &mut self.ports[port];
+                (p.io, p.home) = (PortIo::Here(link), None);
+                self.pollfds_stale = true;
+            } else {
+                self.give(port, to - 1, link);
+                let lane = &self.workers[to - 1].lane;
+                let mut full = 0;
+                for (frame, offload) in held {
+                    let h = Handed {
+                        port: port as u32,
+                        frame,
+                        offload,
+                        generation: 0,
+                    };
+                    if let Err(h) = lane.to_ports.push(h) {
+                        full += 1;
+                        self.pool.give(h.frame);
+                    }
+                }
+                lane.bell.ring();
+                self.ports[port].extra.handoff_full += full;
             }
-            lane.bell.ring();
-            self.ports[port].extra.handoff_full += full;
             let what = format!(
-                "port {}: I/O moved to data-plane thread {} (its receive queue's)",
-                self.ports[port].plan.name,
-                to + 1
+                "port {}: I/O moved to data-plane thread {to} (its receive queue's)",
+                self.ports[port].plan.name
             );
             self.event(now, "rx", what);
         }
     }
 
-    /// Moves each port whose NetQueue filter is on a queue another worker reads to that
-    /// worker (see the module documentation).
+    /// Moves each port whose NetQueue filter is on a queue another thread reads to that
+    /// thread (see the module documentation).
     pub(super) fn follow_queues(&mut self) {
         if self.workers.is_empty() {
             return;
@@ -135,7 +168,7 @@ impl Datapath {
                 continue;
             };
             if q >= 1 && self.ports[i].present() {
-                let to = (usize::from(q) - 1) % self.workers.len();
+                let to = self.queue_thread(usize::from(q));
                 self.move_port(i, to);
             }
         }

@@ -3,8 +3,12 @@
 //!
 //! Model. With `rx.queues = n` above one, an attached uplink (AF_PACKET) has `n` receive
 //! queues: queue 0 is its own socket, read by the switching worker; queues 1 to `n - 1` are
-//! sockets joined after it to the same fanout group, each given to a port worker (queue `q` to
-//! worker `(q - 1) mod workers`), which reads it and hands the frames over as it does a port's.
+//! sockets joined after it to the same fanout group, each read by one thread
+//! ([`Datapath::queue_thread`]): under RSS queue `q` goes to port worker `(q - 1) mod workers`
+//! (the switching worker has queue 0 already); under NetQueue queue 1 stays with the switching
+//! worker and queue `q` goes to thread `(q - 1) mod threads`, so the queue Dynamic NetQueue packs
+//! light filters onto is the switching worker's, and at low load one thread does everything.
+//! A port worker reads its queues and hands the frames over as it does a port's.
 //! The kernel runs the group's steering program ([`crate::steer`]) on every frame the uplink
 //! receives and queues it on one socket only, so a queue's frames are read by one thread and a
 //! flow's frames stay in order. The switch itself stays in the switching worker: what the
@@ -138,7 +142,7 @@ pub struct RxState {
 }
 
 /// One uplink's receive queues.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct UplinkRx {
     /// Its key, for life: its queues' slots in the port workers (see [`slot`]).
     pub key: usize,
@@ -151,6 +155,8 @@ pub(super) struct UplinkRx {
     netqueue: Option<NetQueue>,
     /// The filters the installed program steers (NetQueue).
     steered: Vec<(MacAddr, u16)>,
+    /// The queues the switching worker reads itself, with their sockets.
+    local: Vec<(usize, Link)>,
     note: Option<String>,
 }
 
@@ -192,6 +198,38 @@ impl UplinkRx {
             key,
             ..UplinkRx::default()
         }
+    }
+
+    /// The descriptors of the queues the switching worker reads.
+    pub(super) fn local_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.local.iter().map(|(_, l)| crate::Backend::raw_fd(l))
+    }
+
+    /// Whether a queue the switching worker reads failed for good (its interface gone);
+    /// reads, and so clears, each one's error.
+    pub(super) fn local_error(&self, interface: &str) -> bool {
+        (self.local.iter()).any(|(_, l)| l.take_error().is_some() && !crate::iface::is_index(interface, l.ifindex()))
+    }
+
+    /// Reads the queues the switching worker reads into `into`, as frames of ingress slot
+    /// `slot`, counting each; returns how many.
+    pub(super) fn read_local(
+        &mut self,
+        slot: usize,
+        pool: &mut crate::pool::FramePool,
+        into: &mut Vec<(usize, Vec<u8>, teamster_core::offload::Offload)>,
+    ) -> usize {
+        let mut read = 0;
+        for i in 0..self.local.len() {
+            let start = into.len();
+            let (q, link) = &mut self.local[i];
+            let q = *q;
+            read += crate::Backend::recv_batch(link, pool, &mut |f, o| into.push((slot, f, o)));
+            for (_, f, _) in &into[start..] {
+                self.count(q, f);
+            }
+        }
+        read
     }
 
     /// Each NetQueue filter's port and queue, while the queues are open (else the filters
@@ -251,7 +289,11 @@ impl Datapath {
             let q = i + 1;
             self.generation += 1;
             generations.push(Some(self.generation));
-            let worker = (q - 1) % self.workers.len();
+            let Some(worker) = self.queue_thread(q).checked_sub(1) else {
+                self.uplinks[u].rx.local.push((q, Link::Packet(link)));
+                self.pollfds_stale = true;
+                continue;
+            };
             self.workers[worker].command(super::port_worker::Command::Attach {
                 port: slot(key, q),
                 generation: self.generation,
@@ -287,13 +329,31 @@ impl Datapath {
     /// Closes uplink `u`'s receive queues past its own socket.
     pub(super) fn detach_queues(&mut self, u: usize) {
         let generations = std::mem::take(&mut self.uplinks[u].rx.generations);
+        for (_, link) in std::mem::take(&mut self.uplinks[u].rx.local) {
+            self.close(link);
+            self.pollfds_stale = true;
+        }
         let key = self.uplinks[u].rx.key;
         for (q, g) in generations.iter().enumerate().skip(1) {
             if g.is_some() {
-                let worker = (q - 1) % self.workers.len();
+                let Some(worker) = self.queue_thread(q).checked_sub(1) else {
+                    continue;
+                };
                 let port = slot(key, q);
                 self.workers[worker].command(super::port_worker::Command::Detach { port });
             }
+        }
+    }
+
+    /// The thread reading queue `q`: 0 the switching worker, `k` port worker `k - 1` (see the
+    /// module documentation).
+    pub(super) fn queue_thread(&self, q: usize) -> usize {
+        let n = self.workers.len();
+        match (&self.rx.steering, q) {
+            (_, 0) => 0,
+            _ if n == 0 => 0,
+            (Steering::Rss(_), q) => 1 + (q - 1) % n,
+            (Steering::NetQueue(_), q) => (q - 1) % (n + 1),
         }
     }
 
@@ -478,12 +538,7 @@ impl Datapath {
                 queue: q,
                 worker: match q {
                     0 => self.uplinks[u].backend.as_ref().map(|_| 0),
-                    _ => rx
-                        .generations
-                        .get(q)
-                        .copied()
-                        .flatten()
-                        .map(|_| 1 + (q - 1) % self.workers.len()),
+                    _ => rx.generations.get(q).copied().flatten().map(|_| self.queue_thread(q)),
                 },
                 frames: rx.frames[q],
                 pps: rx.pps[q],
