@@ -66,7 +66,7 @@ pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering,
 use crate::pool::{self, FramePool, Spill};
 use fit::{fit, Refused};
 use handoff::Doorbell;
-use port_worker::{Gone, Handed, PortWorker, Returned, Upstream};
+use port_worker::{Gone, PortWorker, Returned, Upstream};
 
 use crate::backend::{BackendChoice, Link};
 use crate::netlink::LinkWatch;
@@ -752,7 +752,10 @@ impl Datapath {
         // Port workers even for a switch that starts without ports: ports come and go.
         let port_workers = plan.workers - 1;
         let workers = (0..port_workers)
-            .map(|k| PortWorker::spawn(k + 1, ports.len(), upstream.clone(), plan.busy_poll))
+            .map(|k| {
+                let slots = rx_queues::MAX_SLOTS;
+                PortWorker::spawn(k + 1, ports.len(), slots, upstream.clone(), plan.busy_poll)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("cannot start a port worker thread: {e}"))?;
         let (n_ports, n_uplinks) = (ports.len(), uplinks.len());
@@ -1237,15 +1240,9 @@ impl Datapath {
                             let lane = &self.workers[*worker].lane;
                             let mut full = 0;
                             let fitted = fit(frame, offload, to, &mut |frame, offload| {
-                                let h = Handed {
-                                    port: i as u32,
-                                    frame,
-                                    offload,
-                                    generation: 0,
-                                };
-                                if let Err(h) = lane.to_ports.push(h) {
+                                if let Err(frame) = lane.hand(i, frame, offload) {
                                     full += 1;
-                                    self.pool.give(h.frame);
+                                    self.pool.give(frame);
                                 }
                             });
                             count_refusal(&mut port.extra, fitted);

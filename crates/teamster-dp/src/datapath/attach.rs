@@ -153,26 +153,10 @@ impl Datapath {
     /// are any (see [`super::port_worker`]), else to this thread.
     fn place_port(&mut self, i: usize, link: Link) {
         self.pollfds_stale = true;
-        let Some(worker) = self.ports[i].home.or(self.port_worker_of(i)) else {
-            self.ports[i].io = PortIo::Here(link);
-            return;
-        };
-        self.generation += 1;
-        self.ports[i].home = Some(worker);
-        self.ports[i].io = PortIo::Away {
-            worker,
-            generation: self.generation,
-            ifindex: link.ifindex(),
-            takes_offloads: link.takes_offloads(),
-            describe: link.describe(),
-            moving_to: None,
-        };
-        self.workers[worker].command(Command::Attach {
-            port: i,
-            generation: self.generation,
-            link: Box::new(link),
-            interface: self.ports[i].plan.interface.clone(),
-        });
+        match self.ports[i].home.or(self.port_worker_of(i)) {
+            Some(worker) => self.give(i, worker, Box::new(link)),
+            None => self.ports[i].io = PortIo::Here(link),
+        }
     }
 
     /// Tries to attach detached uplink `u`, reading its carrier; a failure other than "not

@@ -16,7 +16,7 @@
 //! worker received from the VM before it let go are taken into the switch before the socket
 //! moves, so the VM's frames stay in order.
 
-use super::port_worker::{Command, Handed, Returned};
+use super::port_worker::{Command, Returned};
 use super::{Datapath, PortIo};
 use crate::backend::Link;
 use crate::Backend;
@@ -59,8 +59,8 @@ impl Datapath {
         }
     }
 
-    /// Gives port `i`'s socket to port worker `worker`.
-    fn give(&mut self, i: usize, worker: usize, link: Box<Link>) {
+    /// Gives port `i`'s socket to port worker `worker` (a new generation).
+    pub(super) fn give(&mut self, i: usize, worker: usize, link: Box<Link>) {
         self.generation += 1;
         self.pollfds_stale = true;
         let p = &mut self.ports[i];
@@ -129,15 +129,9 @@ impl Datapath {
                 let lane = &self.workers[to - 1].lane;
                 let mut full = 0;
                 for (frame, offload) in held {
-                    let h = Handed {
-                        port: port as u32,
-                        frame,
-                        offload,
-                        generation: 0,
-                    };
-                    if let Err(h) = lane.to_ports.push(h) {
+                    if let Err(frame) = lane.hand(port, frame, offload) {
                         full += 1;
-                        self.pool.give(h.frame);
+                        self.pool.give(frame);
                     }
                 }
                 lane.bell.ring();

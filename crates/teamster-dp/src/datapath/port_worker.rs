@@ -115,6 +115,19 @@ impl PortTally {
         }
     }
 
+    /// Sends what `link` holds, takes back the buffers it is done with, and counts what it
+    /// sent, failed to send and dropped on receive.
+    fn flush_and_count(&self, link: &mut Link, pool: &mut FramePool) {
+        add(&self.tx_error, link.flush() as u64);
+        link.recycle(&mut |b| pool.give(b));
+        let sent = link.take_sent();
+        add(&self.sent_packets, sent.packets);
+        add(&self.sent_bytes, sent.bytes);
+        let rx = link.take_rx_drops();
+        add(&self.truncated, rx.truncated);
+        add(&self.bad_offload, rx.bad_offload);
+    }
+
     /// Takes a closing socket's counts: what it sent, and what it still held (`detached`).
     fn close(&self, mut link: Link) {
         let sent = link.take_sent();
@@ -168,6 +181,19 @@ pub(super) struct Lane {
     stop: AtomicBool,
 }
 
+impl Lane {
+    /// Hands the worker a frame for port `port`; gives the frame back if the queue is full.
+    pub fn hand(&self, port: usize, frame: Vec<u8>, offload: Offload) -> Result<(), Vec<u8>> {
+        let h = Handed {
+            port: port as u32,
+            frame,
+            offload,
+            generation: 0,
+        };
+        self.to_ports.push(h).map_err(|h| h.frame)
+    }
+}
+
 /// The switching worker's handle on a port worker thread; dropping it stops the thread.
 pub(super) struct PortWorker {
     pub lane: Arc<Lane>,
@@ -186,15 +212,21 @@ pub(super) struct Upstream {
 }
 
 impl PortWorker {
-    /// Starts port worker `index` for a switch of `ports` ports now and at most
-    /// [`super::MAX_PORTS`] ever (the tallies are allocated for all of them: they are shared
+    /// Starts port worker `index` for a switch of `ports` ports now and at most `slots` ports
+    /// and receive queues ever (the tallies are allocated for all of them: they are shared
     /// without a lock, so they cannot grow).
-    pub fn spawn(index: usize, ports: usize, upstream: Upstream, busy_poll: Duration) -> io::Result<PortWorker> {
+    pub fn spawn(
+        index: usize,
+        ports: usize,
+        slots: usize,
+        upstream: Upstream,
+        busy_poll: Duration,
+    ) -> io::Result<PortWorker> {
         let lane = Arc::new(Lane {
             to_ports: ArrayQueue::new(HANDOFF_FRAMES),
             from_ports: ArrayQueue::new(HANDOFF_FRAMES),
             bell: Doorbell::new()?,
-            tallies: (0..super::rx_queues::MAX_SLOTS).map(|_| PortTally::default()).collect(),
+            tallies: (0..slots).map(|_| PortTally::default()).collect(),
             commands: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
@@ -344,14 +376,7 @@ impl Run {
         for &port in &self.attached {
             let Some(a) = self.ports[port].as_mut() else { continue };
             let tally = &lane.tallies[port];
-            add(&tally.tx_error, a.link.flush() as u64);
-            a.link.recycle(&mut |b| pool.give(b));
-            let sent = a.link.take_sent();
-            add(&tally.sent_packets, sent.packets);
-            add(&tally.sent_bytes, sent.bytes);
-            let rx = a.link.take_rx_drops();
-            add(&tally.truncated, rx.truncated);
-            add(&tally.bad_offload, rx.bad_offload);
+            tally.flush_and_count(&mut a.link, pool);
             if read_ring_drops {
                 add(&tally.ring_full, a.link.ring_drops());
             }
@@ -389,15 +414,7 @@ impl Run {
                 let Some(mut a) = self.ports.get_mut(port).and_then(Option::take) else {
                     return;
                 };
-                let tally = &self.lane.tallies[port];
-                add(&tally.tx_error, a.link.flush() as u64);
-                a.link.recycle(&mut |b| self.pool.give(b));
-                let sent = a.link.take_sent();
-                add(&tally.sent_packets, sent.packets);
-                add(&tally.sent_bytes, sent.bytes);
-                let rx = a.link.take_rx_drops();
-                add(&tally.truncated, rx.truncated);
-                add(&tally.bad_offload, rx.bad_offload);
+                self.lane.tallies[port].flush_and_count(&mut a.link, &mut self.pool);
                 let back = Returned {
                     port,
                     generation: a.generation,
