@@ -57,6 +57,7 @@ mod port_worker;
 mod ports;
 mod publish;
 mod rx_queues;
+mod rx_rounds;
 mod uplinks;
 
 pub use ports::PortWant;
@@ -446,7 +447,7 @@ pub struct Datapath {
     rx_moves: std::collections::BTreeMap<&'static str, u64>,
     next_rx_round: Instant,
     /// Installs NetQueue's programs off this thread.
-    steerer: rx_queues::Steerer,
+    steerer: rx_rounds::Steerer,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -796,7 +797,7 @@ impl Datapath {
             rx_events: Default::default(),
             rx_moves: Default::default(),
             next_rx_round: now,
-            steerer: rx_queues::Steerer::spawn().map_err(|e| format!("cannot start the steering thread: {e}"))?,
+            steerer: rx_rounds::Steerer::spawn().map_err(|e| format!("cannot start the steering thread: {e}"))?,
         };
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);

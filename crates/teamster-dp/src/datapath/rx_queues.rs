@@ -35,13 +35,11 @@
 //! counted as `detached` on the uplink. A queue's counts run from its uplink's attach.
 
 use super::{Datapath, MAX_PORTS, MAX_UPLINKS};
-use crate::afpacket::{self, AfPacket};
+use crate::afpacket::AfPacket;
 use crate::backend::Link;
 use crate::steer;
-use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::mpsc::{Receiver, Sender};
-use teamster_core::rx::netqueue::{NetQueue, Placement, Reason};
+use std::collections::VecDeque;
+use teamster_core::rx::netqueue::{NetQueue, Placement};
 use teamster_core::rx::RssConfig;
 use teamster_core::teaming::PortId;
 use teamster_core::wire::MacAddr;
@@ -55,7 +53,7 @@ pub(super) const MAX_SLOTS: usize = MAX_PORTS + MAX_UPLINKS * MAX_RX_QUEUES;
 pub const RX_EVENTS_KEPT: usize = 1000;
 /// How often the queues' frame rates are measured (and NetQueue's filters refreshed, when
 /// it places them evenly).
-const ROUND: core::time::Duration = core::time::Duration::from_secs(1);
+pub(super) const ROUND: core::time::Duration = core::time::Duration::from_secs(1);
 /// The most MACs of one port that get a filter of their own.
 pub const FILTERS_PER_PORT: usize = 4;
 
@@ -147,48 +145,18 @@ pub(super) struct UplinkRx {
     /// Its key, for life: its queues' slots in the port workers (see [`slot`]).
     pub key: usize,
     /// The generation of each queue's socket while attached (index 0 unused: the uplink's own).
-    generations: Vec<Option<u64>>,
-    frames: Vec<u64>,
+    pub(super) generations: Vec<Option<u64>>,
+    /// Frames each queue took since the uplink was attached.
+    pub(super) frames: Vec<u64>,
     /// Frames at the last round, and the rates measured then.
-    frames_then: Vec<u64>,
-    pps: Vec<f64>,
-    netqueue: Option<NetQueue>,
+    pub(super) frames_then: Vec<u64>,
+    pub(super) pps: Vec<f64>,
+    pub(super) netqueue: Option<NetQueue>,
     /// The filters the installed program steers (NetQueue).
-    steered: Vec<(MacAddr, u16)>,
+    pub(super) steered: Vec<(MacAddr, u16)>,
     /// The queues the switching worker reads itself, with their sockets.
     local: Vec<(usize, Link)>,
-    note: Option<String>,
-}
-
-/// A program to install on a fanout group, off the frames' path.
-struct SteerJob {
-    fd: OwnedFd,
-    program: Vec<libc::sock_filter>,
-    uplink: String,
-}
-
-/// The thread that installs NetQueue's programs, and the errors it reports.
-pub(super) struct Steerer {
-    jobs: Sender<SteerJob>,
-    failed: Receiver<String>,
-}
-
-impl Steerer {
-    /// Starts the thread.
-    pub(super) fn spawn() -> std::io::Result<Steerer> {
-        let (jobs, inbox) = std::sync::mpsc::channel::<SteerJob>();
-        let (report, failed) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("teamster-steer".into())
-            .spawn(move || {
-                for job in inbox {
-                    if let Err(e) = afpacket::steer_fd(job.fd.as_raw_fd(), &job.program, &job.uplink) {
-                        let _ = report.send(format!("uplink {}: steering not changed: {e}", job.uplink));
-                    }
-                }
-            })?;
-        Ok(Steerer { jobs, failed })
-    }
+    pub(super) note: Option<String>,
 }
 
 impl UplinkRx {
@@ -377,35 +345,6 @@ impl Datapath {
         }
     }
 
-    /// Replaces uplink `u`'s NetQueue program if its filters steer differently now, on the
-    /// steering thread.
-    fn resteer(&mut self, u: usize, now: Instant) {
-        let up = &mut self.uplinks[u];
-        let Some(nq) = up.rx.netqueue.as_ref() else { return };
-        let mut steered: Vec<(MacAddr, u16)> = (nq.filters().iter())
-            .filter(|f| f.queue != 0)
-            .map(|f| (f.mac, f.queue))
-            .collect();
-        steered.truncate(steer::MAX_PROGRAM_FILTERS);
-        if steered == up.rx.steered || up.rx.generations.len() <= 1 {
-            return;
-        }
-        let Some(Link::Packet(b)) = &up.backend else { return };
-        let job = match b.steering_handle() {
-            Ok(fd) => SteerJob {
-                fd,
-                program: steer::mac_program(&steered),
-                uplink: up.plan.name.clone(),
-            },
-            Err(e) => {
-                let what = format!("uplink {}: steering not changed: {e}", up.plan.name);
-                return self.event(now, "rx", what);
-            }
-        };
-        up.rx.steered = steered;
-        let _ = self.steerer.jobs.send(job);
-    }
-
     fn steering_name(&self) -> &'static str {
         match self.rx.steering {
             Steering::Rss(_) => "rss",
@@ -435,96 +374,6 @@ impl Datapath {
         let u = self.uplinks.iter().position(|u| u.rx.key == key)?;
         let current = self.uplinks[u].rx.generations.get(q).copied().flatten();
         (current == Some(generation)).then_some((u, q))
-    }
-
-    /// The receive queues' round at `now`: rates measured; queues that could not be opened
-    /// tried again; NetQueue's filters refreshed from the MAC table, repacked, and the program
-    /// swapped when what it steers changed.
-    pub(super) fn rx_round(&mut self, now: Instant) {
-        while let Ok(what) = self.steerer.failed.try_recv() {
-            self.event(now, "rx", what);
-        }
-        if self.rx.queues <= 1 || now < self.next_rx_round {
-            return;
-        }
-        let interval = match self.rx.steering {
-            Steering::NetQueue(Placement::Packed(p)) => p.interval,
-            _ => ROUND,
-        };
-        let elapsed = (now - self.next_rx_round + interval).as_secs_f64();
-        self.next_rx_round = now + interval;
-        let netqueue = matches!(self.rx.steering, Steering::NetQueue(_));
-        // The MACs behind local ports (the first port a MAC is found on, for one in two VLANs).
-        let mut macs: HashMap<MacAddr, PortId> = HashMap::new();
-        if netqueue {
-            for (vlan, mac, port) in self.switch.mac_table().port_macs(now) {
-                if vlan.is_none_or(|v| v < 4096) && !mac.is_multicast() {
-                    macs.entry(mac).or_insert(port);
-                }
-            }
-        }
-        let mut sorted: Vec<(MacAddr, PortId)> = macs.iter().map(|(m, p)| (*m, *p)).collect();
-        sorted.sort();
-        for u in 0..self.uplinks.len() {
-            if self.uplinks[u].backend.is_some() && self.uplinks[u].rx.generations.len() <= 1 {
-                self.attach_queues(u, now);
-            }
-            let rx = &mut self.uplinks[u].rx;
-            for q in 0..rx.frames.len() {
-                rx.pps[q] = (rx.frames[q] - rx.frames_then[q]) as f64 / elapsed;
-                rx.frames_then[q] = rx.frames[q];
-            }
-            let Some(nq) = rx.netqueue.as_mut() else { continue };
-            let capped = refresh_filters(nq, &macs, &sorted, now);
-            let note = capped.then(|| {
-                format!(
-                    "MACs past {FILTERS_PER_PORT} per port or {} in all take the default queue",
-                    steer::MAX_PROGRAM_FILTERS
-                )
-            });
-            if rx.generations.len() > 1 {
-                rx.note = note;
-            }
-            nq.handle_timeout(now);
-            let name = self.uplinks[u].plan.name.clone();
-            let mut events = Vec::new();
-            while let Some(e) = self.uplinks[u].rx.netqueue.as_mut().and_then(NetQueue::poll_event) {
-                events.push(RxEvent {
-                    at: e.at,
-                    uplink: name.clone(),
-                    mac: e.mac,
-                    from: e.from,
-                    to: e.to,
-                    reason: match e.reason {
-                        Reason::Spread => "spread",
-                        Reason::Pack => "pack",
-                    },
-                    loads: e.loads,
-                });
-            }
-            for e in events {
-                let loads: Vec<String> = e.loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
-                let what = format!(
-                    "uplink {}: {} queue {} -> {} ({}; loads {})",
-                    e.uplink,
-                    e.mac,
-                    e.from,
-                    e.to,
-                    e.reason,
-                    loads.join(" ")
-                );
-                self.event(now, "rx", what);
-                *self.rx_moves.entry(e.reason).or_default() += 1;
-                if self.rx_events.len() >= RX_EVENTS_KEPT {
-                    self.rx_events.pop_front();
-                }
-                self.rx_events.push_back(e);
-            }
-            self.resteer(u, now);
-        }
-        if netqueue {
-            self.follow_queues();
-        }
     }
 
     /// Uplink `u`'s receive queues for the control plane (None with one queue).
@@ -567,45 +416,6 @@ impl Datapath {
         let skip = self.rx_events.len().saturating_sub(n);
         self.rx_events.iter().skip(skip).cloned().collect()
     }
-}
-
-/// Brings NetQueue's filters in line with the MACs behind local ports (`macs`, and the same
-/// sorted): a filter whose MAC left (or moved to another port) is removed, a new MAC gets one
-/// unless its port has [`FILTERS_PER_PORT`] or the uplink [`steer::MAX_PROGRAM_FILTERS`]
-/// already. Says whether a MAC went without a filter for those limits. Costs a hash lookup
-/// per MAC and filter.
-fn refresh_filters(
-    nq: &mut NetQueue,
-    macs: &HashMap<MacAddr, PortId>,
-    sorted: &[(MacAddr, PortId)],
-    now: Instant,
-) -> bool {
-    let stale: Vec<MacAddr> = (nq.filters().iter())
-        .filter(|f| macs.get(&f.mac) != Some(&f.port))
-        .map(|f| f.mac)
-        .collect();
-    for mac in stale {
-        nq.remove_filter(mac, None);
-    }
-    let mut per_port: HashMap<PortId, usize> = HashMap::new();
-    for f in nq.filters() {
-        *per_port.entry(f.port).or_default() += 1;
-    }
-    let mut capped = false;
-    for (mac, port) in sorted {
-        if nq.has_filter(*mac, None) {
-            continue;
-        }
-        let n = per_port.entry(*port).or_default();
-        if *n >= FILTERS_PER_PORT || nq.filters().len() >= steer::MAX_PROGRAM_FILTERS {
-            capped = true;
-            continue;
-        }
-        if nq.add_filter(*port, *mac, None, now).is_ok() {
-            *n += 1;
-        }
-    }
-    capped
 }
 
 /// Makes `own` the first member of a fanout group on `interface` (a new one, unless it leads
