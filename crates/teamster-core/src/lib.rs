@@ -22,6 +22,7 @@ pub mod host;
 pub mod ioc;
 pub mod offload;
 pub mod overlay;
+pub mod placement;
 pub mod rx;
 pub mod switch;
 pub mod teaming;

@@ -1,0 +1,266 @@
+//! Bandwidth-aware placement: which host a VM goes to so that every network reservation holds
+//! (what DRS does for NetIOC reservations).
+//!
+//! Model. A cluster is hosts, VMs and pools. A host has a NetIOC tree (its traffic classes and
+//! pools under a root standing for an uplink), the capacity admission control counts against
+//! (its smallest uplink, as the live switch admits), and its reservation cap (75% by default).
+//! A VM has vNICs, each with a reservation under a named pool. A VM is *admitted* on a host
+//! when its vNICs, added as leaves under their pools in a copy of the host's tree, pass
+//! [`crate::ioc::admit`] there, and every pool with a cluster-wide quota still holds: the
+//! reservations of its vNICs on all hosts total at most the quota. A host without one of the
+//! VM's pools does not admit it.
+//!
+//! Initial placement ([`Cluster::place`]): among the hosts that admit the VM, the one with the
+//! most reservation headroom left once it is there (the least free reservation of any node on
+//! the way from its pools up to their traffic class), ties broken by fewer VMs, then by name; so VMs balance
+//! by reservation. A VM no host admits is refused with each host's reason. Deterministic: hosts
+//! are considered in name order.
+
+use crate::ioc::admission::admit;
+use crate::ioc::{NodeId, NodeSpec, ReservationCap, Shares, Tree};
+use crate::units::Bandwidth;
+use std::collections::BTreeMap;
+
+/// One vNIC of a VM: its reservation (and shares, limit) under a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vnic {
+    pub pool: String,
+    pub reservation: Bandwidth,
+    pub shares: Shares,
+    pub limit: Option<Bandwidth>,
+}
+
+/// A VM as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vm {
+    pub name: String,
+    pub vnics: Vec<Vnic>,
+}
+
+impl Vm {
+    /// The VM's reservations in all.
+    pub fn reservation(&self) -> Bandwidth {
+        Bandwidth::from_bps(self.vnics.iter().map(|v| v.reservation.bps()).sum())
+    }
+}
+
+/// A host: its NetIOC tree without VMs, admission capacity and cap, and the VMs on it.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub name: String,
+    pub tree: Tree,
+    pub capacity: Bandwidth,
+    pub cap: ReservationCap,
+    pub vms: Vec<Vm>,
+}
+
+impl Host {
+    /// The host's tree with `extra` VMs' vNICs added under their pools, or why not.
+    fn tree_with(&self, extra: &[&Vm]) -> Result<Tree, String> {
+        let mut tree = self.tree.clone();
+        for vm in self.vms.iter().chain(extra.iter().copied()) {
+            for (i, v) in vm.vnics.iter().enumerate() {
+                let pool = tree
+                    .find(&v.pool)
+                    .ok_or_else(|| format!("no pool `{}` on host {}", v.pool, self.name))?;
+                let spec = NodeSpec {
+                    name: format!("{}#{i}", vm.name),
+                    reservation: v.reservation,
+                    shares: v.shares,
+                    limit: v.limit,
+                };
+                tree.add(pool, spec).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(tree)
+    }
+
+    /// The free reservation of node `id` in `tree`: what it may hand its children (the cap's
+    /// share of the capacity at the root, its own reservation below) minus what they reserve.
+    fn slack(&self, tree: &Tree, id: NodeId) -> u64 {
+        let node = tree.node(id);
+        let quota = match node.parent {
+            None => (self.capacity.bps_f64() * self.cap.get()) as u64,
+            Some(_) => node.spec.reservation.bps(),
+        };
+        let used: u64 = node.children.iter().map(|c| tree.node(*c).spec.reservation.bps()).sum();
+        quota.saturating_sub(used)
+    }
+
+    /// The reservation headroom with `extra` placed: the least free reservation of any node
+    /// on the way from the pools of the VMs' vNICs up to their traffic class (of every node,
+    /// with no `extra`); or why the host does not admit them.
+    pub fn headroom_with(&self, extra: &[&Vm]) -> Result<Bandwidth, String> {
+        let tree = self.tree_with(extra)?;
+        admit(&tree, self.capacity, self.cap).map_err(|e| e.to_string())?;
+        let pools: Vec<NodeId> = if extra.is_empty() {
+            tree.ids().collect()
+        } else {
+            (extra.iter().flat_map(|vm| &vm.vnics))
+                .filter_map(|v| tree.find(&v.pool))
+                .collect()
+        };
+        let mut least = u64::MAX;
+        for pool in pools {
+            // Up to the root's child: what classes reserve of the uplink does not change with
+            // the VMs inside them (the root counts only for a pool that is the root).
+            let mut at = Some(pool);
+            while let Some(id) = at {
+                if id != pool && tree.node(id).parent.is_none() {
+                    break;
+                }
+                least = least.min(self.slack(&tree, id));
+                at = tree.node(id).parent;
+            }
+        }
+        Ok(Bandwidth::from_bps(if least == u64::MAX { 0 } else { least }))
+    }
+}
+
+/// Where a VM went, and why the other hosts did not take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    pub host: String,
+    /// The chosen host's reservation headroom with the VM on it.
+    pub headroom: Bandwidth,
+    /// Each host that admits it, with its headroom, and each that does not, with why.
+    pub considered: Vec<(String, Result<Bandwidth, String>)>,
+}
+
+/// A VM no host admits: each host's reason.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("VM {vm} fits on no host: {}", reasons.iter().map(|(h, r)| format!("{h}: {r}")).collect::<Vec<_>>().join("; "))]
+pub struct Refused {
+    pub vm: String,
+    pub reasons: Vec<(String, String)>,
+}
+
+/// The cluster: hosts by name, and pools' cluster-wide quotas.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    hosts: BTreeMap<String, Host>,
+    quotas: BTreeMap<String, Bandwidth>,
+}
+
+impl Cluster {
+    /// Adds a host without VMs; an error if the name is taken.
+    pub fn add_host(&mut self, name: &str, tree: Tree, capacity: Bandwidth, cap: ReservationCap) -> Result<(), String> {
+        if self.hosts.contains_key(name) {
+            return Err(format!("host {name} is already in the cluster"));
+        }
+        let host = Host {
+            name: name.to_string(),
+            tree,
+            capacity,
+            cap,
+            vms: Vec::new(),
+        };
+        self.hosts.insert(name.to_string(), host);
+        Ok(())
+    }
+
+    /// Sets pool `pool`'s quota across the cluster.
+    pub fn set_quota(&mut self, pool: &str, quota: Bandwidth) {
+        self.quotas.insert(pool.to_string(), quota);
+    }
+
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.get(name)
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = &Host> {
+        self.hosts.values()
+    }
+
+    /// The host VM `vm` runs on.
+    pub fn host_of(&self, vm: &str) -> Option<&str> {
+        (self.hosts.values())
+            .find(|h| h.vms.iter().any(|v| v.name == vm))
+            .map(|h| h.name.as_str())
+    }
+
+    /// Why `vm` would break a pool's cluster-wide quota, if it would.
+    fn quota_breach(&self, vm: &Vm) -> Option<String> {
+        for (pool, quota) in &self.quotas {
+            let in_pool = |v: &Vm| -> u64 {
+                (v.vnics.iter())
+                    .filter(|n| n.pool == *pool)
+                    .map(|n| n.reservation.bps())
+                    .sum()
+            };
+            let asked = in_pool(vm);
+            if asked == 0 {
+                continue;
+            }
+            let used: u64 = self.hosts.values().flat_map(|h| &h.vms).map(in_pool).sum();
+            if used + asked > quota.bps() {
+                let free = Bandwidth::from_bps(quota.bps().saturating_sub(used));
+                return Some(format!(
+                    "pool `{pool}`: {} asked, {free} free of its cluster quota {quota}",
+                    Bandwidth::from_bps(asked)
+                ));
+            }
+        }
+        None
+    }
+
+    /// Chooses a host for `vm` by the rule of the module documentation, without placing it.
+    pub fn choose(&self, vm: &Vm) -> Result<Placed, Refused> {
+        if self.host_of(&vm.name).is_some() {
+            let why = "already placed".to_string();
+            return Err(Refused {
+                vm: vm.name.clone(),
+                reasons: vec![("cluster".into(), why)],
+            });
+        }
+        if let Some(why) = self.quota_breach(vm) {
+            return Err(Refused {
+                vm: vm.name.clone(),
+                reasons: vec![("cluster".into(), why)],
+            });
+        }
+        let considered: Vec<(String, Result<Bandwidth, String>)> = (self.hosts.values())
+            .map(|h| (h.name.clone(), h.headroom_with(&[vm])))
+            .collect();
+        let best = (considered.iter())
+            .filter_map(|(name, r)| Some((name, *r.as_ref().ok()?)))
+            .max_by(|(a, ha), (b, hb)| {
+                let vms = |n: &str| self.hosts[n].vms.len();
+                ha.cmp(hb).then(vms(b).cmp(&vms(a))).then(b.cmp(a))
+            });
+        match best {
+            Some((host, headroom)) => Ok(Placed {
+                host: host.clone(),
+                headroom,
+                considered: considered.clone(),
+            }),
+            None => Err(Refused {
+                vm: vm.name.clone(),
+                reasons: (considered.into_iter())
+                    .map(|(h, r)| (h, r.err().unwrap_or_default()))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// Powers `vm` on: chooses its host and places it there.
+    pub fn place(&mut self, vm: Vm) -> Result<Placed, Refused> {
+        let placed = self.choose(&vm)?;
+        self.hosts.get_mut(&placed.host).expect("chosen").vms.push(vm);
+        Ok(placed)
+    }
+
+    /// Places `vm` on `host` by hand, if that host admits it.
+    pub fn place_on(&mut self, vm: Vm, host: &str) -> Result<(), String> {
+        if let Some(why) = self.quota_breach(&vm) {
+            return Err(why);
+        }
+        let h = self.hosts.get(host).ok_or_else(|| format!("no host {host}"))?;
+        h.headroom_with(&[&vm])?;
+        self.hosts.get_mut(host).expect("found").vms.push(vm);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
