@@ -16,6 +16,9 @@
 //! by reservation. A VM no host admits is refused with each host's reason. Deterministic: hosts
 //! are considered in name order.
 
+mod remediate;
+pub use remediate::{Fault, Migration, Remedy};
+
 use crate::ioc::admission::admit;
 use crate::ioc::{NodeId, NodeSpec, ReservationCap, Shares, Tree};
 use crate::units::Bandwidth;

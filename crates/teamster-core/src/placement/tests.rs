@@ -114,3 +114,83 @@ proptest! {
         prop_assert_eq!(placed, build().1);
     }
 }
+
+/// Figure 2 as DRS plays it: three VMs on host 1 with no reservation; VM1 reserves 7.5G
+/// (fits); VM2's 4.5G breaks host 1's admission and VM2 alone moves to host 2; VM3's 3G breaks
+/// it again and VM3 moves to host 2 as well, which then holds 4.5 + 3 = 7.5G.
+#[test]
+fn figure_2_remediation_moves_vm2_then_vm3() {
+    let mut c = fig2_cluster();
+    for v in ["vm1", "vm2", "vm3"] {
+        c.place_on(vm(v, Bandwidth::ZERO), "host1").unwrap();
+    }
+    c.set_reservation("vm1", 0, Bandwidth::from_mbps(7500)).unwrap();
+    assert_eq!(c.remediate(), Remedy::default(), "fits: nothing moves");
+    c.set_reservation("vm2", 0, Bandwidth::from_mbps(4500)).unwrap();
+    assert_eq!(c.violations(), ["host1"]);
+    let r = c.remediate();
+    let moves: Vec<_> = r.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    assert_eq!((moves, r.faults.len()), (vec![("vm2", "host2")], 0));
+    c.set_reservation("vm3", 0, Bandwidth::from_gbps(3)).unwrap();
+    let r = c.remediate();
+    let moves: Vec<_> = r.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    assert_eq!(moves, vec![("vm3", "host2")]);
+    assert!(c.violations().is_empty());
+    // A quota the change would break is refused, and nothing changes.
+    let e = c.set_reservation("vm1", 0, Bandwidth::from_gbps(9)).unwrap_err();
+    assert!(e.contains("pool `vm`"), "{e}");
+    assert!(c.set_reservation("nobody", 0, Bandwidth::ZERO).is_err());
+    assert!(c.set_reservation("vm1", 3, Bandwidth::ZERO).is_err());
+    // Host 2 loses half its uplink: nowhere can take 7.5G more: a fault naming the host.
+    c.set_capacity("host2", Bandwidth::from_gbps(5)).unwrap();
+    let r = c.remediate();
+    assert_eq!(r.faults.len(), 1, "{r:?}");
+    assert_eq!(r.faults[0].host, "host2");
+}
+
+proptest! {
+    /// Whatever the cluster and the changes, remediation never leaves more hosts violating
+    /// than before, never makes a host that admitted its VMs violate, and mends every host it
+    /// reports no fault for.
+    #[test]
+    fn remediation_never_makes_things_worse(
+        hosts in prop::collection::vec(4u64..=40, 2..6),
+        vms in prop::collection::vec(0u64..=20, 0..30),
+        changes in prop::collection::vec((any::<prop::sample::Index>(), 0u64..=40), 0..8),
+        shrink in any::<Option<(prop::sample::Index, u64)>>(),
+    ) {
+        let mut c = Cluster::default();
+        for (i, g) in hosts.iter().enumerate() {
+            let t = tree(Bandwidth::from_mbps(g * 750));
+            c.add_host(&format!("h{i}"), t, Bandwidth::from_gbps(*g), ReservationCap::default()).unwrap();
+        }
+        let mut names = Vec::new();
+        for (i, r) in vms.iter().enumerate() {
+            let name = format!("v{i}");
+            if c.place(vm(&name, Bandwidth::from_mbps(r * 250))).is_ok() {
+                names.push(name);
+            }
+        }
+        if !names.is_empty() {
+            for (pick, r) in &changes {
+                let _ = c.set_reservation(&names[pick.index(names.len())], 0, Bandwidth::from_mbps(r * 250));
+            }
+        }
+        if let Some((pick, g)) = shrink {
+            let h = format!("h{}", pick.index(hosts.len()));
+            c.set_capacity(&h, Bandwidth::from_gbps(g % 40 + 1)).unwrap();
+        }
+        let before = c.violations();
+        let fine: Vec<String> = c.hosts().map(|h| h.name.clone()).filter(|h| !before.contains(h)).collect();
+        let r = c.remediate();
+        let after = c.violations();
+        prop_assert!(after.len() <= before.len(), "{before:?} -> {after:?}");
+        for h in &fine {
+            prop_assert!(!after.contains(h), "{h} admitted its VMs before and not after");
+        }
+        for h in &after {
+            prop_assert!(r.faults.iter().any(|f| &f.host == h), "{h} violates without a fault");
+        }
+        prop_assert_eq!(c.hosts().map(|h| h.vms.len()).sum::<usize>(), names.len(), "no VM lost or doubled");
+    }
+}
