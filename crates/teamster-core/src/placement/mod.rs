@@ -10,6 +10,10 @@
 //! reservations of its vNICs on all hosts total at most the quota. A host without one of the
 //! VM's pools does not admit it.
 //!
+//! A node may be *derived* on a host: its reservation there is what its children reserve (a
+//! pool with a cluster-wide quota, consumed on each host by the vNICs there, as vSphere's
+//! network resource pools are); admission then checks it against its parent as any other.
+//!
 //! Initial placement ([`Cluster::place`]): among the hosts that admit the VM, the one with the
 //! most reservation headroom left once it is there (the least free reservation of any node on
 //! the way from its pools up to their traffic class), ties broken by fewer VMs, then by name; so VMs balance
@@ -55,11 +59,14 @@ pub struct Host {
     pub capacity: Bandwidth,
     pub cap: ReservationCap,
     pub vms: Vec<Vm>,
+    /// Nodes whose reservation is their children's total (see the module documentation).
+    pub derived: Vec<NodeId>,
 }
 
 impl Host {
-    /// The host's tree with `extra` VMs' vNICs added under their pools, or why not.
-    fn tree_with(&self, extra: &[&Vm]) -> Result<Tree, String> {
+    /// The host's tree with its VMs' and `extra` VMs' vNICs added under their pools (leaf
+    /// `{vm}#{i}` for vNIC `i`) and derived nodes set, or why not.
+    pub fn tree_with(&self, extra: &[&Vm]) -> Result<Tree, String> {
         let mut tree = self.tree.clone();
         for vm in self.vms.iter().chain(extra.iter().copied()) {
             for (i, v) in vm.vnics.iter().enumerate() {
@@ -74,6 +81,20 @@ impl Host {
                 };
                 tree.add(pool, spec).map_err(|e| e.to_string())?;
             }
+        }
+        // Children before parents: they have larger indices.
+        let mut derived = self.derived.clone();
+        derived.sort_unstable_by(|a, b| b.cmp(a));
+        for id in derived {
+            let node = tree.node(id);
+            let held = (node.children.iter())
+                .map(|c| tree.node(*c).spec.reservation.bps())
+                .sum();
+            let spec = NodeSpec {
+                reservation: Bandwidth::from_bps(held),
+                ..node.spec.clone()
+            };
+            tree.set_controls(id, spec).map_err(|e| e.to_string())?;
         }
         Ok(tree)
     }
@@ -157,8 +178,21 @@ impl Cluster {
             capacity,
             cap,
             vms: Vec::new(),
+            derived: Vec::new(),
         };
         self.hosts.insert(name.to_string(), host);
+        Ok(())
+    }
+
+    /// Makes node `node` of host `host`'s tree derived: its reservation is its children's.
+    pub fn derive(&mut self, host: &str, node: &str) -> Result<(), String> {
+        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        let id = (h.tree.find(node))
+            .filter(|id| *id != NodeId::ROOT)
+            .ok_or_else(|| format!("host {host} has no class or pool `{node}`"))?;
+        if !h.derived.contains(&id) {
+            h.derived.push(id);
+        }
         Ok(())
     }
 

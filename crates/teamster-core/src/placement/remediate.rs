@@ -1,13 +1,16 @@
 //! Remediation: when a reservation grows or a host loses capacity and a host no longer admits
 //! its VMs, migrations that make every host admit its VMs again.
 //!
-//! Model. A host *violates* when its VMs no longer pass admission there. For each violating
-//! host, in name order, VMs move out until it admits the rest: first the one VM, of the
-//! smallest reservation, whose leaving alone is enough and which another host admits; failing
-//! that, the VM of the largest reservation another host admits (the fewest moves), and again.
-//! Each destination is chosen as initial placement chooses, among hosts that admit the VM with
-//! everything already there, so a move never breaks another host. A host that cannot be
-//! mended is a [`Fault`] naming it and why; the moves planned for other hosts stand.
+//! Model. A host *violates* when its VMs no longer pass admission there; each VM with a
+//! reservation on it is then a violated reservation (its guarantee cannot be kept). For each
+//! violating host, in name order, remediation looks for the set of VMs to move out with the
+//! fewest VMs, then the least reservation moved, then the first names: a set such that the rest
+//! pass admission and each VM of it (largest first) goes to a host that admits it with
+//! everything already there, chosen as initial placement chooses. So a move never breaks
+//! another host. Sets are tried by size while a size has at most [`SEARCH_BUDGET`]
+//! candidates; past that, one VM moves by a greedy rule (the smallest whose leaving alone is
+//! enough, else the largest that can go) and the search starts again. A host that cannot be
+//! mended is a [`Fault`] naming it and what is short; the moves planned for other hosts stand.
 
 use super::{Cluster, Vm};
 use crate::units::Bandwidth;
@@ -74,48 +77,79 @@ impl Cluster {
         Ok(())
     }
 
+    /// Reservations that cannot be kept: the VMs with a reservation on violating hosts.
+    pub fn violated_reservations(&self) -> usize {
+        (self.hosts.values())
+            .filter(|h| h.headroom_with(&[]).is_err())
+            .flat_map(|h| &h.vms)
+            .filter(|v| v.reservation() > Bandwidth::ZERO)
+            .count()
+    }
+
     /// Plans and applies migrations by the rule of the module documentation.
     pub fn remediate(&mut self) -> Remedy {
         let mut remedy = Remedy::default();
         for host in self.violations() {
             while self.hosts[&host].headroom_with(&[]).is_err() {
-                match self.pick(&host) {
-                    Some((vm, to)) => {
-                        let h = self.hosts.get_mut(&host).expect("violating host");
-                        let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
-                        let moved = h.vms.remove(i);
-                        remedy.migrations.push(Migration {
-                            vm,
-                            from: host.clone(),
-                            to: to.clone(),
-                            reservation: moved.reservation(),
-                        });
-                        self.hosts.get_mut(&to).expect("destination").vms.push(moved);
-                    }
-                    None => {
-                        let why = self.hosts[&host].headroom_with(&[]).err().unwrap_or_default();
-                        remedy.faults.push(Fault {
-                            host: host.clone(),
-                            why: format!("no VM can move to a host that admits it; {why}"),
-                        });
-                        break;
-                    }
+                let plan = self.fewest_moves(&host).or_else(|| self.one_greedy_move(&host));
+                let Some(plan) = plan else {
+                    let why = self.hosts[&host].headroom_with(&[]).err().unwrap_or_default();
+                    remedy.faults.push(Fault {
+                        host: host.clone(),
+                        why: format!("no VM can move to a host that admits it; {why}"),
+                    });
+                    break;
+                };
+                for (vm, to) in plan {
+                    let h = self.hosts.get_mut(&host).expect("violating host");
+                    let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
+                    let moved = h.vms.remove(i);
+                    remedy.migrations.push(Migration {
+                        vm,
+                        from: host.clone(),
+                        to: to.clone(),
+                        reservation: moved.reservation(),
+                    });
+                    self.hosts.get_mut(&to).expect("destination").vms.push(moved);
                 }
             }
         }
         remedy
     }
 
-    /// The VM to move off violating host `host`, and where.
-    fn pick(&self, host: &str) -> Option<(String, String)> {
+    /// The smallest set of VMs whose leaving mends `host` and which other hosts take (see the
+    /// module documentation), with destinations; None if no set is found within the budget.
+    fn fewest_moves(&self, host: &str) -> Option<Vec<(String, String)>> {
         let h = &self.hosts[host];
-        let destination = |vm: &Vm| -> Option<String> {
-            (self.hosts.values())
-                .filter(|o| o.name != host)
-                .filter_map(|o| Some((o.headroom_with(&[vm]).ok()?, o.vms.len(), &o.name)))
-                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(a.2)))
-                .map(|(_, _, name)| name.clone())
-        };
+        let movable: Vec<&Vm> = (h.vms.iter()).filter(|v| v.reservation() > Bandwidth::ZERO).collect();
+        for k in 1..=movable.len() {
+            if binomial(movable.len(), k) > SEARCH_BUDGET {
+                return None;
+            }
+            let mut sets: Vec<(u64, Vec<&Vm>)> = Vec::new();
+            for_each_subset(movable.len(), k, &mut |pick| {
+                let set: Vec<&Vm> = pick.iter().map(|&i| movable[i]).collect();
+                let mut rest = h.clone();
+                rest.vms.retain(|v| !set.iter().any(|s| s.name == v.name));
+                if rest.headroom_with(&[]).is_ok() {
+                    let moved = set.iter().map(|v| v.reservation().bps()).sum();
+                    sets.push((moved, set));
+                }
+            });
+            sets.sort_by(|a, b| {
+                let names = |s: &[&Vm]| s.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
+                a.0.cmp(&b.0).then_with(|| names(&a.1).cmp(&names(&b.1)))
+            });
+            if let Some(plan) = sets.iter().find_map(|(_, set)| self.destinations(host, set)) {
+                return Some(plan);
+            }
+        }
+        None
+    }
+
+    /// One VM to move off `host` by the greedy rule, with its destination.
+    fn one_greedy_move(&self, host: &str) -> Option<Vec<(String, String)>> {
+        let h = &self.hosts[host];
         let mut by_size: Vec<&Vm> = h.vms.iter().collect();
         by_size.sort_by(|a, b| a.reservation().cmp(&b.reservation()).then(a.name.cmp(&b.name)));
         let enough = |vm: &Vm| {
@@ -123,14 +157,69 @@ impl Cluster {
             rest.vms.retain(|v| v.name != vm.name);
             rest.headroom_with(&[]).is_ok()
         };
-        let alone = by_size
-            .iter()
+        let alone = (by_size.iter())
             .filter(|vm| enough(vm))
-            .find_map(|vm| Some((vm.name.clone(), destination(vm)?)));
+            .find_map(|vm| self.destinations(host, &[vm]));
         alone.or_else(|| {
             (by_size.iter().rev())
                 .filter(|vm| vm.reservation() > Bandwidth::ZERO)
-                .find_map(|vm| Some((vm.name.clone(), destination(vm)?)))
+                .find_map(|vm| self.destinations(host, &[vm]))
         })
+    }
+
+    /// A destination for each of `vms` leaving `from`, largest first, each where initial
+    /// placement would put it with the ones before it already there; None if one has none.
+    fn destinations(&self, from: &str, vms: &[&Vm]) -> Option<Vec<(String, String)>> {
+        let mut order = vms.to_vec();
+        order.sort_by(|a, b| b.reservation().cmp(&a.reservation()).then(a.name.cmp(&b.name)));
+        let mut arriving: Vec<(&str, &Vm)> = Vec::new();
+        let mut plan = Vec::new();
+        for vm in order {
+            let best = (self.hosts.values())
+                .filter(|o| o.name != from)
+                .filter_map(|o| {
+                    let mut extra: Vec<&Vm> = (arriving.iter())
+                        .filter(|(h, _)| *h == o.name)
+                        .map(|(_, v)| *v)
+                        .collect();
+                    extra.push(vm);
+                    Some((o.headroom_with(&extra).ok()?, o.vms.len() + extra.len(), &o.name))
+                })
+                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(a.2)))?;
+            arriving.push((best.2, vm));
+            plan.push((vm.name.clone(), best.2.clone()));
+        }
+        Some(plan)
+    }
+}
+
+/// How many sets of one size remediation tries before it moves a VM greedily instead.
+pub const SEARCH_BUDGET: u64 = 5_000;
+
+/// n choose k, saturating.
+pub(super) fn binomial(n: usize, k: usize) -> u64 {
+    let mut c: u64 = 1;
+    for i in 0..k as u64 {
+        c = c.saturating_mul(n as u64 - i) / (i + 1);
+    }
+    c
+}
+
+/// Calls `f` with every `k`-subset of `0..n` as ascending indices, in lexicographic order.
+pub(super) fn for_each_subset(n: usize, k: usize, f: &mut dyn FnMut(&[usize])) {
+    let mut pick: Vec<usize> = (0..k).collect();
+    if k > n {
+        return;
+    }
+    loop {
+        f(&pick);
+        // The rightmost index that can still advance.
+        let Some(i) = (0..k).rev().find(|&i| pick[i] < n - k + i) else {
+            return;
+        };
+        pick[i] += 1;
+        for j in i + 1..k {
+            pick[j] = pick[j - 1] + 1;
+        }
     }
 }

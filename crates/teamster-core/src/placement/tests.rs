@@ -181,10 +181,12 @@ proptest! {
             c.set_capacity(&h, Bandwidth::from_gbps(g % 40 + 1)).unwrap();
         }
         let before = c.violations();
+        let violated = c.violated_reservations();
         let fine: Vec<String> = c.hosts().map(|h| h.name.clone()).filter(|h| !before.contains(h)).collect();
         let r = c.remediate();
         let after = c.violations();
         prop_assert!(after.len() <= before.len(), "{before:?} -> {after:?}");
+        prop_assert!(c.violated_reservations() <= violated, "more reservations violated");
         for h in &fine {
             prop_assert!(!after.contains(h), "{h} admitted its VMs before and not after");
         }
@@ -193,4 +195,67 @@ proptest! {
         }
         prop_assert_eq!(c.hosts().map(|h| h.vms.len()).sum::<usize>(), names.len(), "no VM lost or doubled");
     }
+}
+
+/// A host whose VM class is derived (it reserves what its VMs reserve), so the uplink's 75%
+/// cap is what binds, on an uplink of `gbps`.
+fn derived_cluster(gbps: &[u64]) -> Cluster {
+    let mut c = Cluster::default();
+    for (i, g) in gbps.iter().enumerate() {
+        let h = format!("host{}", i + 1);
+        c.add_host(
+            &h,
+            tree(Bandwidth::ZERO),
+            Bandwidth::from_gbps(*g),
+            ReservationCap::default(),
+        )
+        .unwrap();
+        c.derive(&h, "vm").unwrap();
+    }
+    c
+}
+
+/// A derived class is refused for the uplink's cap, and names it; a derived node that is not
+/// there is an error.
+#[test]
+fn a_derived_class_reserves_what_its_vms_do() {
+    let mut c = derived_cluster(&[10]);
+    c.place_on(vm("vm1", Bandwidth::from_mbps(7500)), "host1").unwrap();
+    let e = c.place_on(vm("vm2", Bandwidth::from_mbps(4500)), "host1").unwrap_err();
+    assert!(e.contains("75% of uplink"), "{e}");
+    let tree = c.host("host1").unwrap().tree_with(&[]).unwrap();
+    let class = tree.node(tree.find("vm").unwrap());
+    assert_eq!(class.spec.reservation, Bandwidth::from_mbps(7500));
+    assert!(c.derive("host1", "nfs").is_err() && c.derive("host9", "vm").is_err());
+    assert!(c.derive("host1", "uplink").is_err(), "the root is the uplink");
+}
+
+/// No one VM is enough: remediation moves the two whose reservations total least (3G + 2G),
+/// where greedy moving the largest first would move 4G + 2G.
+#[test]
+fn remediation_moves_the_fewest_vms_then_the_least_bandwidth() {
+    let mut c = derived_cluster(&[12, 12]);
+    for (v, g) in [("a", 4), ("b", 3), ("c", 2)] {
+        c.place_on(vm(v, Bandwidth::from_gbps(g)), "host1").unwrap();
+    }
+    c.set_capacity("host1", Bandwidth::from_gbps(6)).unwrap();
+    assert_eq!(c.violated_reservations(), 3);
+    let r = c.remediate();
+    let mut moved: Vec<_> = r.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    moved.sort();
+    assert_eq!(moved, [("b", "host2"), ("c", "host2")], "{r:?}");
+    assert_eq!((c.violated_reservations(), r.faults.len()), (0, 0));
+}
+
+#[test]
+fn subsets_are_enumerated_once_each() {
+    let mut seen = Vec::new();
+    super::remediate::for_each_subset(5, 3, &mut |s| seen.push(s.to_vec()));
+    assert_eq!(seen.len(), 10);
+    assert_eq!((seen[0].clone(), seen[9].clone()), (vec![0, 1, 2], vec![2, 3, 4]));
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, seen);
+    assert_eq!(super::remediate::binomial(31, 3), 4495);
 }
