@@ -11,6 +11,7 @@
 //! Runs are seeded (MAC addresses, IP-hash flows and demand jitter come from a ChaCha8 generator
 //! seeded by the scenario) and bit-for-bit reproducible.
 
+pub mod cluster;
 pub mod demand;
 pub mod expect;
 pub mod fluid;

@@ -23,6 +23,9 @@ pub struct Summary {
     pub series_csv: String,
     /// Each port group's teaming and VMQ count.
     pub teams: Vec<crate::run::TeamLine>,
+    /// Cluster mode: the cluster's counts each time one changed (also `cluster.csv`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cluster: Vec<crate::run::ClusterRow>,
     /// Receive mode: each variant's figures.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<(String, crate::receive::Measured)>,
@@ -56,6 +59,7 @@ impl Summary {
                 .collect(),
             series_csv: series_csv.display().to_string(),
             teams: run.teams.clone(),
+            cluster: run.cluster.clone(),
             variants: Vec::new(),
         }
     }
@@ -87,6 +91,15 @@ pub fn write_series(run: &RunOutput, path: &Path) -> std::io::Result<()> {
             }
         }
         w.write_record(&rec)?;
+    }
+    w.flush()
+}
+
+/// Writes the cluster's counts as CSV: `t_s,violated,migrations,faults,refusals`.
+pub fn write_cluster(run: &RunOutput, path: &Path) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    for c in &run.cluster {
+        w.serialize(c)?;
     }
     w.flush()
 }
@@ -243,6 +256,10 @@ pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path)
                 BLACK.mix(0.4).stroke_width(1),
             ))
             .map_err(|x| x.to_string())?;
+        // Past a dozen, labels would cover the plot: the lines say when, the summary what.
+        if n >= 12 {
+            continue;
+        }
         let pos = (*t + end * 0.005, top * (0.03 + 0.04 * (n % 3) as f64));
         chart
             .draw_series(std::iter::once(Text::new(
@@ -252,14 +269,20 @@ pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path)
             )))
             .map_err(|x| x.to_string())?;
     }
-    for (n, m) in run.moves.iter().filter(|m| m.lbt.is_some()).enumerate() {
+    // LBT moves and a cluster's migrations, the first dozen labelled.
+    let marked = (run.moves.iter()).filter(|m| m.lbt.is_some() || m.reason == "migration" || m.reason == "restart");
+    for (n, m) in marked.enumerate() {
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(m.t_s, 0.0), (m.t_s, top)],
                 RED.stroke_width(1),
             )))
             .map_err(|x| x.to_string())?;
-        let label = format!("move {}: {} → {}", n + 1, m.port, m.to.as_deref().unwrap_or("-"));
+        if n >= 12 {
+            continue;
+        }
+        let verb = if m.lbt.is_some() { "move" } else { m.reason.as_str() };
+        let label = format!("{verb} {}: {} → {}", n + 1, m.port, m.to.as_deref().unwrap_or("-"));
         chart
             .draw_series(std::iter::once(Text::new(
                 label,

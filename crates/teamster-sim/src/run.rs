@@ -69,6 +69,19 @@ pub struct RunOutput {
     pub member_changes: Vec<u64>,
     /// Each port group's teaming and the receive queues (VMQs) its team offers it.
     pub teams: Vec<TeamLine>,
+    /// Cluster mode: the cluster's counts each time one changed.
+    pub cluster: Vec<ClusterRow>,
+}
+
+/// Cluster mode: reservations that cannot be kept at `t_s`, and migrations, faults and
+/// refusals so far.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClusterRow {
+    pub t_s: f64,
+    pub violated: usize,
+    pub migrations: usize,
+    pub faults: usize,
+    pub refusals: usize,
 }
 
 impl RunOutput {
@@ -92,6 +105,7 @@ impl RunOutput {
             reordered: vec![0; np],
             member_changes: vec![0; np],
             teams: Vec::new(),
+            cluster: Vec::new(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! anything runs, and the output folder is written beside its final place and renamed into it at
 //! the end, so a failed run leaves no partial output and an earlier run's folder intact.
 
+use crate::cluster;
 use crate::expect::{self, Names, Verdict};
 use crate::fluid;
 use crate::migration;
@@ -76,8 +77,9 @@ pub fn simulate(path: &Path, out_dir: &Path) -> Result<Outcome, SimulateError> {
         Some("packet") => simulate_packet(path, &text, out_dir),
         Some("migration") => simulate_migration(path, &text, out_dir),
         Some("receive") => simulate_receive(path, &text, out_dir),
+        Some("cluster") => simulate_cluster(path, &text, out_dir),
         Some(other) => Err(err(format!(
-            "mode = \"{other}\": expected \"fluid\", \"packet\", \"migration\" or \"receive\""
+            "mode = \"{other}\": expected \"fluid\", \"packet\", \"migration\", \"receive\" or \"cluster\""
         ))),
     }
 }
@@ -237,6 +239,42 @@ fn simulate_receive(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, 
     finish(info, output, verdicts, out_dir, PlotSeries::Variants, run.variants)
 }
 
+fn simulate_cluster(path: &Path, text: &str, out_dir: &Path) -> Result<Outcome, SimulateError> {
+    let err = |message: String| {
+        SimulateError::Scenario(ScenarioError {
+            file: path.display().to_string(),
+            message,
+        })
+    };
+    let file: cluster::ClusterFile = parse_toml(text).map_err(err)?;
+    let plan = cluster::resolve(file).map_err(err)?;
+    let started = std::time::Instant::now();
+    let (run, decisions) = cluster::run(&plan).map_err(run_err(path))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let f = &plan.file;
+    let verdicts = (f.expect.iter())
+        .map(|x| cluster::expect::evaluate(x, &plan, &run, &decisions))
+        .collect();
+    let info = RunInfo {
+        name: f.name.clone(),
+        description: f.description.clone(),
+        mode: "cluster",
+        uplinks: run.uplinks.len(),
+        ports: plan.vms.len(),
+        duration_s: f.duration_s,
+        step_s: (plan.fidelity == cluster::Fidelity::Fluid).then_some(f.step_s),
+        seed: f.seed,
+        wall_s,
+    };
+    // A line per VM while they can be told apart; per uplink beyond.
+    let plot = if plan.vms.len() <= 8 {
+        PlotSeries::Ports
+    } else {
+        PlotSeries::Uplinks
+    };
+    finish(info, run, verdicts, out_dir, plot, Vec::new())
+}
+
 fn run_err(file: &Path) -> impl Fn(String) -> SimulateError {
     let file = file.display().to_string();
     move |message: String| SimulateError::Run {
@@ -297,6 +335,10 @@ fn write_folder(
     let result = (|| {
         report::write_series(run, &tmp.join("series.csv")).map_err(|e| err(&tmp.join("series.csv"))(e.to_string()))?;
         report::write_moves(run, &tmp.join("moves.csv")).map_err(|e| err(&tmp.join("moves.csv"))(e.to_string()))?;
+        if !run.cluster.is_empty() {
+            report::write_cluster(run, &tmp.join("cluster.csv"))
+                .map_err(|e| err(&tmp.join("cluster.csv"))(e.to_string()))?;
+        }
         if run.latencies.iter().any(|l| !l.is_empty()) {
             report::write_latency(run, &tmp.join("latency.csv"))
                 .map_err(|e| err(&tmp.join("latency.csv"))(e.to_string()))?;

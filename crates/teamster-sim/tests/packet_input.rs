@@ -81,7 +81,7 @@ fn bad_netioc_input_names_the_key() {
         (GOOD.replace("bytes = 9000", "bytes = 9"), "ports[0].source.bytes = 9"),
         (GOOD.replace("kind = \"greedy\"", "kind = \"firehose\""), "unknown variant `firehose`"),
         (GOOD.replace("effective = \"9.4G\"", "effective = \"12G\""), "uplinks[0].effective: 12Gbps must be above zero and at most the capacity"),
-        (GOOD.replace("mode = \"packet\"", "mode = \"quantum\""), "mode = \"quantum\": expected \"fluid\", \"packet\", \"migration\" or \"receive\""),
+        (GOOD.replace("mode = \"packet\"", "mode = \"quantum\""), "mode = \"quantum\": expected \"fluid\", \"packet\", \"migration\", \"receive\" or \"cluster\""),
         (GOOD.to_string() + "[[events]]\nkind = \"queueing\"\nat_s = 1e9\nqueueing = \"fifo\"\n", "events[0].at_s = 1000000000: at or after the end of the run"),
         (
             GOOD.to_string() + "[[events]]\nkind = \"set-controls\"\nat_s = 1\nnode = \"vm1\"\nshares = 10\n[[events]]\nkind = \"set-controls\"\nat_s = 1\nnode = \"vm1\"\nshares = 90\n",

@@ -553,17 +553,34 @@ fn print_text(o: &teamster_sim::Outcome) {
     }
     lines.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let decimals = if f.duration_s < 10.0 { 3 } else { 1 };
-    for (t, _, line) in lines {
+    const SHOWN: usize = 40;
+    for (t, _, line) in lines.iter().take(SHOWN) {
         println!("  {t:>7.decimals$} s  {line}");
     }
+    if lines.len() > SHOWN {
+        println!("  ... and {} more (moves.csv, summary.json)", lines.len() - SHOWN);
+    }
+    if !o.run.cluster.is_empty() {
+        println!("  cluster: time, reservations that cannot be kept, migrations, faults, refusals so far");
+        for c in o.run.cluster.iter().take(SHOWN) {
+            println!(
+                "  {:>7.decimals$} s  {:>5} broken  {:>5} migrations  {:>4} faults  {:>4} refusals",
+                c.t_s, c.violated, c.migrations, c.faults, c.refusals
+            );
+        }
+    }
     if let Some(last) = o.run.rows.last().filter(|_| o.summary.variants.is_empty()) {
-        let per: Vec<String> = o
+        let mut per: Vec<String> = o
             .run
             .uplinks
             .iter()
             .zip(&last.uplink_tx)
+            .take(8)
             .map(|(n, v)| format!("{n} {}", gbps(*v)))
             .collect();
+        if o.run.uplinks.len() > 8 {
+            per.push(format!("{} more uplinks", o.run.uplinks.len() - 8));
+        }
         println!(
             "  at the end: {}; delivered {}",
             per.join(", "),

@@ -77,6 +77,40 @@ impl Cluster {
         Ok(())
     }
 
+    /// Moves `vm` to host `to` by hand, if `to` admits it with everything there; refused (nothing
+    /// changed) otherwise, or if the VM or host is unknown or the VM is there already.
+    pub fn migrate(&mut self, vm: &str, to: &str) -> Result<Migration, String> {
+        let from = self.host_of(vm).ok_or_else(|| format!("no VM {vm}"))?.to_string();
+        let dest = self.hosts.get(to).ok_or_else(|| format!("no host {to}"))?;
+        if from == to {
+            return Err(format!("VM {vm} is on {to} already"));
+        }
+        let v = self.hosts[&from]
+            .vms
+            .iter()
+            .find(|v| v.name == vm)
+            .expect("on its host");
+        dest.headroom_with(&[v])
+            .map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
+        let h = self.hosts.get_mut(&from).expect("found");
+        let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
+        let moved = h.vms.remove(i);
+        let m = Migration {
+            vm: vm.to_string(),
+            from,
+            to: to.to_string(),
+            reservation: moved.reservation(),
+        };
+        self.hosts.get_mut(to).expect("found").vms.push(moved);
+        Ok(m)
+    }
+
+    /// Takes host `host` out of the cluster (it failed), giving back the VMs that were on it.
+    pub fn remove_host(&mut self, host: &str) -> Result<Vec<Vm>, String> {
+        let h = self.hosts.remove(host).ok_or_else(|| format!("no host {host}"))?;
+        Ok(h.vms)
+    }
+
     /// Reservations that cannot be kept: the VMs with a reservation on violating hosts.
     pub fn violated_reservations(&self) -> usize {
         (self.hosts.values())

@@ -259,3 +259,22 @@ fn subsets_are_enumerated_once_each() {
     assert_eq!(sorted, seen);
     assert_eq!(super::remediate::binomial(31, 3), 4495);
 }
+
+#[test]
+fn a_migration_by_hand_is_refused_where_the_vm_does_not_fit() {
+    let mut c = fig2_cluster();
+    c.place_on(vm("vm1", Bandwidth::from_mbps(7500)), "host1").unwrap();
+    c.place_on(vm("vm2", Bandwidth::from_gbps(1)), "host2").unwrap();
+    let e = c.migrate("vm2", "host1").unwrap_err();
+    assert!(e.contains("host1 does not admit vm2"), "{e}");
+    assert!(c.migrate("vm2", "host2").is_err() && c.migrate("vm2", "host9").is_err());
+    assert!(c.migrate("nobody", "host1").is_err());
+    assert_eq!(c.host_of("vm2"), Some("host2"), "a refusal changes nothing");
+    assert!(c.migrate("vm1", "host2").is_err(), "1G + 7.5G is over host 2's 7.5G");
+    c.set_reservation("vm2", 0, Bandwidth::ZERO).unwrap();
+    let m = c.migrate("vm1", "host2").unwrap();
+    assert_eq!((m.from.as_str(), m.reservation), ("host1", Bandwidth::from_mbps(7500)));
+    let vms = c.remove_host("host2").unwrap();
+    assert_eq!(vms.len(), 2);
+    assert!(c.host("host2").is_none() && c.host_of("vm1").is_none());
+}

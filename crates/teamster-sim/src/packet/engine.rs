@@ -24,7 +24,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use teamster_core::ioc::admission::ReservationCap;
 use teamster_core::ioc::{Ioc, NodeId, NodeSpec, QueueLimit, Tree};
 use teamster_core::switch::{Egress, Ingress, SecurityPolicy, Switch, SwitchConfig};
-use teamster_core::teaming::{Effect, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
+use teamster_core::teaming::{Effect, GroupId, LbtConfig, LinkState, PortGroupSpec, PortId, PortSpec, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
@@ -70,6 +70,12 @@ pub enum PlanEvent {
     SetControls { node: NodeId, spec: NodeSpec },
     /// Switch every uplink's queueing discipline.
     Discipline(Discipline),
+    /// Every node's controls from a tree of the same shape, whose admission the caller decided
+    /// (a cluster's placement): ports arriving and leaving by migration.
+    ReplaceTree(Tree),
+    /// An uplink's link goes down (false) or comes up: the team fails over, and what waited
+    /// for a failed uplink is dropped.
+    Link { uplink: usize, up: bool },
 }
 
 /// A whole host, ready to run.
@@ -716,6 +722,33 @@ impl Sim<'_> {
                     }
                 }
                 self.out.events.push((t / 1e9, format!("queueing: {d:?}")));
+            }
+            PlanEvent::ReplaceTree(tree) => self.ioc.replace_tree(tree.clone(), Instant::from_nanos(t as u64)),
+            PlanEvent::Link { uplink, up } => {
+                let now = Instant::from_nanos(t as u64);
+                let state = if *up { LinkState::Up } else { LinkState::Down };
+                // The uplink exists: plans name uplinks by index from the same list.
+                let _ = self.switch.team_mut().set_link(UplinkId(*uplink), state, now);
+                if !up {
+                    match &mut self.fifo {
+                        Some(fifos) => {
+                            let f = &mut fifos[*uplink];
+                            f.queue.clear();
+                            f.per_port.iter_mut().for_each(|n| *n = 0);
+                        }
+                        None => drop(self.ioc.drain(*uplink)),
+                    }
+                    // Greedy sources holding a frame for it drop it and send again elsewhere.
+                    for k in 0..self.plan.ports.len() {
+                        if matches!(self.blocked[k], Some(Blocked::Holding(u, _)) if u == *uplink) {
+                            self.blocked[k] = None;
+                            if let (true, SourceSpec::Greedy { bytes }) = (self.active[k], &self.plan.ports[k].source) {
+                                let bytes = *bytes;
+                                self.fill(k, bytes, t);
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -1,0 +1,359 @@
+//! The cluster's decisions over the run, made by `core::placement` as DRS makes them.
+//!
+//! Placement acts on reservations and admission only, never on measured rates, so its
+//! decisions are made in one pass over the timeline before any host runs, and the hosts then
+//! run them: each host gets the stays of its VMs (a VM on a host from one instant to another)
+//! and the controls in force at each instant. In time order:
+//! - a VM powers on where placement puts it (or by hand where its entry says, if admitted);
+//! - a reservation change that its host admits applies at once; one it does not is a fault:
+//!   the host keeps the old reservation in force (as its live switch would refuse it) until
+//!   remediation, `drs.delay_s` later, moves VMs so that every host admits again;
+//! - an uplink going down lowers the host's admission capacity (the smallest uplink still up;
+//!   none: zero), a fault if reservations no longer fit; a host going down stops its VMs, and
+//!   remediation restarts them where placement admits them;
+//! - a migration takes `drs.switchover_s`: the VM leaves its source at once and sends from its
+//!   destination that much later, with its new reservation there.
+//!
+//! After each instant the reservations that cannot be kept are counted: VMs with a reservation
+//! on a host that does not admit its VMs, and VMs of a failed host not yet restarted.
+
+use super::plan::{Action, ClusterPlan};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use teamster_core::placement::{Cluster, Vm};
+use teamster_core::units::Bandwidth;
+
+/// A VM on a host from `from_s` until `to_s` (None: the end of the run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stay {
+    pub vm: usize,
+    pub host: usize,
+    pub from_s: f64,
+    pub to_s: Option<f64>,
+}
+
+/// The reservation in force of each stay present on a host: (stay, reservation).
+pub type Controls = Vec<(usize, Bandwidth)>;
+
+/// A migration as the run made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moved {
+    pub t_s: f64,
+    pub vm: usize,
+    /// None: a restart after its host failed.
+    pub from: Option<usize>,
+    pub to: usize,
+    pub reservation: Bandwidth,
+}
+
+/// Everything the pass decided.
+#[derive(Debug, Clone, Default)]
+pub struct Decisions {
+    pub stays: Vec<Stay>,
+    /// Per host, each instant its stays' reservations in force changed: (time, [(stay, reservation)]).
+    pub controls: Vec<Vec<(f64, Controls)>>,
+    /// Per host: (time, uplink, up).
+    pub links: Vec<Vec<(f64, usize, bool)>>,
+    pub migrations: Vec<Moved>,
+    /// Faults: (time, host, what is short).
+    pub faults: Vec<(f64, String, String)>,
+    /// Refusals of power-ons, reservation changes and migrations by hand: (time, VM, why).
+    pub refusals: Vec<(f64, String, String)>,
+    /// What happened besides migrations, for the plot and the summary: (time, text).
+    pub log: Vec<(f64, String)>,
+    /// Reservations that cannot be kept, each time the count changed: (time, count).
+    pub violated: Vec<(f64, usize)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    PowerOn(usize),
+    Event(usize),
+    Arrive(usize, usize),
+    Remediate,
+}
+
+/// The pass's state.
+struct Pass<'a> {
+    plan: &'a ClusterPlan,
+    cluster: Cluster,
+    out: Decisions,
+    agenda: BinaryHeap<Reverse<(u64, u64, Due)>>,
+    seq: u64,
+    /// Per VM: its open stay.
+    open: Vec<Option<usize>>,
+    /// Per VM: its reservation in force where it runs.
+    applied: Vec<Bandwidth>,
+    /// VMs of failed hosts, waiting for a restart.
+    down: Vec<(usize, Vm)>,
+    host_up: Vec<bool>,
+    link_up: Vec<Vec<bool>>,
+    remediation_due: Option<u64>,
+}
+
+/// Makes every decision of the run.
+pub fn decide(plan: &ClusterPlan) -> Decisions {
+    let nh = plan.hosts.len();
+    let mut p = Pass {
+        plan,
+        cluster: plan.cluster.clone(),
+        out: Decisions {
+            controls: vec![Vec::new(); nh],
+            links: vec![Vec::new(); nh],
+            ..Decisions::default()
+        },
+        agenda: BinaryHeap::new(),
+        seq: 0,
+        open: vec![None; plan.vms.len()],
+        applied: plan.vms.iter().map(|v| v.vm.reservation()).collect(),
+        down: Vec::new(),
+        host_up: vec![true; nh],
+        link_up: vec![vec![true; plan.uplinks.len()]; nh],
+        remediation_due: None,
+    };
+    for (i, v) in plan.vms.iter().enumerate() {
+        p.push(v.power_on_s, Due::PowerOn(i));
+    }
+    for (k, (at, _)) in plan.events.iter().enumerate() {
+        p.push(*at, Due::Event(k));
+    }
+    while let Some(Reverse((t_ns, _, due))) = p.agenda.pop() {
+        let t = t_ns as f64 / 1e9;
+        if t >= plan.file.duration_s {
+            break;
+        }
+        p.apply(t, due);
+        // Everything due at this instant first, then the instant's outcome.
+        if p.agenda.peek().is_none_or(|Reverse((n, _, _))| *n != t_ns) {
+            p.settle(t);
+        }
+    }
+    p.out
+}
+
+impl Pass<'_> {
+    fn push(&mut self, t: f64, due: Due) {
+        self.seq += 1;
+        self.agenda.push(Reverse(((t * 1e9).round() as u64, self.seq, due)));
+    }
+
+    fn name(&self, vm: usize) -> &str {
+        &self.plan.vms[vm].vm.name
+    }
+
+    /// Applies what is due at `t`.
+    fn apply(&mut self, t: f64, due: Due) {
+        match due {
+            Due::PowerOn(i) => self.power_on(t, i),
+            Due::Event(k) => self.event(t, k),
+            Due::Arrive(vm, host) => self.begin_stay(t, vm, host),
+            Due::Remediate => self.remediate(t),
+        }
+    }
+
+    fn power_on(&mut self, t: f64, i: usize) {
+        let v = &self.plan.vms[i];
+        let placed = match v.host {
+            Some(h) => (self.cluster.place_on(v.vm.clone(), &self.plan.hosts[h])).map(|()| self.plan.hosts[h].clone()),
+            None => (self.cluster.place(v.vm.clone()))
+                .map(|p| p.host)
+                .map_err(|e| e.to_string()),
+        };
+        match placed {
+            Ok(host) => {
+                let h = self.host_index(&host);
+                self.applied[i] = v.vm.reservation();
+                self.begin_stay(t, i, h);
+            }
+            Err(why) => {
+                let name = v.vm.name.clone();
+                self.out.log.push((t, format!("{name} refused at power-on")));
+                self.out.refusals.push((t, name, why));
+            }
+        }
+    }
+
+    fn host_index(&self, name: &str) -> usize {
+        self.plan
+            .hosts
+            .iter()
+            .position(|h| h == name)
+            .expect("a host of the plan")
+    }
+
+    fn begin_stay(&mut self, t: f64, vm: usize, host: usize) {
+        self.out.stays.push(Stay {
+            vm,
+            host,
+            from_s: t,
+            to_s: None,
+        });
+        self.open[vm] = Some(self.out.stays.len() - 1);
+    }
+
+    fn end_stay(&mut self, t: f64, vm: usize) {
+        if let Some(s) = self.open[vm].take() {
+            self.out.stays[s].to_s = Some(t);
+        }
+    }
+
+    fn event(&mut self, t: f64, k: usize) {
+        match &self.plan.events[k].1 {
+            Action::SetReservation { vm, reservation } => {
+                let (vm, r) = (*vm, *reservation);
+                let name = self.name(vm).to_string();
+                match self.cluster.set_reservation(&name, 0, r) {
+                    Ok(()) => self.out.log.push((t, format!("{name} reserves {r}"))),
+                    Err(why) => {
+                        self.out.log.push((t, format!("{name}'s {r} refused")));
+                        self.out.refusals.push((t, name, why));
+                    }
+                }
+            }
+            Action::Link { host, uplink, up } => {
+                let (h, u, up) = (*host, *uplink, *up);
+                self.link_up[h][u] = up;
+                self.out.links[h].push((t, u, up));
+                let capacity = (self.plan.uplinks.iter().enumerate())
+                    .filter(|(i, _)| self.link_up[h][*i])
+                    .map(|(_, u)| u.capacity)
+                    .min()
+                    .unwrap_or(Bandwidth::ZERO);
+                let name = &self.plan.hosts[h];
+                if self.host_up[h] {
+                    self.cluster.set_capacity(name, capacity).expect("a host of the plan");
+                }
+                let what = if up { "up" } else { "down" };
+                let line = format!("{name}/{} {what}", self.plan.uplinks[u].name);
+                self.out.log.push((t, line));
+            }
+            Action::HostDown { host } => {
+                let h = *host;
+                if !self.host_up[h] {
+                    return;
+                }
+                self.host_up[h] = false;
+                let vms = self
+                    .cluster
+                    .remove_host(&self.plan.hosts[h])
+                    .expect("a host of the plan");
+                for v in vms {
+                    let i = self.plan.vm_index(&v.name).expect("a VM of the plan");
+                    self.end_stay(t, i);
+                    self.down.push((i, v));
+                }
+                self.out.log.push((t, format!("{} fails", self.plan.hosts[h])));
+                self.schedule_remediation(t);
+            }
+            Action::Migrate { vm, to } => {
+                let (vm, to) = (*vm, *to);
+                let name = self.name(vm).to_string();
+                match self.cluster.migrate(&name, &self.plan.hosts[to]) {
+                    Ok(m) => {
+                        let from = self.host_index(&m.from);
+                        self.migrate(t, vm, Some(from), to, m.reservation);
+                    }
+                    Err(why) => self.out.refusals.push((t, name, why)),
+                }
+            }
+        }
+    }
+
+    /// VM `vm` leaves `from` now and sends from `to` after the switch-over.
+    fn migrate(&mut self, t: f64, vm: usize, from: Option<usize>, to: usize, reservation: Bandwidth) {
+        self.end_stay(t, vm);
+        let arrive = t + self.plan.file.drs.switchover_s;
+        self.push(arrive, Due::Arrive(vm, to));
+        self.out.migrations.push(Moved {
+            t_s: t,
+            vm,
+            from,
+            to,
+            reservation,
+        });
+    }
+
+    fn schedule_remediation(&mut self, t: f64) {
+        let at = ((t + self.plan.file.drs.delay_s) * 1e9).round() as u64;
+        if self.remediation_due.is_none_or(|d| d > at) {
+            self.remediation_due = Some(at);
+            self.push(at as f64 / 1e9, Due::Remediate);
+        }
+    }
+
+    /// DRS acts: migrations that mend violating hosts, then restarts of failed hosts' VMs.
+    fn remediate(&mut self, t: f64) {
+        self.remediation_due = None;
+        let remedy = self.cluster.remediate();
+        for m in remedy.migrations {
+            let vm = self.plan.vm_index(&m.vm).expect("a VM of the plan");
+            let (from, to) = (self.host_index(&m.from), self.host_index(&m.to));
+            self.migrate(t, vm, Some(from), to, m.reservation);
+        }
+        for f in remedy.faults {
+            self.out.log.push((t, format!("{}: remediation falls short", f.host)));
+            self.out.faults.push((t, f.host, f.why));
+        }
+        let mut down = std::mem::take(&mut self.down);
+        down.sort_by_key(|(i, v)| (Reverse(v.reservation()), *i));
+        for (i, vm) in down {
+            let reservation = vm.reservation();
+            match self.cluster.place(vm.clone()) {
+                Ok(p) => {
+                    let to = self.host_index(&p.host);
+                    self.migrate(t, i, None, to, reservation);
+                }
+                Err(e) => {
+                    self.out.refusals.push((t, self.name(i).to_string(), e.to_string()));
+                    self.down.push((i, vm));
+                }
+            }
+        }
+    }
+
+    /// The outcome of instant `t`: reservations in force where hosts admit them, faults for
+    /// hosts that do not (remediation scheduled), each host's controls and the count.
+    fn settle(&mut self, t: f64) {
+        let violating = self.cluster.violations();
+        for host in self.cluster.hosts() {
+            if violating.contains(&host.name) {
+                continue;
+            }
+            for v in &host.vms {
+                let i = self.plan.vm_index(&v.name).expect("a VM of the plan");
+                self.applied[i] = v.reservation();
+            }
+        }
+        for host in &violating {
+            let already = self.remediation_due.is_some();
+            if !already {
+                let why = (self.cluster.host(host).expect("violating host"))
+                    .headroom_with(&[])
+                    .err()
+                    .unwrap_or_default();
+                self.out.log.push((t, format!("fault: {host}")));
+                self.out.faults.push((t, host.clone(), why));
+            }
+        }
+        if !violating.is_empty() {
+            self.schedule_remediation(t);
+        }
+        for h in 0..self.plan.hosts.len() {
+            let now: Vec<(usize, Bandwidth)> = (self.open.iter().enumerate())
+                .filter_map(|(vm, s)| {
+                    s.filter(|s| self.out.stays[*s].host == h)
+                        .map(|s| (s, self.applied[vm]))
+                })
+                .collect();
+            let last = self.out.controls[h].last().map(|(_, c)| c);
+            if last != Some(&now) {
+                self.out.controls[h].push((t, now));
+            }
+        }
+        let waiting = (self.down.iter()).filter(|(_, v)| v.reservation() > Bandwidth::ZERO);
+        let count = self.cluster.violated_reservations() + waiting.count();
+        if self.out.violated.last().is_none_or(|(_, c)| *c != count) {
+            self.out.violated.push((t, count));
+        }
+    }
+}

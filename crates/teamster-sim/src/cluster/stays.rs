@@ -1,0 +1,80 @@
+//! One host's share of the decisions: the stays of VMs on it, each a NetIOC leaf of its own,
+//! and the tree of controls in force at each instant, as both fidelities run a host.
+
+use super::decide::Decisions;
+use super::plan::ClusterPlan;
+use teamster_core::ioc::{NodeId, Tree};
+use teamster_core::placement::{Host, Vm};
+use teamster_core::units::Bandwidth;
+
+/// The stays of one host, and how its tree is built.
+pub struct HostStays<'a> {
+    plan: &'a ClusterPlan,
+    host: Host,
+    /// Stay indices (into [`Decisions::stays`]) on this host, in order.
+    pub stays: Vec<usize>,
+    /// Each stay's leaf name stem: the VM's name, then `~2`, `~3` for later stays of the same
+    /// VM on this host.
+    names: Vec<String>,
+}
+
+impl<'a> HostStays<'a> {
+    /// Host `h`'s stays.
+    pub fn new(plan: &'a ClusterPlan, d: &Decisions, h: usize) -> HostStays<'a> {
+        let mut host = plan.cluster.host(&plan.hosts[h]).expect("a host of the plan").clone();
+        host.vms.clear();
+        let stays: Vec<usize> = (0..d.stays.len()).filter(|&s| d.stays[s].host == h).collect();
+        let mut names: Vec<String> = Vec::new();
+        for (k, &s) in stays.iter().enumerate() {
+            let vm = d.stays[s].vm;
+            let before = stays[..k].iter().filter(|&&o| d.stays[o].vm == vm).count();
+            let base = &plan.vms[vm].vm.name;
+            names.push(if before == 0 {
+                base.clone()
+            } else {
+                format!("{base}~{}", before + 1)
+            });
+        }
+        HostStays {
+            plan,
+            host,
+            stays,
+            names,
+        }
+    }
+
+    /// The tree with every stay's leaf, reserving what `reservations` gives it (the others
+    /// nothing), derived nodes set.
+    pub fn tree(&self, d: &Decisions, reservations: &[(usize, Bandwidth)]) -> Tree {
+        let mut host = self.host.clone();
+        for (k, &s) in self.stays.iter().enumerate() {
+            let mut vm: Vm = self.plan.vms[d.stays[s].vm].vm.clone();
+            vm.name = self.names[k].clone();
+            let r = (reservations.iter())
+                .find(|(o, _)| *o == s)
+                .map_or(Bandwidth::ZERO, |(_, r)| *r);
+            for v in &mut vm.vnics {
+                v.reservation = r;
+                // A limit below the reservation in force would be refused; placement admitted it.
+                v.limit = v.limit.map(|l| l.max(r));
+            }
+            host.vms.push(vm);
+        }
+        host.tree_with(&[])
+            .expect("the host's pools hold every VM placed there")
+    }
+
+    /// Stay `k`'s team port ID: its VM's, made unique for a VM back on a host it left (a port
+    /// of its own there).
+    pub fn port_id(&self, d: &Decisions, k: usize) -> u32 {
+        let vm = d.stays[self.stays[k]].vm;
+        let again = self.stays[..k].iter().filter(|&&o| d.stays[o].vm == vm).count();
+        self.plan.vms[vm].id + (again as u32) * 0x0100_0000
+    }
+
+    /// Stay `k` (of [`HostStays::stays`])'s leaf in `tree`.
+    pub fn leaf(&self, tree: &Tree, k: usize) -> NodeId {
+        tree.find(&format!("{}#0", self.names[k]))
+            .expect("every stay has a leaf")
+    }
+}
