@@ -47,7 +47,7 @@ pub struct Vm {
 impl Vm {
     /// The VM's reservations in all.
     pub fn reservation(&self) -> Bandwidth {
-        Bandwidth::from_bps(self.vnics.iter().map(|v| v.reservation.bps()).sum())
+        Bandwidth::from_bps(self.vnics.iter().fold(0, |a, v| a.saturating_add(v.reservation.bps())))
     }
 }
 
@@ -87,9 +87,7 @@ impl Host {
         derived.sort_unstable_by(|a, b| b.cmp(a));
         for id in derived {
             let node = tree.node(id);
-            let held = (node.children.iter())
-                .map(|c| tree.node(*c).spec.reservation.bps())
-                .sum();
+            let held = (node.children.iter()).fold(0u64, |a, c| a.saturating_add(tree.node(*c).spec.reservation.bps()));
             let spec = NodeSpec {
                 reservation: Bandwidth::from_bps(held),
                 ..node.spec.clone()
@@ -107,7 +105,7 @@ impl Host {
             None => (self.capacity.bps_f64() * self.cap.get()) as u64,
             Some(_) => node.spec.reservation.bps(),
         };
-        let used: u64 = node.children.iter().map(|c| tree.node(*c).spec.reservation.bps()).sum();
+        let used = (node.children.iter()).fold(0u64, |a, c| a.saturating_add(tree.node(*c).spec.reservation.bps()));
         quota.saturating_sub(used)
     }
 
@@ -222,15 +220,14 @@ impl Cluster {
             let in_pool = |v: &Vm| -> u64 {
                 (v.vnics.iter())
                     .filter(|n| n.pool == *pool)
-                    .map(|n| n.reservation.bps())
-                    .sum()
+                    .fold(0u64, |a, n| a.saturating_add(n.reservation.bps()))
             };
             let asked = in_pool(vm);
             if asked == 0 {
                 continue;
             }
-            let used: u64 = self.hosts.values().flat_map(|h| &h.vms).map(in_pool).sum();
-            if used + asked > quota.bps() {
+            let used = (self.hosts.values().flat_map(|h| &h.vms)).fold(0u64, |a, v| a.saturating_add(in_pool(v)));
+            if used.saturating_add(asked) > quota.bps() {
                 let free = Bandwidth::from_bps(quota.bps().saturating_sub(used));
                 return Some(format!(
                     "pool `{pool}`: {} asked, {free} free of its cluster quota {quota}",
@@ -285,6 +282,18 @@ impl Cluster {
         let placed = self.choose(&vm)?;
         self.hosts.get_mut(&placed.host).expect("chosen").vms.push(vm);
         Ok(placed)
+    }
+
+    /// Records that `vm` runs on `host` as it is (a state loaded or reported), without admission:
+    /// the host may then violate, which [`Cluster::violations`] shows. Refused if the host is
+    /// unknown or the VM is placed already.
+    pub fn assume(&mut self, vm: Vm, host: &str) -> Result<(), String> {
+        if self.host_of(&vm.name).is_some() {
+            return Err(format!("VM {} is placed already", vm.name));
+        }
+        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        h.vms.push(vm);
+        Ok(())
     }
 
     /// Places `vm` on `host` by hand, if that host admits it.

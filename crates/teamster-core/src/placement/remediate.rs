@@ -7,10 +7,11 @@
 //! fewest VMs, then the least reservation moved, then the first names: a set such that the rest
 //! pass admission and each VM of it (largest first) goes to a host that admits it with
 //! everything already there, chosen as initial placement chooses. So a move never breaks
-//! another host. Sets are tried by size while a size has at most [`SEARCH_BUDGET`]
-//! candidates; past that, one VM moves by a greedy rule (the smallest whose leaving alone is
-//! enough, else the largest that can go) and the search starts again. A host that cannot be
-//! mended is a [`Fault`] naming it and what is short; the moves planned for other hosts stand.
+//! another host. Sets are tried by size, at most [`SEARCH_BUDGET`] in all for a host; past
+//! that, VMs leave one by one by a greedy rule (the smallest whose leaving alone is enough,
+//! else the largest that can go), kept only if that mends the host. A host that cannot be
+//! mended is a [`Fault`] naming it and what is short, and none of its VMs move; the moves
+//! planned for other hosts stand.
 
 use super::{Cluster, Vm};
 use crate::units::Bandwidth;
@@ -49,7 +50,8 @@ impl Cluster {
     }
 
     /// Changes vNIC `vnic` of VM `vm`'s reservation to `reservation`; refused (nothing
-    /// changed) if the VM or vNIC is unknown or a pool's cluster quota would break. The host
+    /// changed) if the VM or vNIC is unknown, the reservation is above the vNIC's limit or a
+    /// pool's cluster quota would break. The host
     /// may then violate: [`Cluster::remediate`] mends it.
     pub fn set_reservation(&mut self, vm: &str, vnic: usize, reservation: Bandwidth) -> Result<(), String> {
         let host = self.host_of(vm).ok_or_else(|| format!("no VM {vm}"))?.to_string();
@@ -60,6 +62,10 @@ impl Cluster {
             h.vms.insert(i, was);
             return Err(format!("VM {vm} has no vNIC {vnic}"));
         };
+        if let Some(limit) = n.limit.filter(|l| *l < reservation) {
+            h.vms.insert(i, was);
+            return Err(format!("VM {vm}: reservation {reservation} is above its limit {limit}"));
+        }
         let old = std::mem::replace(&mut n.reservation, reservation);
         if let Some(why) = self.quota_breach(&was) {
             was.vnics[vnic].reservation = old;
@@ -124,81 +130,100 @@ impl Cluster {
     pub fn remediate(&mut self) -> Remedy {
         let mut remedy = Remedy::default();
         for host in self.violations() {
-            while self.hosts[&host].headroom_with(&[]).is_err() {
-                let plan = self.fewest_moves(&host).or_else(|| self.one_greedy_move(&host));
-                let Some(plan) = plan else {
-                    let why = self.hosts[&host].headroom_with(&[]).err().unwrap_or_default();
-                    remedy.faults.push(Fault {
-                        host: host.clone(),
-                        why: format!("no VM can move to a host that admits it; {why}"),
-                    });
-                    break;
-                };
-                for (vm, to) in plan {
-                    let h = self.hosts.get_mut(&host).expect("violating host");
-                    let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
-                    let moved = h.vms.remove(i);
-                    remedy.migrations.push(Migration {
-                        vm,
-                        from: host.clone(),
-                        to: to.clone(),
-                        reservation: moved.reservation(),
-                    });
-                    self.hosts.get_mut(&to).expect("destination").vms.push(moved);
-                }
+            let plan = match self.fewest_moves(&host) {
+                Search::Found(plan) => Some(plan),
+                Search::Impossible => None,
+                Search::OverBudget => self.greedy_plan(&host),
+            };
+            let Some(plan) = plan else {
+                let why = self.hosts[&host].headroom_with(&[]).err().unwrap_or_default();
+                remedy.faults.push(Fault {
+                    host: host.clone(),
+                    why: format!("no set of VMs can move to hosts that admit them; {why}"),
+                });
+                continue;
+            };
+            for (vm, to) in plan {
+                remedy.migrations.push(self.move_vm(&host, &vm, &to));
             }
         }
         remedy
     }
 
+    /// Moves `vm` from `from` to `to` as planned.
+    fn move_vm(&mut self, from: &str, vm: &str, to: &str) -> Migration {
+        let h = self.hosts.get_mut(from).expect("violating host");
+        let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
+        let moved = h.vms.remove(i);
+        let m = Migration {
+            vm: vm.to_string(),
+            from: from.to_string(),
+            to: to.to_string(),
+            reservation: moved.reservation(),
+        };
+        self.hosts.get_mut(to).expect("destination").vms.push(moved);
+        m
+    }
+
     /// The smallest set of VMs whose leaving mends `host` and which other hosts take (see the
-    /// module documentation), with destinations; None if no set is found within the budget.
-    fn fewest_moves(&self, host: &str) -> Option<Vec<(String, String)>> {
+    /// module documentation), with destinations.
+    fn fewest_moves(&self, host: &str) -> Search {
         let h = &self.hosts[host];
         let movable: Vec<&Vm> = (h.vms.iter()).filter(|v| v.reservation() > Bandwidth::ZERO).collect();
+        let mut budget = SEARCH_BUDGET;
         for k in 1..=movable.len() {
-            if binomial(movable.len(), k) > SEARCH_BUDGET {
-                return None;
+            let n = binomial(movable.len(), k);
+            if n > budget {
+                return Search::OverBudget;
             }
-            let mut sets: Vec<(u64, Vec<&Vm>)> = Vec::new();
+            budget -= n;
+            let mut sets: Vec<(u64, Vec<String>, Vec<&Vm>)> = Vec::new();
             for_each_subset(movable.len(), k, &mut |pick| {
                 let set: Vec<&Vm> = pick.iter().map(|&i| movable[i]).collect();
                 let mut rest = h.clone();
                 rest.vms.retain(|v| !set.iter().any(|s| s.name == v.name));
                 if rest.headroom_with(&[]).is_ok() {
-                    let moved = set.iter().map(|v| v.reservation().bps()).sum();
-                    sets.push((moved, set));
+                    let moved = set.iter().fold(0u64, |a, v| a.saturating_add(v.reservation().bps()));
+                    let mut names: Vec<String> = set.iter().map(|v| v.name.clone()).collect();
+                    names.sort();
+                    sets.push((moved, names, set));
                 }
             });
-            sets.sort_by(|a, b| {
-                let names = |s: &[&Vm]| s.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
-                a.0.cmp(&b.0).then_with(|| names(&a.1).cmp(&names(&b.1)))
-            });
-            if let Some(plan) = sets.iter().find_map(|(_, set)| self.destinations(host, set)) {
-                return Some(plan);
+            sets.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            if let Some(plan) = sets.iter().find_map(|(_, _, set)| self.destinations(host, set)) {
+                return Search::Found(plan);
             }
         }
-        None
+        Search::Impossible
+    }
+
+    /// Past the search's budget: VMs leave `host` one by one by the greedy rule (the smallest
+    /// whose leaving alone is enough, else the largest that can go), tried on a copy; the plan
+    /// only if it mends the host, so a host that cannot be mended is not emptied for nothing.
+    fn greedy_plan(&self, host: &str) -> Option<Vec<(String, String)>> {
+        let mut trial = self.clone();
+        let mut plan = Vec::new();
+        while trial.hosts[host].headroom_with(&[]).is_err() {
+            let (vm, to) = trial.one_greedy_move(host)?;
+            trial.move_vm(host, &vm, &to);
+            plan.push((vm, to));
+        }
+        Some(plan)
     }
 
     /// One VM to move off `host` by the greedy rule, with its destination.
-    fn one_greedy_move(&self, host: &str) -> Option<Vec<(String, String)>> {
+    fn one_greedy_move(&self, host: &str) -> Option<(String, String)> {
         let h = &self.hosts[host];
-        let mut by_size: Vec<&Vm> = h.vms.iter().collect();
+        let mut by_size: Vec<&Vm> = h.vms.iter().filter(|v| v.reservation() > Bandwidth::ZERO).collect();
         by_size.sort_by(|a, b| a.reservation().cmp(&b.reservation()).then(a.name.cmp(&b.name)));
         let enough = |vm: &Vm| {
             let mut rest = h.clone();
             rest.vms.retain(|v| v.name != vm.name);
             rest.headroom_with(&[]).is_ok()
         };
-        let alone = (by_size.iter())
-            .filter(|vm| enough(vm))
-            .find_map(|vm| self.destinations(host, &[vm]));
-        alone.or_else(|| {
-            (by_size.iter().rev())
-                .filter(|vm| vm.reservation() > Bandwidth::ZERO)
-                .find_map(|vm| self.destinations(host, &[vm]))
-        })
+        let one = |vm: &&Vm| self.destinations(host, &[vm]).and_then(|p| p.into_iter().next());
+        let alone = by_size.iter().filter(|vm| enough(vm)).find_map(one);
+        alone.or_else(|| by_size.iter().rev().find_map(one))
     }
 
     /// A destination for each of `vms` leaving `from`, largest first, each where initial
@@ -227,8 +252,16 @@ impl Cluster {
     }
 }
 
-/// How many sets of one size remediation tries before it moves a VM greedily instead.
+/// How many sets remediation tries for one host before it moves VMs greedily instead.
 pub const SEARCH_BUDGET: u64 = 5_000;
+
+/// What the search for the fewest moves found.
+enum Search {
+    Found(Vec<(String, String)>),
+    /// Every set was tried: none mends the host with destinations that admit its VMs.
+    Impossible,
+    OverBudget,
+}
 
 /// n choose k, saturating.
 pub(super) fn binomial(n: usize, k: usize) -> u64 {

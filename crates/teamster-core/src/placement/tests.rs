@@ -278,3 +278,22 @@ fn a_migration_by_hand_is_refused_where_the_vm_does_not_fit() {
     assert_eq!(vms.len(), 2);
     assert!(c.host("host2").is_none() && c.host_of("vm1").is_none());
 }
+
+/// A VM no host can hold stays where it is: remediation does not empty its host for nothing.
+#[test]
+fn a_host_that_cannot_be_mended_keeps_its_vms() {
+    let mut c = derived_cluster(&[10, 10]);
+    for (v, g) in [("a", 2), ("b", 2), ("big", 3)] {
+        c.place_on(vm(v, Bandwidth::from_gbps(g)), "host1").unwrap();
+    }
+    c.set_reservation("big", 0, Bandwidth::from_gbps(9)).unwrap();
+    let r = c.remediate();
+    assert!(r.migrations.is_empty(), "{r:?}");
+    assert_eq!(r.faults.len(), 1);
+    assert_eq!(c.host("host1").unwrap().vms.len(), 3);
+    let mut capped = vm("capped", Bandwidth::ZERO);
+    capped.vnics[0].limit = Some(Bandwidth::from_gbps(1));
+    c.place_on(capped, "host2").unwrap();
+    let e = c.set_reservation("capped", 0, Bandwidth::from_gbps(2)).unwrap_err();
+    assert!(e.contains("above its limit"), "{e}");
+}

@@ -69,7 +69,8 @@ pub struct Decisions {
 enum Due {
     PowerOn(usize),
     Event(usize),
-    Arrive(usize, usize),
+    /// VM, host, and the migration's number: a later migration of the VM voids it.
+    Arrive(usize, usize, u64),
     Remediate,
 }
 
@@ -89,6 +90,14 @@ struct Pass<'a> {
     host_up: Vec<bool>,
     link_up: Vec<Vec<bool>>,
     remediation_due: Option<u64>,
+    /// Per VM: the number of the migration bringing it to a host, while it is in transit.
+    transit: Vec<Option<u64>>,
+    /// Hosts whose fault is recorded and not mended: not reported or remediated again until
+    /// a timeline event changes something.
+    faulted: std::collections::BTreeSet<String>,
+    /// Whether a timeline event applied since the last instant settled.
+    changed: bool,
+    index: std::collections::HashMap<&'a str, usize>,
 }
 
 /// Makes every decision of the run.
@@ -110,6 +119,12 @@ pub fn decide(plan: &ClusterPlan) -> Decisions {
         host_up: vec![true; nh],
         link_up: vec![vec![true; plan.uplinks.len()]; nh],
         remediation_due: None,
+        transit: vec![None; plan.vms.len()],
+        faulted: Default::default(),
+        changed: false,
+        index: (plan.vms.iter().enumerate())
+            .map(|(i, v)| (v.vm.name.as_str(), i))
+            .collect(),
     };
     for (i, v) in plan.vms.iter().enumerate() {
         p.push(v.power_on_s, Due::PowerOn(i));
@@ -145,8 +160,16 @@ impl Pass<'_> {
     fn apply(&mut self, t: f64, due: Due) {
         match due {
             Due::PowerOn(i) => self.power_on(t, i),
-            Due::Event(k) => self.event(t, k),
-            Due::Arrive(vm, host) => self.begin_stay(t, vm, host),
+            Due::Event(k) => {
+                self.changed = true;
+                self.event(t, k)
+            }
+            Due::Arrive(vm, host, n) => {
+                if self.transit[vm] == Some(n) && self.host_up[host] {
+                    self.transit[vm] = None;
+                    self.begin_stay(t, vm, host);
+                }
+            }
             Due::Remediate => self.remediate(t),
         }
     }
@@ -182,6 +205,7 @@ impl Pass<'_> {
     }
 
     fn begin_stay(&mut self, t: f64, vm: usize, host: usize) {
+        self.end_stay(t, vm);
         self.out.stays.push(Stay {
             vm,
             host,
@@ -238,8 +262,10 @@ impl Pass<'_> {
                     .remove_host(&self.plan.hosts[h])
                     .expect("a host of the plan");
                 for v in vms {
-                    let i = self.plan.vm_index(&v.name).expect("a VM of the plan");
+                    let i = self.index[v.name.as_str()];
                     self.end_stay(t, i);
+                    // One on its way here does not arrive.
+                    self.transit[i] = None;
                     self.down.push((i, v));
                 }
                 self.out.log.push((t, format!("{} fails", self.plan.hosts[h])));
@@ -263,7 +289,9 @@ impl Pass<'_> {
     fn migrate(&mut self, t: f64, vm: usize, from: Option<usize>, to: usize, reservation: Bandwidth) {
         self.end_stay(t, vm);
         let arrive = t + self.plan.file.drs.switchover_s;
-        self.push(arrive, Due::Arrive(vm, to));
+        self.seq += 1;
+        self.transit[vm] = Some(self.seq);
+        self.push(arrive, Due::Arrive(vm, to, self.seq));
         self.out.migrations.push(Moved {
             t_s: t,
             vm,
@@ -286,12 +314,13 @@ impl Pass<'_> {
         self.remediation_due = None;
         let remedy = self.cluster.remediate();
         for m in remedy.migrations {
-            let vm = self.plan.vm_index(&m.vm).expect("a VM of the plan");
+            let vm = self.index[m.vm.as_str()];
             let (from, to) = (self.host_index(&m.from), self.host_index(&m.to));
             self.migrate(t, vm, Some(from), to, m.reservation);
         }
         for f in remedy.faults {
             self.out.log.push((t, format!("{}: remediation falls short", f.host)));
+            self.faulted.insert(f.host.clone());
             self.out.faults.push((t, f.host, f.why));
         }
         let mut down = std::mem::take(&mut self.down);
@@ -311,42 +340,47 @@ impl Pass<'_> {
         }
     }
 
-    /// The outcome of instant `t`: reservations in force where hosts admit them, faults for
-    /// hosts that do not (remediation scheduled), each host's controls and the count.
+    /// The outcome of instant `t`: reservations in force where hosts admit them; a fault for
+    /// each host newly over its admission, and remediation `delay_s` later (also for VMs of a
+    /// failed host waiting for room, after any change); each host's controls and the count.
     fn settle(&mut self, t: f64) {
+        if std::mem::take(&mut self.changed) {
+            self.faulted.clear();
+            if !self.down.is_empty() {
+                self.schedule_remediation(t);
+            }
+        }
         let violating = self.cluster.violations();
         for host in self.cluster.hosts() {
             if violating.contains(&host.name) {
                 continue;
             }
             for v in &host.vms {
-                let i = self.plan.vm_index(&v.name).expect("a VM of the plan");
-                self.applied[i] = v.reservation();
+                self.applied[self.index[v.name.as_str()]] = v.reservation();
             }
         }
+        self.faulted.retain(|h| violating.contains(h));
         for host in &violating {
-            let already = self.remediation_due.is_some();
-            if !already {
+            if self.faulted.insert(host.clone()) {
                 let why = (self.cluster.host(host).expect("violating host"))
                     .headroom_with(&[])
                     .err()
                     .unwrap_or_default();
                 self.out.log.push((t, format!("fault: {host}")));
                 self.out.faults.push((t, host.clone(), why));
+                self.schedule_remediation(t);
             }
         }
-        if !violating.is_empty() {
-            self.schedule_remediation(t);
+        let mut per_host: Vec<Controls> = vec![Vec::new(); self.plan.hosts.len()];
+        for (vm, s) in self.open.iter().enumerate() {
+            if let Some(s) = *s {
+                per_host[self.out.stays[s].host].push((s, self.applied[vm]));
+            }
         }
-        for h in 0..self.plan.hosts.len() {
-            let now: Vec<(usize, Bandwidth)> = (self.open.iter().enumerate())
-                .filter_map(|(vm, s)| {
-                    s.filter(|s| self.out.stays[*s].host == h)
-                        .map(|s| (s, self.applied[vm]))
-                })
-                .collect();
-            let last = self.out.controls[h].last().map(|(_, c)| c);
-            if last != Some(&now) {
+        for (h, now) in per_host.into_iter().enumerate() {
+            let mut now = now;
+            now.sort_unstable_by_key(|(s, _)| *s);
+            if self.out.controls[h].last().map(|(_, c)| c) != Some(&now) {
                 self.out.controls[h].push((t, now));
             }
         }

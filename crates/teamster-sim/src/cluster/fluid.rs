@@ -21,6 +21,7 @@ struct FluidHost<'a> {
     /// same in every tree: they differ only in controls).
     joined: Vec<bool>,
     ids: Vec<PortId>,
+    macs: Vec<teamster_core::wire::MacAddr>,
     leaves: Vec<teamster_core::ioc::NodeId>,
     /// The trees in force, one per change of controls.
     trees: Vec<(f64, Tree)>,
@@ -43,7 +44,8 @@ pub fn run(plan: &ClusterPlan, d: &Decisions) -> RunOutput {
             let n = stays.stays.len();
             FluidHost {
                 joined: vec![false; n],
-                ids: (0..n).map(|k| PortId(stays.port_id(d, k))).collect(),
+                ids: (0..n).map(|k| PortId(stays.port(d, k).0)).collect(),
+                macs: (0..n).map(|k| stays.port(d, k).1).collect(),
                 leaves: (0..n).map(|k| stays.leaf(&trees[0].1, k)).collect(),
                 stays,
                 team,
@@ -124,7 +126,7 @@ impl FluidHost<'_> {
                 let v = &plan.vms[stay.vm];
                 let spec = PortSpec {
                     id,
-                    mac: v.mac,
+                    mac: self.macs[k],
                     group: GroupId(v.group),
                 };
                 self.joined[k] = self.team.add_port(spec).is_ok();

@@ -41,10 +41,11 @@ fn host_plan<'a>(plan: &'a ClusterPlan, d: &Decisions, h: usize) -> (HostStays<'
         .map(|(k, &s)| {
             let stay = &d.stays[s];
             let v = &plan.vms[stay.vm];
+            let (id, mac) = stays.port(d, k);
             PortPlan {
                 name: v.vm.name.clone(),
-                id: stays.port_id(d, k),
-                mac: v.mac,
+                id,
+                mac,
                 group: v.group,
                 leaf: stays.leaf(&tree, k),
                 source: v.source.clone(),

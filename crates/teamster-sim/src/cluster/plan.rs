@@ -18,6 +18,10 @@ use teamster_core::wire::MacAddr;
 pub const MAX_HOSTS: usize = 256;
 /// The most VMs a scenario may describe.
 pub const MAX_VMS: usize = 20_000;
+/// The most rates (rows times VMs and uplinks) a run keeps.
+pub const MAX_CELLS: f64 = 2e7;
+/// VM IDs from here up are the hosts' own, for a VM back on a host it left.
+pub const FIRST_STAY_ID: u32 = 0x8000_0000;
 
 /// A VM, resolved.
 #[derive(Debug, Clone)]
@@ -74,8 +78,8 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
         return Err(format!("step_s = {}: expected 0.001 to 60 seconds", f.step_s));
     }
     let drs = &f.drs;
-    if !(drs.delay_s.is_finite() && (0.0..=3600.0).contains(&drs.delay_s)) {
-        return Err(format!("drs.delay_s = {}: expected 0 to 3600 seconds", drs.delay_s));
+    if !(drs.delay_s.is_finite() && (0.001..=3600.0).contains(&drs.delay_s)) {
+        return Err(format!("drs.delay_s = {}: expected 0.001 to 3600 seconds", drs.delay_s));
     }
     if !(drs.switchover_s.is_finite() && (0.0..=60.0).contains(&drs.switchover_s)) {
         return Err(format!(
@@ -114,9 +118,21 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
         &mut |_, _| None,
     )
     .map_err(|e| format!("host.{e}"))?;
-    let hosts = f.hosts.names();
-    if hosts.is_empty() || hosts.len() > MAX_HOSTS {
+    let count = match &f.hosts {
+        super::scenario::HostNames::Count(n) => *n,
+        super::scenario::HostNames::Names(n) => n.len(),
+    };
+    if !(1..=MAX_HOSTS).contains(&count) {
         return Err(format!("hosts: expected 1 to {MAX_HOSTS} hosts"));
+    }
+    let hosts = f.hosts.names();
+    for id in built.tree.ids() {
+        let name = &built.tree.node(id).spec.name;
+        if name.contains(['#', '~']) {
+            return Err(format!(
+                "host: `{name}`: `#` and `~` are kept for the hosts' leaf names"
+            ));
+        }
     }
     let mut cluster = Cluster::default();
     let smallest = shape
@@ -143,6 +159,20 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
         cluster.set_quota(&q.pool, q.quota);
     }
     let vms = resolve_vms(&f, &built.groups, &built.tree, &hosts)?;
+    // Every row holds a rate per VM and uplink: bound what a run keeps.
+    let rows = if f.fidelity == Fidelity::Fluid {
+        f.duration_s / f.step_s
+    } else {
+        f.duration_s
+    };
+    let cells = rows * (vms.len() + hosts.len() * shape.uplinks.len()) as f64;
+    if cells > MAX_CELLS {
+        return Err(format!(
+            "duration_s, step_s, vms: {rows:.0} rows of {} VMs and {} uplinks are over the {MAX_CELLS:.0} rates a run keeps",
+            vms.len(),
+            hosts.len() * shape.uplinks.len()
+        ));
+    }
     let mut timeline = Timeline::new(f.duration_s);
     let mut events = Vec::new();
     let vm = |key: &str, name: &str| {
@@ -287,7 +317,14 @@ fn resolve_vms(
                 name: v.name.clone(),
                 vnics: vec![vnic],
             },
-            id: v.id.unwrap_or(i as u32 + 1),
+            id: match v.id {
+                Some(id) if id >= FIRST_STAY_ID => {
+                    return Err(format!(
+                        "{key}.id: {id} is at or above {FIRST_STAY_ID}, kept for the hosts"
+                    ))
+                }
+                id => id.unwrap_or(i as u32 + 1),
+            },
             mac,
             group: group(&key, &v.group)?,
             source: v.source.clone(),
@@ -305,10 +342,16 @@ fn resolve_vms(
         let gi = group("generate", &g.group)?;
         let p = pool("generate.pool", g.pool.as_deref())?;
         let mut rng = ChaCha8Rng::seed_from_u64(f.seed ^ 0x7673_6d73);
+        // Multiples of 10 Mbit/s inside [lo, hi]; lo itself when none is.
         let step = 10_000_000;
+        let (a, b) = (lo.bps().div_ceil(step), hi.bps() / step);
         for k in 0..g.vms {
             let n = out.len();
-            let r = rng.random_range(lo.bps() / step..=hi.bps() / step) * step;
+            let r = if a <= b {
+                rng.random_range(a..=b) * step
+            } else {
+                lo.bps()
+            };
             out.push(VmPlan {
                 vm: Vm {
                     name: format!("vm{:04}", k + 1),

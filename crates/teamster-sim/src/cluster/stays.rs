@@ -64,12 +64,17 @@ impl<'a> HostStays<'a> {
             .expect("the host's pools hold every VM placed there")
     }
 
-    /// Stay `k`'s team port ID: its VM's, made unique for a VM back on a host it left (a port
-    /// of its own there).
-    pub fn port_id(&self, d: &Decisions, k: usize) -> u32 {
-        let vm = d.stays[self.stays[k]].vm;
-        let again = self.stays[..k].iter().filter(|&&o| d.stays[o].vm == vm).count();
-        self.plan.vms[vm].id + (again as u32) * 0x0100_0000
+    /// Stay `k`'s team port ID and MAC: its VM's, or for a VM back on a host it left, the
+    /// host's own for that stay (a port of its own there: both are unique on the host).
+    pub fn port(&self, d: &Decisions, k: usize) -> (u32, teamster_core::wire::MacAddr) {
+        let s = self.stays[k];
+        let v = &self.plan.vms[d.stays[s].vm];
+        if self.names[k] == v.vm.name {
+            return (v.id, v.mac);
+        }
+        let b = (s as u32).to_be_bytes();
+        let mac = teamster_core::wire::MacAddr([0x02, 0x58, b[0], b[1], b[2], b[3]]);
+        (super::plan::FIRST_STAY_ID | s as u32, mac)
     }
 
     /// Stay `k` (of [`HostStays::stays`])'s leaf in `tree`.
