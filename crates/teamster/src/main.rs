@@ -8,6 +8,7 @@
 
 mod api;
 mod bench_cmd;
+mod controller;
 mod ctl;
 mod ioc_cmd;
 mod libvirt_hook;
@@ -65,6 +66,9 @@ enum Command {
     },
     /// Show and change a running switch through its API (see `teamster ctl --help`).
     Ctl(ctl::CtlArgs),
+    /// Run the cluster controller: placement of VMs by their network reservations, for the
+    /// hosts that register with it.
+    Controller(controller::ControllerArgs),
     /// Write the man pages (DIR/man) and shell completions (DIR/completions) for packaging.
     #[command(hide = true)]
     Generate { dir: PathBuf },
@@ -217,6 +221,7 @@ fn main() -> ExitCode {
             run_switch(config, status_file, check, api)
         }
         Command::Ctl(args) => ctl::run(args),
+        Command::Controller(args) => controller::run(args),
         Command::LibvirtHook(args) => libvirt_hook::run(args),
         Command::Generate { dir } => generate(&dir),
         Command::Bench {

@@ -504,7 +504,7 @@ fn the_libvirt_hook_attaches_and_detaches_a_vm() {
     assert_eq!(ports(dir.path()).len(), 1);
     // No switch there: a clear error.
     let (code, _, err) = hook(&dir.path().join("none.sock"), DOMAIN, "started", "begin");
-    assert!(code == 1 && err.contains("cannot reach the switch"), "{code}: {err}");
+    assert!(code == 1 && err.contains("cannot reach the API"), "{code}: {err}");
     // Bad XML: exit 2.
     let (code, _, err) = hook(&socket, "<domain>", "started", "begin");
     assert!(code == 2 && err.contains("domain XML"), "{code}: {err}");

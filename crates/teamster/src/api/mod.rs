@@ -11,12 +11,12 @@
 //! the answer is 401. Each listener caps its connections and times out idle and slow ones
 //! ([`listen`]); a body is one JSON object of at most 64 KiB ([`body`]).
 
-mod auth;
-mod body;
+pub(crate) mod auth;
+pub(crate) mod body;
 pub mod changes;
 mod dashboard;
 mod history;
-mod listen;
+pub(crate) mod listen;
 mod metrics;
 mod openapi;
 mod reload;
@@ -60,7 +60,7 @@ pub struct ApiState {
 
 /// An error answer: a status and `{"error": "..."}`.
 #[derive(Debug)]
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -159,7 +159,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
 
 /// Binds the unix socket with mode 0600, replacing a stale socket file (never another file).
 /// Its directory is trusted and its lock held, so no one else can be listening there.
-fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
+pub(crate) fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
     use std::os::unix::fs::FileTypeExt;
     let shown = path.display();
     if let Ok(meta) = std::fs::symlink_metadata(path) {

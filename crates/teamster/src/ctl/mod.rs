@@ -5,6 +5,7 @@
 //! could not be reached or the arguments were wrong.
 
 mod actions;
+mod cluster;
 mod tables;
 
 use crate::live::snapshot::{EventView, GroupView, NodeView, PortView, Snapshot, UplinkView};
@@ -13,7 +14,7 @@ use clap::{Args, Subcommand};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tables::{event_rows, group_rows, lbt_text, netioc_rows, pct, port_rows, uplink_rows};
 
@@ -126,6 +127,15 @@ enum CtlCommand {
     },
     /// The Prometheus metrics text.
     Metrics,
+    /// The cluster controller's VMs: power on, change controls, power off (talks to
+    /// the controller's socket, /run/teamster/controller.sock, unless --socket or --url).
+    Vm {
+        #[command(subcommand)]
+        action: cluster::VmAction,
+    },
+    /// The cluster controller's view: hosts with each uplink's reservation headroom, VMs,
+    /// faults and recent migrations.
+    Cluster,
     /// Follow the live stream: one line per snapshot (twice a second) with each uplink's load,
     /// and every new event; `--json` prints each snapshot as a JSON line. Ctrl-C stops.
     Watch {
@@ -205,7 +215,7 @@ pub(crate) async fn request(args: &Target, method: &str, path: &str, body: Optio
         None => {
             let stream = tokio::net::UnixStream::connect(&args.socket).await.map_err(|e| {
                 format!(
-                    "cannot reach the switch at {}: {e} (is `teamster run` running? --socket PATH)",
+                    "cannot reach the API at {}: {e} (is `teamster run` or `teamster controller` running? --socket PATH)",
                     args.socket.display()
                 )
             })?;
@@ -455,9 +465,17 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 None,
             ),
             CtlCommand::Metrics => ("GET", "/metrics".into(), None),
+            CtlCommand::Vm { action } => cluster::vm_request(action).map_err(|e| (2u8, e))?,
+            CtlCommand::Cluster => ("GET", "/api/v1/cluster".into(), None),
             CtlCommand::Watch { .. } => unreachable!("handled above"),
         };
-        let answer = request(&args.target, method, &path, body).await.map_err(|e| (2u8, e))?;
+        let mut target = args.target.clone();
+        if matches!(args.command, CtlCommand::Vm { .. } | CtlCommand::Cluster)
+            && target.socket == Path::new(DEFAULT_SOCKET)
+        {
+            target.socket = crate::controller::DEFAULT_SOCKET.into();
+        }
+        let answer = request(&target, method, &path, body).await.map_err(|e| (2u8, e))?;
         let render = |b: &[u8]| -> Result<String, String> {
             match &args.command {
                 CtlCommand::Status => Ok(String::from_utf8_lossy(b).to_string() + "\n"),
@@ -486,6 +504,8 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 CtlCommand::Rx => parse::<crate::live::rx_view::RxView>(b).map(|v| crate::live::rx_view::rx_text(&v)),
                 CtlCommand::Events { .. } => parse::<Vec<EventView>>(b).map(|v| event_rows(&v)),
                 CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
+                CtlCommand::Vm { .. } => parse::<Value>(b).map(|v| cluster::outcome_text(&v)),
+                CtlCommand::Cluster => parse::<Value>(b).map(|v| cluster::cluster_text(&v)),
                 CtlCommand::Watch { .. } => Ok(String::new()),
             }
         };

@@ -1,0 +1,281 @@
+//! The controller's API, under the switch's rules: a unix socket (0600) and, if asked, a
+//! loopback TCP address with a bearer token; bodies are one JSON object of at most 64 KiB;
+//! a change is checked whole and refused with a 4xx naming the problem; OpenAPI at
+//! `/openapi.json`, metrics at `/metrics`.
+//!
+//! A change is serialised behind one lock: made on a copy of the state, saved to the store,
+//! and only then in force. A store that cannot be written refuses the change (503) and
+//! changes nothing.
+
+use super::state::{ClusterState, FaultRecord, HostShape, MigrationRecord, Outcome, PowerOn, Refusal, VmChange};
+use super::store::Store;
+use super::view::{self, ClusterView};
+use crate::api::body::Body;
+use crate::api::{ApiError, ErrorBody};
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, patch, post, put};
+use axum::{middleware, Json, Router};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+use utoipa::OpenApi;
+
+/// The state in force and its store, behind one lock.
+pub struct Shared {
+    pub state: ClusterState,
+    pub store: Box<dyn Store>,
+}
+
+#[derive(Clone)]
+pub struct ControllerState(pub Arc<Mutex<Shared>>);
+
+/// Seconds since the epoch: the controller's clock for what it records.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        let status = match r {
+            Refusal::Bad(_) => StatusCode::BAD_REQUEST,
+            Refusal::Unknown(_) => StatusCode::NOT_FOUND,
+            Refusal::Conflict(_) => StatusCode::CONFLICT,
+        };
+        ApiError(status, r.message().to_string())
+    }
+}
+
+/// Makes a change on a copy and saves it; the state in force changes only once it is saved.
+async fn change(
+    s: &ControllerState,
+    f: impl FnOnce(&mut ClusterState, u64) -> Result<Outcome, Refusal>,
+) -> Result<Json<Outcome>, ApiError> {
+    let mut shared = s.0.lock().await;
+    let mut next = shared.state.clone();
+    let out = f(&mut next, now_s())?;
+    shared.store.save(&next).map_err(|e| {
+        eprintln!("teamster controller: {e}");
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot save to the store, nothing changed: {e}"),
+        )
+    })?;
+    shared.state = next;
+    Ok(Json(out))
+}
+
+/// The router; with `token`, every request must present it (the TCP listener).
+pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
+    let app = Router::new()
+        .route("/openapi.json", get(document))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/cluster", get(cluster))
+        .route("/api/v1/hosts/{name}", put(register))
+        .route("/api/v1/hosts/{name}/report", post(report))
+        .route("/api/v1/vms", post(power_on))
+        .route("/api/v1/vms/{name}", patch(set_vm).delete(power_off))
+        .route("/api/v1/quotas/{pool}", put(set_quota))
+        .fallback(|| async { ApiError(StatusCode::NOT_FOUND, "no such endpoint: see /openapi.json".into()) })
+        .with_state(state);
+    match token {
+        Some(t) => app.layer(middleware::from_fn_with_state(t, crate::api::auth::require_token)),
+        None => app,
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/cluster", responses((status = 200, body = ClusterView)))]
+async fn cluster(State(s): State<ControllerState>) -> Json<ClusterView> {
+    Json(view::cluster(&s.0.lock().await.state))
+}
+
+#[utoipa::path(put, path = "/api/v1/hosts/{name}", params(("name" = String, Path)), request_body = HostShape,
+    responses((status = 200, body = Outcome), (status = 400, body = ErrorBody)))]
+async fn register(
+    State(s): State<ControllerState>,
+    Path(name): Path<String>,
+    Body(shape): Body<HostShape>,
+) -> Result<Json<Outcome>, ApiError> {
+    change(&s, |c, now| c.register(&name, shape, now)).await
+}
+
+/// A host's report.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// Uplinks whose link state changed or is known: name -> up.
+    #[serde(default)]
+    pub links: BTreeMap<String, bool>,
+    /// The VMs whose ports the host has attached.
+    #[serde(default)]
+    pub attached: Vec<String>,
+}
+
+#[utoipa::path(post, path = "/api/v1/hosts/{name}/report", params(("name" = String, Path)), request_body = Report,
+    responses((status = 200, body = Vec<view::Assignment>), (status = 404, body = ErrorBody)))]
+async fn report(
+    State(s): State<ControllerState>,
+    Path(name): Path<String>,
+    Body(r): Body<Report>,
+) -> Result<Json<Vec<view::Assignment>>, ApiError> {
+    if r.attached.len() > super::state::MAX_VMS {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "attached: too many VMs".into()));
+    }
+    // Its migrations are in the cluster view; the host needs its assignments.
+    let _migrations = change(&s, |c, now| c.report(&name, &r.links, &r.attached, now)).await?;
+    Ok(Json(view::assignments(&s.0.lock().await.state, &name)))
+}
+
+#[utoipa::path(post, path = "/api/v1/vms", request_body = PowerOn,
+    responses((status = 201, body = Outcome), (status = 409, body = ErrorBody)))]
+async fn power_on(State(s): State<ControllerState>, Body(req): Body<PowerOn>) -> Result<impl IntoResponse, ApiError> {
+    let out = change(&s, |c, now| c.power_on(req, now)).await?;
+    Ok((StatusCode::CREATED, out))
+}
+
+#[utoipa::path(patch, path = "/api/v1/vms/{name}", params(("name" = String, Path)), request_body = VmChange,
+    responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn set_vm(
+    State(s): State<ControllerState>,
+    Path(name): Path<String>,
+    Body(ch): Body<VmChange>,
+) -> Result<Json<Outcome>, ApiError> {
+    change(&s, |c, now| c.set_vm(&name, ch, now)).await
+}
+
+#[utoipa::path(delete, path = "/api/v1/vms/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = Outcome), (status = 404, body = ErrorBody)))]
+async fn power_off(State(s): State<ControllerState>, Path(name): Path<String>) -> Result<Json<Outcome>, ApiError> {
+    change(&s, |c, now| c.power_off(&name, now)).await
+}
+
+/// A pool's quota over the cluster.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    #[schema(value_type = String, example = "15G")]
+    pub quota: teamster_core::units::Bandwidth,
+}
+
+#[utoipa::path(put, path = "/api/v1/quotas/{pool}", params(("pool" = String, Path)), request_body = Quota,
+    responses((status = 200, body = Outcome), (status = 409, body = ErrorBody)))]
+async fn set_quota(
+    State(s): State<ControllerState>,
+    Path(pool): Path<String>,
+    Body(q): Body<Quota>,
+) -> Result<Json<Outcome>, ApiError> {
+    change(&s, |c, now| c.set_quota(&pool, q.quota, now)).await
+}
+
+/// Prometheus text: hosts, VMs, reservations that cannot be kept, migrations and faults kept.
+async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
+    let v = view::cluster(&s.0.lock().await.state);
+    let lines = [
+        ("teamster_controller_hosts", "Hosts registered.", v.hosts.len()),
+        ("teamster_controller_vms", "VMs powered on.", v.vms.len()),
+        (
+            "teamster_controller_violated_reservations",
+            "Reservations that cannot be kept now.",
+            v.violated,
+        ),
+        (
+            "teamster_controller_migrations_pending",
+            "Migrations their destination has not confirmed.",
+            v.vms.iter().filter(|m| m.moving_from.is_some()).count(),
+        ),
+        (
+            "teamster_controller_recent_migrations",
+            "Migrations kept in the recent list.",
+            v.migrations.len(),
+        ),
+        (
+            "teamster_controller_recent_faults",
+            "Faults kept in the recent list.",
+            v.faults.len(),
+        ),
+    ];
+    let mut text = String::new();
+    for (name, help, value) in lines {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
+    }
+    text.push_str("# EOF\n");
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Teamster controller",
+        description = "Cluster placement of VMs by their network reservations."
+    ),
+    paths(cluster, register, report, power_on, set_vm, power_off, set_quota),
+    components(schemas(
+        ClusterView,
+        view::HostView,
+        view::UplinkHeadroom,
+        view::VmView,
+        view::Assignment,
+        HostShape,
+        super::state::UplinkRecord,
+        Report,
+        PowerOn,
+        VmChange,
+        Quota,
+        Outcome,
+        MigrationRecord,
+        FaultRecord,
+        ErrorBody
+    ))
+)]
+struct Document;
+
+async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(Document::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store that cannot be written (a full disk, an unreachable etcd).
+    struct Unwritable;
+
+    impl Store for Unwritable {
+        fn load(&self) -> Result<Option<ClusterState>, String> {
+            Ok(None)
+        }
+        fn save(&self, _: &ClusterState) -> Result<(), String> {
+            Err("the disk is full".into())
+        }
+        fn describe(&self) -> String {
+            "unwritable".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_the_store_cannot_keep_is_refused_and_changes_nothing() {
+        let s = ControllerState(Arc::new(Mutex::new(Shared {
+            state: ClusterState::default(),
+            store: Box::new(Unwritable),
+        })));
+        let shape: HostShape = serde_json::from_str(r#"{"uplinks": [{"name": "u", "capacity": "1G"}]}"#).unwrap();
+        let e = change(&s, |c, now| c.register("h", shape, now)).await.err().unwrap();
+        assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            e.1.contains("the disk is full") && e.1.contains("nothing changed"),
+            "{}",
+            e.1
+        );
+        assert_eq!(s.0.lock().await.state, ClusterState::default());
+    }
+}

@@ -1,0 +1,134 @@
+//! `teamster controller`: keeps a cluster's state and places VMs by their network
+//! reservations, as DRS does for NetIOC.
+//!
+//! Hosts register their shape (`PUT /api/v1/hosts/{name}`) and report their uplinks' link
+//! states and the VMs they have attached (`POST /api/v1/hosts/{name}/report`), and are answered
+//! with what they should have attached. Operators power VMs on (`teamster ctl vm power-on`),
+//! change their reservations (`ctl vm set`) and see the cluster (`ctl cluster`). Placement and
+//! remediation are `core::placement`'s; the rules of a change are in [`state`], the store
+//! behind it in [`store`], the API in [`api`].
+
+pub mod api;
+pub mod state;
+pub mod store;
+pub mod view;
+
+use crate::live::safe_file::{self, TrustedDir};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Where the controller puts its API socket unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/teamster/controller.sock";
+/// Where it keeps its state unless told otherwise.
+pub const DEFAULT_STATE: &str = "/var/lib/teamster/controller.redb";
+
+#[derive(clap::Args, Debug)]
+pub struct ControllerArgs {
+    /// The embedded store's file (created if missing; its directory must be writable by no one
+    /// but root and the controller's user).
+    #[arg(long, default_value = DEFAULT_STATE)]
+    state: PathBuf,
+    /// The API's unix socket (mode 0600; its directory is created 0755 if missing).
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Also serve the API on this loopback TCP address (port 0: a free port, printed at
+    /// start); every request must then carry the bearer token.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// A file holding the bearer token for --listen (or set TEAMSTER_API_TOKEN); readable by
+    /// its owner only.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+/// Runs the controller until SIGTERM or SIGINT.
+pub fn run(args: ControllerArgs) -> ExitCode {
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("teamster controller: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve(args: ControllerArgs) -> Result<(), String> {
+    let token = match args.listen {
+        Some(addr) if !addr.ip().is_loopback() => {
+            return Err(format!("--listen {addr}: only a loopback address is allowed"));
+        }
+        Some(_) => {
+            let t = match &args.token_file {
+                Some(f) => safe_file::read_private(f, "--token-file")?,
+                None => std::env::var("TEAMSTER_API_TOKEN").unwrap_or_default(),
+            };
+            if t.trim().is_empty() {
+                return Err("--listen needs a token: --token-file or TEAMSTER_API_TOKEN".into());
+            }
+            Some(t.trim().to_string())
+        }
+        None => None,
+    };
+    let (state_dir, _) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
+    TrustedDir::open(&state_dir, "--state directory")?;
+    let store = store::EmbeddedStore::open(&args.state)?;
+    let state = store::Store::load(&store)?.unwrap_or_default();
+    println!(
+        "teamster controller: {} hosts, {} VMs from the {}",
+        state.hosts.len(),
+        state.vms.len(),
+        store::Store::describe(&store)
+    );
+    let (socket_dir, socket_name) = safe_file::split(&args.socket).map_err(|e| format!("--socket {e}"))?;
+    if !socket_dir.is_dir() {
+        TrustedDir::open(safe_file::existing_ancestor(&socket_dir), "--socket directory")?;
+        use std::os::unix::fs::DirBuilderExt;
+        (std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&socket_dir))
+        .map_err(|e| format!("--socket directory {}: {e}", socket_dir.display()))?;
+    }
+    let dir = TrustedDir::open(&socket_dir, "--socket directory")?;
+    let mut lock_name = socket_name;
+    lock_name.push(".lock");
+    let shown = args.socket.display().to_string();
+    let _lock = dir.lock(&lock_name, &format!("a controller is already serving on {shown}"))?;
+    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
+        state,
+        store: Box::new(store),
+    })));
+    let rt =
+        (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(async move {
+        let unix = crate::api::bind_unix(&args.socket)?;
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(crate::api::listen::serve(
+            unix,
+            api::router(shared.clone(), None),
+            false,
+        ));
+        if let (Some(addr), Some(token)) = (args.listen, token) {
+            let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
+            let bound = tcp.local_addr().map_err(|e| e.to_string())?;
+            println!("teamster controller: API on http://{bound}");
+            let app = api::router(shared.clone(), Some(Arc::new(token)));
+            tasks.spawn(crate::api::listen::serve(tcp, app, true));
+        }
+        println!("teamster controller: API on {shown}");
+        let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))
+            .map_err(|e| format!("signals: {e}"))?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { while tasks.join_next().await.is_some() {} } => {}
+        }
+        let _ = std::fs::remove_file(&args.socket);
+        Ok::<(), String>(())
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,467 @@
+//! The cluster as the controller keeps it, and every change it accepts.
+//!
+//! Model. The state is hosts (the shape each registered: uplinks with link state, traffic
+//! classes, pools, derived nodes, reservation cap), VMs (one vNIC each: pool, reservation,
+//! shares, limit, and the one host it is assigned to), pools' cluster-wide quotas, and the
+//! recent migrations and faults (the last [`RECENT`] of each). A VM has exactly one host in the
+//! state, always: a migration reassigns it at once and marks it `moving_from` its source until
+//! the destination reports the port attached, so a state saved at any instant (a controller
+//! killed mid-plan) holds every VM once.
+//!
+//! Every change is made on a copy, through `core::placement` (admission on every host, the
+//! quotas, remediation by the fewest migrations), and replaces the state only if it holds whole:
+//! a reservation no host can hold, an unknown host or VM, a bad shape is refused and changes
+//! nothing. Time is passed in (`now_s`, seconds since the epoch); nothing here does I/O.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use teamster_core::host::{self, ClassEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
+use teamster_core::ioc::Shares;
+use teamster_core::placement::{Cluster, Migration, Vm, Vnic};
+use teamster_core::units::Bandwidth;
+
+/// How many migrations and faults the state keeps.
+pub const RECENT: usize = 100;
+/// The most hosts and VMs a controller keeps.
+pub const MAX_HOSTS: usize = 1024;
+pub const MAX_VMS: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkRecord {
+    pub name: String,
+    #[schema(value_type = String, example = "10G")]
+    pub capacity: Bandwidth,
+    #[serde(default = "yes")]
+    pub up: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What a host registers: its shape, from its switch.toml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostShape {
+    pub uplinks: Vec<UplinkRecord>,
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub traffic_classes: Vec<ClassEntry>,
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub pools: Vec<PoolEntry>,
+    /// Classes and pools whose reservation on the host is what its VMs there reserve.
+    #[serde(default)]
+    pub derived: Vec<String>,
+    pub reservation_cap: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostRecord {
+    pub shape: HostShape,
+    pub registered_s: u64,
+    pub reported_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmRecord {
+    pub pool: String,
+    pub reservation: Bandwidth,
+    pub shares: Shares,
+    pub limit: Option<Bandwidth>,
+    pub host: String,
+    /// The source of a migration its destination has not confirmed yet.
+    pub moving_from: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MigrationRecord {
+    pub at_s: u64,
+    pub vm: String,
+    pub from: String,
+    pub to: String,
+    #[schema(value_type = String)]
+    pub reservation: Bandwidth,
+    /// Why it was chosen.
+    pub why: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FaultRecord {
+    pub at_s: u64,
+    pub host: String,
+    pub why: String,
+}
+
+/// The whole state, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub hosts: BTreeMap<String, HostRecord>,
+    pub vms: BTreeMap<String, VmRecord>,
+    pub quotas: BTreeMap<String, Bandwidth>,
+    pub migrations: VecDeque<MigrationRecord>,
+    pub faults: VecDeque<FaultRecord>,
+    /// Counts accepted changes.
+    pub generation: u64,
+}
+
+/// A refused change: the HTTP status it maps to, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Malformed or out of range (400).
+    Bad(String),
+    /// No such host or VM (404).
+    Unknown(String),
+    /// Does not fit, or clashes with what is there (409).
+    Conflict(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Bad(m) | Refusal::Unknown(m) | Refusal::Conflict(m) => m,
+        }
+    }
+}
+
+/// A VM to power on.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PowerOn {
+    pub name: String,
+    /// A host's name, or "auto" (default): placement chooses.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Its pool (default the `vm` class).
+    #[serde(default)]
+    pub pool: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "500M")]
+    pub reservation: Option<Bandwidth>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "normal")]
+    pub shares: Option<Shares>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub limit: Option<Bandwidth>,
+}
+
+/// Changes to a VM's controls; absent fields stay.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VmChange {
+    #[schema(value_type = Option<String>, example = "4.5G")]
+    pub reservation: Option<Bandwidth>,
+    #[schema(value_type = Option<String>)]
+    pub shares: Option<Shares>,
+    #[schema(value_type = Option<String>)]
+    pub limit: Option<Bandwidth>,
+}
+
+/// What an accepted change did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Outcome {
+    /// Where a powered-on VM went, and each host's headroom or reason.
+    pub placed: Option<String>,
+    pub considered: Vec<(String, String)>,
+    /// Migrations the change set off.
+    pub migrations: Vec<MigrationRecord>,
+}
+
+impl ClusterState {
+    /// The placement view of the state: hosts with their trees and admission capacity (the
+    /// smallest uplink up; none: zero), VMs where they are assigned, quotas.
+    pub fn cluster(&self) -> Result<Cluster, String> {
+        let mut c = Cluster::default();
+        for (name, h) in &self.hosts {
+            let (tree, cap) = build_host(&h.shape).map_err(|e| format!("host {name}: {e}"))?;
+            let capacity = (h.shape.uplinks.iter().filter(|u| u.up))
+                .map(|u| u.capacity)
+                .min()
+                .unwrap_or(Bandwidth::ZERO);
+            c.add_host(name, tree, capacity, cap)?;
+            for d in &h.shape.derived {
+                c.derive(name, d).map_err(|e| format!("host {name}: derived: {e}"))?;
+            }
+        }
+        for (pool, q) in &self.quotas {
+            c.set_quota(pool, *q);
+        }
+        for (name, v) in &self.vms {
+            c.assume(vm_of(name, v), &v.host)?;
+        }
+        Ok(c)
+    }
+
+    /// Registers host `name` (or updates its shape), then mends what no longer fits.
+    pub fn register(&mut self, name: &str, shape: HostShape, now_s: u64) -> Result<Outcome, Refusal> {
+        host::check_name("name", name).map_err(Refusal::Bad)?;
+        build_host(&shape).map_err(Refusal::Bad)?;
+        if !self.hosts.contains_key(name) && self.hosts.len() >= MAX_HOSTS {
+            return Err(Refusal::Conflict(format!(
+                "the cluster has {MAX_HOSTS} hosts, the most it keeps"
+            )));
+        }
+        let mut next = self.clone();
+        let registered_s = self.hosts.get(name).map_or(now_s, |h| h.registered_s);
+        next.hosts.insert(
+            name.to_string(),
+            HostRecord {
+                shape,
+                registered_s,
+                reported_s: now_s,
+            },
+        );
+        next.commit(now_s, Outcome::default(), self, true)
+    }
+
+    /// Powers a VM on where placement puts it (or on the host named, if it admits it).
+    pub fn power_on(&mut self, req: PowerOn, now_s: u64) -> Result<Outcome, Refusal> {
+        host::check_name("name", &req.name).map_err(Refusal::Bad)?;
+        if self.vms.contains_key(&req.name) {
+            return Err(Refusal::Conflict(format!("VM {} is already on", req.name)));
+        }
+        if self.vms.len() >= MAX_VMS {
+            return Err(Refusal::Conflict(format!(
+                "the cluster has {MAX_VMS} VMs, the most it keeps"
+            )));
+        }
+        let record = VmRecord {
+            pool: req.pool.unwrap_or_else(|| "vm".into()),
+            reservation: req.reservation.unwrap_or(Bandwidth::ZERO),
+            shares: req.shares.unwrap_or(Shares::NORMAL),
+            limit: req.limit,
+            host: String::new(),
+            moving_from: None,
+        };
+        let spec = teamster_core::ioc::NodeSpec {
+            name: req.name.clone(),
+            reservation: record.reservation,
+            shares: record.shares,
+            limit: record.limit,
+        };
+        teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
+        let mut c = self.cluster().map_err(Refusal::Conflict)?;
+        let vm = vm_of(&req.name, &record);
+        let mut out = Outcome::default();
+        let host = match req.host.as_deref() {
+            None | Some("auto") => {
+                let placed = c.place(vm).map_err(|e| Refusal::Conflict(e.to_string()))?;
+                out.considered = (placed.considered.iter())
+                    .map(|(h, r)| {
+                        (
+                            h.clone(),
+                            r.as_ref().map_or_else(Clone::clone, |b| format!("{b} headroom left")),
+                        )
+                    })
+                    .collect();
+                placed.host
+            }
+            Some(h) => {
+                if !self.hosts.contains_key(h) {
+                    return Err(Refusal::Unknown(format!("no host {h}")));
+                }
+                c.place_on(vm, h).map_err(Refusal::Conflict)?;
+                h.to_string()
+            }
+        };
+        out.placed = Some(host.clone());
+        let mut next = self.clone();
+        next.vms.insert(req.name, VmRecord { host, ..record });
+        next.commit(now_s, out, self, false)
+    }
+
+    /// Changes VM `name`'s controls; if its host can no longer hold them, VMs migrate.
+    pub fn set_vm(&mut self, name: &str, change: VmChange, now_s: u64) -> Result<Outcome, Refusal> {
+        let Some(v) = self.vms.get(name) else {
+            return Err(Refusal::Unknown(format!("no VM {name}")));
+        };
+        let mut next = self.clone();
+        let rec = next.vms.get_mut(name).expect("found");
+        rec.reservation = change.reservation.unwrap_or(v.reservation);
+        rec.shares = change.shares.unwrap_or(v.shares);
+        rec.limit = change.limit.or(v.limit);
+        let spec = teamster_core::ioc::NodeSpec {
+            name: name.to_string(),
+            reservation: rec.reservation,
+            shares: rec.shares,
+            limit: rec.limit,
+        };
+        teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
+        // The quota is checked as placement checks it: the VM's other reservations plus the new.
+        let mut c = self.cluster().map_err(Refusal::Conflict)?;
+        c.set_reservation(name, 0, rec.reservation).map_err(Refusal::Conflict)?;
+        next.commit(now_s, Outcome::default(), self, false)
+    }
+
+    /// Powers VM `name` off: its host detaches its port.
+    pub fn power_off(&mut self, name: &str, now_s: u64) -> Result<Outcome, Refusal> {
+        if !self.vms.contains_key(name) {
+            return Err(Refusal::Unknown(format!("no VM {name}")));
+        }
+        let mut next = self.clone();
+        next.vms.remove(name);
+        next.commit(now_s, Outcome::default(), self, false)
+    }
+
+    /// Sets pool `pool`'s cluster-wide quota; refused if what is reserved already exceeds it.
+    pub fn set_quota(&mut self, pool: &str, quota: Bandwidth, now_s: u64) -> Result<Outcome, Refusal> {
+        let used: u64 = (self.vms.values())
+            .filter(|v| v.pool == pool)
+            .map(|v| v.reservation.bps())
+            .sum();
+        if used > quota.bps() {
+            let used = Bandwidth::from_bps(used);
+            return Err(Refusal::Conflict(format!(
+                "pool `{pool}` reserves {used} already, above {quota}"
+            )));
+        }
+        let mut next = self.clone();
+        next.quotas.insert(pool.to_string(), quota);
+        next.commit(now_s, Outcome::default(), self, false)
+    }
+
+    /// A host's report: its uplinks' link states and the VMs whose ports it has attached (the
+    /// destination's confirmation ends a migration). Mends what a lost uplink breaks.
+    pub fn report(
+        &mut self,
+        host: &str,
+        links: &BTreeMap<String, bool>,
+        attached: &[String],
+        now_s: u64,
+    ) -> Result<Outcome, Refusal> {
+        let Some(h) = self.hosts.get(host) else {
+            return Err(Refusal::Unknown(format!("no host {host}: register it first")));
+        };
+        for name in links.keys() {
+            if !h.shape.uplinks.iter().any(|u| &u.name == name) {
+                return Err(Refusal::Bad(format!("links: host {host} has no uplink `{name}`")));
+            }
+        }
+        let mut next = self.clone();
+        let rec = next.hosts.get_mut(host).expect("found");
+        rec.reported_s = now_s;
+        for u in &mut rec.shape.uplinks {
+            if let Some(up) = links.get(&u.name) {
+                u.up = *up;
+            }
+        }
+        for name in attached {
+            if let Some(v) = next.vms.get_mut(name).filter(|v| v.host == host) {
+                v.moving_from = None;
+            }
+        }
+        next.commit(now_s, Outcome::default(), self, true)
+    }
+
+    /// Finishes change `self` (made from `was`): mends violations by migrations, and replaces
+    /// `was` only if no host is left over its admission that was not before, else refuses with
+    /// the fault; except for a
+    /// `fact` (a host's registration or report: a lost uplink happened whether or not it
+    /// fits), which stands with its fault recorded.
+    fn commit(mut self, now_s: u64, mut out: Outcome, was: &mut ClusterState, fact: bool) -> Result<Outcome, Refusal> {
+        let mut c = self.cluster().map_err(Refusal::Conflict)?;
+        let before = was.cluster().map(|c| c.violations()).unwrap_or_default();
+        let remedy = c.remediate();
+        // A host that could not be mended before (a lost uplink) does not block other changes.
+        let new_fault = remedy.faults.iter().find(|f| !before.contains(&f.host));
+        if let (Some(f), false) = (new_fault, fact) {
+            return Err(Refusal::Conflict(format!("{}: {}", f.host, f.why)));
+        }
+        for f in &remedy.faults {
+            push(
+                &mut self.faults,
+                FaultRecord {
+                    at_s: now_s,
+                    host: f.host.clone(),
+                    why: f.why.clone(),
+                },
+            );
+        }
+        for m in remedy.migrations {
+            let record = migration_record(&m, now_s);
+            let v = self.vms.get_mut(&m.vm).expect("placement moves VMs of the state");
+            v.host = m.to.clone();
+            // A VM moved again before it arrived still comes from where it runs.
+            if v.moving_from.is_none() {
+                v.moving_from = Some(m.from.clone());
+            }
+            out.migrations.push(record.clone());
+            push(&mut self.migrations, record);
+        }
+        self.generation += 1;
+        *was = self;
+        Ok(out)
+    }
+
+    /// The assignments of host `host`: the VMs whose ports it should have attached.
+    pub fn assigned<'a>(&'a self, host: &'a str) -> impl Iterator<Item = (&'a String, &'a VmRecord)> + 'a {
+        self.vms.iter().filter(move |(_, v)| v.host == host)
+    }
+}
+
+fn push<T>(q: &mut VecDeque<T>, item: T) {
+    if q.len() >= RECENT {
+        q.pop_front();
+    }
+    q.push_back(item);
+}
+
+fn migration_record(m: &Migration, now_s: u64) -> MigrationRecord {
+    MigrationRecord {
+        at_s: now_s,
+        vm: m.vm.clone(),
+        from: m.from.clone(),
+        to: m.to.clone(),
+        reservation: m.reservation,
+        why: format!(
+            "{} no longer admits its VMs; moving {} ({}) is among the fewest moves, then the least reservation moved, and {} has the most headroom for it",
+            m.from, m.vm, m.reservation, m.to
+        ),
+    }
+}
+
+/// A host's NetIOC tree and reservation cap from its shape, checked as `switch.toml` is.
+pub fn build_host(shape: &HostShape) -> Result<(teamster_core::ioc::Tree, teamster_core::ioc::ReservationCap), String> {
+    let no_ports: &[crate::live::config::PortFile] = &[];
+    let built = host::build(
+        HostSpec {
+            lbt: &LbtSection::default(),
+            reservation_cap: shape.reservation_cap,
+            uplinks: (shape.uplinks.iter())
+                .map(|u| UplinkDesc {
+                    name: u.name.clone(),
+                    capacity: u.capacity,
+                })
+                .collect(),
+            port_groups: &[],
+            traffic_classes: &shape.traffic_classes,
+            pools: &shape.pools,
+            ports: no_ports,
+        },
+        &mut |_, _| None,
+    )?;
+    for (i, d) in shape.derived.iter().enumerate() {
+        if built
+            .tree
+            .find(d)
+            .is_none_or(|id| id == teamster_core::ioc::NodeId::ROOT)
+        {
+            return Err(format!("derived[{i}]: no traffic class or pool named `{d}`"));
+        }
+    }
+    Ok((built.tree, built.reservation_cap))
+}
+
+fn vm_of(name: &str, v: &VmRecord) -> Vm {
+    Vm {
+        name: name.to_string(),
+        vnics: vec![Vnic {
+            pool: v.pool.clone(),
+            reservation: v.reservation,
+            shares: v.shares,
+            limit: v.limit,
+        }],
+    }
+}

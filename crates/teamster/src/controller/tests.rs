@@ -1,0 +1,119 @@
+use super::state::*;
+use std::collections::BTreeMap;
+use teamster_core::units::Bandwidth;
+
+fn shape() -> HostShape {
+    serde_json::from_value(serde_json::json!({
+        "uplinks": [{"name": "uplink1", "capacity": "10G"}],
+        "traffic_classes": [{"class": "vm"}],
+        "pools": [{"name": "vm-pool"}],
+        "derived": ["vm", "vm-pool"],
+    }))
+    .unwrap()
+}
+
+fn vm(name: &str, host: &str) -> PowerOn {
+    serde_json::from_value(serde_json::json!({"name": name, "host": host, "pool": "vm-pool"})).unwrap()
+}
+
+fn gbps(mbps: u64) -> Bandwidth {
+    Bandwidth::from_mbps(mbps)
+}
+
+/// Figure 2 through the controller: each change is accepted with the migrations it sets off,
+/// and every VM stays on exactly one host.
+#[test]
+fn figure_2_through_the_controller() {
+    let mut s = ClusterState::default();
+    s.register("host1", shape(), 1).unwrap();
+    s.register("host2", shape(), 1).unwrap();
+    s.set_quota("vm-pool", gbps(15_000), 1).unwrap();
+    for v in ["vm1", "vm2", "vm3"] {
+        let out = s.power_on(vm(v, "host1"), 2).unwrap();
+        assert_eq!(out.placed.as_deref(), Some("host1"));
+    }
+    let set = |r| VmChange {
+        reservation: Some(gbps(r)),
+        ..VmChange::default()
+    };
+    assert!(s.set_vm("vm1", set(7500), 3).unwrap().migrations.is_empty());
+    let out = s.set_vm("vm2", set(4500), 4).unwrap();
+    let moves: Vec<_> = out
+        .migrations
+        .iter()
+        .map(|m| (m.vm.as_str(), m.from.as_str(), m.to.as_str()))
+        .collect();
+    assert_eq!(moves, [("vm2", "host1", "host2")]);
+    assert_eq!(s.vms["vm2"].moving_from.as_deref(), Some("host1"));
+    // The destination reports the port attached: the migration is done.
+    s.report("host2", &BTreeMap::new(), &["vm2".into()], 5).unwrap();
+    assert_eq!(s.vms["vm2"].moving_from, None);
+    let out = s.set_vm("vm3", set(3000), 6).unwrap();
+    assert_eq!(out.migrations[0].to, "host2");
+    // A fourth VM with any reservation would break the pool's quota.
+    let mut v4 = vm("vm4", "auto");
+    v4.reservation = Some(gbps(100));
+    let e = s.power_on(v4, 7).unwrap_err();
+    assert!(
+        matches!(e, Refusal::Conflict(ref m) if m.contains("pool `vm-pool`")),
+        "{e:?}"
+    );
+    assert_eq!(s.cluster().unwrap().violations(), Vec::<String>::new());
+}
+
+/// Bad input is refused with its reason and changes nothing.
+#[test]
+fn refusals_change_nothing() {
+    let mut s = ClusterState::default();
+    s.register("host1", shape(), 1).unwrap();
+    s.power_on(vm("vm1", "host1"), 1).unwrap();
+    let before = s.clone();
+    let big = VmChange {
+        reservation: Some(gbps(8000)),
+        ..VmChange::default()
+    };
+    let e = s.set_vm("vm1", big, 2).unwrap_err();
+    assert!(
+        matches!(e, Refusal::Conflict(ref m) if m.contains("75% of uplink")),
+        "no host can hold 8G: {e:?}"
+    );
+    assert!(matches!(
+        s.set_vm("vm9", VmChange::default(), 2),
+        Err(Refusal::Unknown(_))
+    ));
+    assert!(matches!(s.power_on(vm("vm2", "host9"), 2), Err(Refusal::Unknown(_))));
+    assert!(matches!(s.power_on(vm("vm1", "host1"), 2), Err(Refusal::Conflict(_))));
+    assert!(matches!(s.power_on(vm("bad/name", "host1"), 2), Err(Refusal::Bad(_))));
+    let mut bad = shape();
+    bad.derived = vec!["nope".into()];
+    assert!(matches!(s.register("host2", bad, 2), Err(Refusal::Bad(ref m)) if m.contains("derived[0]")));
+    let mut low = vm("vm3", "host1");
+    low.reservation = Some(gbps(500));
+    low.limit = Some(gbps(100));
+    assert!(matches!(s.power_on(low, 2), Err(Refusal::Bad(_))));
+    assert!(matches!(
+        s.report("host1", &BTreeMap::from([("eth9".into(), false)]), &[], 2),
+        Err(Refusal::Bad(_))
+    ));
+    assert_eq!(s, before);
+}
+
+/// A lost uplink is a fact: it stands even when nothing can be mended, as a fault; VMs move
+/// where they can, and other changes still go through.
+#[test]
+fn a_lost_uplink_stands_and_vms_move_where_they_can() {
+    let mut s = ClusterState::default();
+    s.register("host1", shape(), 1).unwrap();
+    s.register("host2", shape(), 1).unwrap();
+    let mut v = vm("vm1", "host1");
+    v.reservation = Some(gbps(5000));
+    s.power_on(v, 1).unwrap();
+    let down = BTreeMap::from([("uplink1".to_string(), false)]);
+    let out = s.report("host1", &down, &["vm1".into()], 2).unwrap();
+    assert_eq!(out.migrations[0].to, "host2");
+    let out = s.report("host2", &down, &[], 3).unwrap();
+    assert!(out.migrations.is_empty() && s.faults.back().is_some_and(|f| f.host == "host2"));
+    // Other changes still go through while host2 cannot be mended.
+    s.power_on(vm("vm2", "host1"), 4).unwrap();
+    assert_eq!(s.vms.len(), 2);
+}

@@ -1,0 +1,145 @@
+//! What the controller shows: the cluster (hosts with each uplink's reservation headroom, VMs,
+//! faults, recent migrations) and a host's assignments.
+
+use super::state::{ClusterState, FaultRecord, MigrationRecord, VmRecord};
+use serde::Serialize;
+use teamster_core::units::Bandwidth;
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClusterView {
+    pub hosts: Vec<HostView>,
+    pub vms: Vec<VmView>,
+    /// Reservations that cannot be kept now: VMs with a reservation on a host that does not
+    /// admit its VMs.
+    pub violated: usize,
+    pub faults: Vec<FaultRecord>,
+    pub migrations: Vec<MigrationRecord>,
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct HostView {
+    pub name: String,
+    pub uplinks: Vec<UplinkHeadroom>,
+    pub vms: Vec<String>,
+    pub reported_s: u64,
+    /// Why the host does not admit its VMs, if it does not.
+    pub violation: Option<String>,
+}
+
+/// An uplink's reservations: each VM's must fit on every uplink its port may fail over to.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct UplinkHeadroom {
+    pub name: String,
+    #[schema(value_type = String)]
+    pub capacity: Bandwidth,
+    pub up: bool,
+    /// The reservation cap's share of it (zero when down).
+    #[schema(value_type = String)]
+    pub reservable: Bandwidth,
+    #[schema(value_type = String)]
+    pub reserved: Bandwidth,
+    #[schema(value_type = String)]
+    pub headroom: Bandwidth,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct VmView {
+    pub name: String,
+    pub host: String,
+    pub pool: String,
+    #[schema(value_type = String)]
+    pub reservation: Bandwidth,
+    pub shares: String,
+    #[schema(value_type = Option<String>)]
+    pub limit: Option<Bandwidth>,
+    /// The source of a migration not yet confirmed by the destination.
+    pub moving_from: Option<String>,
+}
+
+/// A VM a host should have attached, with its controls.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Assignment {
+    pub vm: String,
+    pub pool: String,
+    #[schema(value_type = String)]
+    pub reservation: Bandwidth,
+    pub shares: String,
+    #[schema(value_type = Option<String>)]
+    pub limit: Option<Bandwidth>,
+    /// Where it comes from, while a migration brings it here.
+    pub moving_from: Option<String>,
+}
+
+fn vm_view(name: &str, v: &VmRecord) -> VmView {
+    VmView {
+        name: name.to_string(),
+        host: v.host.clone(),
+        pool: v.pool.clone(),
+        reservation: v.reservation,
+        shares: v.shares.to_string(),
+        limit: v.limit,
+        moving_from: v.moving_from.clone(),
+    }
+}
+
+/// The cluster as `ctl cluster` and `GET /api/v1/cluster` show it.
+pub fn cluster(s: &ClusterState) -> ClusterView {
+    let placement = s.cluster().ok();
+    let hosts = (s.hosts.iter())
+        .map(|(name, h)| {
+            let vms: Vec<String> = s.assigned(name).map(|(n, _)| n.clone()).collect();
+            let reserved = Bandwidth::from_bps(s.assigned(name).map(|(_, v)| v.reservation.bps()).sum());
+            let cap = h.shape.reservation_cap.unwrap_or(0.75);
+            let uplinks = (h.shape.uplinks.iter())
+                .map(|u| {
+                    let reservable = if u.up {
+                        Bandwidth::from_bps_f64(u.capacity.bps_f64() * cap)
+                    } else {
+                        Bandwidth::ZERO
+                    };
+                    UplinkHeadroom {
+                        name: u.name.clone(),
+                        capacity: u.capacity,
+                        up: u.up,
+                        reservable,
+                        reserved,
+                        headroom: Bandwidth::from_bps(reservable.bps().saturating_sub(reserved.bps())),
+                    }
+                })
+                .collect();
+            let violation = (placement.as_ref())
+                .and_then(|c| c.host(name))
+                .and_then(|h| h.headroom_with(&[]).err());
+            HostView {
+                name: name.clone(),
+                uplinks,
+                vms,
+                reported_s: h.reported_s,
+                violation,
+            }
+        })
+        .collect();
+    ClusterView {
+        hosts,
+        vms: s.vms.iter().map(|(n, v)| vm_view(n, v)).collect(),
+        violated: placement.map_or(0, |c| c.violated_reservations()),
+        faults: s.faults.iter().cloned().collect(),
+        migrations: s.migrations.iter().cloned().collect(),
+        generation: s.generation,
+    }
+}
+
+/// What host `host` should have attached.
+pub fn assignments(s: &ClusterState, host: &str) -> Vec<Assignment> {
+    (s.assigned(host))
+        .map(|(name, v)| Assignment {
+            vm: name.clone(),
+            pool: v.pool.clone(),
+            reservation: v.reservation,
+            shares: v.shares.to_string(),
+            limit: v.limit,
+            moving_from: v.moving_from.clone(),
+        })
+        .collect()
+}
