@@ -409,6 +409,13 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
             (Some(tx), Some(rx))
         }
     };
+    if plan.file.controller.is_some() && api_config.is_none() {
+        eprintln!(
+            "error: {}: [controller] needs the control plane: run without --no-api",
+            config.display()
+        );
+        return ExitCode::from(2);
+    }
     if news_tx.is_some() && api_config.is_none() {
         eprintln!(
             "error: {}: [[port_rules]] need the control plane: run without --no-api",

@@ -465,6 +465,7 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
     if let Some(o) = f.ports.iter().find(|o| o.name == p.name) {
         let how = match o.origin {
             PortOrigin::Matched => " (matched by a port rule)",
+            PortOrigin::Assigned => " (a VM the cluster controller assigns here)",
             _ => "",
         };
         return Err(ChangeError::Conflict(format!("a port named `{}` exists{how}", p.name)));
@@ -491,6 +492,11 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
 /// interface goes; removing it by hand is refused (the rule would take the interface again).
 pub fn remove_port(f: &SwitchFile, name: &str) -> Result<SwitchFile, ChangeError> {
     let i = named(&f.ports, name, |p| &p.name, "port")?;
+    if f.ports[i].origin == PortOrigin::Assigned {
+        return Err(ChangeError::Conflict(format!(
+            "port `{name}` is a VM the cluster controller assigns to this host: power it off or move it there (`teamster ctl vm`)"
+        )));
+    }
     if f.ports[i].origin == PortOrigin::Matched {
         return Err(ChangeError::Conflict(format!(
             "port `{name}` was matched by a port rule on interface {}: it is removed when the interface goes (or change the rule)",

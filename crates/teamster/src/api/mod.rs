@@ -11,6 +11,7 @@
 //! the answer is 401. Each listener caps its connections and times out idle and slow ones
 //! ([`listen`]); a body is one JSON object of at most 64 KiB ([`body`]).
 
+mod agent;
 pub(crate) mod auth;
 pub(crate) mod body;
 pub mod changes;
@@ -113,6 +114,9 @@ pub fn start(
                 rt.spawn(rules::run(state.clone(), news));
             }
             rt.spawn(reload::run(state.clone()));
+            if let Some(section) = state.config.blocking_lock().controller.clone() {
+                rt.spawn(agent::run(state.clone(), section));
+            }
             rt.spawn(history::keep(state.clone()));
             rt.block_on(serve(api, state, ready_tx));
         })

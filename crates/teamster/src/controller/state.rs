@@ -66,6 +66,11 @@ pub struct HostRecord {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VmRecord {
+    /// The VM's MAC on its vNIC and its port group, for the host that attaches its port.
+    #[serde(default)]
+    pub mac: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
     pub pool: String,
     pub reservation: Bandwidth,
     pub shares: Shares,
@@ -136,6 +141,12 @@ pub struct PowerOn {
     /// Its pool (default the `vm` class).
     #[serde(default)]
     pub pool: Option<String>,
+    /// The VM's MAC (unicast), which its host's port uses.
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// Its port group on the host (default: the host's own choice).
+    #[serde(default)]
+    pub group: Option<String>,
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "500M")]
     pub reservation: Option<Bandwidth>,
@@ -227,7 +238,25 @@ impl ClusterState {
                 "the cluster has {MAX_VMS} VMs, the most it keeps"
             )));
         }
+        if let Some(m) = &req.mac {
+            let mac: teamster_core::wire::MacAddr = m.parse().map_err(|e| Refusal::Bad(format!("mac: {e}")))?;
+            if mac.is_multicast() || mac == teamster_core::wire::MacAddr([0; 6]) {
+                return Err(Refusal::Bad(format!("mac: {mac} is not a unicast address")));
+            }
+            if let Some((other, _)) = self
+                .vms
+                .iter()
+                .find(|(_, v)| v.mac.as_deref().and_then(|o| o.parse().ok()) == Some(mac))
+            {
+                return Err(Refusal::Conflict(format!("mac: {mac} is VM {other}'s")));
+            }
+        }
+        if let Some(g) = &req.group {
+            host::check_name("group", g).map_err(Refusal::Bad)?;
+        }
         let record = VmRecord {
+            mac: req.mac.clone(),
+            group: req.group.clone(),
             pool: req.pool.unwrap_or_else(|| "vm".into()),
             reservation: req.reservation.unwrap_or(Bandwidth::ZERO),
             shares: req.shares.unwrap_or(Shares::NORMAL),

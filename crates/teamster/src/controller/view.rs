@@ -58,13 +58,16 @@ pub struct VmView {
 }
 
 /// A VM a host should have attached, with its controls.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Assignment {
     pub vm: String,
+    pub mac: Option<String>,
+    pub group: Option<String>,
     pub pool: String,
     #[schema(value_type = String)]
     pub reservation: Bandwidth,
-    pub shares: String,
+    #[schema(value_type = String)]
+    pub shares: teamster_core::ioc::Shares,
     #[schema(value_type = Option<String>)]
     pub limit: Option<Bandwidth>,
     /// Where it comes from, while a migration brings it here.
@@ -135,9 +138,11 @@ pub fn assignments(s: &ClusterState, host: &str) -> Vec<Assignment> {
     (s.assigned(host))
         .map(|(name, v)| Assignment {
             vm: name.clone(),
+            mac: v.mac.clone(),
+            group: v.group.clone(),
             pool: v.pool.clone(),
             reservation: v.reservation,
-            shares: v.shares.to_string(),
+            shares: v.shares,
             limit: v.limit,
             moving_from: v.moving_from.clone(),
         })

@@ -18,6 +18,12 @@ pub enum VmAction {
         /// Its network resource pool (default the vm class).
         #[arg(long)]
         pool: Option<String>,
+        /// The VM's MAC, which its host's port uses.
+        #[arg(long)]
+        mac: Option<String>,
+        /// Its port group on the host.
+        #[arg(long)]
+        group: Option<String>,
         /// Minimum guaranteed send rate, e.g. 500M.
         #[arg(long)]
         reservation: Option<String>,
@@ -59,6 +65,8 @@ pub fn vm_request(action: &VmAction) -> Result<(&'static str, String, Option<Val
             name,
             host,
             pool,
+            mac,
+            group,
             reservation,
             shares,
             limit,
@@ -66,8 +74,10 @@ pub fn vm_request(action: &VmAction) -> Result<(&'static str, String, Option<Val
             let mut body = controls(reservation, shares, limit);
             body.insert("name".into(), json!(name));
             body.insert("host".into(), json!(host));
-            if let Some(p) = pool {
-                body.insert("pool".into(), json!(p));
+            for (key, v) in [("pool", pool), ("mac", mac), ("group", group)] {
+                if let Some(v) = v {
+                    body.insert(key.into(), json!(v));
+                }
             }
             ("POST", "/api/v1/vms".into(), Some(Value::Object(body)))
         }

@@ -79,6 +79,9 @@ pub struct SwitchFile {
     /// Interfaces that become ports when they appear (see `super::port_rules`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub port_rules: Vec<PortRule>,
+    /// The cluster controller this host belongs to (see [`super::controller_config`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<super::controller_config::ControllerSection>,
 }
 
 /// A `[[port_rules]]` entry: an interface whose name matches `match` (a glob: `*` any run of
@@ -210,6 +213,16 @@ pub enum PortOrigin {
     /// Attached because its interface matched a `[[port_rules]]` entry; removed when the
     /// interface goes, and never saved.
     Matched,
+    /// Attached because the cluster controller (`[controller]`) assigns its VM to this host;
+    /// detached when it no longer does, and never saved (the controller holds it).
+    Assigned,
+}
+
+impl PortOrigin {
+    /// Whether a port of this origin is saved with the file.
+    pub fn saved(&self) -> bool {
+        !matches!(self, PortOrigin::Matched | PortOrigin::Assigned)
+    }
 }
 
 /// A switch file with one 10 Gbit/s uplink and one port (vm1, limited to 2 Gbit/s), for tests.
@@ -324,9 +337,10 @@ pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
 
 /// The file as TOML, as the daemon saves it after a change made through the API.
 pub fn render(f: &SwitchFile) -> String {
-    // Ports matched by a rule live as long as their interface: they are not saved.
+    // Ports matched by a rule live as long as their interface, and ports the controller
+    // assigns as long as it does: they are not saved.
     let mut saved = f.clone();
-    saved.ports.retain(|p| p.origin != PortOrigin::Matched);
+    saved.ports.retain(|p| p.origin.saved());
     let body = toml::to_string(&saved).expect("a switch file always serialises");
     format!("# Teamster switch configuration. The daemon rewrites this file when a change is made\n# through its API (`teamster ctl`); edit it while the daemon is stopped.\n\n{body}")
 }
@@ -366,6 +380,13 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         .map(|u| (u.name.clone(), u.backend == BackendSetting::AfXdp))
         .collect();
     let rx = super::rx_config::rx_plan(&f.rx, workers, &backends)?;
+    if let Some(c) = &f.controller {
+        let groups: Vec<String> = f.port_groups.iter().map(|g| g.name.clone()).collect();
+        let nodes: Vec<String> = (f.traffic_classes.iter().map(|c| c.class.clone()))
+            .chain(f.pools.iter().map(|p| p.name.clone()))
+            .collect();
+        c.check(&groups, &nodes)?;
+    }
     let mut interfaces: Vec<(String, String)> = Vec::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.

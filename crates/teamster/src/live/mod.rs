@@ -9,6 +9,7 @@
 //! interfaces are left as they were (promiscuous mode ends with the sockets).
 
 pub mod config;
+pub mod controller_config;
 pub mod daemon;
 mod glob;
 pub mod lacp_view;

@@ -114,6 +114,7 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
         ("busy_poll_us", was.busy_poll_us != now.busy_poll_us),
         ("workers", was.workers != now.workers),
         ("rx", was.rx != now.rx),
+        ("controller", was.controller != now.controller),
         (
             "port_rules (where there were none)",
             was.port_rules.is_empty() && !now.port_rules.is_empty(),
@@ -134,7 +135,10 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
     let kept: Vec<_> = running
         .ports
         .iter()
-        .filter(|p| p.origin == PortOrigin::Matched && !file.port_rules.is_empty())
+        .filter(|p| {
+            (p.origin == PortOrigin::Matched && !file.port_rules.is_empty())
+                || (p.origin == PortOrigin::Assigned && file.controller.is_some())
+        })
         .filter(|p| {
             !file
                 .ports

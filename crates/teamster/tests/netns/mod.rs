@@ -450,7 +450,8 @@ pub fn await_listener(ns: &str, port: u16) {
 /// (which shares the sending port's queue, and so its drops) neither stretches nor empties them.
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// Mbit/s received in each one-second interval, from the server's start.
+    /// Mbit/s received in each interval (one second unless asked otherwise), from the
+    /// server's start.
     pub per_second: Vec<f64>,
     /// Bytes received in all.
     pub bytes: f64,
@@ -490,6 +491,20 @@ impl Received {
 /// Runs a UDP iperf3 stream from `vm` to the remote at `mbit` for `secs` (server on `port`, a
 /// port in the remote's own namespace) and returns what the receiver got.
 pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thread::JoinHandle<Received> {
+    udp_stream_to(("tmt-remote", "10.77.0.100"), vm, port, mbit, secs, 1.0)
+}
+
+/// As [`udp_stream`], to the remote host `(namespace, address)`, with the receiver reporting
+/// every `interval_s` (`per_second` then holds one rate per interval).
+pub fn udp_stream_to(
+    remote: (&'static str, &'static str),
+    vm: &'static str,
+    port: u16,
+    mbit: u32,
+    secs: u32,
+    interval_s: f64,
+) -> std::thread::JoinHandle<Received> {
+    let (remote_ns, remote_ip) = remote;
     std::thread::spawn(move || {
         let p = port.to_string();
         let server = Command::new("timeout")
@@ -498,20 +513,20 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
                 "ip",
                 "netns",
                 "exec",
-                "tmt-remote",
+                remote_ns,
                 "iperf3",
                 "-s",
                 "-1",
                 "-J",
                 "-i",
-                "1",
+                &interval_s.to_string(),
                 "-p",
                 &p,
             ])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        await_listener("tmt-remote", port);
+        await_listener(remote_ns, port);
         let args = [
             &(secs + 6).to_string(),
             "ip",
@@ -520,7 +535,7 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
             vm,
             "iperf3",
             "-c",
-            "10.77.0.100",
+            remote_ip,
             "-p",
             &p,
             "-u",
@@ -552,7 +567,7 @@ pub fn udp_stream(vm: &'static str, port: u16, mbit: u32, secs: u32) -> std::thr
             // Whole intervals only: the last, cut short by the end, would read high.
             per_second: sums
                 .iter()
-                .filter(|(_, s)| *s >= 0.9)
+                .filter(|(_, s)| *s >= 0.9 * interval_s)
                 .map(|(b, s)| b * 8.0 / 1e6 / s)
                 .collect(),
             bytes: sums.iter().map(|(b, _)| b).sum(),

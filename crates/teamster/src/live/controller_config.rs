@@ -1,0 +1,98 @@
+//! The `[controller]` section: the cluster controller this switch's host belongs to.
+//!
+//! ```toml
+//! [controller]
+//! url = "http://127.0.0.1:9190"    # the controller's loopback TCP API, or
+//! socket = "/run/teamster/controller.sock"   # its unix socket (the default)
+//! token_file = "/etc/teamster/controller.token"  # the bearer token for url
+//! host = "host1"                  # this host's name in the cluster
+//! interface = "{vm}"              # the interface of a VM's port: {vm} is the VM's name
+//! group = "vms"                   # the port group of VMs the controller gives no group
+//! derived = ["vm"]                # classes and pools reserving what their VMs reserve
+//! interval_ms = 1000              # how often the host reports and is told its VMs
+//! ```
+//!
+//! With it, the switch registers its shape (uplinks, traffic classes, pools, reservation cap,
+//! `derived`) under `host`, reports its uplinks' link states and the VMs whose ports it has
+//! attached, and attaches a port for each VM the controller assigns to it (named after the VM,
+//! on `interface`, with the VM's MAC and controls), detaching those it no longer does. Those
+//! ports are not saved: the controller holds them. Every error names its key.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The `[controller]` section as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    pub host: String,
+    #[serde(default = "default_interface")]
+    pub interface: String,
+    pub group: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub derived: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+}
+
+fn default_interface() -> String {
+    "{vm}".into()
+}
+
+/// The default interval between reports.
+pub const DEFAULT_INTERVAL_MS: u64 = 1000;
+
+impl ControllerSection {
+    /// Checks the section against the switch's port groups, classes and pools.
+    pub fn check(&self, groups: &[String], nodes: &[String]) -> Result<(), String> {
+        teamster_core::host::check_name("controller.host", &self.host)?;
+        if self.url.is_some() && self.socket.is_some() {
+            return Err("controller: give url or socket, not both".into());
+        }
+        if let Some(url) = &self.url {
+            let rest = url.strip_prefix("http://").unwrap_or("");
+            let addr: Option<std::net::SocketAddr> = rest.trim_end_matches('/').parse().ok();
+            if !addr.is_some_and(|a| a.ip().is_loopback()) {
+                return Err(format!(
+                    "controller.url = \"{url}\": expected http://IP:PORT on loopback (a remote controller is reached through a local proxy or its unix socket)"
+                ));
+            }
+        }
+        if !self.interface.contains("{vm}") {
+            return Err(format!(
+                "controller.interface = \"{}\": expected a name with {{vm}} in it (each VM's port needs its own interface)",
+                self.interface
+            ));
+        }
+        if !groups.contains(&self.group) {
+            return Err(format!("controller.group: no port group named `{}`", self.group));
+        }
+        for (i, d) in self.derived.iter().enumerate() {
+            if !nodes.contains(d) {
+                return Err(format!("controller.derived[{i}]: no traffic class or pool named `{d}`"));
+            }
+        }
+        match self.interval_ms {
+            Some(ms) if !(100..=60_000).contains(&ms) => {
+                Err(format!("controller.interval_ms = {ms}: expected 100 to 60000"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The interface of VM `vm`'s port.
+    pub fn interface_of(&self, vm: &str) -> String {
+        self.interface.replace("{vm}", vm)
+    }
+
+    /// How often to report.
+    pub fn interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS))
+    }
+}
