@@ -69,22 +69,8 @@ impl Cluster {
             must(&["ip", "link", "set", &up, "up"]);
             must(&["ip", "-n", "tmt-cphys", "link", "set", &peer, "master", "br0"]);
             must(&["ip", "-n", "tmt-cphys", "link", "set", &peer, "up"]);
-            for (ns, dev, rate) in [
-                (None, up.as_str(), "110mbit"),
-                (Some("tmt-cphys"), peer.as_str(), "100mbit"),
-            ] {
-                let mut cmd: Vec<&str> = ns.map_or(vec!["tc"], |n| vec!["ip", "netns", "exec", n, "tc"]);
-                let base = cmd.len();
-                cmd.extend([
-                    "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
-                ]);
-                must(&cmd);
-                cmd.truncate(base);
-                cmd.extend([
-                    "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
-                ]);
-                must(&cmd);
-            }
+            htb(None, &up, "110mbit");
+            htb(Some("tmt-cphys"), &peer, "100mbit");
         }
         must(&[
             "ip",

@@ -13,51 +13,9 @@
 
 use super::decide::Decisions;
 use super::plan::ClusterPlan;
+pub use super::scenario::ClusterExpect;
 use crate::expect::{ExpectSpec, Verdict};
 use crate::run::RunOutput;
-use serde::Deserialize;
-use teamster_core::units::Bandwidth;
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum ClusterExpect {
-    VmRateNear {
-        vm: String,
-        from_s: f64,
-        to_s: f64,
-        rate: Bandwidth,
-        tolerance: f64,
-        name: Option<String>,
-    },
-    Migrated {
-        vm: String,
-        to: String,
-        from_s: f64,
-        to_s: f64,
-        name: Option<String>,
-    },
-    Fault {
-        host: String,
-        from_s: f64,
-        to_s: f64,
-        reason: String,
-        name: Option<String>,
-    },
-    RefusalsAtMost {
-        count: usize,
-        name: Option<String>,
-    },
-    ViolatedAtMost {
-        at_s: f64,
-        count: usize,
-        name: Option<String>,
-    },
-    MigrationsBetween {
-        min: usize,
-        max: usize,
-        name: Option<String>,
-    },
-}
 
 /// Refuses unknown VMs and hosts, backwards or out-of-run windows and bad tolerances.
 pub fn check(x: &ClusterExpect, plan: &ClusterPlan) -> Result<(), String> {

@@ -19,11 +19,20 @@ pub mod plan;
 pub mod scenario;
 pub mod stays;
 
-pub use plan::{resolve, ClusterPlan};
+pub use plan::ClusterPlan;
 pub use scenario::{ClusterFile, Fidelity};
 
 use crate::run::{ClusterRow, MoveRecord, RunOutput};
 use decide::Decisions;
+
+/// Checks and resolves a cluster file, its expectations included.
+pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
+    let plan = plan::resolve(f)?;
+    for (i, x) in plan.file.expect.iter().enumerate() {
+        expect::check(x, &plan).map_err(|e| format!("expect[{i}].{e}"))?;
+    }
+    Ok(plan)
+}
 
 /// Decides and runs a resolved cluster.
 pub fn run(plan: &ClusterPlan) -> Result<(RunOutput, Decisions), String> {

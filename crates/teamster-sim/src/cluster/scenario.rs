@@ -23,7 +23,6 @@
 //!   remediation runs), `migrate` (`vm`, `to`: by hand, refused unless `to` admits it);
 //! - `[[expect]]`: see [`super::expect`].
 
-use super::expect::ClusterExpect;
 use crate::packet::scenario::UplinkFile;
 use crate::packet::source::SourceSpec;
 use serde::Deserialize;
@@ -211,4 +210,46 @@ impl ClusterEvent {
             | ClusterEvent::Migrate { at_s, .. } => *at_s,
         }
     }
+}
+
+/// An `[[expect]]` entry (see [`super::expect`] for what each kind states).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ClusterExpect {
+    VmRateNear {
+        vm: String,
+        from_s: f64,
+        to_s: f64,
+        rate: Bandwidth,
+        tolerance: f64,
+        name: Option<String>,
+    },
+    Migrated {
+        vm: String,
+        to: String,
+        from_s: f64,
+        to_s: f64,
+        name: Option<String>,
+    },
+    Fault {
+        host: String,
+        from_s: f64,
+        to_s: f64,
+        reason: String,
+        name: Option<String>,
+    },
+    RefusalsAtMost {
+        count: usize,
+        name: Option<String>,
+    },
+    ViolatedAtMost {
+        at_s: f64,
+        count: usize,
+        name: Option<String>,
+    },
+    MigrationsBetween {
+        min: usize,
+        max: usize,
+        name: Option<String>,
+    },
 }

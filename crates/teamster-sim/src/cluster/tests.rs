@@ -1,4 +1,3 @@
-use super::plan::resolve;
 use super::scenario::ClusterFile;
 use super::*;
 

@@ -87,6 +87,21 @@ pub fn vm_link(i: u8) {
     must(&["ip", "link", "set", &port, "up"]);
 }
 
+/// Caps what leaves `dev` (in namespace `ns`, or the host's) at `rate` with one htb class.
+pub fn htb(ns: Option<&str>, dev: &str, rate: &str) {
+    let mut cmd: Vec<&str> = ns.map_or(vec!["tc"], |n| vec!["ip", "netns", "exec", n, "tc"]);
+    let base = cmd.len();
+    cmd.extend([
+        "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
+    ]);
+    must(&cmd);
+    cmd.truncate(base);
+    cmd.extend([
+        "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
+    ]);
+    must(&cmd);
+}
+
 pub fn must(args: &[&str]) {
     assert!(sh(args), "command failed: {}", args.join(" "));
 }
@@ -111,20 +126,7 @@ impl Topology {
             (Some("tmt-phys"), "p1", &to_switch),
             (Some("tmt-phys"), "p2", &to_switch),
         ] {
-            let mut cmd: Vec<&str> = match ns {
-                Some(n) => vec!["ip", "netns", "exec", n, "tc"],
-                None => vec!["tc"],
-            };
-            let base = cmd.len();
-            cmd.extend([
-                "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10",
-            ]);
-            must(&cmd);
-            cmd.truncate(base);
-            cmd.extend([
-                "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
-            ]);
-            must(&cmd);
+            htb(ns, dev, rate);
         }
         t
     }
