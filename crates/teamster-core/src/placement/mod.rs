@@ -162,6 +162,8 @@ pub struct Refused {
 pub struct Cluster {
     hosts: BTreeMap<String, Host>,
     quotas: BTreeMap<String, Bandwidth>,
+    /// Each VM's host, kept with the hosts' lists, so finding a VM does not scan them all.
+    located: std::collections::HashMap<String, String>,
 }
 
 impl Cluster {
@@ -209,9 +211,7 @@ impl Cluster {
 
     /// The host VM `vm` runs on.
     pub fn host_of(&self, vm: &str) -> Option<&str> {
-        (self.hosts.values())
-            .find(|h| h.vms.iter().any(|v| v.name == vm))
-            .map(|h| h.name.as_str())
+        self.located.get(vm).map(String::as_str)
     }
 
     /// Why `vm` would break a pool's cluster-wide quota, if it would.
@@ -280,6 +280,7 @@ impl Cluster {
     /// Powers `vm` on: chooses its host and places it there.
     pub fn place(&mut self, vm: Vm) -> Result<Placed, Refused> {
         let placed = self.choose(&vm)?;
+        self.located.insert(vm.name.clone(), placed.host.clone());
         self.hosts.get_mut(&placed.host).expect("chosen").vms.push(vm);
         Ok(placed)
     }
@@ -292,6 +293,7 @@ impl Cluster {
             return Err(format!("VM {} is placed already", vm.name));
         }
         let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        self.located.insert(vm.name.clone(), host.to_string());
         h.vms.push(vm);
         Ok(())
     }
@@ -303,6 +305,7 @@ impl Cluster {
         }
         let h = self.hosts.get(host).ok_or_else(|| format!("no host {host}"))?;
         h.headroom_with(&[&vm])?;
+        self.located.insert(vm.name.clone(), host.to_string());
         self.hosts.get_mut(host).expect("found").vms.push(vm);
         Ok(())
     }

@@ -107,6 +107,7 @@ impl Cluster {
             to: to.to_string(),
             reservation: moved.reservation(),
         };
+        self.located.insert(vm.to_string(), to.to_string());
         self.hosts.get_mut(to).expect("found").vms.push(moved);
         Ok(m)
     }
@@ -114,6 +115,9 @@ impl Cluster {
     /// Takes host `host` out of the cluster (it failed), giving back the VMs that were on it.
     pub fn remove_host(&mut self, host: &str) -> Result<Vec<Vm>, String> {
         let h = self.hosts.remove(host).ok_or_else(|| format!("no host {host}"))?;
+        for v in &h.vms {
+            self.located.remove(&v.name);
+        }
         Ok(h.vms)
     }
 
@@ -161,6 +165,7 @@ impl Cluster {
             to: to.to_string(),
             reservation: moved.reservation(),
         };
+        self.located.insert(vm.to_string(), to.to_string());
         self.hosts.get_mut(to).expect("destination").vms.push(moved);
         m
     }

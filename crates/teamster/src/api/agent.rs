@@ -10,7 +10,14 @@
 //! when the VM is no longer assigned here. Adding a port announces its MAC with a RARP on its
 //! uplink, so the physical network learns the VM's new place after a migration. An unreachable
 //! controller changes nothing here: the VMs keep running where they are, and the turn is tried
-//! again; each distinct failure is noted in the event log once.
+//! again; each distinct failure is noted in the event log once. The shape is sent again when
+//! it changes (an uplink added, a pool changed).
+//!
+//! Each assigned VM's port is checked on its own: one the switch refuses (a group or pool it
+//! lacks, an interface name Linux cannot have, a MAC another port has) is left out and noted
+//! once, and the others attach and detach as they should. A controller whose cluster identity
+//! changed (its state lost and made anew) is not obeyed in detaching: the VMs here stay until
+//! an operator places them again there (noted once).
 
 use super::routes::{apply, check_running};
 use super::ApiState;
@@ -19,7 +26,22 @@ use crate::ctl::{request, Target};
 use crate::live::config::{PortFile, PortOrigin, SwitchFile};
 use crate::live::controller_config::ControllerSection;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// The longest a request to the controller may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the agent remembers between turns.
+#[derive(Default)]
+struct Memory {
+    /// The shape last registered (None: register at the next turn).
+    registered: Option<serde_json::Value>,
+    /// The controller's cluster identity, once known.
+    cluster_id: Option<u64>,
+    /// Assigned VMs this switch refused, and why (each noted once).
+    refused: HashMap<String, String>,
+}
 
 /// Runs the agent until the process ends.
 pub async fn run(state: ApiState, section: ControllerSection) {
@@ -28,13 +50,13 @@ pub async fn run(state: ApiState, section: ControllerSection) {
         url: section.url.clone(),
         token_file: section.token_file.clone(),
     };
-    let mut registered = false;
+    let mut memory = Memory::default();
     let mut failing: Option<String> = None;
     let mut tick = tokio::time::interval(section.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match turn(&state, &section, &target, &mut registered).await {
+        match turn(&state, &section, &target, &mut memory).await {
             Ok(notes) => {
                 let mut notes = notes;
                 if failing.take().is_some() {
@@ -59,23 +81,36 @@ pub async fn run(state: ApiState, section: ControllerSection) {
     }
 }
 
+/// One request to the controller, bounded in time.
+async fn ask(target: &Target, method: &str, path: &str, body: serde_json::Value) -> Result<crate::ctl::Answer, String> {
+    let sent = tokio::time::timeout(REQUEST_TIMEOUT, request(target, method, path, Some(body))).await;
+    sent.map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
+}
+
 /// One report and what follows from it; the notes for the event log.
 async fn turn(
     state: &ApiState,
     section: &ControllerSection,
     target: &Target,
-    registered: &mut bool,
+    memory: &mut Memory,
 ) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let host = &section.host;
     let snapshot = state.snapshots.borrow().clone();
-    if !*registered {
-        let shape = shape(&state.config.lock().await.clone(), &snapshot, section);
-        let a = request(
+    let shape = shape(&state.config.lock().await.clone(), &snapshot, section);
+    // The link states travel in reports; the rest of the shape is registered when it changes.
+    let mut fixed = shape.clone();
+    fixed["uplinks"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .for_each(|u| u["up"] = json!(true));
+    if memory.registered.as_ref() != Some(&fixed) {
+        let a = ask(
             target,
             "PUT",
             &format!("/api/v1/hosts/{}", crate::ctl::segment(host)),
-            Some(shape),
+            shape,
         )
         .await?;
         if a.status != 200 {
@@ -85,7 +120,7 @@ async fn turn(
                 String::from_utf8_lossy(&a.body)
             ));
         }
-        *registered = true;
+        memory.registered = Some(fixed);
         notes.push(format!("controller: registered as host {host}"));
     }
     let links: BTreeMap<&str, bool> = snapshot.uplinks.iter().map(|u| (u.name.as_str(), u.in_use)).collect();
@@ -95,21 +130,34 @@ async fn turn(
         .collect();
     let body = json!({ "links": links, "attached": attached });
     let path = format!("/api/v1/hosts/{}/report", crate::ctl::segment(host));
-    let a = request(target, "POST", &path, Some(body)).await?;
+    let a = ask(target, "POST", &path, body).await?;
     if a.status == 404 {
-        *registered = false;
+        memory.registered = None;
         return Err(format!("the controller does not know host {host}; registering again"));
     }
     if a.status != 200 {
+        // A shape it does not take as it is (an uplink it does not know): send it again.
+        memory.registered = None;
         return Err(format!(
             "report refused ({}): {}",
             a.status,
             String::from_utf8_lossy(&a.body)
         ));
     }
-    let assigned: Vec<Assignment> =
+    let told: crate::controller::api::Told =
         serde_json::from_slice(&a.body).map_err(|e| format!("unexpected answer to the report: {e}"))?;
-    notes.extend(attach(state, section, &assigned).await);
+    let known = *memory.cluster_id.get_or_insert(told.cluster_id);
+    let obey_detach = known == told.cluster_id;
+    if !obey_detach {
+        let e = format!(
+            "the controller's cluster is another one ({:x}, was {known:x}): its state was made anew; the VMs here stay until they are placed again",
+            told.cluster_id
+        );
+        if memory.refused.insert(String::new(), e.clone()).as_ref() != Some(&e) {
+            notes.push(format!("controller: {e}"));
+        }
+    }
+    notes.extend(attach(state, section, &told.assignments, obey_detach, &mut memory.refused).await);
     Ok(notes)
 }
 
@@ -172,48 +220,72 @@ fn key(p: &PortFile) -> impl PartialEq + '_ {
     )
 }
 
-/// Brings the assigned ports in line with `assigned`; the notes of what changed or was refused.
-async fn attach(state: &ApiState, section: &ControllerSection, assigned: &[Assignment]) -> Vec<String> {
+/// Notes that VM `vm` is not attached for `e`, once per reason.
+fn refuse(refused: &mut HashMap<String, String>, vm: &str, e: String, notes: &mut Vec<String>) {
+    if refused.get(vm) != Some(&e) {
+        notes.push(format!("controller: VM {vm} is assigned here but not attached: {e}"));
+        // Bounded, whatever the controller sends: forgetting only notes a refusal again.
+        if refused.len() >= 1024 {
+            refused.clear();
+        }
+        refused.insert(vm.to_string(), e);
+    }
+}
+
+/// Brings the assigned ports in line with `assigned` (detaching only when `detach`), each
+/// port checked on its own; the notes of what changed or was refused (a refusal once).
+async fn attach(
+    state: &ApiState,
+    section: &ControllerSection,
+    assigned: &[Assignment],
+    detach: bool,
+    refused: &mut HashMap<String, String>,
+) -> Vec<String> {
     let mut config = state.config.lock().await;
     let mut new = config.clone();
     let mut notes = Vec::new();
-    new.ports.retain(|p| {
-        let stays = p.origin != PortOrigin::Assigned || assigned.iter().any(|a| a.vm == p.name);
-        if !stays {
-            notes.push(format!(
-                "port {}: VM {} is no longer assigned here; detached",
-                p.name, p.name
-            ));
-        }
-        stays
-    });
-    for a in assigned {
+    if detach {
+        new.ports.retain(|p| {
+            let stays = p.origin != PortOrigin::Assigned || assigned.iter().any(|a| a.vm == p.name);
+            if !stays {
+                notes.push(format!(
+                    "port {}: VM {} is no longer assigned here; detached",
+                    p.name, p.name
+                ));
+            }
+            stays
+        });
+    }
+    for a in assigned.iter().take(crate::controller::state::MAX_VMS) {
         let want = match port_of(&new, section, a) {
             Ok(p) => p,
             Err(e) => {
-                notes.push(format!("controller: {e}; not attached"));
+                refuse(refused, &a.vm, e, &mut notes);
                 continue;
             }
         };
-        match new.ports.iter().position(|p| p.name == a.vm) {
-            Some(i) if new.ports[i].origin != PortOrigin::Assigned => {
-                notes.push(format!(
-                    "controller: VM {} has the name of a port of this switch; not attached",
-                    a.vm
-                ));
+        let mut trial = new.clone();
+        match trial.ports.iter().position(|p| p.name == a.vm) {
+            Some(i) if trial.ports[i].origin != PortOrigin::Assigned => {
+                refuse(refused, &a.vm, "a port of this switch has its name".into(), &mut notes);
+                continue;
             }
-            Some(i) if key(&new.ports[i]) != key(&want) => {
-                notes.push(format!("port {}: the controller changed its controls", a.vm));
-                new.ports[i] = want;
+            Some(i) if key(&trial.ports[i]) == key(&want) => continue,
+            Some(i) => trial.ports[i] = want,
+            None => trial.ports.push(want),
+        }
+        match check_running(state, &trial) {
+            Ok(_) => {
+                let what = if new.ports.iter().any(|p| p.name == a.vm) {
+                    "its controls changed"
+                } else {
+                    "attached"
+                };
+                notes.push(format!("port {}: VM {} is assigned here; {what}", a.vm, a.vm));
+                refused.remove(&a.vm);
+                new = trial;
             }
-            Some(_) => {}
-            None => {
-                notes.push(format!(
-                    "port {}: VM {} is assigned here; attached on {}",
-                    a.vm, a.vm, want.interface
-                ));
-                new.ports.push(want);
-            }
+            Err(e) => refuse(refused, &a.vm, e, &mut notes),
         }
     }
     if new.ports.iter().map(key).eq(config.ports.iter().map(key)) {

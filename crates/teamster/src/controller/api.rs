@@ -75,7 +75,7 @@ pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
         .route("/openapi.json", get(document))
         .route("/metrics", get(metrics))
         .route("/api/v1/cluster", get(cluster))
-        .route("/api/v1/hosts/{name}", put(register))
+        .route("/api/v1/hosts/{name}", put(register).delete(remove_host))
         .route("/api/v1/hosts/{name}/report", post(report))
         .route("/api/v1/vms", post(power_on))
         .route("/api/v1/vms/{name}", patch(set_vm).delete(power_off))
@@ -103,6 +103,19 @@ async fn register(
     change(&s, |c, now| c.register(&name, shape, now)).await
 }
 
+#[utoipa::path(delete, path = "/api/v1/hosts/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = Outcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn remove_host(State(s): State<ControllerState>, Path(name): Path<String>) -> Result<Json<Outcome>, ApiError> {
+    change(&s, |c, now| c.remove_host(&name, now)).await
+}
+
+/// What a host is told after its report: the cluster's identity and the VMs it should have.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Told {
+    pub cluster_id: u64,
+    pub assignments: Vec<view::Assignment>,
+}
+
 /// A host's report.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -121,13 +134,17 @@ async fn report(
     State(s): State<ControllerState>,
     Path(name): Path<String>,
     Body(r): Body<Report>,
-) -> Result<Json<Vec<view::Assignment>>, ApiError> {
+) -> Result<Json<Told>, ApiError> {
     if r.attached.len() > super::state::MAX_VMS {
         return Err(ApiError(StatusCode::BAD_REQUEST, "attached: too many VMs".into()));
     }
     // Its migrations are in the cluster view; the host needs its assignments.
     let _migrations = change(&s, |c, now| c.report(&name, &r.links, &r.attached, now)).await?;
-    Ok(Json(view::assignments(&s.0.lock().await.state, &name)))
+    let shared = s.0.lock().await;
+    Ok(Json(Told {
+        cluster_id: shared.state.cluster_id,
+        assignments: view::assignments(&shared.state, &name),
+    }))
 }
 
 #[utoipa::path(post, path = "/api/v1/vms", request_body = PowerOn,
@@ -218,7 +235,7 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
         title = "Teamster controller",
         description = "Cluster placement of VMs by their network reservations."
     ),
-    paths(cluster, register, report, power_on, set_vm, power_off, set_quota),
+    paths(cluster, register, remove_host, report, power_on, set_vm, power_off, set_quota),
     components(schemas(
         ClusterView,
         view::HostView,
@@ -262,7 +279,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_change_the_store_cannot_keep_is_refused_and_changes_nothing() {
         let s = ControllerState(Arc::new(Mutex::new(Shared {
             state: ClusterState::default(),

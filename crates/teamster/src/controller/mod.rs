@@ -72,9 +72,23 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         None => None,
     };
     let (state_dir, _) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
+    if !state_dir.is_dir() {
+        // Made inside the nearest directory that exists, once that is checked; its own only.
+        TrustedDir::open(safe_file::existing_ancestor(&state_dir), "--state directory")?;
+        use std::os::unix::fs::DirBuilderExt;
+        (std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state_dir))
+        .map_err(|e| format!("--state directory {}: {e}", state_dir.display()))?;
+    }
     TrustedDir::open(&state_dir, "--state directory")?;
     let store = store::EmbeddedStore::open(&args.state)?;
-    let state = store::Store::load(&store)?.unwrap_or_default();
+    let mut state = store::Store::load(&store)?.unwrap_or_default();
+    if state.cluster_id == 0 {
+        state.cluster_id = fresh_id();
+        store::Store::save(&store, &state)?;
+    }
     println!(
         "teamster controller: {} hosts, {} VMs from the {}",
         state.hosts.len(),
@@ -120,14 +134,23 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         println!("teamster controller: API on {shown}");
         let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))
             .map_err(|e| format!("signals: {e}"))?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { while tasks.join_next().await.is_some() {} } => {}
-        }
+        let ended = tokio::select! {
+            _ = term.recv() => None,
+            _ = tokio::signal::ctrl_c() => None,
+            r = tasks.join_next() => Some(format!("a listener stopped: {r:?}")),
+        };
         let _ = std::fs::remove_file(&args.socket);
-        Ok::<(), String>(())
+        ended.map_or(Ok(()), Err)
     })
+}
+
+/// A cluster's identity: the clock's nanoseconds mixed with the process ID (an identity, not
+/// a secret: it tells a host that the controller's state is another one).
+fn fresh_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    (nanos ^ (u64::from(std::process::id()) << 32)).max(1)
 }
 
 #[cfg(test)]

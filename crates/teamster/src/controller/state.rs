@@ -109,6 +109,10 @@ pub struct ClusterState {
     pub faults: VecDeque<FaultRecord>,
     /// Counts accepted changes.
     pub generation: u64,
+    /// This cluster's identity, drawn when its state is made: a host that sees it change is
+    /// talking to a controller with another (say, a lost and recreated) state.
+    #[serde(default)]
+    pub cluster_id: u64,
 }
 
 /// A refused change: the HTTP status it maps to, and why.
@@ -166,8 +170,15 @@ pub struct VmChange {
     pub reservation: Option<Bandwidth>,
     #[schema(value_type = Option<String>)]
     pub shares: Option<Shares>,
+    /// A bandwidth, or null for none.
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
-    pub limit: Option<Bandwidth>,
+    pub limit: Option<Option<Bandwidth>>,
+}
+
+/// A field given (its value, null included) as `Some`; absent fields default to `None`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Bandwidth>>, D::Error> {
+    Option::<Bandwidth>::deserialize(d).map(Some)
 }
 
 /// What an accepted change did.
@@ -178,6 +189,9 @@ pub struct Outcome {
     pub considered: Vec<(String, String)>,
     /// Migrations the change set off.
     pub migrations: Vec<MigrationRecord>,
+    /// Nothing to save: only the time of a host's report moved.
+    #[serde(skip)]
+    pub unchanged: bool,
 }
 
 impl ClusterState {
@@ -310,7 +324,9 @@ impl ClusterState {
         let rec = next.vms.get_mut(name).expect("found");
         rec.reservation = change.reservation.unwrap_or(v.reservation);
         rec.shares = change.shares.unwrap_or(v.shares);
-        rec.limit = change.limit.or(v.limit);
+        if let Some(limit) = change.limit {
+            rec.limit = limit;
+        }
         let spec = teamster_core::ioc::NodeSpec {
             name: name.to_string(),
             reservation: rec.reservation,
@@ -318,9 +334,44 @@ impl ClusterState {
             limit: rec.limit,
         };
         teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
-        // The quota is checked as placement checks it: the VM's other reservations plus the new.
-        let mut c = self.cluster().map_err(Refusal::Conflict)?;
-        c.set_reservation(name, 0, rec.reservation).map_err(Refusal::Conflict)?;
+        // The pools' quotas, as placement checks them: the VM's other reservations plus the new.
+        let reservation = rec.reservation;
+        let mut c = next.cluster().map_err(Refusal::Conflict)?;
+        c.set_reservation(name, 0, reservation).map_err(Refusal::Conflict)?;
+        next.commit(now_s, Outcome::default(), self, false)
+    }
+
+    /// Takes host `name` out of the cluster: its VMs restart where placement puts them;
+    /// refused, changing nothing, if one fits nowhere.
+    pub fn remove_host(&mut self, name: &str, now_s: u64) -> Result<Outcome, Refusal> {
+        if !self.hosts.contains_key(name) {
+            return Err(Refusal::Unknown(format!("no host {name}")));
+        }
+        let mut next = self.clone();
+        next.hosts.remove(name);
+        let mut leaving: Vec<(String, VmRecord)> = Vec::new();
+        next.vms.retain(|n, v| {
+            let stays = v.host != name;
+            if !stays {
+                leaving.push((n.clone(), v.clone()));
+            }
+            stays
+        });
+        leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
+        let mut c = next.cluster().map_err(Refusal::Conflict)?;
+        for (n, v) in leaving {
+            let placed = c
+                .place(vm_of(&n, &v))
+                .map_err(|e| Refusal::Conflict(format!("host {name} cannot go: {e}")))?;
+            next.vms.insert(
+                n,
+                VmRecord {
+                    host: placed.host,
+                    moving_from: None,
+                    ..v
+                },
+            );
+        }
         next.commit(now_s, Outcome::default(), self, false)
     }
 
@@ -336,6 +387,13 @@ impl ClusterState {
 
     /// Sets pool `pool`'s cluster-wide quota; refused if what is reserved already exceeds it.
     pub fn set_quota(&mut self, pool: &str, quota: Bandwidth, now_s: u64) -> Result<Outcome, Refusal> {
+        host::check_name("pool", pool).map_err(Refusal::Bad)?;
+        let known = (self.hosts.values()).any(|h| {
+            h.shape.pools.iter().any(|p| p.name == pool) || h.shape.traffic_classes.iter().any(|c| c.class == pool)
+        });
+        if !known {
+            return Err(Refusal::Unknown(format!("no host has a class or pool named `{pool}`")));
+        }
         let used: u64 = (self.vms.values())
             .filter(|v| v.pool == pool)
             .map(|v| v.reservation.bps())
@@ -367,6 +425,19 @@ impl ClusterState {
             if !h.shape.uplinks.iter().any(|u| &u.name == name) {
                 return Err(Refusal::Bad(format!("links: host {host} has no uplink `{name}`")));
             }
+        }
+        let links_same = (h.shape.uplinks.iter()).all(|u| links.get(&u.name).is_none_or(|up| *up == u.up));
+        let confirms = (attached.iter()).any(|n| {
+            self.vms
+                .get(n)
+                .is_some_and(|v| v.host == host && v.moving_from.is_some())
+        });
+        if links_same && !confirms {
+            self.hosts.get_mut(host).expect("found").reported_s = now_s;
+            return Ok(Outcome {
+                unchanged: true,
+                ..Outcome::default()
+            });
         }
         let mut next = self.clone();
         let rec = next.hosts.get_mut(host).expect("found");

@@ -46,6 +46,10 @@ impl EmbeddedStore {
             }
             e => format!("state file {shown}: {e}"),
         })?;
+        // The cluster's state is the controller's alone.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("state file {shown}: {e}"))?;
         Ok(EmbeddedStore { db, path: shown })
     }
 }

@@ -36,6 +36,26 @@ fn figure_2_through_the_controller() {
         reservation: Some(gbps(r)),
         ..VmChange::default()
     };
+    // A new limit comes with the new reservation; a limit of null clears it.
+    let both: VmChange = serde_json::from_str(r#"{"reservation": "2G", "limit": "3G"}"#).unwrap();
+    s.set_vm(
+        "vm1",
+        VmChange {
+            limit: Some(Some(gbps(1000))),
+            ..VmChange::default()
+        },
+        3,
+    )
+    .unwrap();
+    s.set_vm("vm1", both, 3).unwrap();
+    assert_eq!(s.vms["vm1"].limit, Some(gbps(3000)));
+    s.set_vm(
+        "vm1",
+        serde_json::from_str(r#"{"limit": null, "reservation": "0"}"#).unwrap(),
+        3,
+    )
+    .unwrap();
+    assert_eq!((s.vms["vm1"].limit, s.vms["vm1"].reservation), (None, Bandwidth::ZERO));
     assert!(s.set_vm("vm1", set(7500), 3).unwrap().migrations.is_empty());
     let out = s.set_vm("vm2", set(4500), 4).unwrap();
     let moves: Vec<_> = out
@@ -59,6 +79,9 @@ fn figure_2_through_the_controller() {
         "{e:?}"
     );
     assert_eq!(s.cluster().unwrap().violations(), Vec::<String>::new());
+    // Host 1 goes: VM1 fits on host 2 only if there is room, and there is none.
+    assert!(matches!(s.remove_host("host1", 8), Err(Refusal::Conflict(_))));
+    assert!(matches!(s.set_quota("nope", gbps(1), 8), Err(Refusal::Unknown(_))));
 }
 
 /// Bad input is refused with its reason and changes nothing.

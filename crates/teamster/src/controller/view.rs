@@ -14,7 +14,11 @@ pub struct ClusterView {
     pub violated: usize,
     pub faults: Vec<FaultRecord>,
     pub migrations: Vec<MigrationRecord>,
+    /// Pools' quotas over the cluster.
+    #[schema(value_type = Object)]
+    pub quotas: std::collections::BTreeMap<String, Bandwidth>,
     pub generation: u64,
+    pub cluster_id: u64,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -129,7 +133,9 @@ pub fn cluster(s: &ClusterState) -> ClusterView {
         violated: placement.map_or(0, |c| c.violated_reservations()),
         faults: s.faults.iter().cloned().collect(),
         migrations: s.migrations.iter().cloned().collect(),
+        quotas: s.quotas.clone(),
         generation: s.generation,
+        cluster_id: s.cluster_id,
     }
 }
 

@@ -42,6 +42,7 @@ pub enum VmAction {
         reservation: Option<String>,
         #[arg(long)]
         shares: Option<String>,
+        /// Cap on the send rate, or `none`.
         #[arg(long)]
         limit: Option<String>,
     },
@@ -54,9 +55,11 @@ pub fn vm_request(action: &VmAction) -> Result<(&'static str, String, Option<Val
     let controls = |reservation: &Option<String>, shares: &Option<String>, limit: &Option<String>| {
         let mut m = Map::new();
         for (key, v) in [("reservation", reservation), ("shares", shares), ("limit", limit)] {
-            if let Some(v) = v {
-                m.insert(key.into(), json!(v));
-            }
+            match v.as_deref() {
+                Some("none") if key == "limit" => m.insert(key.into(), Value::Null),
+                Some(v) => m.insert(key.into(), json!(v)),
+                None => None,
+            };
         }
         m
     };
