@@ -9,6 +9,7 @@
 //! behind it in [`store`], the API in [`api`].
 
 pub mod api;
+pub mod etcd;
 pub mod state;
 pub mod store;
 pub mod view;
@@ -30,6 +31,16 @@ pub struct ControllerArgs {
     /// but root and the controller's user).
     #[arg(long, default_value = DEFAULT_STATE)]
     state: PathBuf,
+    /// Keep the state in etcd instead, shared by several controllers of which one leads:
+    /// its client URLs, comma-separated (e.g. http://127.0.0.1:2379).
+    #[arg(long, value_delimiter = ',', conflicts_with = "state")]
+    etcd: Vec<String>,
+    /// The cluster's keys in etcd: `<prefix>/state` and the election `<prefix>/leader`.
+    #[arg(long, default_value = "teamster")]
+    etcd_prefix: String,
+    /// The leader's etcd lease, in seconds (1-60): a leader gone for this long is replaced.
+    #[arg(long, default_value_t = 5)]
+    lease_s: i64,
     /// The API's unix socket (mode 0600; its directory is created 0755 if missing).
     #[arg(long, default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
@@ -71,30 +82,6 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let (state_dir, _) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
-    if !state_dir.is_dir() {
-        // Made inside the nearest directory that exists, once that is checked; its own only.
-        TrustedDir::open(safe_file::existing_ancestor(&state_dir), "--state directory")?;
-        use std::os::unix::fs::DirBuilderExt;
-        (std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&state_dir))
-        .map_err(|e| format!("--state directory {}: {e}", state_dir.display()))?;
-    }
-    TrustedDir::open(&state_dir, "--state directory")?;
-    let store = store::EmbeddedStore::open(&args.state)?;
-    let mut state = store::Store::load(&store)?.unwrap_or_default();
-    if state.cluster_id == 0 {
-        state.cluster_id = fresh_id();
-        store::Store::save(&store, &state)?;
-    }
-    println!(
-        "teamster controller: {} hosts, {} VMs from the {}",
-        state.hosts.len(),
-        state.vms.len(),
-        store::Store::describe(&store)
-    );
     let (socket_dir, socket_name) = safe_file::split(&args.socket).map_err(|e| format!("--socket {e}"))?;
     if !socket_dir.is_dir() {
         TrustedDir::open(safe_file::existing_ancestor(&socket_dir), "--socket directory")?;
@@ -110,10 +97,19 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     lock_name.push(".lock");
     let shown = args.socket.display().to_string();
     let _lock = dir.lock(&lock_name, &format!("a controller is already serving on {shown}"))?;
-    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
-        state,
-        store: Box::new(store),
-    })));
+    let store = open_store(&args)?;
+    let mut state = store.load()?.unwrap_or_default();
+    if state.cluster_id == 0 {
+        state.cluster_id = fresh_id();
+        store.save(&state)?;
+    }
+    println!(
+        "teamster controller: {} hosts, {} VMs from the {}",
+        state.hosts.len(),
+        state.vms.len(),
+        store.describe()
+    );
+    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared { state, store })));
     let rt =
         (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
     rt.block_on(async move {
@@ -142,6 +138,35 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(&args.socket);
         ended.map_or(Ok(()), Err)
     })
+}
+
+/// The store the arguments name: etcd (once this controller leads), or the embedded file.
+fn open_store(args: &ControllerArgs) -> Result<Box<dyn store::Store>, String> {
+    if !args.etcd.is_empty() {
+        if !(1..=60).contains(&args.lease_s) {
+            return Err(format!("--lease-s {}: expected 1 to 60 seconds", args.lease_s));
+        }
+        teamster_core::host::check_name("prefix", &args.etcd_prefix).map_err(|e| format!("--etcd-prefix: {e}"))?;
+        let store = etcd::EtcdStore::lead(args.etcd.clone(), args.etcd_prefix.clone(), args.lease_s, |why| {
+            // Another controller leads from now on: this one must not act a moment longer.
+            eprintln!("teamster controller: {why}: no longer the leader; stopping");
+            std::process::exit(3);
+        })?;
+        return Ok(Box::new(store));
+    }
+    let (state_dir, _) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
+    if !state_dir.is_dir() {
+        // Made inside the nearest directory that exists, once that is checked; its own only.
+        TrustedDir::open(safe_file::existing_ancestor(&state_dir), "--state directory")?;
+        use std::os::unix::fs::DirBuilderExt;
+        (std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state_dir))
+        .map_err(|e| format!("--state directory {}: {e}", state_dir.display()))?;
+    }
+    TrustedDir::open(&state_dir, "--state directory")?;
+    Ok(Box::new(store::EmbeddedStore::open(&args.state)?))
 }
 
 /// A cluster's identity: the clock's nanoseconds mixed with the process ID (an identity, not

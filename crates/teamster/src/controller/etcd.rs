@@ -1,0 +1,209 @@
+//! The shared store: etcd, for several controllers of one cluster, exactly one of which acts.
+//!
+//! Model. Each controller holds an etcd lease of `ttl` seconds, kept alive every third of it,
+//! and campaigns with it for the election `<prefix>/leader`; etcd makes one campaigner the
+//! leader, and a leader whose lease lapses (the process killed, cut off from etcd) is one no
+//! longer, so the next campaigner wins within `ttl`. Only the leader serves the API: the
+//! others wait in the campaign. The state is one JSON value under `<prefix>/state`, written in
+//! a transaction that holds only while the writer's election key still exists as it was when it
+//! won: a deposed leader cannot overwrite its successor. A leader that loses its lease stops
+//! acting at once (the process exits, its supervisor restarts it, and it campaigns again); a
+//! new leader loads the stored state and goes on from there.
+//!
+//! etcd's client is asynchronous; the controller's store is called from its request handlers
+//! as a blocking call, so the client lives on a thread of its own with its own runtime, and
+//! the store's methods hand it jobs and wait for the answer.
+
+use super::state::ClusterState;
+use super::store::Store;
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, LeaderKey, Txn, TxnOp};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// What the store's thread is asked.
+enum Job {
+    Load(mpsc::Sender<Result<Option<ClusterState>, String>>),
+    Save(Vec<u8>, mpsc::Sender<Result<(), String>>),
+}
+
+/// The etcd store of a controller that leads.
+pub struct EtcdStore {
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    endpoints: String,
+}
+
+/// How long a request to etcd may take before the store answers with an error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl EtcdStore {
+    /// Connects to `endpoints`, takes a lease of `ttl_s` seconds and campaigns under `prefix`;
+    /// returns once this controller leads (the wait is announced on standard output). `lost`
+    /// is called if the lease lapses afterwards (leadership is gone).
+    pub fn lead(
+        endpoints: Vec<String>,
+        prefix: String,
+        ttl_s: i64,
+        lost: impl FnOnce(String) + Send + 'static,
+    ) -> Result<EtcdStore, String> {
+        let shown = endpoints.join(",");
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (jobs, mut todo) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let who = format!("{}-{}", hostname(), std::process::id());
+        std::thread::Builder::new()
+            .name("teamster-etcd".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("etcd runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let (mut client, leader, lease_lost) = match campaign(&endpoints, &prefix, ttl_s, &who).await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    let state_key = format!("{prefix}/state");
+                    let mut lease_lost = std::pin::pin!(lease_lost);
+                    loop {
+                        tokio::select! {
+                            why = &mut lease_lost => {
+                                lost(why);
+                                return;
+                            }
+                            job = todo.recv() => match job {
+                                None => return,
+                                Some(Job::Load(answer)) => {
+                                    let _ = answer.send(load(&mut client, &state_key).await);
+                                }
+                                Some(Job::Save(bytes, answer)) => {
+                                    let _ = answer.send(save(&mut client, &leader, &state_key, bytes).await);
+                                }
+                            },
+                        }
+                    }
+                });
+            })
+            .map_err(|e| format!("etcd thread: {e}"))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(EtcdStore { jobs, endpoints: shown }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!("etcd {shown}: the store's thread ended")),
+        }
+    }
+
+    fn ask<T>(&self, job: impl FnOnce(mpsc::Sender<Result<T, String>>) -> Job) -> Result<T, String> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(job(tx))
+            .map_err(|_| format!("etcd {}: no longer the leader", self.endpoints))?;
+        rx.recv()
+            .map_err(|_| format!("etcd {}: no longer the leader", self.endpoints))?
+    }
+}
+
+impl Store for EtcdStore {
+    fn load(&self) -> Result<Option<ClusterState>, String> {
+        self.ask(Job::Load)
+    }
+
+    fn save(&self, state: &ClusterState) -> Result<(), String> {
+        let bytes = serde_json::to_vec(state).map_err(|e| e.to_string())?;
+        self.ask(|tx| Job::Save(bytes, tx))
+    }
+
+    fn describe(&self) -> String {
+        format!("etcd store {} (leader)", self.endpoints)
+    }
+}
+
+/// Connects, takes and keeps a lease, and campaigns until this controller leads: the client,
+/// the leadership key, and a future that ends (with why) when the lease lapses.
+async fn campaign(
+    endpoints: &[String],
+    prefix: &str,
+    ttl_s: i64,
+    who: &str,
+) -> Result<(Client, LeaderKey, impl std::future::Future<Output = String>), String> {
+    let shown = endpoints.join(",");
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(REQUEST_TIMEOUT);
+    let err = |e: etcd_client::Error| format!("etcd {shown}: {e}");
+    let mut client = tokio::time::timeout(Duration::from_secs(5), Client::connect(endpoints, Some(options)))
+        .await
+        .map_err(|_| format!("etcd {shown}: cannot reach it within 5 s"))?
+        .map_err(err)?;
+    let lease = client.lease_grant(ttl_s, None).await.map_err(err)?.id();
+    let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.map_err(err)?;
+    let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
+    // Kept alive from now on, while campaigning too; ends when the lease lapses.
+    let kept = async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = keeper.keep_alive().await {
+                return format!("etcd lease keep-alive failed: {e}");
+            }
+            match tokio::time::timeout(REQUEST_TIMEOUT, answers.message()).await {
+                Ok(Ok(Some(a))) if a.ttl() > 0 => {}
+                Ok(Ok(Some(_))) => return "etcd lease expired".to_string(),
+                Ok(Ok(None)) => return "etcd closed the lease's stream".to_string(),
+                Ok(Err(e)) => return format!("etcd lease keep-alive failed: {e}"),
+                Err(_) => return "etcd did not answer a lease keep-alive in time".to_string(),
+            }
+        }
+    };
+    let (lapsed_tx, lapsed_rx) = tokio::sync::oneshot::channel::<String>();
+    tokio::spawn(async move {
+        let _ = lapsed_tx.send(kept.await);
+    });
+    println!("teamster controller: waiting to lead {prefix} at etcd {shown}");
+    let mut campaigner = client.clone();
+    let election = format!("{prefix}/leader");
+    let won = campaigner.campaign(election, who, lease).await.map_err(err)?;
+    let leader = won
+        .leader()
+        .cloned()
+        .ok_or_else(|| format!("etcd {shown}: the campaign ended without a leader"))?;
+    println!("teamster controller: leading {prefix} as {who}");
+    let lapsed = async move {
+        lapsed_rx
+            .await
+            .unwrap_or_else(|_| "the lease keeper stopped".to_string())
+    };
+    Ok((client, leader, lapsed))
+}
+
+async fn load(client: &mut Client, key: &str) -> Result<Option<ClusterState>, String> {
+    let got = client.get(key, None).await.map_err(|e| format!("etcd: {e}"))?;
+    match got.kvs().first() {
+        None => Ok(None),
+        Some(kv) => serde_json::from_slice(kv.value())
+            .map(Some)
+            .map_err(|e| format!("etcd {key}: {e}")),
+    }
+}
+
+/// Writes the state if this controller still leads (its election key as it won it).
+async fn save(client: &mut Client, leader: &LeaderKey, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(leader.key(), CompareOp::Equal, leader.rev())])
+        .and_then([TxnOp::put(key, bytes, None)]);
+    let done = client.txn(txn).await.map_err(|e| format!("etcd: {e}"))?;
+    if done.succeeded() {
+        Ok(())
+    } else {
+        Err("this controller no longer leads; the change is not saved".into())
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "controller".into())
+}

@@ -1,0 +1,167 @@
+//! Two controllers sharing one cluster through Debian's etcd: exactly one leads (serves its
+//! API), the other waits; the leader killed with SIGKILL is replaced within its lease, and the
+//! new leader goes on from the stored state. A controller that cannot reach etcd says so and
+//! exits.
+
+#[path = "../../teamster-dp/tests/live/mod.rs"]
+#[allow(dead_code)] // this test uses only the skip rule
+mod live;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The leader's lease in the test, seconds.
+const LEASE_S: u64 = 2;
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// etcd on free loopback ports with its data in `dir`; its client URL.
+fn etcd(dir: &Path) -> (Killed, String) {
+    let (client, peer) = (free_port(), free_port());
+    let c = format!("http://127.0.0.1:{client}");
+    let p = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .args(["--name", "t", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+        .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
+        .args(["--initial-cluster", &format!("t={p}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+        assert!(Instant::now() < deadline, "etcd did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Killed(child), c)
+}
+
+fn controller(dir: &Path, name: &str, etcd: &str) -> (Killed, PathBuf) {
+    let socket = dir.join(format!("{name}.sock"));
+    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args([
+            "controller",
+            "--etcd",
+            etcd,
+            "--lease-s",
+            &LEASE_S.to_string(),
+            "--socket",
+        ])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Killed(child), socket)
+}
+
+/// Waits (up to `secs`) until the controller at `socket` serves; how long that took.
+fn serving(socket: &Path, secs: u64) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if UnixStream::connect(socket).is_ok() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: c\r\nConnection: close\r\n");
+    if let Some(b) = body {
+        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len());
+    }
+    req += "\r\n";
+    req += body.unwrap_or("");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    (
+        answer[9..12].parse().unwrap(),
+        answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+#[test]
+fn one_controller_leads_and_the_other_takes_over_within_the_lease() {
+    let have = Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !live::skip_unless(have, "etcd (Debian's etcd-server)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = etcd(dir.path());
+    let (mut a, a_sock) = controller(dir.path(), "a", &url);
+    serving(&a_sock, 20).expect("the first controller leads");
+    let (_b, b_sock) = controller(dir.path(), "b", &url);
+    // The second waits in the campaign: it does not serve.
+    assert_eq!(serving(&b_sock, 2), None, "two controllers lead at once");
+    let shape = r#"{"uplinks": [{"name": "u1", "capacity": "10G"}], "traffic_classes": [{"class": "vm", "reservation": "7.5G"}]}"#;
+    assert_eq!(http(&a_sock, "PUT", "/api/v1/hosts/h1", Some(shape)).0, 200);
+    let vm = r#"{"name": "vm1", "host": "h1", "reservation": "1G", "mac": "02:00:00:00:00:01"}"#;
+    assert_eq!(http(&a_sock, "POST", "/api/v1/vms", Some(vm)).0, 201);
+
+    // The leader dies: the other leads within the lease (and a little for a busy machine).
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    let took = serving(&b_sock, LEASE_S + 10).expect("the second controller took over");
+    eprintln!("the second controller served {took:?} after the leader was killed (lease {LEASE_S} s)");
+    assert!(
+        took <= Duration::from_secs(LEASE_S + 3),
+        "took {took:?} with a lease of {LEASE_S} s"
+    );
+    let (status, body) = http(&b_sock, "GET", "/api/v1/cluster", None);
+    assert_eq!(status, 200);
+    let c: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(c["vms"][0]["name"], "vm1", "{body}");
+    assert_eq!(c["vms"][0]["host"], "h1");
+    // And it acts: a change is saved through it.
+    let vm2 = r#"{"name": "vm2", "reservation": "1G"}"#;
+    assert_eq!(http(&b_sock, "POST", "/api/v1/vms", Some(vm2)).0, 201);
+}
+
+#[test]
+fn a_controller_that_cannot_reach_etcd_says_so_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "--etcd", &closed, "--socket"])
+        .arg(dir.path().join("c.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("etcd") && err.contains(&closed[7..]), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(!dir.path().join("c.sock").exists(), "it served nothing");
+}
