@@ -338,6 +338,10 @@ fn figure_2_live_at_a_hundredth_of_the_scale() {
         move_to_host2(i);
         pings.push((i, lost(ping, 120)));
     }
+    // The hosts report their uplinks' measured load: host1's carries c1's stream.
+    let c: serde_json::Value = serde_json::from_str(&must_ctl(&csock, &["cluster", "--json"])).unwrap();
+    let load = c["hosts"][0]["uplinks"][0]["load_bps"].as_f64().unwrap_or(0.0);
+    assert!(load > 50e6, "host1's uplink reported {load} bit/s");
     let series: Vec<Vec<f64>> = streams.into_iter().map(|s| s.join().unwrap().per_second).collect();
     let table = must_ctl(&csock, &["cluster"]);
     assert!(table.contains("reservations that cannot be kept: 0"), "{table}");

@@ -128,7 +128,10 @@ async fn turn(
         .filter(|p| p.origin == PortOrigin::Assigned && p.attached)
         .map(|p| p.name.as_str())
         .collect();
-    let body = json!({ "links": links, "attached": attached });
+    let loads: BTreeMap<&str, f64> = (snapshot.uplinks.iter())
+        .map(|u| (u.name.as_str(), u.tx_utilisation * u.capacity_bps as f64))
+        .collect();
+    let body = json!({ "links": links, "loads": loads, "attached": attached });
     let path = format!("/api/v1/hosts/{}/report", crate::ctl::segment(host));
     let a = ask(target, "POST", &path, body).await?;
     if a.status == 404 {

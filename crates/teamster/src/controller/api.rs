@@ -7,7 +7,9 @@
 //! and only then in force. A store that cannot be written refuses the change (503) and
 //! changes nothing.
 
-use super::state::{ClusterState, FaultRecord, HostShape, MigrationRecord, Outcome, PowerOn, Refusal, VmChange};
+use super::state::{
+    ClusterState, FaultRecord, HostReport, HostShape, MigrationRecord, Outcome, PowerOn, Refusal, VmChange,
+};
 use super::store::Store;
 use super::view::{self, ClusterView};
 use crate::api::body::Body;
@@ -18,7 +20,6 @@ use axum::response::IntoResponse;
 use axum::routing::{get, patch, post, put};
 use axum::{middleware, Json, Router};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use utoipa::OpenApi;
@@ -116,30 +117,18 @@ pub struct Told {
     pub assignments: Vec<view::Assignment>,
 }
 
-/// A host's report.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Report {
-    /// Uplinks whose link state changed or is known: name -> up.
-    #[serde(default)]
-    pub links: BTreeMap<String, bool>,
-    /// The VMs whose ports the host has attached.
-    #[serde(default)]
-    pub attached: Vec<String>,
-}
-
-#[utoipa::path(post, path = "/api/v1/hosts/{name}/report", params(("name" = String, Path)), request_body = Report,
+#[utoipa::path(post, path = "/api/v1/hosts/{name}/report", params(("name" = String, Path)), request_body = HostReport,
     responses((status = 200, body = Vec<view::Assignment>), (status = 404, body = ErrorBody)))]
 async fn report(
     State(s): State<ControllerState>,
     Path(name): Path<String>,
-    Body(r): Body<Report>,
+    Body(r): Body<HostReport>,
 ) -> Result<Json<Told>, ApiError> {
     if r.attached.len() > super::state::MAX_VMS {
         return Err(ApiError(StatusCode::BAD_REQUEST, "attached: too many VMs".into()));
     }
     // Its migrations are in the cluster view; the host needs its assignments.
-    let _migrations = change(&s, |c, now| c.report(&name, &r.links, &r.attached, now)).await?;
+    let _migrations = change(&s, |c, now| c.report(&name, &r, now)).await?;
     let shared = s.0.lock().await;
     Ok(Json(Told {
         cluster_id: shared.state.cluster_id,
@@ -244,7 +233,7 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
         view::Assignment,
         HostShape,
         super::state::UplinkRecord,
-        Report,
+        HostReport,
         PowerOn,
         VmChange,
         Quota,

@@ -62,6 +62,10 @@ pub struct HostRecord {
     pub shape: HostShape,
     pub registered_s: u64,
     pub reported_s: u64,
+    /// Each uplink's measured send rate at the last report, bits/s (kept in memory only: a
+    /// measure, not a decision).
+    #[serde(skip)]
+    pub loads: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,6 +185,21 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Bandw
     Option::<Bandwidth>::deserialize(d).map(Some)
 }
 
+/// A host's report.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostReport {
+    /// Uplinks' link states: name -> up.
+    #[serde(default)]
+    pub links: BTreeMap<String, bool>,
+    /// Uplinks' measured send rates: name -> bits/s.
+    #[serde(default)]
+    pub loads: BTreeMap<String, f64>,
+    /// The VMs whose ports the host has attached.
+    #[serde(default)]
+    pub attached: Vec<String>,
+}
+
 /// What an accepted change did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Outcome {
@@ -236,6 +255,7 @@ impl ClusterState {
                 shape,
                 registered_s,
                 reported_s: now_s,
+                loads: BTreeMap::new(),
             },
         );
         next.commit(now_s, Outcome::default(), self, true)
@@ -409,22 +429,21 @@ impl ClusterState {
         next.commit(now_s, Outcome::default(), self, false)
     }
 
-    /// A host's report: its uplinks' link states and the VMs whose ports it has attached (the
-    /// destination's confirmation ends a migration). Mends what a lost uplink breaks.
-    pub fn report(
-        &mut self,
-        host: &str,
-        links: &BTreeMap<String, bool>,
-        attached: &[String],
-        now_s: u64,
-    ) -> Result<Outcome, Refusal> {
+    /// A host's report: its uplinks' link states and measured send rates, and the VMs whose
+    /// ports it has attached (the destination's confirmation ends a migration). Mends what a
+    /// lost uplink breaks.
+    pub fn report(&mut self, host: &str, r: &HostReport, now_s: u64) -> Result<Outcome, Refusal> {
+        let (links, attached) = (&r.links, &r.attached);
         let Some(h) = self.hosts.get(host) else {
             return Err(Refusal::Unknown(format!("no host {host}: register it first")));
         };
-        for name in links.keys() {
+        for (key, name) in (links.keys().map(|n| ("links", n))).chain(r.loads.keys().map(|n| ("loads", n))) {
             if !h.shape.uplinks.iter().any(|u| &u.name == name) {
-                return Err(Refusal::Bad(format!("links: host {host} has no uplink `{name}`")));
+                return Err(Refusal::Bad(format!("{key}: host {host} has no uplink `{name}`")));
             }
+        }
+        if let Some((name, bps)) = r.loads.iter().find(|(_, b)| !(b.is_finite() && **b >= 0.0)) {
+            return Err(Refusal::Bad(format!("loads.{name}: {bps} is not a rate in bits/s")));
         }
         let links_same = (h.shape.uplinks.iter()).all(|u| links.get(&u.name).is_none_or(|up| *up == u.up));
         let confirms = (attached.iter()).any(|n| {
@@ -433,7 +452,9 @@ impl ClusterState {
                 .is_some_and(|v| v.host == host && v.moving_from.is_some())
         });
         if links_same && !confirms {
-            self.hosts.get_mut(host).expect("found").reported_s = now_s;
+            let rec = self.hosts.get_mut(host).expect("found");
+            rec.reported_s = now_s;
+            rec.loads = r.loads.clone();
             return Ok(Outcome {
                 unchanged: true,
                 ..Outcome::default()
@@ -442,6 +463,7 @@ impl ClusterState {
         let mut next = self.clone();
         let rec = next.hosts.get_mut(host).expect("found");
         rec.reported_s = now_s;
+        rec.loads = r.loads.clone();
         for u in &mut rec.shape.uplinks {
             if let Some(up) = links.get(&u.name) {
                 u.up = *up;

@@ -16,6 +16,14 @@ fn vm(name: &str, host: &str) -> PowerOn {
     serde_json::from_value(serde_json::json!({"name": name, "host": host, "pool": "vm-pool"})).unwrap()
 }
 
+fn report(links: &[(&str, bool)], attached: &[&str]) -> HostReport {
+    HostReport {
+        links: links.iter().map(|(n, up)| (n.to_string(), *up)).collect(),
+        loads: BTreeMap::new(),
+        attached: attached.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
 fn gbps(mbps: u64) -> Bandwidth {
     Bandwidth::from_mbps(mbps)
 }
@@ -66,7 +74,7 @@ fn figure_2_through_the_controller() {
     assert_eq!(moves, [("vm2", "host1", "host2")]);
     assert_eq!(s.vms["vm2"].moving_from.as_deref(), Some("host1"));
     // The destination reports the port attached: the migration is done.
-    s.report("host2", &BTreeMap::new(), &["vm2".into()], 5).unwrap();
+    s.report("host2", &report(&[], &["vm2"]), 5).unwrap();
     assert_eq!(s.vms["vm2"].moving_from, None);
     let out = s.set_vm("vm3", set(3000), 6).unwrap();
     assert_eq!(out.migrations[0].to, "host2");
@@ -115,7 +123,7 @@ fn refusals_change_nothing() {
     low.limit = Some(gbps(100));
     assert!(matches!(s.power_on(low, 2), Err(Refusal::Bad(_))));
     assert!(matches!(
-        s.report("host1", &BTreeMap::from([("eth9".into(), false)]), &[], 2),
+        s.report("host1", &report(&[("eth9", false)], &[]), 2),
         Err(Refusal::Bad(_))
     ));
     assert_eq!(s, before);
@@ -131,10 +139,10 @@ fn a_lost_uplink_stands_and_vms_move_where_they_can() {
     let mut v = vm("vm1", "host1");
     v.reservation = Some(gbps(5000));
     s.power_on(v, 1).unwrap();
-    let down = BTreeMap::from([("uplink1".to_string(), false)]);
-    let out = s.report("host1", &down, &["vm1".into()], 2).unwrap();
+    let down = report(&[("uplink1", false)], &["vm1"]);
+    let out = s.report("host1", &down, 2).unwrap();
     assert_eq!(out.migrations[0].to, "host2");
-    let out = s.report("host2", &down, &[], 3).unwrap();
+    let out = s.report("host2", &report(&[("uplink1", false)], &[]), 3).unwrap();
     assert!(out.migrations.is_empty() && s.faults.back().is_some_and(|f| f.host == "host2"));
     // Other changes still go through while host2 cannot be mended.
     s.power_on(vm("vm2", "host1"), 4).unwrap();

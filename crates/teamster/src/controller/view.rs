@@ -45,6 +45,8 @@ pub struct UplinkHeadroom {
     pub reserved: Bandwidth,
     #[schema(value_type = String)]
     pub headroom: Bandwidth,
+    /// Its measured send rate at the host's last report, bits/s.
+    pub load_bps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -112,6 +114,7 @@ pub fn cluster(s: &ClusterState) -> ClusterView {
                         reservable,
                         reserved,
                         headroom: Bandwidth::from_bps(reservable.bps().saturating_sub(reserved.bps())),
+                        load_bps: h.loads.get(&u.name).copied(),
                     }
                 })
                 .collect();

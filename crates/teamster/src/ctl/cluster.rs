@@ -133,7 +133,7 @@ pub fn outcome_text(v: &Value) -> String {
 /// `ctl cluster`: hosts with each uplink's headroom, VMs, faults, recent migrations.
 pub fn cluster_text(v: &Value) -> String {
     let s = |x: &Value| x.as_str().unwrap_or("-").to_string();
-    let mut out = String::from("HOST      UPLINK     UP    RESERVABLE  RESERVED  HEADROOM  VMS\n");
+    let mut out = String::from("HOST      UPLINK     UP    RESERVABLE  RESERVED  HEADROOM  LOAD      VMS\n");
     for h in v["hosts"].as_array().into_iter().flatten() {
         let vms: Vec<String> = h["vms"].as_array().into_iter().flatten().map(s).collect();
         for (i, u) in h["uplinks"].as_array().into_iter().flatten().enumerate() {
@@ -142,8 +142,11 @@ pub fn cluster_text(v: &Value) -> String {
             } else {
                 (String::new(), String::new())
             };
+            let load = u["load_bps"]
+                .as_f64()
+                .map_or("-".to_string(), |b| format!("{:.1}M", b / 1e6));
             out.push_str(&format!(
-                "{host:<9} {:<10} {:<5} {:>10}  {:>8}  {:>8}  {list}\n",
+                "{host:<9} {:<10} {:<5} {:>10}  {:>8}  {:>8}  {load:<8}  {list}\n",
                 s(&u["name"]),
                 if u["up"].as_bool() == Some(true) { "up" } else { "down" },
                 s(&u["reservable"]),
