@@ -112,6 +112,14 @@ impl Cluster {
         Ok(m)
     }
 
+    /// Takes VM `vm` out of the cluster (powered off, or lost with a host), giving it back.
+    pub fn remove_vm(&mut self, vm: &str) -> Option<Vm> {
+        let host = self.located.remove(vm)?;
+        let h = self.hosts.get_mut(&host).expect("located VMs are on their host");
+        let i = h.vms.iter().position(|v| v.name == vm).expect("on its host");
+        Some(h.vms.remove(i))
+    }
+
     /// Takes host `host` out of the cluster (it failed), giving back the VMs that were on it.
     pub fn remove_host(&mut self, host: &str) -> Result<Vec<Vm>, String> {
         let h = self.hosts.remove(host).ok_or_else(|| format!("no host {host}"))?;

@@ -11,8 +11,10 @@
 //! - an uplink going down lowers the host's admission capacity (the smallest uplink still up;
 //!   none: zero), a fault if reservations no longer fit; a host going down stops its VMs, and
 //!   remediation restarts them where placement admits them;
-//! - a migration takes `drs.switchover_s`: the VM leaves its source at once and sends from its
-//!   destination that much later, with its new reservation there.
+//! - a migration reserves at its destination at once; the VM runs at its source for
+//!   `drs.traffic_s` more (the pre-copy, a greedy stream in the source's `live-migration`
+//!   class), then sends nowhere for `drs.switchover_s`, then from its destination with its new
+//!   reservation there. A source that fails during the pre-copy takes the VM down with it.
 //!
 //! After each instant the reservations that cannot be kept are counted: VMs with a reservation
 //! on a host that does not admit its VMs, and VMs of a failed host not yet restarted.
@@ -35,6 +37,17 @@ pub struct Stay {
 /// The reservation in force of each stay present on a host: (stay, reservation).
 pub type Controls = Vec<(usize, Bandwidth)>;
 
+/// The traffic class a migration's own stream is in.
+pub const MIGRATION_CLASS: &str = "live-migration";
+
+/// A migration's own traffic: from `host`, over [`from_s`, `to_s`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    pub host: usize,
+    pub from_s: f64,
+    pub to_s: f64,
+}
+
 /// A migration as the run made it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Moved {
@@ -55,6 +68,8 @@ pub struct Decisions {
     /// Per host: (time, uplink, up).
     pub links: Vec<Vec<(f64, usize, bool)>>,
     pub migrations: Vec<Moved>,
+    /// The migrations' own traffic.
+    pub transfers: Vec<Transfer>,
     /// Faults: (time, host, what is short).
     pub faults: Vec<(f64, String, String)>,
     /// Refusals of power-ons, reservation changes and migrations by hand: (time, VM, why).
@@ -71,6 +86,8 @@ enum Due {
     Event(usize),
     /// VM, host, and the migration's number: a later migration of the VM voids it.
     Arrive(usize, usize, u64),
+    /// The end of a migration's pre-copy: the VM leaves its source (VM, destination, number).
+    Depart(usize, usize, u64),
     Remediate,
 }
 
@@ -168,6 +185,12 @@ impl Pass<'_> {
                 if self.transit[vm] == Some(n) && self.host_up[host] {
                     self.transit[vm] = None;
                     self.begin_stay(t, vm, host);
+                }
+            }
+            Due::Depart(vm, host, n) => {
+                if self.transit[vm] == Some(n) {
+                    self.end_stay(t, vm);
+                    self.push(t + self.plan.file.drs.switchover_s, Due::Arrive(vm, host, n));
                 }
             }
             Due::Remediate => self.remediate(t),
@@ -268,6 +291,19 @@ impl Pass<'_> {
                     self.transit[i] = None;
                     self.down.push((i, v));
                 }
+                // One still running here in its pre-copy goes down with the host.
+                for i in 0..self.plan.vms.len() {
+                    if self.open[i].is_some_and(|s| self.out.stays[s].host == h) {
+                        self.end_stay(t, i);
+                        self.transit[i] = None;
+                        if let Some(v) = self.cluster.remove_vm(&self.plan.vms[i].vm.name) {
+                            self.down.push((i, v));
+                        }
+                    }
+                }
+                for x in self.out.transfers.iter_mut().filter(|x| x.host == h && x.to_s > t) {
+                    x.to_s = t.max(x.from_s);
+                }
                 self.out.log.push((t, format!("{} fails", self.plan.hosts[h])));
                 self.schedule_remediation(t);
             }
@@ -285,13 +321,23 @@ impl Pass<'_> {
         }
     }
 
-    /// VM `vm` leaves `from` now and sends from `to` after the switch-over.
+    /// VM `vm` leaves `from` after its pre-copy (at once for a restart) and sends from `to`
+    /// after the switch-over.
     fn migrate(&mut self, t: f64, vm: usize, from: Option<usize>, to: usize, reservation: Bandwidth) {
-        self.end_stay(t, vm);
-        let arrive = t + self.plan.file.drs.switchover_s;
         self.seq += 1;
         self.transit[vm] = Some(self.seq);
-        self.push(arrive, Due::Arrive(vm, to, self.seq));
+        let copy = self.plan.file.drs.traffic_s;
+        match from {
+            Some(host) if copy > 0.0 && self.open[vm].is_some() => {
+                let to_s = (t + copy).min(self.plan.file.duration_s);
+                self.out.transfers.push(Transfer { host, from_s: t, to_s });
+                self.push(t + copy, Due::Depart(vm, to, self.seq));
+            }
+            _ => {
+                self.end_stay(t, vm);
+                self.push(t + self.plan.file.drs.switchover_s, Due::Arrive(vm, to, self.seq));
+            }
+        }
         self.out.migrations.push(Moved {
             t_s: t,
             vm,
@@ -355,8 +401,14 @@ impl Pass<'_> {
             if violating.contains(&host.name) {
                 continue;
             }
+            let h = self.host_index(&host.name);
             for v in &host.vms {
-                self.applied[self.index[v.name.as_str()]] = v.reservation();
+                let i = self.index[v.name.as_str()];
+                // Only where it runs: a VM still in its pre-copy keeps its source's reservation
+                // (the destination's applies when it arrives there).
+                if self.open[i].is_some_and(|s| self.out.stays[s].host == h) {
+                    self.applied[i] = v.reservation();
+                }
             }
         }
         self.faulted.retain(|h| violating.contains(h));

@@ -78,7 +78,10 @@ pub fn run(plan: &ClusterPlan, d: &Decisions) -> RunOutput {
                 .expect("the first is at 0")
                 .1;
             for u in 0..nu {
-                let mut demand = vec![None; tree.len()];
+                // A class or pool with nothing in it wants nothing (else it would take shares).
+                let mut demand: Vec<Option<f64>> = (tree.ids())
+                    .map(|id| tree.node(id).children.is_empty().then_some(0.0))
+                    .collect();
                 let mut on = Vec::new();
                 for (k, &s) in host.stays.stays.iter().enumerate() {
                     let leaf = host.leaves[k];

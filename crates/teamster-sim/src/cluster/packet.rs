@@ -37,7 +37,7 @@ pub fn run(plan: &ClusterPlan, d: &Decisions) -> Result<RunOutput, String> {
 fn host_plan<'a>(plan: &'a ClusterPlan, d: &Decisions, h: usize) -> (HostStays<'a>, HostPlan) {
     let stays = HostStays::new(plan, d, h);
     let tree = stays.tree(d, &[]);
-    let ports = (stays.stays.iter().enumerate())
+    let mut ports: Vec<PortPlan> = (stays.stays.iter().enumerate())
         .map(|(k, &s)| {
             let stay = &d.stays[s];
             let v = &plan.vms[stay.vm];
@@ -54,6 +54,21 @@ fn host_plan<'a>(plan: &'a ClusterPlan, d: &Decisions, h: usize) -> (HostStays<'
             }
         })
         .collect();
+    // Each migration's own stream: a greedy sender of jumbo frames in the migration class.
+    for &x in &stays.transfers {
+        let t = &d.transfers[x];
+        let b = (x as u32).to_be_bytes();
+        ports.push(PortPlan {
+            name: format!("vmotion~{x}"),
+            id: 0xC000_0000 | x as u32,
+            mac: teamster_core::wire::MacAddr([0x02, 0x59, b[0], b[1], b[2], b[3]]),
+            group: 0,
+            leaf: stays.transfer_leaf(&tree, x),
+            source: crate::packet::source::SourceSpec::Greedy { bytes: 9000 },
+            start_s: t.from_s,
+            stop_s: Some(t.to_s),
+        });
+    }
     let mut events: Vec<(f64, PlanEvent)> = Vec::new();
     for (t, controls) in &d.controls[h] {
         events.push((*t, PlanEvent::ReplaceTree(stays.tree(d, controls))));

@@ -87,6 +87,12 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
             drs.switchover_s
         ));
     }
+    if !(drs.traffic_s.is_finite() && (0.0..=3600.0).contains(&drs.traffic_s)) {
+        return Err(format!("drs.traffic_s = {}: expected 0 to 3600 seconds", drs.traffic_s));
+    }
+    if drs.traffic_s > 0.0 && f.fidelity == Fidelity::Fluid {
+        return Err("drs.traffic_s: a migration's own traffic is modelled at packet fidelity only".into());
+    }
     let shape = &f.host;
     if !(1..=1 << 20).contains(&shape.queue_packets) {
         return Err("host.queue_packets: expected 1 to 1048576".into());
@@ -124,6 +130,12 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
     };
     if !(1..=MAX_HOSTS).contains(&count) {
         return Err(format!("hosts: expected 1 to {MAX_HOSTS} hosts"));
+    }
+    if f.drs.traffic_s > 0.0 && built.tree.find(super::decide::MIGRATION_CLASS).is_none() {
+        return Err(format!(
+            "drs.traffic_s: the host has no `{}` traffic class for the migrations' traffic",
+            super::decide::MIGRATION_CLASS
+        ));
     }
     let hosts = f.hosts.names();
     for id in built.tree.ids() {

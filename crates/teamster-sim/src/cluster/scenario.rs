@@ -16,8 +16,10 @@
 //!   reservation drawn uniformly from `reservation = [min, max]` (rounded to 10 Mbit/s) by the
 //!   scenario's `seed`, and a `source` (default greedy);
 //! - `[drs]`: `delay_s`, how long after a fault remediation acts (default 60; DRS acts within
-//!   minutes), and `switchover_s`, how long a migrating VM sends nowhere (default 0.3 s, its
-//!   stun time);
+//!   minutes), `switchover_s`, how long a migrating VM sends nowhere (default 0.3 s, its
+//!   stun time), and `traffic_s`, a migration's own traffic (packet fidelity): for that long
+//!   before the switch-over the VM runs at its source while a greedy vMotion stream sends
+//!   from there in the host's `live-migration` class (default 0: none);
 //! - `[[events]]`: `set-reservation` (`vm`, `reservation`), `uplink-down` / `uplink-up`
 //!   (`host`, `uplink`), `host-down` (`host`: its VMs stop, and are restarted elsewhere when
 //!   remediation runs), `migrate` (`vm`, `to`: by hand, refused unless `to` admits it);
@@ -153,6 +155,9 @@ pub struct Drs {
     pub delay_s: f64,
     #[serde(default = "default_switchover")]
     pub switchover_s: f64,
+    /// A migration's own traffic: its pre-copy, in seconds (0: none).
+    #[serde(default)]
+    pub traffic_s: f64,
 }
 
 impl Default for Drs {
@@ -160,6 +165,7 @@ impl Default for Drs {
         Drs {
             delay_s: default_delay(),
             switchover_s: default_switchover(),
+            traffic_s: 0.0,
         }
     }
 }

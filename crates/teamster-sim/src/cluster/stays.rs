@@ -16,6 +16,9 @@ pub struct HostStays<'a> {
     /// Each stay's leaf name stem: the VM's name, then `~2`, `~3` for later stays of the same
     /// VM on this host.
     names: Vec<String>,
+    /// Migration streams (indices into [`Decisions::transfers`]) from this host, in order:
+    /// each a leaf `vmotion~{index}` in the `live-migration` class.
+    pub transfers: Vec<usize>,
 }
 
 impl<'a> HostStays<'a> {
@@ -35,11 +38,13 @@ impl<'a> HostStays<'a> {
                 format!("{base}~{}", before + 1)
             });
         }
+        let transfers = (0..d.transfers.len()).filter(|&x| d.transfers[x].host == h).collect();
         HostStays {
             plan,
             host,
             stays,
             names,
+            transfers,
         }
     }
 
@@ -60,6 +65,17 @@ impl<'a> HostStays<'a> {
             }
             host.vms.push(vm);
         }
+        for &x in &self.transfers {
+            host.vms.push(Vm {
+                name: format!("vmotion~{x}"),
+                vnics: vec![teamster_core::placement::Vnic {
+                    pool: super::decide::MIGRATION_CLASS.into(),
+                    reservation: Bandwidth::ZERO,
+                    shares: teamster_core::ioc::Shares::NORMAL,
+                    limit: None,
+                }],
+            });
+        }
         host.tree_with(&[])
             .expect("the host's pools hold every VM placed there")
     }
@@ -75,6 +91,11 @@ impl<'a> HostStays<'a> {
         let b = (s as u32).to_be_bytes();
         let mac = teamster_core::wire::MacAddr([0x02, 0x58, b[0], b[1], b[2], b[3]]);
         (super::plan::FIRST_STAY_ID | s as u32, mac)
+    }
+
+    /// Migration stream `x` (an index into [`Decisions::transfers`])'s leaf in `tree`.
+    pub fn transfer_leaf(&self, tree: &Tree, x: usize) -> NodeId {
+        tree.find(&format!("vmotion~{x}#0")).expect("every transfer has a leaf")
     }
 
     /// Stay `k` (of [`HostStays::stays`])'s leaf in `tree`.

@@ -1,5 +1,6 @@
 use super::scenario::ClusterFile;
 use super::*;
+use teamster_core::units::Bandwidth;
 
 fn scenario(name: &str) -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/");
@@ -13,8 +14,43 @@ fn plan(text: &str) -> Result<ClusterPlan, String> {
 
 /// Figure 2 at fluid fidelity: the same sequence and figures as in packet mode, quickly.
 fn fig2_fluid() -> ClusterPlan {
-    let text = scenario("netioc-fig2.toml").replace("fidelity = \"packet\"", "fidelity = \"fluid\"");
-    plan(&text).unwrap()
+    plan(&fig2_fluid_text()).unwrap()
+}
+
+/// Figure 2's file at fluid fidelity (without the migrations' own traffic, a packet-mode model).
+fn fig2_fluid_text() -> String {
+    (scenario("netioc-fig2.toml"))
+        .replace("fidelity = \"packet\"", "fidelity = \"fluid\"")
+        .replace("traffic_s = 2", "traffic_s = 0")
+}
+
+/// With the migrations' own traffic (packet fidelity): each VM runs at its source through its
+/// 2 s pre-copy, with the copy's stream there, and keeps its source's reservation meanwhile.
+#[test]
+fn a_migration_copies_first_then_switches_over() {
+    let p = plan(&scenario("netioc-fig2.toml")).unwrap();
+    let d = decide::decide(&p);
+    let copies: Vec<(usize, f64, f64)> = d.transfers.iter().map(|x| (x.host, x.from_s, x.to_s)).collect();
+    assert_eq!(copies, [(0, 50.0, 52.0), (0, 80.0, 82.0)]);
+    let vm2: Vec<(usize, f64, Option<f64>)> = (d.stays.iter())
+        .filter(|s| s.vm == 1)
+        .map(|s| (s.host, s.from_s, s.to_s))
+        .collect();
+    assert_eq!(vm2, [(0, 0.0, Some(52.0)), (1, 52.3, None)]);
+    // Host 1's controls during the copy: VM2 still reserves nothing there.
+    let during = (d.controls[0].iter()).rev().find(|(t, _)| *t <= 51.0).unwrap();
+    assert!(
+        during
+            .1
+            .iter()
+            .all(|(s, r)| d.stays[*s].vm != 1 || *r == Bandwidth::ZERO),
+        "{during:?}"
+    );
+    // Fluid fidelity does not model the copy; a host without the class cannot have one.
+    let fluid = scenario("netioc-fig2.toml").replace("fidelity = \"packet\"", "fidelity = \"fluid\"");
+    assert!(plan(&fluid).unwrap_err().contains("drs.traffic_s"));
+    let classless = scenario("netioc-fig2.toml").replace(", { class = \"live-migration\" }", "");
+    assert!(plan(&classless).unwrap_err().contains("live-migration"));
 }
 
 /// The mean rate of VM `vm` over rows in [from, to).
@@ -148,11 +184,7 @@ fn bad_cluster_files_are_refused_with_the_key() {
         let e = plan(&base.replacen(from, to, 1)).unwrap_err();
         assert!(e.contains(want), "{to}: {e}");
     }
-    let tcp = base.replace("fidelity = \"packet\"", "fidelity = \"fluid\"").replacen(
-        "{ kind = \"greedy\", bytes = 9000 }",
-        "{ kind = \"tcp-stream\" }",
-        1,
-    );
+    let tcp = fig2_fluid_text().replacen("{ kind = \"greedy\", bytes = 9000 }", "{ kind = \"tcp-stream\" }", 1);
     assert!(plan(&tcp).unwrap_err().contains("vms[0].source: fluid fidelity"));
 }
 
@@ -160,7 +192,7 @@ fn bad_cluster_files_are_refused_with_the_key() {
 /// and a migration by hand to a host that cannot hold it is refused: nothing changes.
 #[test]
 fn what_no_host_can_hold_is_refused_with_each_host_s_reason() {
-    let base = scenario("netioc-fig2.toml").replace("fidelity = \"packet\"", "fidelity = \"fluid\"");
+    let base = fig2_fluid_text();
     let text = base.replacen(
         "name = \"vm3\"\ngroup = \"vms\"\npool = \"vm-pool\"\nhost = \"host1\"",
         "name = \"vm3\"\ngroup = \"vms\"\npool = \"vm-pool\"\nreservation = \"8G\"",
