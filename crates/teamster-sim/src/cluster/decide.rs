@@ -37,9 +37,6 @@ pub struct Stay {
 /// The reservation in force of each stay present on a host: (stay, reservation).
 pub type Controls = Vec<(usize, Bandwidth)>;
 
-/// The traffic class a migration's own stream is in.
-pub const MIGRATION_CLASS: &str = "live-migration";
-
 /// A migration's own traffic: from `host`, over [`from_s`, `to_s`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transfer {

@@ -131,10 +131,10 @@ pub fn resolve(f: ClusterFile) -> Result<ClusterPlan, String> {
     if !(1..=MAX_HOSTS).contains(&count) {
         return Err(format!("hosts: expected 1 to {MAX_HOSTS} hosts"));
     }
-    if f.drs.traffic_s > 0.0 && built.tree.find(super::decide::MIGRATION_CLASS).is_none() {
+    if f.drs.traffic_s > 0.0 && built.tree.find(super::scenario::MIGRATION_CLASS).is_none() {
         return Err(format!(
             "drs.traffic_s: the host has no `{}` traffic class for the migrations' traffic",
-            super::decide::MIGRATION_CLASS
+            super::scenario::MIGRATION_CLASS
         ));
     }
     let hosts = f.hosts.names();

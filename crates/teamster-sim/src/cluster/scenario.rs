@@ -31,6 +31,9 @@ use serde::Deserialize;
 use teamster_core::host::{ClassEntry, GroupEntry, LbtSection, PoolEntry};
 use teamster_core::units::Bandwidth;
 
+/// The traffic class a migration's own stream is in.
+pub const MIGRATION_CLASS: &str = "live-migration";
+
 /// How closely a cluster run models each host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -69,7 +69,7 @@ impl<'a> HostStays<'a> {
             host.vms.push(Vm {
                 name: format!("vmotion~{x}"),
                 vnics: vec![teamster_core::placement::Vnic {
-                    pool: super::decide::MIGRATION_CLASS.into(),
+                    pool: super::scenario::MIGRATION_CLASS.into(),
                     reservation: Bandwidth::ZERO,
                     shares: teamster_core::ioc::Shares::NORMAL,
                     limit: None,
