@@ -7,7 +7,8 @@
 #[allow(dead_code)] // this test uses only the skip rule
 mod live;
 
-use std::io::{Read, Write};
+mod unix_http;
+
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -89,24 +90,7 @@ fn serving(socket: &Path, secs: u64) -> Option<Duration> {
 }
 
 fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: c\r\nConnection: close\r\n");
-    if let Some(b) = body {
-        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len());
-    }
-    req += "\r\n";
-    req += body.unwrap_or("");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    (
-        answer[9..12].parse().unwrap(),
-        answer
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
+    unix_http::request(socket, method, path, body)
 }
 
 #[test]
