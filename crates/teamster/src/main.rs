@@ -61,6 +61,11 @@ enum Command {
         /// t_s, seq, kind, message, as the API's event log; for journald and log shippers).
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
+        /// The cluster controller this host belongs to: http://127.0.0.1:PORT or its unix
+        /// socket, for a `[controller]` section that names neither (it gives the host's name
+        /// and the VMs' interfaces; see the README).
+        #[arg(long)]
+        controller: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -215,10 +220,14 @@ fn main() -> ExitCode {
             status_file,
             check,
             log_format,
+            controller,
             api,
         } => {
             teamster_dp::datapath::set_json_log(log_format == "json");
-            run_switch(config, status_file, check, api)
+            if let Some(c) = &controller {
+                live::controller_config::set_endpoint(c);
+            }
+            run_switch(config, status_file, check, controller.is_some(), api)
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Controller(args) => controller::run(args),
@@ -342,7 +351,13 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
 
 /// Checks the files, the configuration and capabilities, takes the locks, attaches, and runs
 /// until SIGTERM or SIGINT.
-fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, api_args: ApiArgs) -> ExitCode {
+fn run_switch(
+    config: PathBuf,
+    status_file: Option<PathBuf>,
+    check_only: bool,
+    controller: bool,
+    api_args: ApiArgs,
+) -> ExitCode {
     let api_config = match api_args.config() {
         Ok(c) => c,
         Err(e) => {
@@ -365,6 +380,13 @@ fn run_switch(config: PathBuf, status_file: Option<PathBuf>, check_only: bool, a
             return ExitCode::from(2);
         }
     };
+    if controller && plan.file.controller.is_none() {
+        eprintln!(
+            "error: --controller: {} has no [controller] section (the host's name and the VMs' interfaces)",
+            config.display()
+        );
+        return ExitCode::from(2);
+    }
     if check_only {
         println!("{}: configuration is valid", config.display());
         return ExitCode::SUCCESS;

@@ -293,3 +293,38 @@ fn simulate_into_a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(status.code(), Some(101), "{err}");
 }
+
+/// `teamster run --controller` fills the endpoint of the file's `[controller]` section; a file
+/// without one is refused, naming the file.
+#[test]
+fn run_controller_needs_a_controller_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("switch.toml");
+    let head = "[[uplinks]]\nname = \"u1\"\ninterface = \"lo\"\ncapacity = \"1G\"\n\n[[port_groups]]\nname = \"vms\"\npolicy = \"port-id\"\nactive = [\"u1\"]\n";
+    std::fs::write(&file, head).unwrap();
+    let socket = dir.path().join("api.sock");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            file.to_str().unwrap(),
+            "--check",
+            "--api-socket",
+            socket.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        teamster(&args)
+    };
+    let o = run(&["--controller", "/run/teamster/controller.sock"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(2) && err.contains("no [controller] section"),
+        "{err}"
+    );
+    std::fs::write(&file, format!("{head}\n[controller]\nhost = \"h1\"\ngroup = \"vms\"\n")).unwrap();
+    let o = run(&["--controller", "http://127.0.0.1:9190"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    // A remote controller is refused: loopback or a unix socket only.
+    let o = run(&["--controller", "http://10.0.0.1:9190"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains("controller.url"), "{err}");
+}

@@ -332,7 +332,11 @@ pub fn parse(text: &str, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
 
 /// Parses switch-file text without checking it against the host.
 pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
-    host::parse_toml(text)
+    let mut f: SwitchFile = host::parse_toml(text)?;
+    if let Some(c) = f.controller.as_mut() {
+        super::controller_config::fill(c);
+    }
+    Ok(f)
 }
 
 /// The file as TOML, as the daemon saves it after a change made through the API.

@@ -12,6 +12,9 @@
 //! interval_ms = 1000              # how often the host reports and is told its VMs
 //! ```
 //!
+//! `teamster run switch.toml --controller URL|SOCKET` names the controller when the section
+//! gives neither `url` nor `socket`.
+//!
 //! With it, the switch registers its shape (uplinks, traffic classes, pools, reservation cap,
 //! `derived`) under `host`, reports its uplinks' link states and the VMs whose ports it has
 //! attached, and attaches a port for each VM the controller assigns to it (named after the VM,
@@ -43,6 +46,26 @@ pub struct ControllerSection {
 
 fn default_interface() -> String {
     "{vm}".into()
+}
+
+/// The controller named on the command line (`teamster run --controller URL|SOCKET`).
+static ENDPOINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the controller from the command line: every `[controller]` section read from now on
+/// (at start and at each reload) that gives neither `url` nor `socket` reaches it there.
+pub fn set_endpoint(endpoint: &str) {
+    let _ = ENDPOINT.set(endpoint.to_string());
+}
+
+/// Fills `section`'s endpoint from the command line, if the file gives none.
+pub fn fill(section: &mut ControllerSection) {
+    if let (None, None, Some(e)) = (&section.url, &section.socket, ENDPOINT.get()) {
+        if e.starts_with("http://") {
+            section.url = Some(e.clone());
+        } else {
+            section.socket = Some(PathBuf::from(e));
+        }
+    }
 }
 
 /// The default interval between reports.
