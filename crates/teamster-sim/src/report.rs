@@ -283,11 +283,21 @@ pub fn write_plot(run: &RunOutput, title: &str, series: PlotSeries, path: &Path)
         }
         let verb = if m.lbt.is_some() { "move" } else { m.reason.as_str() };
         let label = format!("{verb} {}: {} → {}", n + 1, m.port, m.to.as_deref().unwrap_or("-"));
+        // Past the middle, the label runs left of its line, clear of the legend's corner.
+        let style = ("sans-serif", 13).into_font().color(&RED);
+        let style = if m.t_s > end / 2.0 {
+            style.pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Right,
+                plotters::style::text_anchor::VPos::Top,
+            ))
+        } else {
+            style
+        };
         chart
             .draw_series(std::iter::once(Text::new(
                 label,
                 (m.t_s, top * (0.97 - 0.05 * n as f64)),
-                ("sans-serif", 13).into_font().color(&RED),
+                style,
             )))
             .map_err(|x| x.to_string())?;
     }
