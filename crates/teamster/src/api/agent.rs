@@ -97,20 +97,14 @@ async fn turn(
     let mut notes = Vec::new();
     let host = &section.host;
     let snapshot = state.snapshots.borrow().clone();
-    let shape = shape(&state.config.lock().await.clone(), &snapshot, section);
-    // The link states travel in reports; the rest of the shape is registered when it changes.
-    let mut fixed = shape.clone();
-    fixed["uplinks"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .for_each(|u| u["up"] = json!(true));
-    if memory.registered.as_ref() != Some(&fixed) {
+    // Link states travel in reports: the shape is registered (again) only when it changes.
+    let shape = shape(&*state.config.lock().await, &snapshot, section);
+    if memory.registered.as_ref() != Some(&shape) {
         let a = ask(
             target,
             "PUT",
             &format!("/api/v1/hosts/{}", crate::ctl::segment(host)),
-            shape,
+            shape.clone(),
         )
         .await?;
         if a.status != 200 {
@@ -120,7 +114,7 @@ async fn turn(
                 String::from_utf8_lossy(&a.body)
             ));
         }
-        memory.registered = Some(fixed);
+        memory.registered = Some(shape);
         notes.push(format!("controller: registered as host {host}"));
     }
     let links: BTreeMap<&str, bool> = snapshot.uplinks.iter().map(|u| (u.name.as_str(), u.in_use)).collect();
@@ -164,11 +158,11 @@ async fn turn(
     Ok(notes)
 }
 
-/// The host's shape as the controller takes it: uplinks at their running capacities with their
-/// link states, traffic classes, pools, derived nodes, the reservation cap.
+/// The host's shape as the controller takes it: uplinks at their running capacities, traffic
+/// classes, pools, derived nodes, the reservation cap (link states come with each report).
 fn shape(f: &SwitchFile, s: &crate::live::snapshot::Snapshot, section: &ControllerSection) -> serde_json::Value {
     let uplinks: Vec<serde_json::Value> = (s.uplinks.iter())
-        .map(|u| json!({ "name": u.name, "capacity": u.capacity_bps.to_string(), "up": u.in_use }))
+        .map(|u| json!({ "name": u.name, "capacity": u.capacity_bps.to_string() }))
         .collect();
     json!({
         "uplinks": uplinks,

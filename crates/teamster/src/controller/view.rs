@@ -95,11 +95,17 @@ fn vm_view(name: &str, v: &VmRecord) -> VmView {
 /// The cluster as `ctl cluster` and `GET /api/v1/cluster` show it.
 pub fn cluster(s: &ClusterState) -> ClusterView {
     let placement = s.cluster().ok();
+    // Each host's VMs, in one pass over them.
+    let mut on: std::collections::BTreeMap<&str, Vec<(&String, &VmRecord)>> = Default::default();
+    for (n, v) in &s.vms {
+        on.entry(v.host.as_str()).or_default().push((n, v));
+    }
     let hosts = (s.hosts.iter())
         .map(|(name, h)| {
-            let vms: Vec<String> = s.assigned(name).map(|(n, _)| n.clone()).collect();
-            let reserved = Bandwidth::from_bps(s.assigned(name).map(|(_, v)| v.reservation.bps()).sum());
-            let cap = h.shape.reservation_cap.unwrap_or(0.75);
+            let here = on.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+            let vms: Vec<String> = here.iter().map(|(n, _)| (*n).clone()).collect();
+            let reserved = Bandwidth::from_bps(here.iter().map(|(_, v)| v.reservation.bps()).sum());
+            let cap = (h.shape.reservation_cap).unwrap_or_else(|| teamster_core::ioc::ReservationCap::default().get());
             let uplinks = (h.shape.uplinks.iter())
                 .map(|u| {
                     let reservable = if u.up {
