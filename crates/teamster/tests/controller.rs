@@ -3,9 +3,9 @@
 //! with SIGKILL mid-plan comes back with every VM on exactly one host and its migration still
 //! under way.
 
-mod unix_http;
+mod http1;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,7 +48,7 @@ fn start(dir: &Path, extra: &[&str]) -> Controller {
 
 /// One HTTP/1.1 request over the unix socket: (status, body).
 fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    unix_http::request(socket, method, path, body)
+    http1::request(socket, method, path, body)
 }
 
 fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
@@ -218,17 +218,13 @@ fn tcp_needs_the_token_and_a_bad_state_path_is_refused() {
         .next()
         .unwrap()
         .to_string();
-    let get = |auth: &str| {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        let req = format!("GET /api/v1/cluster HTTP/1.1\r\nHost: c\r\nConnection: close\r\n{auth}\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        let mut a = String::new();
-        s.read_to_string(&mut a).unwrap();
-        a[9..12].to_string()
+    let get = |token: Option<&str>| {
+        let s = std::net::TcpStream::connect(&addr).unwrap();
+        http1::exchange(s, "GET", "/api/v1/cluster", token, None).0
     };
-    assert_eq!(get(""), "401");
-    assert_eq!(get("Authorization: Bearer wrong\r\n"), "401");
-    assert_eq!(get("Authorization: Bearer secret-token-123\r\n"), "200");
+    assert_eq!(get(None), 401);
+    assert_eq!(get(Some("wrong")), 401);
+    assert_eq!(get(Some("secret-token-123")), 200);
     drop(c);
     // A state path that is a directory, or a non-loopback listener: a clear error, exit 2.
     for args in [

@@ -7,7 +7,7 @@
 #[allow(dead_code)] // this test uses only the skip rule
 mod live;
 
-mod unix_http;
+mod http1;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ fn serving(socket: &Path, secs: u64) -> Option<Duration> {
 }
 
 fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    unix_http::request(socket, method, path, body)
+    http1::request(socket, method, path, body)
 }
 
 #[test]

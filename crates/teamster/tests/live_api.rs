@@ -2,10 +2,10 @@
 //! bearer token, live changes (refused ones change nothing), persistence across a restart,
 //! metrics and the OpenAPI document. Topology and helpers: [`netns`].
 
+mod http1;
 mod netns;
 use netns::*;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -25,26 +25,9 @@ fn ctl_json(dir: &Path, args: &[&str]) -> serde_json::Value {
 /// One HTTP/1.1 request over TCP to the API; returns (status, body).
 fn http(method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
     let port = PORT.load(std::sync::atomic::Ordering::Relaxed);
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: teamster\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        req += &format!("Authorization: Bearer {t}\r\n");
-    }
-    if let Some(b) = body {
-        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len());
-    }
-    req += "\r\n";
-    req += body.unwrap_or("");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let status = answer[9..12].parse().unwrap();
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    http1::exchange(s, method, path, token, body)
 }
 
 /// The body of a chunked or plain HTTP answer, as JSON.
