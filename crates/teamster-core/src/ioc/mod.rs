@@ -23,6 +23,7 @@ mod allocate;
 mod class;
 mod per_uplink;
 pub mod queue_limit;
+pub mod queue_share;
 pub mod sched;
 mod shares;
 pub mod spec;

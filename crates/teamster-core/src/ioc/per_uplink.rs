@@ -7,13 +7,15 @@
 //! control counts against the smallest uplink, since any port may fail over to any of them, and a
 //! change of controls is applied to the tree, the buckets and every scheduler at once, or not at
 //! all. What waits for each uplink is bounded by a [`QueueLimit`] (a byte budget of a few
-//! milliseconds at the uplink's capacity, shared fairly between ports, and a frame count per
-//! port; see [`queue_limit`](super::queue_limit)); a frame refused is handed back by
+//! milliseconds at the uplink's capacity, of which each sender may hold its NetIOC allocation's
+//! share, and a frame count per port; see [`queue_limit`](super::queue_limit) and
+//! [`queue_share`](super::queue_share)); a frame refused is handed back by
 //! [`Ioc::enqueue`] (counted by the caller). The simulator's packet mode and the live data plane
 //! both drive this type, so both share exactly this logic.
 
 use super::admission::{self, admit, AdmissionError, ReservationCap};
 use super::queue_limit::{self, Admit, QueueLimit};
+use super::queue_share::QueueShares;
 use super::{LimitId, NodeId, NodeSpec, Scheduler, SharedLimits, Tree};
 use crate::units::Bandwidth;
 use crate::Instant;
@@ -33,15 +35,26 @@ pub struct Ioc<T> {
     queued_bytes: Vec<Queued>,
 }
 
-/// What waits on one uplink, in bytes.
+/// What waits on one uplink, in bytes, and who has been sending there.
 #[derive(Debug, Clone)]
 struct Queued {
     total: u64,
     per_node: Vec<u64>,
     ports: usize,
+    shares: QueueShares,
 }
 
 impl Queued {
+    /// Nothing waiting, over a tree of `nodes` nodes.
+    fn empty(nodes: usize) -> Queued {
+        Queued {
+            total: 0,
+            per_node: vec![0; nodes],
+            ports: 0,
+            shares: QueueShares::new(nodes),
+        }
+    }
+
     /// Counts a frame of `len` bytes of `leaf` joining the queue.
     fn add(&mut self, leaf: NodeId, len: u32) {
         self.ports += usize::from(self.per_node[leaf.0] == 0);
@@ -76,14 +89,9 @@ impl<T> Ioc<T> {
                 (leaf, id)
             })
             .collect();
-        let empty = Queued {
-            total: 0,
-            per_node: vec![0; tree.len()],
-            ports: 0,
-        };
         Ioc {
             scheds: capacities.iter().map(|_| Scheduler::new(&tree, &buckets)).collect(),
-            queued_bytes: vec![empty; capacities.len()],
+            queued_bytes: vec![Queued::empty(tree.len()); capacities.len()],
             tree,
             cap,
             capacities,
@@ -137,11 +145,20 @@ impl<T> Ioc<T> {
         if self.scheds[u].queued(leaf) >= self.limit.frames_per_port {
             return Err(item);
         }
-        let q = &self.queued_bytes[u];
+        let capacity = self.capacities[u].bps_f64();
+        let budget = self.limit.budget(capacity);
+        let q = &mut self.queued_bytes[u];
+        q.shares.seen(leaf, now);
         let mine = q.per_node[leaf.0];
-        let others = q.ports - usize::from(mine > 0);
-        let budget = self.limit.budget(self.capacities[u].bps_f64());
-        let how = match queue_limit::admit(q.total, mine, others, u64::from(len), budget) {
+        let len64 = u64::from(len);
+        // The fair part matters only past the budget: the allocations are not looked at below it.
+        let fair = if q.total + len64 <= budget {
+            budget
+        } else {
+            let waiting = q.ports - usize::from(mine > 0);
+            q.shares.fair_part(&self.tree, capacity, leaf, budget, waiting, now)
+        };
+        let how = match queue_limit::admit(q.total, mine, fair, len64, budget) {
             Admit::Join => Enqueued::Plain,
             Admit::Refuse => return Err(item),
             fair => match (mark(&mut item), fair) {
@@ -251,11 +268,7 @@ impl<T> Ioc<T> {
     /// the caller has checked admission against the capacities with it.
     pub fn add_uplink(&mut self, capacity: Bandwidth) {
         self.scheds.push(Scheduler::new(&self.tree, &self.buckets));
-        self.queued_bytes.push(Queued {
-            total: 0,
-            per_node: vec![0; self.tree.len()],
-            ports: 0,
-        });
+        self.queued_bytes.push(Queued::empty(self.tree.len()));
         self.capacities.push(capacity);
     }
 
@@ -278,6 +291,7 @@ impl<T> Ioc<T> {
         let capacity = self.admission_capacity();
         admission::set_controls(&mut self.tree, id, spec, capacity, self.cap).map_err(|e| e.to_string())?;
         self.apply(id, now);
+        self.invalidate_shares();
         Ok(())
     }
 
@@ -291,6 +305,15 @@ impl<T> Ioc<T> {
         self.tree = tree;
         for id in changed {
             self.apply(id, now);
+        }
+        self.invalidate_shares();
+    }
+
+    /// The tree's controls or a capacity changed: every uplink's queue shares are recomputed
+    /// before they are used again.
+    fn invalidate_shares(&mut self) {
+        for q in &mut self.queued_bytes {
+            q.shares.invalidate();
         }
     }
 
@@ -310,6 +333,7 @@ impl<T> Ioc<T> {
     /// an error says which reservations no longer fit.
     pub fn set_capacity(&mut self, u: usize, capacity: Bandwidth) -> Result<(), AdmissionError> {
         self.capacities[u] = capacity;
+        self.queued_bytes[u].shares.invalidate();
         admit(&self.tree, self.admission_capacity(), self.cap)
     }
 }

@@ -4,16 +4,19 @@
 //! *budget* of what the uplink sends in [`QueueLimit::time`] at its capacity, and never less
 //! than [`MIN_BUDGET`] bytes (so a slow link still holds a few full-size frames). A frame joins
 //! while the queue stays within the budget. Past the budget:
-//! - a frame whose port holds less than its *fair part* (the budget divided among the ports with
-//!   frames waiting, its own included) joins, marked ECN Congestion Experienced where the frame
-//!   carries ECN: a port that keeps the queue full cannot shut out one that sends little;
+//! - a frame whose port holds less than its *fair part* joins, marked ECN Congestion Experienced
+//!   where the frame carries ECN: a port that keeps the queue full cannot shut out one that sends
+//!   little. A port's fair part is its NetIOC allocation's share of the budget, so that every
+//!   port may hold the same time of waiting at the rate it is served
+//!   ([`queue_share`](super::queue_share));
 //! - a frame of a port over its fair part joins, up to twice the budget, only if it can be
 //!   marked (the sender slows down as for a loss, and nothing is lost); otherwise it is refused.
 //!
 //! The queue is bounded: frames over the fair parts joined within the budget or, marked, within
-//! twice it, and the fair parts add up to the budget; so at most three budgets wait, and two
-//! without ECN. Whatever their size, at most [`QueueLimit::frames_per_port`] frames of one port
-//! wait on one uplink.
+//! twice it, and the fair parts add up to less than twice the budget (see
+//! [`queue_share`](super::queue_share)); so at most four budgets wait, and three without ECN.
+//! Whatever their size, at most [`QueueLimit::frames_per_port`] frames of one port wait on one
+//! uplink.
 //!
 //! The scheduler decides the order frames leave in; this decides which frames wait at all. With
 //! the budget at a few milliseconds, a frame waits that long at most for its uplink, however
@@ -71,12 +74,11 @@ pub enum Admit {
 }
 
 /// The rule of the module documentation, for a frame of `len` bytes from a port holding
-/// `port_bytes` of the uplink's `total` bytes queued, `others` other ports having frames
-/// waiting there.
-pub fn admit(total: u64, port_bytes: u64, others: usize, len: u64, budget: u64) -> Admit {
+/// `port_bytes` of the uplink's `total` bytes queued, whose fair part is `fair` bytes.
+pub fn admit(total: u64, port_bytes: u64, fair: u64, len: u64, budget: u64) -> Admit {
     if total + len <= budget {
         Admit::Join
-    } else if port_bytes + len <= budget / (others as u64 + 1) {
+    } else if port_bytes + len <= fair {
         Admit::JoinMarked
     } else if total + len <= 2 * budget {
         Admit::JoinIfMarked
@@ -101,15 +103,17 @@ mod tests {
     #[test]
     fn a_light_port_gets_in_where_a_heavy_one_does_not() {
         let b = 100_000;
-        assert_eq!(admit(0, 0, 0, 1500, b), Admit::Join);
-        assert_eq!(admit(b - 1500, b - 1500, 0, 1500, b), Admit::Join);
+        assert_eq!(admit(0, 0, b, 1500, b), Admit::Join);
+        assert_eq!(admit(b - 1500, b - 1500, b, 1500, b), Admit::Join);
         // Full: the port holding it all is over its fair part (all of it, alone).
-        assert_eq!(admit(b, b, 0, 1500, b), Admit::JoinIfMarked);
-        // A port with nothing queued, one other port waiting: fair part is half the budget.
-        assert_eq!(admit(b, 0, 1, 1500, b), Admit::JoinMarked);
-        assert_eq!(admit(b, 49_000, 1, 1500, b), Admit::JoinIfMarked);
+        assert_eq!(admit(b, b, b, 1500, b), Admit::JoinIfMarked);
+        // A port with nothing queued and a fair part of half the budget.
+        assert_eq!(admit(b, 0, b / 2, 1500, b), Admit::JoinMarked);
+        assert_eq!(admit(b, 49_000, b / 2, 1500, b), Admit::JoinIfMarked);
+        // A port served at 75% of the uplink may hold 75% of the budget past it.
+        assert_eq!(admit(b, 49_000, 3 * b / 4, 1500, b), Admit::JoinMarked);
         // Beyond twice the budget, a port within its fair part still joins; others do not.
-        assert_eq!(admit(2 * b, 0, 1, 1500, b), Admit::JoinMarked);
-        assert_eq!(admit(2 * b, 49_000, 1, 1500, b), Admit::Refuse);
+        assert_eq!(admit(2 * b, 0, b / 2, 1500, b), Admit::JoinMarked);
+        assert_eq!(admit(2 * b, 49_000, b / 2, 1500, b), Admit::Refuse);
     }
 }

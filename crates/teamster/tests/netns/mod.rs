@@ -13,6 +13,8 @@ mod live;
 pub use live::{running_as_root, skip_unless};
 
 pub const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
+/// The third VM's namespace, made by [`Topology::shaped_vms`] only, removed with the others.
+pub const THIRD_VM: &str = "tmt-vm3";
 
 /// The tests share one topology's names: one at a time, across test binaries and across
 /// processes (two checkouts testing at once on one machine), by an exclusive `flock` on a file
@@ -118,7 +120,13 @@ impl Topology {
     /// busy VM fires late, and at exactly the pacer's rate it, not the switch under test, was
     /// the bottleneck whenever the machine stalled.
     pub fn shaped(mbit: u32) -> Topology {
-        let t = Topology::up();
+        Topology::shaped_vms(mbit, 2)
+    }
+
+    /// [`Topology::shaped`] with `vms` VMs (2 or 3): the third is tmt-vm3 on tmt-v3, MAC
+    /// 02:00:00:00:00:03, 10.77.0.3.
+    pub fn shaped_vms(mbit: u32, vms: u8) -> Topology {
+        let t = Topology::up_vms(vms);
         let (wire, to_switch) = (format!("{}kbit", mbit * 1100), format!("{mbit}mbit"));
         for (ns, dev, rate) in [
             (None, "tmt-u1", &wire),
@@ -132,13 +140,20 @@ impl Topology {
     }
 
     pub fn up() -> Topology {
+        Topology::up_vms(2)
+    }
+
+    /// The topology with `vms` VMs (2 or 3).
+    pub fn up_vms(vms: u8) -> Topology {
+        assert!((2..=3).contains(&vms), "2 or 3 VMs");
         Topology::clean();
         let t = Topology;
-        for n in NAMESPACES {
+        let third = (vms == 3).then_some(THIRD_VM);
+        for n in NAMESPACES.into_iter().chain(third) {
             must(&["ip", "netns", "add", n]);
             must(&["ip", "-n", n, "link", "set", "lo", "up"]);
         }
-        for i in [1, 2] {
+        for i in 1..=vms {
             vm_link(i);
         }
         must(&[
@@ -186,10 +201,10 @@ impl Topology {
     }
 
     pub fn clean() {
-        for l in ["tmt-v1", "tmt-v2", "tmt-t1", "tmt-u1", "tmt-u2"] {
+        for l in ["tmt-v1", "tmt-v2", "tmt-v3", "tmt-t1", "tmt-u1", "tmt-u2"] {
             sh(&["ip", "link", "del", l]);
         }
-        for n in NAMESPACES {
+        for n in NAMESPACES.into_iter().chain([THIRD_VM]) {
             sh(&["ip", "netns", "del", n]);
         }
     }
@@ -506,6 +521,26 @@ pub fn udp_stream_to(
     secs: u32,
     interval_s: f64,
 ) -> std::thread::JoinHandle<Received> {
+    stream_to(remote, vm, port, Some(mbit), secs, interval_s)
+}
+
+/// One TCP iperf3 stream (the kernel's default congestion control, offloads as the VM's
+/// interface has them) from `vm` to the remote host for `secs`, measured at the receiver every
+/// `interval_s`.
+pub fn tcp_stream(vm: &'static str, port: u16, secs: u32, interval_s: f64) -> std::thread::JoinHandle<Received> {
+    stream_to(("tmt-remote", "10.77.0.100"), vm, port, None, secs, interval_s)
+}
+
+/// An iperf3 stream from `vm` to `remote` on server port `port`: UDP at `udp_mbit` (1400-byte
+/// datagrams) if given, else one TCP connection; what the receiver got, every `interval_s`.
+fn stream_to(
+    remote: (&'static str, &'static str),
+    vm: &'static str,
+    port: u16,
+    udp_mbit: Option<u32>,
+    secs: u32,
+    interval_s: f64,
+) -> std::thread::JoinHandle<Received> {
     let (remote_ns, remote_ip) = remote;
     std::thread::spawn(move || {
         let p = port.to_string();
@@ -529,8 +564,10 @@ pub fn udp_stream_to(
             .spawn()
             .unwrap();
         await_listener(remote_ns, port);
-        let args = [
-            &(secs + 6).to_string(),
+        let limit = (secs + 6).to_string();
+        let t = secs.to_string();
+        let mut args = vec![
+            &limit[..],
             "ip",
             "netns",
             "exec",
@@ -540,14 +577,13 @@ pub fn udp_stream_to(
             remote_ip,
             "-p",
             &p,
-            "-u",
-            "-b",
-            &format!("{mbit}M"),
-            "-l",
-            "1400",
             "-t",
-            &secs.to_string(),
+            &t,
         ];
+        let rate = udp_mbit.map(|m| format!("{m}M"));
+        if let Some(rate) = &rate {
+            args.extend(["-u", "-b", rate, "-l", "1400"]);
+        }
         let _ = Command::new("timeout").args(args).output().unwrap();
         // The server prints its intervals even when ended by `timeout` (SIGTERM).
         let out = server.wait_with_output().unwrap();
