@@ -58,6 +58,7 @@ mod ports;
 mod publish;
 mod rx_queues;
 mod rx_rounds;
+mod thread_load;
 mod uplinks;
 
 pub use ports::PortWant;
@@ -448,6 +449,10 @@ pub struct Datapath {
     next_rx_round: Instant,
     /// Installs NetQueue's programs off this thread.
     steerer: rx_rounds::Steerer,
+    /// This thread's time at work and frames received; and each data-plane thread's meter
+    /// (this one first, then the port workers'), read at each receive-queue round.
+    load: thread_load::ThreadLoad,
+    meters: Vec<thread_load::Meter>,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -798,7 +803,10 @@ impl Datapath {
             rx_moves: Default::default(),
             next_rx_round: now,
             steerer: rx_rounds::Steerer::spawn().map_err(|e| format!("cannot start the steering thread: {e}"))?,
+            load: Default::default(),
+            meters: Vec::new(),
         };
+        dp.meters = vec![Default::default(); dp.workers.len() + 1];
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
         dp.event(now, "start", summary);
         for note in notes.into_iter().flatten() {
@@ -914,6 +922,7 @@ impl Datapath {
         let mut errored: Vec<Slot> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             self.wait(&mut errored);
+            let woke = std::time::Instant::now();
             let now = self.now();
             for slot in errored.drain(..) {
                 self.socket_error(slot, now);
@@ -949,6 +958,7 @@ impl Datapath {
             self.count_devices();
             self.rx_round(now);
             control.turn(self, now);
+            self.load.add(woke.elapsed(), received as u64);
         }
     }
 
@@ -1048,18 +1058,20 @@ impl Datapath {
                 self.take_tally(i, w);
             }
         }
-        // The receive queues' counts go to their uplinks (those of a closed queue included).
-        for (u, up) in self.uplinks.iter_mut().enumerate() {
+        // The receive queues' counts go to their uplinks (those of a closed queue included):
+        // from the port worker reading each, in the slot of the uplink's receive key.
+        for up in self.uplinks.iter_mut() {
             for q in 1..self.rx.queues.min(MAX_RX_QUEUES) {
-                let Some(w) = (!self.workers.is_empty()).then(|| (q - 1) % self.workers.len()) else {
-                    break;
+                let Some(w) = rx_queues::queue_thread(&self.rx.steering, self.workers.len(), q).checked_sub(1) else {
+                    continue; // the switching worker's own: see collect_ring_drops
                 };
-                let t = self.workers[w].lane.tallies[rx_queues::slot(u, q)].take();
+                let t = self.workers[w].lane.tallies[rx_queues::slot(up.rx.key, q)].take();
                 let x = &mut up.extra;
                 x.truncated += t.truncated;
                 x.bad_offload += t.bad_offload;
                 x.ring_full += t.ring_full;
                 x.handoff_full += t.handoff_full;
+                up.rx.count_drops(q, t.ring_full);
             }
         }
         for (i, u) in self.uplinks.iter_mut().enumerate() {
@@ -1139,8 +1151,11 @@ impl Datapath {
         }
         for u in &mut self.uplinks {
             if let Some(b) = u.backend.as_mut() {
-                u.extra.ring_full += b.ring_drops();
+                let n = b.ring_drops();
+                u.extra.ring_full += n;
+                u.rx.count_drops(0, n);
             }
+            u.extra.ring_full += u.rx.local_ring_drops();
         }
     }
 

@@ -246,3 +246,139 @@ fn dynamic_netqueue_spreads_under_load_and_packs_when_it_ends() {
         assert!(text.contains(want), "{want} in\n{text}");
     }
 }
+
+/// The pings' round-trip times in a `ping` output, in ms, sorted.
+fn rtts(out: &str) -> Vec<f64> {
+    let mut t: Vec<f64> = out
+        .split("time=")
+        .skip(1)
+        .filter_map(|s| s.split(' ').next()?.parse().ok())
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t
+}
+
+/// Dynamic NetQueue as shipped (no `queue_pps`): each queue's capacity is measured from the
+/// thread reading it, so a flood that saturates the switching worker's queue reads as a full
+/// queue and spreads, whatever this machine and build can do. With the old default of 250,000
+/// frames/s the same flood read 23-31% and nothing moved, while pings to the other VM took 4-14
+/// ms on average with up to 12% lost.
+#[test]
+fn dynamic_netqueue_spreads_a_queue_its_thread_cannot_keep_up_with() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Two threads: queue 1 is the switching worker's (light filters pack there), queue 2 a port
+    // worker's.
+    let (_daemon, status_path) = start(d, &config(2, "queues = 3\nsteering = \"dynamic_netqueue\""));
+    assert!(reaches_remote("tmt-vm1") && reaches_remote("tmt-vm2"));
+    let (vm1, vm2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
+    let v = await_rx(d, 5, "both filters placed", |v| {
+        filter_queue(v, vm1).is_some() && filter_queue(v, vm2).is_some()
+    });
+    assert_eq!(filter_queue(&v, vm1), filter_queue(&v, vm2), "packed at first: {v}");
+    // The flood: UDP datagrams of 64 bytes from the remote host to vm1, as fast as iperf3
+    // sends them (well over what a debug build's switching worker takes beside it).
+    let server = std::process::Command::new("timeout")
+        .args([
+            "40", "ip", "netns", "exec", "tmt-vm1", "iperf3", "-s", "-1", "-p", "5201",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    await_listener("tmt-vm1", 5201);
+    let started = Instant::now();
+    let flood = std::process::Command::new("timeout")
+        .args([
+            "35",
+            "ip",
+            "netns",
+            "exec",
+            "tmt-remote",
+            "iperf3",
+            "-c",
+            "10.77.0.1",
+            "-u",
+            "-b",
+            "0",
+            "-l",
+            "64",
+            "-t",
+            "30",
+            "-p",
+            "5201",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _reap = Reap(vec![server, flood]);
+    let deadline = Duration::from_secs(20);
+    let v = loop {
+        let v = rx(d);
+        if v["events"].as_array().unwrap().iter().any(|e| e["reason"] == "spread") {
+            break v;
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "no spread within {deadline:?} of the flood: {v}\nswitch: {}",
+            counters_line(&status(&status_path))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let spread_after = started.elapsed();
+    let e = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["reason"] == "spread")
+        .unwrap()
+        .clone();
+    let loads: Vec<f64> = e["loads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect();
+    assert!(loads.iter().any(|l| *l > 0.8), "a queue over spread_above: {e}");
+    let (q1, q2) = (filter_queue(&v, vm1).unwrap(), filter_queue(&v, vm2).unwrap());
+    assert_ne!(q1, q2, "the flood and the other VM on queues of their own: {v}");
+    let capacity = v["uplinks"][0]["queues"][1]["capacity"].as_f64().unwrap();
+    assert!(capacity < 250_000.0, "queue 1's capacity is measured: {capacity}");
+    // The other VM, on a queue of its own, answers beside the flood.
+    let out = ping("tmt-remote", "10.77.0.2", "100", "0.05");
+    let t = rtts(&out);
+    let v = rx(d);
+    let spreads = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "spread")
+        .count();
+    eprintln!(
+        "spread {spread_after:?} into the flood (loads {loads:.2?}, queue 1 measured at {capacity:.0} frames/s); \
+         pings to vm2 beside it: {} of 100, median {:.2} ms, p90 {:.2} ms, max {:.2} ms; spreads in all {spreads}\n{}",
+        t.len(),
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN),
+        t.get(t.len() * 9 / 10).copied().unwrap_or(f64::NAN),
+        t.last().copied().unwrap_or(f64::NAN),
+        ctl(d, &["rx"]).1
+    );
+    assert!(t.len() >= 97, "pings to vm2 beside the flood: {out}");
+    assert!(spreads <= 2, "the filters do not flap: {v}");
+}
+
+/// Kills and reaps the children when the test ends.
+struct Reap(Vec<std::process::Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -9,16 +9,27 @@
 //! - [`Placement::Even`] (NetQueue before Dynamic NetQueue): each filter gets a queue of its own
 //!   while queues last, in the order filters are added; the rest share the default queue.
 //! - [`Placement::Packed`] (Dynamic NetQueue): filters share as few queues as their load allows.
-//!   Every `interval` each filter's load is its packet rate over that interval as a fraction of
-//!   what one queue's core receives (`queue_pps`), smoothed by half. Then, in this order:
-//!   *spread*: a queue over `spread_above` moves its filters, the largest that fits first, to
-//!   the least loaded queue in use where it stays at or under `pack_target` (else to an unused
-//!   queue), until it is back under `spread_above`; *pack*: the least loaded queue in use, if
+//!   Every `interval` each filter's packet rate over that interval is measured and smoothed by
+//!   half; its load is that rate as a fraction of what its queue's core receives at most, the
+//!   queue's *capacity*: `queue_pps` for every queue, unless the driver measures each queue's
+//!   and says so ([`NetQueue::set_capacity`]; the live data plane measures the thread reading
+//!   the queue, see its `rx_queues`). A filter moved to another queue is counted there at that
+//!   queue's capacity. Then, in this order:
+//!   *spread*: a queue over `spread_above` with more than one filter moves its filters, the
+//!   largest that fits first, to the least loaded queue in use where it stays at or under
+//!   `pack_target` (else to an unused queue where it stays at or under `spread_above`), until
+//!   it is back under `spread_above`; a filter that would be over `spread_above` wherever it
+//!   went stays, and the others move away from it (moving it would only move the hot spot), and
+//!   a queue's last filter never moves for a spread; *pack*: the least loaded queue in use, if
 //!   under `pack_below`, is emptied into the others when all of its filters fit under
-//!   `pack_target` (one queue a round). `pack_target` sits under `spread_above` and a filter
-//!   moved stays two intervals, so a pack never causes the next spread: no flapping. A new
-//!   filter joins the fullest queue in use that is at or under `pack_target` (it has no load
-//!   yet), else an unused queue.
+//!   `pack_target` (one queue a round). A queue takes a filter packed or new only if its
+//!   *peak* load, the highest of the last [`HOT_ROUNDS`] rounds, leaves room under
+//!   `pack_target`, and not for [`HOT_ROUNDS`] intervals after it took a spread filter (whose
+//!   load there is a prediction until measured); a filter moved stays two intervals; and
+//!   `pack_target` sits under `spread_above`. So a pack never causes the next spread, and a
+//!   measure that swings with a busy host does not flap filters back and forth. A new filter
+//!   joins the fullest queue in use with room under `pack_target` (it has no load yet), else an
+//!   unused queue.
 //!
 //! Each move is a [`QueueEvent`] with its reason and every queue's load; at most
 //! [`MAX_EVENTS`] wait to be taken. Filters are at most [`MAX_FILTERS`] per uplink.
@@ -33,6 +44,9 @@ use std::collections::{HashMap, VecDeque};
 pub const MAX_FILTERS: usize = 4096;
 /// The most events kept until taken; older ones are dropped (and counted).
 pub const MAX_EVENTS: usize = 1024;
+/// Rounds a queue's peak load looks back over, and intervals a queue that took a spread
+/// filter takes no other.
+pub const HOT_ROUNDS: u32 = 10;
 
 /// How filters are placed on queues.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,8 +106,10 @@ pub struct Filter {
     pub mac: MacAddr,
     pub vni: Option<u32>,
     pub queue: u16,
-    /// Its smoothed load, as a fraction of a queue.
+    /// Its smoothed load, as a fraction of its queue's capacity.
     pub load: f64,
+    /// Its smoothed packet rate, per second.
+    pub rate: f64,
     packets: u64,
     moved: Option<Instant>,
 }
@@ -131,6 +147,12 @@ pub struct NetQueue {
     index: HashMap<(MacAddr, Option<u32>), usize>,
     /// Frames the default queue took since the last round.
     default_packets: u64,
+    /// Each queue's capacity, packets per second at load 1.0.
+    capacity: Vec<f64>,
+    /// Until when each queue takes no filter packed or new (it took a spread filter).
+    hot_until: Vec<Option<Instant>>,
+    /// Each queue's loads at the last [`HOT_ROUNDS`] rounds, most recent last.
+    recent: Vec<VecDeque<f64>>,
     next: Option<Instant>,
     events: VecDeque<QueueEvent>,
     pub events_dropped: u64,
@@ -142,8 +164,10 @@ impl NetQueue {
         if !(1..=4096).contains(&queues) {
             return Err(format!("{queues} queues: expected 1 to 4096"));
         }
+        let mut pps = f64::INFINITY;
         if let Placement::Packed(p) = placement {
             p.validate()?;
+            pps = p.queue_pps;
         }
         Ok(NetQueue {
             queues,
@@ -151,6 +175,9 @@ impl NetQueue {
             filters: Vec::new(),
             index: HashMap::new(),
             default_packets: 0,
+            capacity: vec![pps; usize::from(queues)],
+            hot_until: vec![None; usize::from(queues)],
+            recent: vec![VecDeque::new(); usize::from(queues)],
             next: None,
             events: VecDeque::new(),
             events_dropped: 0,
@@ -166,7 +193,7 @@ impl NetQueue {
         if self.filters.len() >= MAX_FILTERS {
             return Err(format!("the uplink holds {MAX_FILTERS} filters already"));
         }
-        let queue = self.place_new();
+        let queue = self.place_new(now);
         self.index.insert((mac, vni), self.filters.len());
         self.filters.push(Filter {
             port,
@@ -174,6 +201,7 @@ impl NetQueue {
             vni,
             queue,
             load: 0.0,
+            rate: 0.0,
             packets: 0,
             moved: None,
         });
@@ -228,7 +256,7 @@ impl NetQueue {
     }
 
     /// The queue a new filter goes to.
-    fn place_new(&self) -> u16 {
+    fn place_new(&self, now: Instant) -> u16 {
         if self.queues == 1 {
             return 0;
         }
@@ -241,9 +269,12 @@ impl NetQueue {
                 let used = self.used_queues();
                 used.iter()
                     .copied()
-                    .filter(|q| loads[usize::from(*q)] <= p.pack_target)
+                    .filter(|q| self.peak(*q).max(loads[usize::from(*q)]) <= p.pack_target && !self.hot(*q, now))
                     .max_by(|a, b| loads[usize::from(*a)].total_cmp(&loads[usize::from(*b)]).then(b.cmp(a)))
                     .or_else(|| (1..self.queues).find(|q| !used.contains(q)))
+                    .or_else(|| {
+                        (1..self.queues).min_by(|a, b| loads[usize::from(*a)].total_cmp(&loads[usize::from(*b)]))
+                    })
                     .unwrap_or(1)
             }
         }
@@ -298,6 +329,43 @@ impl NetQueue {
         self.queues
     }
 
+    /// Sets queue `queue`'s capacity, packets per second at load 1.0 (at least 1; an unknown
+    /// queue is ignored), as measured by the driver: from the next round on, loads on it are
+    /// fractions of this.
+    pub fn set_capacity(&mut self, queue: u16, pps: f64) {
+        if let Some(c) = self.capacity.get_mut(usize::from(queue)) {
+            if pps.is_finite() {
+                *c = pps.max(1.0);
+            }
+        }
+    }
+
+    /// Queue `queue`'s capacity, packets per second at load 1.0.
+    pub fn capacity(&self, queue: u16) -> f64 {
+        self.capacity.get(usize::from(queue)).copied().unwrap_or(f64::INFINITY)
+    }
+
+    /// Whether queue `q` takes no filter packed or new at `now` (it took a spread filter).
+    fn hot(&self, q: u16, now: Instant) -> bool {
+        self.hot_until
+            .get(usize::from(q))
+            .copied()
+            .flatten()
+            .is_some_and(|t| now < t)
+    }
+
+    /// Queue `q`'s highest load at the last [`HOT_ROUNDS`] rounds.
+    fn peak(&self, q: u16) -> f64 {
+        self.recent
+            .get(usize::from(q))
+            .map_or(0.0, |r| r.iter().copied().fold(0.0, f64::max))
+    }
+
+    /// The load a filter of `rate` packets per second puts on queue `q`.
+    fn load_on(&self, rate: f64, q: u16) -> f64 {
+        rate / self.capacity(q)
+    }
+
     /// When the next packing round is due (Dynamic NetQueue with filters only).
     pub fn poll_at(&self) -> Option<Instant> {
         self.next
@@ -318,12 +386,20 @@ impl NetQueue {
         let elapsed = (now - due + p.interval).as_secs_f64();
         self.next = Some(now + p.interval);
         for f in &mut self.filters {
-            let rate = f.packets as f64 / elapsed / p.queue_pps;
-            f.load = (f.load + rate) / 2.0;
+            f.rate = (f.rate + f.packets as f64 / elapsed) / 2.0;
             f.packets = 0;
+        }
+        for i in 0..self.filters.len() {
+            self.filters[i].load = self.load_on(self.filters[i].rate, self.filters[i].queue);
         }
         self.default_packets = 0;
         let before = self.queue_loads();
+        for (r, l) in self.recent.iter_mut().zip(&before) {
+            if r.len() >= HOT_ROUNDS as usize {
+                r.pop_front();
+            }
+            r.push_back(*l);
+        }
         let dwell = 2 * p.interval;
         let settled = |f: &Filter| f.moved.is_none_or(|t| now.saturating_duration_since(t) >= dwell);
         let mut moves: Vec<(usize, u16, Reason)> = Vec::new();
@@ -331,19 +407,27 @@ impl NetQueue {
         // Spread: over the line, move filters off, the largest that fits first.
         for q in self.used_queues() {
             while loads[usize::from(q)] > p.spread_above {
+                // A queue with one filter is as spread as it gets: moving it would only move
+                // the load (and back again when the other queue is over the line).
+                let members = (0..self.filters.len())
+                    .filter(|&i| current(&self.filters[i], i, &moves) == q)
+                    .count();
+                if members <= 1 {
+                    break;
+                }
                 let mut candidates: Vec<usize> = (0..self.filters.len())
                     .filter(|&i| self.filters[i].queue == q && settled(&self.filters[i]))
                     .filter(|i| !moves.iter().any(|m| m.0 == *i))
                     .collect();
                 candidates.sort_by(|a, b| self.filters[*b].load.total_cmp(&self.filters[*a].load).then(a.cmp(b)));
                 let target = candidates.iter().find_map(|&i| {
-                    let l = self.filters[i].load;
-                    self.spread_target(q, l, &loads, &moves, p).map(|to| (i, to))
+                    let r = self.filters[i].rate;
+                    self.spread_target(q, r, &loads, &moves, p).map(|to| (i, to))
                 });
                 let Some((i, to)) = target else { break };
-                let l = self.filters[i].load;
-                loads[usize::from(q)] -= l;
-                loads[usize::from(to)] += l;
+                let r = self.filters[i].rate;
+                loads[usize::from(q)] -= self.load_on(r, q);
+                loads[usize::from(to)] += self.load_on(r, to);
                 moves.push((i, to, Reason::Spread));
                 if moves.iter().filter(|m| m.2 == Reason::Spread).count() > self.filters.len() {
                     break;
@@ -372,17 +456,22 @@ impl NetQueue {
                     .collect();
                 members.sort_by(|a, b| self.filters[*b].load.total_cmp(&self.filters[*a].load).then(a.cmp(b)));
                 let all_fit = members.iter().all(|&i| {
-                    let l = self.filters[i].load;
+                    let r = self.filters[i].rate;
                     // Best fit: the fullest other queue in use it still fits in.
                     let to = used
                         .iter()
                         .copied()
-                        .filter(|o| *o != q && trial[usize::from(*o)] + l <= p.pack_target)
+                        .filter(|o| *o != q && !self.hot(*o, now))
+                        .filter(|o| {
+                            let o = usize::from(*o);
+                            let added = trial[o] - before[o];
+                            self.peak(o as u16) + added + self.load_on(r, o as u16) <= p.pack_target
+                        })
                         .max_by(|a, b| trial[usize::from(*a)].total_cmp(&trial[usize::from(*b)]).then(b.cmp(a)));
                     match to {
                         Some(to) if settled(&self.filters[i]) => {
-                            trial[usize::from(to)] += l;
-                            trial[usize::from(q)] -= l;
+                            trial[usize::from(to)] += self.load_on(r, to);
+                            trial[usize::from(q)] -= self.load_on(r, q);
                             plan.push((i, to, Reason::Pack));
                             true
                         }
@@ -408,6 +497,11 @@ impl NetQueue {
             };
             f.queue = to;
             f.moved = Some(now);
+            if reason == Reason::Spread {
+                // Its load there is a prediction until measured: nothing packs onto it meanwhile.
+                self.hot_until[usize::from(to)] = Some(now + p.interval * HOT_ROUNDS);
+            }
+            f.load = f.rate / self.capacity.get(usize::from(to)).copied().unwrap_or(f64::INFINITY);
             if self.events.len() >= MAX_EVENTS {
                 self.events.pop_front();
                 self.events_dropped += 1;
@@ -416,12 +510,13 @@ impl NetQueue {
         }
     }
 
-    /// Where a filter of load `l` leaving queue `from` goes: the least loaded queue in use it
-    /// fits in under `pack_target`, else the first unused queue.
+    /// Where a filter of `rate` packets per second leaving queue `from` goes: the least loaded
+    /// queue in use it fits in under `pack_target` (at that queue's capacity), else the first
+    /// unused queue if it is under `spread_above` there; else nowhere.
     fn spread_target(
         &self,
         from: u16,
-        l: f64,
+        rate: f64,
         loads: &[f64],
         moves: &[(usize, u16, Reason)],
         p: Packing,
@@ -429,9 +524,10 @@ impl NetQueue {
         let in_use = |q: u16| self.filters.iter().enumerate().any(|(i, f)| current(f, i, moves) == q);
         let used = (1..self.queues).filter(|q| *q != from && in_use(*q));
         let fits = used
-            .filter(|q| loads[usize::from(*q)] + l <= p.pack_target)
+            .filter(|q| loads[usize::from(*q)] + self.load_on(rate, *q) <= p.pack_target)
             .min_by(|a, b| loads[usize::from(*a)].total_cmp(&loads[usize::from(*b)]).then(a.cmp(b)));
-        fits.or_else(|| (1..self.queues).find(|q| *q != from && !in_use(*q)))
+        let unused = (1..self.queues).find(|q| *q != from && !in_use(*q));
+        fits.or_else(|| unused.filter(|q| self.load_on(rate, *q) <= p.spread_above))
     }
 }
 
@@ -532,6 +628,86 @@ mod tests {
             "an outer filter does not match inside"
         );
         assert_eq!(nq.receive(&to(mac(2))), 2);
+    }
+
+    #[test]
+    fn a_queue_measured_slower_than_configured_spreads_at_its_own_capacity() {
+        // Configured at 250,000 packets/s a queue, as the live default was; the thread reading
+        // queue 1 (which also switches) is measured at 60,000, queue 2's at 200,000.
+        let p = Packing {
+            queue_pps: 250_000.0,
+            ..Packing::default()
+        };
+        let mut nq = NetQueue::new(4, Placement::Packed(p)).unwrap();
+        let mut t = Instant::ZERO;
+        for i in 0..2 {
+            nq.add_filter(PortId(u32::from(i)), mac(i), None, t).unwrap();
+        }
+        assert_eq!(nq.used_queues(), [1]);
+        // A flood of 55,000 packets/s to filter 0, a trickle to filter 1: 22% of the configured
+        // figure, so nothing moves...
+        rounds(&mut nq, &mut t, 4, &|i| if i == 0 { 55_000 } else { 10 });
+        assert_eq!(nq.used_queues(), [1], "{:?}", nq.queue_loads());
+        // ...until the queues' capacities are measured: queue 1 is then at 92% and spreads; the
+        // flood moves to queue 2, where it is 28% of that thread.
+        nq.set_capacity(1, 60_000.0);
+        nq.set_capacity(2, 200_000.0);
+        nq.set_capacity(3, 60_000.0);
+        rounds(&mut nq, &mut t, 1, &|i| if i == 0 { 55_000 } else { 10 });
+        let e = nq.poll_event().expect("a spread");
+        assert_eq!((e.reason, e.from, e.to, e.mac), (Reason::Spread, 1, 2, mac(0)));
+        assert!(e.loads[1] > 0.8, "{:?}", e.loads);
+        let f = &nq.filters()[0];
+        assert!((f.load - f.rate / 200_000.0).abs() < 1e-12 && f.load < 0.3, "{f:?}");
+        // It stays there: a minute of the same load spreads nothing again (no flapping back
+        // onto a slower queue, where it would be over spread_above). The trickle may pack onto
+        // the flood's queue, whose thread is three quarters idle.
+        rounds(&mut nq, &mut t, 60, &|i| if i == 0 { 55_000 } else { 10 });
+        let later: Vec<QueueEvent> = std::iter::from_fn(|| nq.poll_event()).collect();
+        assert!(
+            later.iter().all(|e| e.reason == Reason::Pack && e.mac == mac(1)),
+            "{later:?}"
+        );
+        assert_eq!(nq.filters()[0].queue, 2);
+        // When the flood stops, the two pack back onto one queue.
+        rounds(&mut nq, &mut t, 10, &|_| 10);
+        assert_eq!(nq.used_queues().len(), 1, "{:?}", nq.filters());
+    }
+
+    #[test]
+    fn a_flood_that_fills_any_queue_stays_and_the_others_move_away_without_flapping() {
+        // Every queue's thread takes 60,000 packets/s; a flood swings between 40,000 and
+        // 58,000 a round (smoothed, 77% and 87%) as a busy host's measure does, a trickle
+        // beside it.
+        let p = Packing {
+            queue_pps: 60_000.0,
+            ..Packing::default()
+        };
+        let mut nq = NetQueue::new(3, Placement::Packed(p)).unwrap();
+        let mut t = Instant::ZERO;
+        for i in 0..2 {
+            nq.add_filter(PortId(u32::from(i)), mac(i), None, t).unwrap();
+        }
+        let mut round = 0u64;
+        let mut events = Vec::new();
+        for _ in 0..60 {
+            round += 1;
+            let flood = if round % 2 == 0 { 40_000 } else { 58_000 };
+            rounds(&mut nq, &mut t, 1, &|i| if i == 0 { flood } else { 20 });
+            events.extend(std::iter::from_fn(|| nq.poll_event()));
+        }
+        // The flood would be over the line on any queue: it stays; the trickle moves away from
+        // it once, and never packs back while the flood's queue keeps going over the line.
+        assert!(!events.is_empty(), "the trickle moved away");
+        assert!(
+            events.iter().all(|e| e.mac == mac(1)),
+            "only the trickle moves: {events:?}"
+        );
+        assert_eq!(events.len(), 1, "no flapping: {events:?}");
+        assert_ne!(nq.filters()[0].queue, nq.filters()[1].queue);
+        // When the flood ends, the queue cools down and the two pack again.
+        rounds(&mut nq, &mut t, 2 * HOT_ROUNDS as usize, &|_| 20);
+        assert_eq!(nq.used_queues().len(), 1, "{:?}", nq.filters());
     }
 
     #[test]

@@ -179,6 +179,8 @@ pub(super) struct Lane {
     /// Set with each command sent, so a worker about to sleep sees one its bell missed.
     commands: AtomicBool,
     stop: AtomicBool,
+    /// The worker's time at work and frames received (see `thread_load`).
+    pub load: super::thread_load::ThreadLoad,
 }
 
 impl Lane {
@@ -229,6 +231,7 @@ impl PortWorker {
             tallies: (0..slots).map(|_| PortTally::default()).collect(),
             commands: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            load: Default::default(),
         });
         let (commands, inbox) = std::sync::mpsc::channel();
         let mut run = Run {
@@ -302,8 +305,10 @@ impl Run {
     fn run(&mut self) {
         self.rebuild_pollfds();
         while !self.lane.stop.load(Ordering::Relaxed) {
+            let start = Instant::now();
             let received = self.turn();
             let now = Instant::now();
+            self.lane.load.add(now - start, received as u64);
             if received > 0 {
                 self.busy_until = now + self.busy_poll;
             }

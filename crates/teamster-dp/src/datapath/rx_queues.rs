@@ -57,6 +57,17 @@ pub(super) const ROUND: core::time::Duration = core::time::Duration::from_secs(1
 /// The most MACs of one port that get a filter of their own.
 pub const FILTERS_PER_PORT: usize = 4;
 
+/// The data-plane thread (0: the switching worker) reading receive queue `q` under `steering`
+/// with `workers` port workers (see the module documentation).
+pub(super) fn queue_thread(steering: &Steering, workers: usize, q: usize) -> usize {
+    match (steering, q) {
+        (_, 0) => 0,
+        _ if workers == 0 => 0,
+        (Steering::Rss(_), q) => 1 + (q - 1) % workers,
+        (Steering::NetQueue(_), q) => (q - 1) % (workers + 1),
+    }
+}
+
 /// A port worker's slot for queue `q` of the uplink with receive key `key`.
 pub(super) fn slot(key: usize, q: usize) -> usize {
     MAX_PORTS + key * MAX_RX_QUEUES + q
@@ -81,6 +92,10 @@ pub struct RxPlan {
     /// Receive queues per uplink (1: the uplink's own socket only, as before).
     pub queues: usize,
     pub steering: Steering,
+    /// Dynamic NetQueue: each queue's capacity is measured from the thread reading it (see
+    /// `thread_load`), from the configured `queue_pps` on until the first measure; false: the
+    /// configured figure stands.
+    pub measure_capacity: bool,
 }
 
 impl Default for RxPlan {
@@ -88,6 +103,7 @@ impl Default for RxPlan {
         RxPlan {
             queues: 1,
             steering: Steering::Rss(RssConfig::new(1).expect("one queue")),
+            measure_capacity: false,
         }
     }
 }
@@ -116,6 +132,8 @@ pub struct QueueState {
     pub frames: u64,
     /// Frames per second over the last round.
     pub pps: f64,
+    /// Dynamic NetQueue: frames per second at load 1.0 (measured or configured).
+    pub capacity: Option<f64>,
 }
 
 /// A NetQueue filter as the control plane sees it.
@@ -150,6 +168,10 @@ pub(super) struct UplinkRx {
     pub(super) frames: Vec<u64>,
     /// Frames at the last round, and the rates measured then.
     pub(super) frames_then: Vec<u64>,
+    /// Frames the kernel dropped on each queue's socket (its buffer full: the thread reading
+    /// it fell behind) since the uplink was attached, and at the last round.
+    pub(super) drops: Vec<u64>,
+    pub(super) drops_then: Vec<u64>,
     pub(super) pps: Vec<f64>,
     pub(super) netqueue: Option<NetQueue>,
     /// The filters the installed program steers (NetQueue).
@@ -207,6 +229,27 @@ impl UplinkRx {
         (self.netqueue.iter().filter(move |_| open)).flat_map(|nq| nq.filters().iter().map(|f| (f.port, f.queue)))
     }
 
+    /// Counts `n` frames the kernel dropped on queue `q`'s socket.
+    pub(super) fn count_drops(&mut self, q: usize, n: u64) {
+        if let Some(d) = self.drops.get_mut(q) {
+            *d += n;
+        }
+    }
+
+    /// Reads the kernel's drop counters of the queues the switching worker reads, counting
+    /// them per queue; returns their sum.
+    pub(super) fn local_ring_drops(&mut self) -> u64 {
+        let mut all = 0;
+        for (q, link) in &mut self.local {
+            let n = crate::Backend::ring_drops(link);
+            if let Some(d) = self.drops.get_mut(*q) {
+                *d += n;
+            }
+            all += n;
+        }
+        all
+    }
+
     /// Counts a frame queue `q` took (NetQueue: to its destination MAC, its first six bytes).
     pub(super) fn count(&mut self, q: usize, frame: &[u8]) {
         if let Some(n) = self.frames.get_mut(q) {
@@ -229,6 +272,8 @@ impl Datapath {
             key: rx.key,
             frames: vec![0; want],
             frames_then: vec![0; want],
+            drops: vec![0; want],
+            drops_then: vec![0; want],
             pps: vec![0.0; want],
             note: rx.note.take(),
             ..UplinkRx::default()
@@ -316,13 +361,7 @@ impl Datapath {
     /// The thread reading queue `q`: 0 the switching worker, `k` port worker `k - 1` (see the
     /// module documentation).
     pub(super) fn queue_thread(&self, q: usize) -> usize {
-        let n = self.workers.len();
-        match (&self.rx.steering, q) {
-            (_, 0) => 0,
-            _ if n == 0 => 0,
-            (Steering::Rss(_), q) => 1 + (q - 1) % n,
-            (Steering::NetQueue(_), q) => (q - 1) % (n + 1),
-        }
+        queue_thread(&self.rx.steering, self.workers.len(), q)
     }
 
     /// A receive key no uplink has.
@@ -391,6 +430,10 @@ impl Datapath {
                 },
                 frames: rx.frames[q],
                 pps: rx.pps[q],
+                capacity: match (&self.rx.steering, &rx.netqueue) {
+                    (Steering::NetQueue(Placement::Packed(_)), Some(nq)) => Some(nq.capacity(q as u16)),
+                    _ => None,
+                },
             })
             .collect();
         let filters = rx.netqueue.as_ref().map_or(Vec::new(), |nq| {

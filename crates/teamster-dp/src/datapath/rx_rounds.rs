@@ -5,7 +5,7 @@
 //! the frames' path must not wait for); then ports follow their filters (see `port_moves`).
 //! The model is the `rx_queues` module's.
 
-use super::rx_queues::{RxEvent, Steering, FILTERS_PER_PORT, ROUND, RX_EVENTS_KEPT};
+use super::rx_queues::{queue_thread, RxEvent, Steering, FILTERS_PER_PORT, ROUND, RX_EVENTS_KEPT};
 use super::Datapath;
 use crate::afpacket;
 use crate::backend::Link;
@@ -50,6 +50,34 @@ impl Steerer {
 }
 
 impl Datapath {
+    /// Each data-plane thread's capacity (this one first), frames per second at full load, as
+    /// measured since the last round (see `thread_load`); None until measured.
+    /// A thread one of whose uplink receive queues the kernel dropped frames on since the last
+    /// round fell behind, whatever its own clock says. A thread not measured yet (it has
+    /// received too little) has None, and its queues keep the configured figure: a spread onto
+    /// it is a trial, which its first measure confirms or not (a queue's lone filter never
+    /// moves back for a spread).
+    fn thread_capacities(&mut self, elapsed: core::time::Duration) -> Vec<Option<f64>> {
+        let mut behind = vec![false; self.meters.len()];
+        for u in &mut self.uplinks {
+            let rx = &mut u.rx;
+            for q in 0..rx.drops.len() {
+                if rx.drops[q] > rx.drops_then[q] {
+                    let t = queue_thread(&self.rx.steering, self.workers.len(), q);
+                    if let Some(b) = behind.get_mut(t) {
+                        *b = true;
+                    }
+                }
+                rx.drops_then[q] = rx.drops[q];
+            }
+        }
+        let mut counts = vec![self.load.read()];
+        counts.extend(self.workers.iter().map(|w| w.lane.load.read()));
+        (self.meters.iter_mut().zip(counts).zip(behind))
+            .map(|((m, c), b)| m.round(c, b.then_some(elapsed)))
+            .collect()
+    }
+
     /// The receive queues' round at `now`: rates measured; queues that could not be opened
     /// tried again; NetQueue's filters refreshed from the MAC table, repacked, and the program
     /// swapped when what it steers changed.
@@ -78,6 +106,7 @@ impl Datapath {
         }
         let mut sorted: Vec<(MacAddr, PortId)> = macs.iter().map(|(m, p)| (*m, *p)).collect();
         sorted.sort();
+        let capacities = self.thread_capacities(core::time::Duration::from_secs_f64(elapsed));
         for u in 0..self.uplinks.len() {
             if self.uplinks[u].backend.is_some() && self.uplinks[u].rx.generations.len() <= 1 {
                 self.attach_queues(u, now);
@@ -88,6 +117,13 @@ impl Datapath {
                 rx.frames_then[q] = rx.frames[q];
             }
             let Some(nq) = rx.netqueue.as_mut() else { continue };
+            if self.rx.measure_capacity {
+                for q in 1..nq.queues() {
+                    if let Some(c) = capacities[queue_thread(&self.rx.steering, self.workers.len(), usize::from(q))] {
+                        nq.set_capacity(q, c);
+                    }
+                }
+            }
             let capped = refresh_filters(nq, &macs, &sorted, now);
             let note = capped.then(|| {
                 format!(

@@ -8,8 +8,9 @@
 //! and `teamster_uplink_ecn_marked_total{uplink}` / `teamster_port_ecn_marked_total{port}`
 //! (frames marked Congestion Experienced), `teamster_vtep_remote_resolved{remote}` (overlays:
 //! 1 once ARP has found the remote VTEP's MAC), `teamster_rx_queue_frames_total{uplink,queue}`,
-//! `teamster_rx_queue_pps{uplink,queue}` and `teamster_rx_queue_load{uplink,queue}` (receive
-//! queues; the load under NetQueue only) and `teamster_rx_filter_moves_total{reason}` (Dynamic
+//! `teamster_rx_queue_pps{uplink,queue}`, `teamster_rx_queue_load{uplink,queue}` and
+//! `teamster_rx_queue_capacity{uplink,queue}` (receive queues; the load under NetQueue only, the
+//! capacity under Dynamic NetQueue only) and `teamster_rx_filter_moves_total{reason}` (Dynamic
 //! NetQueue's moves since start).
 
 use super::ApiState;
@@ -37,7 +38,12 @@ fn rx_metrics(reg: &mut Registry, rx: &crate::live::rx_view::RxView) {
     let load = gauge(
         reg,
         "rx_queue_load",
-        "A receive queue's NetQueue load, as a fraction of what one queue takes",
+        "A receive queue's NetQueue load, as a fraction of its capacity",
+    );
+    let capacity = gauge(
+        reg,
+        "rx_queue_capacity",
+        "Frames per second a receive queue's thread takes at full load (Dynamic NetQueue: measured, or rx.queue_pps)",
     );
     let moves = Family::<Labels, Counter>::default();
     reg.register(
@@ -53,6 +59,9 @@ fn rx_metrics(reg: &mut Registry, rx: &crate::live::rx_view::RxView) {
             pps.get_or_create(&l).set(q.pps);
             if let Some(v) = q.load {
                 load.get_or_create(&l).set(v);
+            }
+            if let Some(v) = q.capacity {
+                capacity.get_or_create(&l).set(v);
             }
         }
     }

@@ -8,13 +8,21 @@
 //! rss_key = "6d5a56da..."    # 40 bytes in hex (Microsoft's key by default)
 //! indirection = 128          # RSS table entries, 1-256, spreading the queues round robin
 //! hash_udp = false           # RSS: hash UDP's ports too (off: fragments would hash two ways)
-//! # Dynamic NetQueue's packing: a queue's load is its frames per second / queue_pps
-//! queue_pps = 250000         # what one data-plane thread receives at most, frames/s
+//! # Dynamic NetQueue's packing: a queue's load is its frames per second / its capacity
+//! # queue_pps = 250000       # a fixed capacity, frames/s; absent (the default): each queue's
+//! #                          # is measured from the thread reading it (see below)
 //! interval_ms = 1000         # how often the filters are measured and repacked
 //! spread_above = 0.8         # a queue over this spreads its filters out
 //! pack_below = 0.4           # a queue under this is emptied into the others ...
 //! pack_target = 0.7          # ... if they stay under this
 //! ```
+//!
+//! A queue's capacity is what the thread reading it receives at full load: without `queue_pps`
+//! it is measured, each round, from that thread's time at work per frame it received (its
+//! switching, sending and everything else per frame included; `teamster_dp::datapath`'s
+//! `thread_load`), so a queue's load is the share of its thread's time its frames take, and a
+//! queue whose thread is saturated reads near 100% on any host and build. Until a round has
+//! had enough frames to measure, 250,000 frames/s stands.
 //!
 //! Queues past the first are read by port workers, so more than one needs `workers` of 2 or
 //! more; they are AF_PACKET sockets of one fanout group, so an uplink with `backend = "af_xdp"`
@@ -26,8 +34,9 @@ use teamster_core::rx::{Indirection, RssConfig, RssKey};
 use teamster_dp::datapath::{RxPlan, Steering, MAX_RX_QUEUES};
 use teamster_dp::steer::MAX_LIVE_TABLE;
 
-/// What one data-plane thread receives at most, by default, in frames per second: a
-/// conservative figure for AF_PACKET on a shared core (measured: `bench/live/RESULTS.md`).
+/// A queue's capacity until the thread reading it is measured (or always, as `queue_pps`
+/// gives it), frames per second: AF_PACKET on a shared core of a release build
+/// (`bench/live/RESULTS.md`); a debug build or a busy host does far less, hence the measure.
 pub const DEFAULT_QUEUE_PPS: f64 = 250_000.0;
 
 /// How received frames choose a queue.
@@ -149,7 +158,12 @@ pub fn rx_plan(rx: &RxSection, workers: usize, backends: &[(String, bool)]) -> R
             Steering::NetQueue(Placement::Packed(p))
         }
     };
-    Ok(RxPlan { queues, steering })
+    let measure_capacity = rx.steering == SteeringSetting::DynamicNetqueue && rx.queue_pps.is_none();
+    Ok(RxPlan {
+        queues,
+        steering,
+        measure_capacity,
+    })
 }
 
 #[cfg(test)]

@@ -17,9 +17,11 @@ pub struct RxQueueView {
     pub frames: u64,
     /// Frames per second over the last round (1 s, or the packing interval).
     pub pps: f64,
-    /// NetQueue: the sum of its filters' loads, as a fraction of what one queue takes
-    /// (`rx.queue_pps`); null under RSS.
+    /// NetQueue: the sum of its filters' loads, as a fraction of its capacity; null under RSS.
     pub load: Option<f64>,
+    /// Dynamic NetQueue: frames per second the thread reading it takes at full load, measured
+    /// (or `rx.queue_pps` where set); null otherwise.
+    pub capacity: Option<f64>,
 }
 
 /// A NetQueue filter: a MAC behind a local port, steered to a queue.
@@ -97,6 +99,7 @@ pub fn rx_view(dp: &Published, queues: usize) -> RxView {
                                 .map(|f| f.load)
                                 .sum()
                         }),
+                        capacity: q.capacity,
                     })
                     .collect(),
                 filters: (rx.filters.iter())
@@ -144,13 +147,15 @@ pub fn rx_text(v: &RxView) -> String {
         if let Some(note) = &u.note {
             out += &format!("  note: {note}\n");
         }
-        out += "  queue  worker        frames         pps    load\n";
+        out += "  queue  worker        frames         pps    load    capacity\n";
         for q in &u.queues {
             let worker = q.worker.map_or("-".to_string(), |w| w.to_string());
-            let load = q.load.map_or("-".to_string(), |l| format!("{:.0}%", l * 100.0));
+            // (+ 0.0: an empty sum is -0.0, shown as 0%, not -0%.)
+            let load = q.load.map_or("-".to_string(), |l| format!("{:.0}%", l * 100.0 + 0.0));
+            let capacity = q.capacity.map_or("-".to_string(), |c| format!("{c:.0}"));
             out += &format!(
-                "  {:>5}  {:>6}  {:>12}  {:>10.0}  {:>6}\n",
-                q.queue, worker, q.frames, q.pps, load
+                "  {:>5}  {:>6}  {:>12}  {:>10.0}  {:>6}  {:>10}\n",
+                q.queue, worker, q.frames, q.pps, load, capacity
             );
         }
         if !u.filters.is_empty() {
@@ -202,6 +207,7 @@ mod tests {
                     frames: 42,
                     pps: 10.0,
                     load: Some(0.25),
+                    capacity: Some(61_234.0),
                 }],
                 filters: vec![RxFilterView {
                     mac: "02:00:00:00:00:01".into(),
@@ -227,6 +233,7 @@ mod tests {
             "dynamic-netqueue",
             "uplink u1",
             "25%",
+            "61234",
             "vm1",
             "queue 2 -> 1",
             "pack",
