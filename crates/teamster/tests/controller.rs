@@ -1,9 +1,13 @@
 //! `teamster controller` as a process: hosts register over its API, `teamster ctl vm` and
 //! `ctl cluster` drive Figure 2's sequence, refusals change nothing, and a controller killed
 //! with SIGKILL mid-plan comes back with every VM on exactly one host and its migration still
-//! under way.
+//! under way. As root, a local user attacks it: churning connections without the token.
 
 mod http1;
+#[path = "../../teamster-dp/tests/live/mod.rs"]
+#[allow(dead_code)] // as_root: this binary needs root only for its attacker
+mod live;
+mod local_user;
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -44,6 +48,28 @@ fn start(dir: &Path, extra: &[&str]) -> Controller {
         std::thread::sleep(Duration::from_millis(20));
     }
     Controller { child, socket }
+}
+
+/// The loopback address the controller's TCP listener took, from its standard output (read on
+/// to its end by a thread of its own, so the controller never writes into a closed pipe).
+fn tcp_address(c: &mut Controller) -> String {
+    let mut line = String::new();
+    let mut out = c.child.stdout.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !line.contains("http://") && Instant::now() < deadline {
+        let mut b = [0u8; 256];
+        let n = out.read(&mut b).unwrap();
+        assert!(n > 0, "the controller's output ended: {line}");
+        line.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    line.split("http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// One HTTP/1.1 request over the unix socket: (status, body).
@@ -202,22 +228,7 @@ fn tcp_needs_the_token_and_a_bad_state_path_is_refused() {
         dir.path(),
         &["--listen", "127.0.0.1:0", "--token-file", token.to_str().unwrap()],
     );
-    let mut line = String::new();
-    let mut out = c.child.stdout.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !line.contains("http://") && Instant::now() < deadline {
-        let mut b = [0u8; 256];
-        let n = out.read(&mut b).unwrap();
-        line.push_str(&String::from_utf8_lossy(&b[..n]));
-    }
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let addr = tcp_address(&mut c);
     let get = |token: Option<&str>| {
         let s = std::net::TcpStream::connect(&addr).unwrap();
         http1::exchange(s, "GET", "/api/v1/cluster", token, None).0
@@ -243,4 +254,65 @@ fn tcp_needs_the_token_and_a_bad_state_path_is_refused() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn a_user_churning_connections_without_the_token_does_not_lock_out_the_controller() {
+    if !live::skip_unless(live::running_as_root(), "root, to run the attacker as another user") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = "churn-token-0123456789abcdef";
+    let socket = dir.path().join("controller.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "--state"])
+        .arg(dir.path().join("state.redb"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("TEAMSTER_API_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut c = Controller { child, socket };
+    let addr = tcp_address(&mut c);
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let mut failed = Vec::new();
+    for n in [70, 130, 1000] {
+        let attacker = local_user::churn(port, n);
+        let r = attacker.report();
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        assert!(
+            attacker.await_done(2 * n as u64, Duration::from_secs(20)),
+            "the attacker did not open {} connections: {} opened, errno {}",
+            2 * n,
+            r.done.load(ordering),
+            r.errno.load(ordering)
+        );
+        let (opened0, cpu0, t0) = (
+            r.done.load(ordering),
+            local_user::cpu_time(c.child.id()),
+            Instant::now(),
+        );
+        let b = http1::burst(port, token, "/api/v1/cluster", 16);
+        let cpu = (local_user::cpu_time(c.child.id()) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+        let opened = r.done.load(ordering) - opened0;
+        drop(attacker);
+        eprintln!(
+            "controller, {n} churning connections (uid {}, no token): {} of {} authorised requests failed, slowest answer {:.3} s, median {:.3} s; {opened} attacker connections opened meanwhile; controller CPU {:.0}%",
+            local_user::NOBODY,
+            b.failed,
+            b.sent,
+            b.slowest.as_secs_f64(),
+            b.median.as_secs_f64(),
+            cpu * 100.0
+        );
+        if b.failed > 0 || b.slowest >= Duration::from_secs(2) {
+            failed.push((n, b));
+        }
+    }
+    // The unix socket still answers.
+    assert_eq!(http(&c.socket, "GET", "/api/v1/cluster", None).0, 200);
+    assert!(failed.is_empty(), "{failed:?}");
 }

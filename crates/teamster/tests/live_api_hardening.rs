@@ -1,10 +1,13 @@
 //! The live switch against a hostile local user or client, each attack as it was reproduced on
 //! the daemon before it was hardened, now doing no harm: symlinks planted at the names root
 //! writes; a second daemon started on the same switch or socket; hundreds of idle, trickling and
-//! slow connections; oversize and non-object bodies; a token full of URL metacharacters.
+//! slow connections; another user churning connections without the token; oversize and
+//! non-object bodies; a token full of URL metacharacters.
 //! (Directory and token-file modes are checked before any interface is, so `tests/cli.rs`
 //! covers them without root.) Topology and helpers: [`netns`].
 
+mod http1;
+mod local_user;
 mod netns;
 use netns::*;
 
@@ -327,6 +330,79 @@ fn idle_trickling_and_slow_clients_lock_out_neither_api() {
     );
     assert_eq!(ctl(dir.path(), &["uplinks"]).0, 0);
     assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon died");
+}
+
+/// What a user without the token churning `n` connections did to an authorised client.
+#[derive(Debug)]
+struct UnderChurn {
+    n: usize,
+    burst: http1::Burst,
+    /// The attacker's connections opened while the client's requests ran.
+    opened: u64,
+    /// The server's CPU over the same time, as a share of one core.
+    cpu: f64,
+}
+
+/// Runs `local_user::churn` with `n` connections against 127.0.0.1:`port` while an authorised
+/// client sends 16 requests for `path`; `server` is the listening process's pid.
+fn under_churn(port: u16, token: &str, path: &str, server: u32, n: usize) -> UnderChurn {
+    let attacker = local_user::churn(port, n);
+    let started = attacker.await_done(2 * n as u64, Duration::from_secs(20));
+    let r = attacker.report();
+    assert!(
+        started,
+        "the attacker did not open {} connections: {} opened, {} failed, errno {}",
+        2 * n,
+        r.done.load(std::sync::atomic::Ordering::Relaxed),
+        r.failed.load(std::sync::atomic::Ordering::Relaxed),
+        r.errno.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let (opened0, cpu0, t0) = (
+        r.done.load(std::sync::atomic::Ordering::Relaxed),
+        local_user::cpu_time(server),
+        Instant::now(),
+    );
+    let burst = http1::burst(port, token, path, 16);
+    let cpu = (local_user::cpu_time(server) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let opened = r.done.load(std::sync::atomic::Ordering::Relaxed) - opened0;
+    drop(attacker);
+    let u = UnderChurn { n, burst, opened, cpu };
+    eprintln!(
+        "{} churning connections (uid {}, no token): {} of {} authorised requests failed, slowest answer {:.3} s, median {:.3} s; {} attacker connections opened meanwhile; server CPU {:.0}%",
+        u.n,
+        local_user::NOBODY,
+        u.burst.failed,
+        u.burst.sent,
+        u.burst.slowest.as_secs_f64(),
+        u.burst.median.as_secs_f64(),
+        u.opened,
+        u.cpu * 100.0
+    );
+    u
+}
+
+#[test]
+fn a_user_churning_connections_without_the_token_locks_out_neither_api() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let token = "churn-token-0123456789abcdef";
+    let (daemon, _status) = start_with_api(dir.path(), &api_switch(), 0, token);
+    let port = api_port(dir.path());
+    let runs: Vec<UnderChurn> = [70, 130, 1000]
+        .into_iter()
+        .map(|n| under_churn(port, token, "/api/v1/status", daemon.0.id(), n))
+        .collect();
+    // The unix socket was never in question, and still answers.
+    let (code, out, err) = ctl(dir.path(), &["status", "--json"]);
+    assert!(code == 0 && out.contains("\"uplinks\""), "{err}");
+    for u in &runs {
+        assert_eq!(u.burst.failed, 0, "{u:?}");
+        assert!(u.burst.slowest < Duration::from_secs(2), "{u:?}");
+    }
 }
 
 #[test]

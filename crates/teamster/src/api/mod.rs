@@ -9,8 +9,11 @@
 //! It listens on a unix socket (mode 0600: only its owner may connect) and, if asked, on a
 //! loopback TCP address where every request must carry the bearer token ([`auth`]); without it
 //! the answer is 401. Each listener caps its connections and times out idle and slow ones
-//! ([`listen`]); a body is one JSON object of at most 64 KiB ([`body`]).
+//! ([`listen`]); on TCP, connections that have not presented the token are shared fairly between
+//! the local users holding them ([`admission`], [`peer`]); a body is one JSON object of at most
+//! 64 KiB ([`body`]).
 
+pub(crate) mod admission;
 mod agent;
 pub(crate) mod auth;
 pub(crate) mod body;
@@ -20,6 +23,7 @@ mod history;
 pub(crate) mod listen;
 mod metrics;
 mod openapi;
+pub(crate) mod peer;
 mod reload;
 mod router;
 mod routes;
@@ -136,7 +140,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
         match bind_unix(path) {
             Ok(listener) => {
                 let app = router::router(state.clone(), None);
-                tasks.spawn(listen::serve(listener, app, false));
+                tasks.spawn(listen::serve(listener, app, admission::Rules::Owner));
             }
             Err(e) => {
                 let _ = ready.send(Err(e));
@@ -149,7 +153,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
             Ok(listener) => {
                 bound = listener.local_addr().ok();
                 let app = router::router(state.clone(), Some(Arc::new(token.clone())));
-                tasks.spawn(listen::serve(listener, app, true));
+                tasks.spawn(listen::serve(listener, app, admission::Rules::Token));
             }
             Err(e) => {
                 let _ = ready.send(Err(format!("API listen on {addr}: {e}")));

@@ -118,14 +118,14 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         tasks.spawn(crate::api::listen::serve(
             unix,
             api::router(shared.clone(), None),
-            false,
+            crate::api::admission::Rules::Owner,
         ));
         if let (Some(addr), Some(token)) = (args.listen, token) {
             let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| e.to_string())?;
             println!("teamster controller: API on http://{bound}");
             let app = api::router(shared.clone(), Some(Arc::new(token)));
-            tasks.spawn(crate::api::listen::serve(tcp, app, true));
+            tasks.spawn(crate::api::listen::serve(tcp, app, crate::api::admission::Rules::Token));
         }
         println!("teamster controller: API on {shown}");
         let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))
