@@ -323,13 +323,7 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
         Some((path, dir)) => {
             let (parent, socket_name) = live::safe_file::split(path)?;
             if dir.is_none() {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(&parent)
-                    .map_err(|e| format!("--api-socket directory {}: {e}", parent.display()))?;
-                *dir = Some(TrustedDir::open(&parent, "--api-socket directory")?);
+                *dir = Some(TrustedDir::open_or_make(&parent, "--api-socket directory", 0o755)?);
             }
             let mut name = socket_name;
             name.push(".lock");

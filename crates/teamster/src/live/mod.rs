@@ -11,6 +11,7 @@
 pub mod config;
 pub mod controller_config;
 pub mod daemon;
+mod dir_walk;
 mod glob;
 pub mod lacp_view;
 pub mod persist;
