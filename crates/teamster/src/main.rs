@@ -343,6 +343,15 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
     })
 }
 
+/// Claims every interface `plan` serves (see `live::claims`), or says which one another
+/// Teamster serves.
+fn claim_interfaces(plan: &live::config::SwitchPlan) -> Result<live::claims::Claims, String> {
+    let mut claims = live::claims::Claims::open(Path::new(live::claims::CLAIMS_DIR))?;
+    claims.claim(live::claims::interfaces(plan))?;
+    claims.in_force(live::claims::names(plan));
+    Ok(claims)
+}
+
 /// Checks the files, the configuration and capabilities, takes the locks, attaches, and runs
 /// until SIGTERM or SIGINT.
 fn run_switch(
@@ -389,9 +398,17 @@ fn run_switch(
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    // Before the socket or any interface is touched: a second daemon stops here.
+    // Before the socket or any interface is touched: a second daemon stops here, on the same
+    // configuration or socket, or on an interface another one serves.
     let _locks = match lock(&mut places, &config) {
         Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let claims = match claim_interfaces(&plan) {
+        Ok(c) => std::sync::Arc::new(std::sync::Mutex::new(c)),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(1);
@@ -453,7 +470,15 @@ fn run_switch(
         }
     };
     if let Some(api) = &api_config {
-        let bound = match api::start(api.clone(), file, config.clone(), snap_rx, change_tx, news_rx) {
+        let bound = match api::start(
+            api.clone(),
+            file,
+            config.clone(),
+            snap_rx,
+            change_tx,
+            news_rx,
+            claims.clone(),
+        ) {
             Ok((_, bound)) => bound,
             Err(e) => {
                 eprintln!("error: {e}");

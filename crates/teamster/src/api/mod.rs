@@ -30,6 +30,7 @@ mod routes;
 mod rules;
 pub mod uplink_changes;
 
+use crate::live::claims::Claims;
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;
 use crate::live::snapshot::Snapshot;
@@ -61,6 +62,8 @@ pub struct ApiState {
     changes: std::sync::mpsc::Sender<Apply>,
     /// The last hour, a point a second (see [`history`]).
     history: Arc<std::sync::Mutex<history::History>>,
+    /// The interfaces this switch has claimed ([`crate::live::claims`]).
+    claims: Arc<std::sync::Mutex<Claims>>,
 }
 
 /// An error answer: a status and `{"error": "..."}`.
@@ -95,6 +98,7 @@ pub fn start(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     changes: std::sync::mpsc::Sender<Apply>,
     news: Option<tokio::sync::mpsc::Receiver<teamster_dp::datapath::LinkNews>>,
+    claims: Arc<std::sync::Mutex<Claims>>,
 ) -> Result<(std::thread::JoinHandle<()>, Option<SocketAddr>), String> {
     let state = ApiState {
         snapshots,
@@ -102,6 +106,7 @@ pub fn start(
         config_path,
         changes,
         history: history::shared(),
+        claims,
     };
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Option<SocketAddr>, String>>();
     let handle = std::thread::Builder::new()

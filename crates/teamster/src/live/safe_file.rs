@@ -17,6 +17,8 @@
 //! target (a rename replaces a symlink, it does not follow it) and flushing the directory.
 //! A lock file is opened read-only with `O_NOFOLLOW` (created if absent) and never written, so
 //! even a file planted in its place is not modified; its `flock` lasts as long as the process.
+//! It is private to its owner (0600): anyone who may open a file may `flock` it, so a lock file
+//! others could read would let any user hold it and keep the daemon from starting.
 //! A secret (the token file) is refused, like an ssh key, when group or others may read or
 //! write it or it is owned by someone other than root or the daemon's user.
 
@@ -228,25 +230,83 @@ impl TrustedDir {
     pub fn lock(&self, name: &OsStr, what: &str) -> Result<Flock<File>, String> {
         let shown = self.path.join(name);
         let shown = shown.display();
+        let (file, ino) = self
+            .open_lock_file(name)
+            .map_err(|e| format!("lock file {shown}: {e}"))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(lock),
+            Err((_, Errno::EWOULDBLOCK)) => Err(format!("lock file {shown} is held by {}: {what}", holder(ino))),
+            Err((_, e)) => Err(format!("lock file {shown}: {e}")),
+        }
+    }
+
+    /// Opens (creating) lock file `name` read-only, never through a symlink, as a regular file
+    /// private to its owner (0600, an older one made so): no one else may open it, so no one
+    /// else may hold its lock and keep the daemon from starting. Returns it and its inode.
+    fn open_lock_file(&self, name: &OsStr) -> Result<(File, u64), String> {
         let fd = openat(
             &self.fd,
             name,
             OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-            Mode::from_bits_truncate(0o644),
+            Mode::from_bits_truncate(0o600),
         )
-        .map_err(|e| format!("lock file {shown}: {}", std::io::Error::from(e)))?;
-        let st = fstat(&fd).map_err(|e| format!("lock file {shown}: {e}"))?;
+        .map_err(|e| std::io::Error::from(e).to_string())?;
+        let st = fstat(&fd).map_err(|e| e.to_string())?;
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
-            return Err(format!("lock file {shown}: not a regular file"));
+            return Err("not a regular file".into());
         }
-        match Flock::lock(File::from(fd), FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(lock),
-            Err((_, Errno::EWOULDBLOCK)) => {
-                let holder = flock_holder(st.st_ino).map_or(String::new(), |pid| format!(" (pid {pid})"));
-                Err(format!("lock file {shown} is held by another teamster{holder}: {what}"))
+        if st.st_mode & 0o077 != 0 {
+            fchmod(&fd, Mode::from_bits_truncate(0o600)).map_err(|e| format!("cannot make it private: {e}"))?;
+        }
+        Ok((File::from(fd), st.st_ino))
+    }
+
+    /// Takes the exclusive lock on `name` here for as long as the result lives, as
+    /// [`TrustedDir::lock`], for a lock file that is removed when released
+    /// ([`TrustedDir::release`]): after locking, the name must still be the file locked (else
+    /// its holder released it meanwhile, and the lock is taken again on a fresh file). When
+    /// another process has it, the error is `what` followed by the holder ("another teamster
+    /// (pid N)") and the lock file.
+    pub fn claim(&self, name: &OsStr, what: &str) -> Result<Flock<File>, String> {
+        let shown = self.path.join(name);
+        let shown = shown.display();
+        for _ in 0..TEMPORARY_TRIES {
+            let (file, ino) = self
+                .open_lock_file(name)
+                .map_err(|e| format!("lock file {shown}: {e}"))?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => lock,
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return Err(format!("{what} {} (lock {shown})", holder(ino)));
+                }
+                Err((_, e)) => return Err(format!("lock file {shown}: {e}")),
+            };
+            match fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) if st.st_ino == ino => return Ok(lock),
+                _ => continue,
             }
-            Err((_, e)) => Err(format!("lock file {shown}: {e}")),
         }
+        Err(format!("lock file {shown}: released and made again under every try"))
+    }
+
+    /// Releases a lock taken with [`TrustedDir::claim`]: its file is removed while it is still
+    /// held, then the lock is dropped.
+    pub fn release(&self, name: &OsStr, lock: Flock<File>) {
+        let _ = nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+        drop(lock);
+    }
+}
+
+/// Who holds the `flock` on inode `ino`: "another teamster (pid N)", or, if the holder runs
+/// as another user than root or the daemon's, "pid N of uid U, not a teamster".
+fn holder(ino: u64) -> String {
+    let Some(pid) = flock_holder(ino) else {
+        return "another teamster".into();
+    };
+    let uid = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()).ok();
+    match uid {
+        Some(uid) if uid != 0 && uid != euid() => format!("pid {pid} of uid {uid}, not a teamster"),
+        _ => format!("another teamster (pid {pid})"),
     }
 }
 
