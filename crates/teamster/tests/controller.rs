@@ -429,7 +429,7 @@ fn a_state_directory_swapped_by_another_user_during_start_is_never_loaded() {
         "the swapper did not get going: errno {}",
         local_user::outcome(&swapper)
     );
-    let starts = 30;
+    let starts = 60;
 
     let (mut planted, mut legit, mut refused) = (0, 0, Vec::new());
     for _ in 0..starts {
