@@ -496,6 +496,9 @@ fn run_switch(
     live::service::ready("switching");
     daemon.run(&stop);
     live::service::stopping();
+    // The API's thread (which shares the claims) is not waited for: release them here, so their
+    // files go with them.
+    claims.lock().unwrap_or_else(|e| e.into_inner()).in_force(Vec::new());
     if let Some(sock) = api_config.as_ref().and_then(|a| a.socket.as_ref()) {
         let _ = std::fs::remove_file(sock);
     }

@@ -7,9 +7,10 @@
 //! open a claim file, so no one without privilege can squat an interface and keep the switch
 //! from starting (an abstract unix socket per interface, the other lock the kernel drops with
 //! its holder, could be bound by any user of the network namespace first). The kernel drops a
-//! claim when its holder dies, so a crash leaves none behind. A released claim's file is
-//! removed while still locked, and a claim is taken by locking and then checking that the name
-//! still names the file locked ([`TrustedDir::claim`]), so the directory holds only live claims.
+//! claim when its holder dies, so a crash leaves none behind (its file stays, unlocked, and is
+//! taken again by the next claim). A released claim's file is removed while still locked, and a
+//! claim is taken by locking and then checking that the name still names the file locked
+//! ([`TrustedDir::claim`]), so a claim is never taken on a file just released.
 //!
 //! A claim is keyed by the network namespace (the inode of `/proc/self/ns/net`: the same names
 //! in two namespaces are two interfaces) and the interface's name. By name rather than by
