@@ -323,13 +323,7 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
         Some((path, dir)) => {
             let (parent, socket_name) = live::safe_file::split(path)?;
             if dir.is_none() {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(&parent)
-                    .map_err(|e| format!("--api-socket directory {}: {e}", parent.display()))?;
-                *dir = Some(TrustedDir::open(&parent, "--api-socket directory")?);
+                *dir = Some(TrustedDir::open_or_make(&parent, "--api-socket directory", 0o755)?);
             }
             let mut name = socket_name;
             name.push(".lock");
@@ -347,6 +341,15 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
         _config: config_lock,
         _socket: socket_lock,
     })
+}
+
+/// Claims every interface `plan` serves (see `live::claims`), or says which one another
+/// Teamster serves.
+fn claim_interfaces(plan: &live::config::SwitchPlan) -> Result<live::claims::Claims, String> {
+    let mut claims = live::claims::Claims::open(Path::new(live::claims::CLAIMS_DIR))?;
+    claims.claim(live::claims::interfaces(plan))?;
+    claims.in_force(live::claims::names(plan));
+    Ok(claims)
 }
 
 /// Checks the files, the configuration and capabilities, takes the locks, attaches, and runs
@@ -395,9 +398,17 @@ fn run_switch(
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    // Before the socket or any interface is touched: a second daemon stops here.
+    // Before the socket or any interface is touched: a second daemon stops here, on the same
+    // configuration or socket, or on an interface another one serves.
     let _locks = match lock(&mut places, &config) {
         Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let claims = match claim_interfaces(&plan) {
+        Ok(c) => std::sync::Arc::new(std::sync::Mutex::new(c)),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(1);
@@ -459,7 +470,15 @@ fn run_switch(
         }
     };
     if let Some(api) = &api_config {
-        let bound = match api::start(api.clone(), file, config.clone(), snap_rx, change_tx, news_rx) {
+        let bound = match api::start(
+            api.clone(),
+            file,
+            config.clone(),
+            snap_rx,
+            change_tx,
+            news_rx,
+            claims.clone(),
+        ) {
             Ok((_, bound)) => bound,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -477,6 +496,9 @@ fn run_switch(
     live::service::ready("switching");
     daemon.run(&stop);
     live::service::stopping();
+    // The API's thread (which shares the claims) is not waited for: release them here, so their
+    // files go with them.
+    claims.lock().unwrap_or_else(|e| e.into_inner()).in_force(Vec::new());
     if let Some(sock) = api_config.as_ref().and_then(|a| a.socket.as_ref()) {
         let _ = std::fs::remove_file(sock);
     }

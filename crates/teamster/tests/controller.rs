@@ -1,9 +1,14 @@
 //! `teamster controller` as a process: hosts register over its API, `teamster ctl vm` and
 //! `ctl cluster` drive Figure 2's sequence, refusals change nothing, and a controller killed
 //! with SIGKILL mid-plan comes back with every VM on exactly one host and its migration still
-//! under way.
+//! under way. As root, a local user attacks it: churning connections without the token, and
+//! swapping a symlink for its state directory while it starts.
 
 mod http1;
+#[path = "../../teamster-dp/tests/live/mod.rs"]
+#[allow(dead_code)] // as_root: this binary needs root only for its attacker
+mod live;
+mod local_user;
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -44,6 +49,28 @@ fn start(dir: &Path, extra: &[&str]) -> Controller {
         std::thread::sleep(Duration::from_millis(20));
     }
     Controller { child, socket }
+}
+
+/// The loopback address the controller's TCP listener took, from its standard output (read on
+/// to its end by a thread of its own, so the controller never writes into a closed pipe).
+fn tcp_address(c: &mut Controller) -> String {
+    let mut line = String::new();
+    let mut out = c.child.stdout.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !line.contains("http://") && Instant::now() < deadline {
+        let mut b = [0u8; 256];
+        let n = out.read(&mut b).unwrap();
+        assert!(n > 0, "the controller's output ended: {line}");
+        line.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    line.split("http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// One HTTP/1.1 request over the unix socket: (status, body).
@@ -202,22 +229,7 @@ fn tcp_needs_the_token_and_a_bad_state_path_is_refused() {
         dir.path(),
         &["--listen", "127.0.0.1:0", "--token-file", token.to_str().unwrap()],
     );
-    let mut line = String::new();
-    let mut out = c.child.stdout.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !line.contains("http://") && Instant::now() < deadline {
-        let mut b = [0u8; 256];
-        let n = out.read(&mut b).unwrap();
-        line.push_str(&String::from_utf8_lossy(&b[..n]));
-    }
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let addr = tcp_address(&mut c);
     let get = |token: Option<&str>| {
         let s = std::net::TcpStream::connect(&addr).unwrap();
         http1::exchange(s, "GET", "/api/v1/cluster", token, None).0
@@ -243,4 +255,208 @@ fn tcp_needs_the_token_and_a_bad_state_path_is_refused() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn a_user_churning_connections_without_the_token_does_not_lock_out_the_controller() {
+    if !live::skip_unless(live::running_as_root(), "root, to run the attacker as another user") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = "churn-token-0123456789abcdef";
+    let socket = dir.path().join("controller.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "--state"])
+        .arg(dir.path().join("state.redb"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("TEAMSTER_API_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut c = Controller { child, socket };
+    let addr = tcp_address(&mut c);
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let mut failed = Vec::new();
+    for n in [70, 130, 1000] {
+        let attacker = local_user::churn(port, n);
+        let r = attacker.report();
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        assert!(
+            attacker.await_done(2 * n as u64, Duration::from_secs(20)),
+            "the attacker did not open {} connections: {} opened, errno {}",
+            2 * n,
+            r.done.load(ordering),
+            r.errno.load(ordering)
+        );
+        let (opened0, cpu0, t0) = (
+            r.done.load(ordering),
+            local_user::cpu_time(c.child.id()),
+            Instant::now(),
+        );
+        let b = http1::burst(port, token, "/api/v1/cluster", 16);
+        let cpu = (local_user::cpu_time(c.child.id()) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+        let opened = r.done.load(ordering) - opened0;
+        drop(attacker);
+        eprintln!(
+            "controller, {n} churning connections (uid {}, no token): {} of {} authorised requests failed, slowest answer {:.3} s, median {:.3} s; {opened} attacker connections opened meanwhile; controller CPU {:.0}%",
+            local_user::NOBODY,
+            b.failed,
+            b.sent,
+            b.slowest.as_secs_f64(),
+            b.median.as_secs_f64(),
+            cpu * 100.0
+        );
+        if b.failed > 0 || b.slowest >= Duration::from_secs(2) {
+            failed.push((n, b));
+        }
+    }
+    // The unix socket still answers.
+    assert_eq!(http(&c.socket, "GET", "/api/v1/cluster", None).0, 200);
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// How one start of a controller on `state` ended: Ok(the hosts it loaded), or Err(its error).
+fn one_start(state: &Path, socket: &Path) -> Result<Vec<String>, String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "--state"])
+        .arg(state)
+        .arg("--socket")
+        .arg(socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(_status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return Err(err);
+        }
+        if UnixStream::connect(socket).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the controller neither served nor stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = Controller {
+        child,
+        socket: socket.to_path_buf(),
+    };
+    let hosts = cluster(&c.socket)["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap().to_string())
+        .collect();
+    drop(c);
+    Ok(hosts)
+}
+
+/// A store holding one registered host, `host`, made by a controller at `state`.
+fn state_with_host(state: &Path, host: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("c.sock");
+    let c = {
+        let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .args(["controller", "--state"])
+            .arg(state)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "the controller did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Controller { child, socket }
+    };
+    let (status, body) = http(&c.socket, "PUT", &format!("/api/v1/hosts/{host}"), Some(SHAPE));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_state_directory_swapped_by_another_user_during_start_is_never_loaded() {
+    if !live::skip_unless(live::running_as_root(), "root, to run the attacker as another user") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The operator's state (host "legit"), in a directory of root's.
+    let good = top.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o700)).unwrap();
+    state_with_host(&good.join("controller.redb"), "legit");
+    // The attacker's (host "planted"), in a directory of nobody's.
+    let evil = top.path().join("evil");
+    std::fs::create_dir(&evil).unwrap();
+    state_with_host(&evil.join("controller.redb"), "planted");
+    for p in [&evil, &evil.join("controller.redb")] {
+        std::os::unix::fs::chown(p, Some(local_user::NOBODY), Some(local_user::NOBODY)).unwrap();
+    }
+    // A shared directory like /tmp, where the controller is told its state lives.
+    let shared = top.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let state = shared.join("state").join("controller.redb");
+    let socket = top.path().join("c.sock");
+
+    // The way to the operator's directory is long: twenty links of the attacker's, each going
+    // `a/../` 600 times through a directory of theirs, so resolving it takes a while. The swapped
+    // link points at the first of them or at the attacker's directory.
+    let detour = shared.join("a");
+    std::fs::create_dir(&detour).unwrap();
+    std::os::unix::fs::chown(&detour, Some(local_user::NOBODY), Some(local_user::NOBODY)).unwrap();
+    for i in 1..=20 {
+        let next = if i < 20 {
+            format!("l{}", i + 1)
+        } else {
+            "../good".into()
+        };
+        let link = shared.join(format!("l{i}"));
+        std::os::unix::fs::symlink(format!("{}{next}", "a/../".repeat(600)), &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(local_user::NOBODY), Some(local_user::NOBODY)).unwrap();
+    }
+    let swapper = local_user::swap_symlink(&shared, "state", Path::new("l1"), &evil, Duration::from_micros(500));
+    assert!(
+        swapper.await_done(100, Duration::from_secs(10)),
+        "the swapper did not get going: errno {}",
+        local_user::outcome(&swapper)
+    );
+    let starts = 60;
+
+    let (mut planted, mut legit, mut refused) = (0, 0, Vec::new());
+    for _ in 0..starts {
+        match one_start(&state, &socket) {
+            Ok(hosts) if hosts.iter().any(|h| h == "planted") => planted += 1,
+            Ok(_) => legit += 1,
+            Err(e) => refused.push(e),
+        }
+    }
+    let swaps = swapper.report().done.load(std::sync::atomic::Ordering::Relaxed);
+    drop(swapper);
+    eprintln!(
+        "{starts} starts with the state directory swapped {swaps} times by uid {}: the attacker's state loaded {planted} times, the operator's {legit}, refused {}",
+        local_user::NOBODY,
+        refused.len()
+    );
+    let mut reasons: Vec<&String> = refused.iter().collect();
+    reasons.dedup();
+    for e in reasons {
+        eprintln!("refused: {}", e.trim());
+    }
+    assert_eq!(planted, 0);
+    for e in &refused {
+        assert!(e.contains("--state directory") && e.contains("uid 65534"), "{e}");
+    }
+    // A symlink root made is followed as before: the operator's state.
+    std::fs::remove_file(shared.join("state")).unwrap();
+    std::os::unix::fs::symlink(&good, shared.join("state")).unwrap();
+    assert_eq!(one_start(&state, &socket), Ok(vec!["legit".to_string()]));
 }

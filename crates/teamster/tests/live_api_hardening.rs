@@ -1,10 +1,13 @@
 //! The live switch against a hostile local user or client, each attack as it was reproduced on
 //! the daemon before it was hardened, now doing no harm: symlinks planted at the names root
 //! writes; a second daemon started on the same switch or socket; hundreds of idle, trickling and
-//! slow connections; oversize and non-object bodies; a token full of URL metacharacters.
+//! slow connections; another user churning connections without the token; oversize and
+//! non-object bodies; a token full of URL metacharacters.
 //! (Directory and token-file modes are checked before any interface is, so `tests/cli.rs`
 //! covers them without root.) Topology and helpers: [`netns`].
 
+mod http1;
+mod local_user;
 mod netns;
 use netns::*;
 
@@ -329,6 +332,79 @@ fn idle_trickling_and_slow_clients_lock_out_neither_api() {
     assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon died");
 }
 
+/// What a user without the token churning `n` connections did to an authorised client.
+#[derive(Debug)]
+struct UnderChurn {
+    n: usize,
+    burst: http1::Burst,
+    /// The attacker's connections opened while the client's requests ran.
+    opened: u64,
+    /// The server's CPU over the same time, as a share of one core.
+    cpu: f64,
+}
+
+/// Runs `local_user::churn` with `n` connections against 127.0.0.1:`port` while an authorised
+/// client sends 16 requests for `path`; `server` is the listening process's pid.
+fn under_churn(port: u16, token: &str, path: &str, server: u32, n: usize) -> UnderChurn {
+    let attacker = local_user::churn(port, n);
+    let started = attacker.await_done(2 * n as u64, Duration::from_secs(20));
+    let r = attacker.report();
+    assert!(
+        started,
+        "the attacker did not open {} connections: {} opened, {} failed, errno {}",
+        2 * n,
+        r.done.load(std::sync::atomic::Ordering::Relaxed),
+        r.failed.load(std::sync::atomic::Ordering::Relaxed),
+        r.errno.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let (opened0, cpu0, t0) = (
+        r.done.load(std::sync::atomic::Ordering::Relaxed),
+        local_user::cpu_time(server),
+        Instant::now(),
+    );
+    let burst = http1::burst(port, token, path, 16);
+    let cpu = (local_user::cpu_time(server) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let opened = r.done.load(std::sync::atomic::Ordering::Relaxed) - opened0;
+    drop(attacker);
+    let u = UnderChurn { n, burst, opened, cpu };
+    eprintln!(
+        "{} churning connections (uid {}, no token): {} of {} authorised requests failed, slowest answer {:.3} s, median {:.3} s; {} attacker connections opened meanwhile; server CPU {:.0}%",
+        u.n,
+        local_user::NOBODY,
+        u.burst.failed,
+        u.burst.sent,
+        u.burst.slowest.as_secs_f64(),
+        u.burst.median.as_secs_f64(),
+        u.opened,
+        u.cpu * 100.0
+    );
+    u
+}
+
+#[test]
+fn a_user_churning_connections_without_the_token_locks_out_neither_api() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let token = "churn-token-0123456789abcdef";
+    let (daemon, _status) = start_with_api(dir.path(), &api_switch(), 0, token);
+    let port = api_port(dir.path());
+    let runs: Vec<UnderChurn> = [70, 130, 1000]
+        .into_iter()
+        .map(|n| under_churn(port, token, "/api/v1/status", daemon.0.id(), n))
+        .collect();
+    // The unix socket was never in question, and still answers.
+    let (code, out, err) = ctl(dir.path(), &["status", "--json"]);
+    assert!(code == 0 && out.contains("\"uplinks\""), "{err}");
+    for u in &runs {
+        assert_eq!(u.burst.failed, 0, "{u:?}");
+        assert!(u.burst.slowest < Duration::from_secs(2), "{u:?}");
+    }
+}
+
 #[test]
 fn any_token_works_encoded_and_bodies_must_be_small_json_objects() {
     let _one_at_a_time = netns::lock();
@@ -393,4 +469,276 @@ fn any_token_works_encoded_and_bodies_must_be_small_json_objects() {
         assert!(status == 422 && answer.contains(says), "{body}: {answer}");
     }
     assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
+}
+
+/// The replies and the duplicates in a ping's output.
+fn replies_and_duplicates(out: &str) -> (usize, usize) {
+    let dups = out.matches("(DUP!)").count();
+    (received(out) - dups, dups)
+}
+
+#[test]
+fn a_second_daemon_on_the_same_interfaces_is_refused_and_pings_through_the_first_are_not_doubled() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = start(dir.path(), &api_switch());
+    assert!(reaches_remote("tmt-vm1"));
+    // Another configuration file and socket, the same interfaces.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("switch.toml"), api_switch()).unwrap();
+    let t0 = Instant::now();
+    let mut second = Daemon(
+        Command::new("timeout")
+            .arg("60")
+            .arg(env!("CARGO_BIN_EXE_teamster"))
+            .arg("run")
+            .arg(other.path().join("switch.toml"))
+            .arg("--api-socket")
+            .arg(other.path().join("api.sock"))
+            .arg("--status-file")
+            .arg(other.path().join("status.json"))
+            .stderr(std::fs::File::create(other.path().join("daemon.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let settled = within(Duration::from_secs(15), || {
+        second.0.try_wait().unwrap().is_some() || other.path().join("status.json").exists()
+    });
+    let ended = second.0.try_wait().unwrap();
+    let log = std::fs::read_to_string(other.path().join("daemon.log")).unwrap();
+    let out = ping("tmt-vm1", "10.77.0.100", "10", "0.2");
+    let (replies, dups) = replies_and_duplicates(&out);
+    eprintln!(
+        "second daemon on the same interfaces: {} after {:.2} s ({}); 10 pings through the first: {replies} answered, {dups} duplicates",
+        match ended {
+            Some(s) => format!("exited {s}"),
+            None => "switching".into(),
+        },
+        settled.unwrap_or_default().as_secs_f64(),
+        log.trim().replace('\n', " | ")
+    );
+    assert_eq!(ended.and_then(|s| s.code()), Some(1), "{log}");
+    assert!(
+        log.contains("interface tmt-u1")
+            && log.contains("served by another teamster")
+            && log.contains(&format!("pid {}", first.0.id())),
+        "{log}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    assert_eq!(dups, 0, "{out}");
+    assert!(replies >= 9, "{out}");
+}
+
+/// A switch of one uplink on `uplink` and one port `vm2` on tmt-v2, with `extra` after.
+fn one_uplink_switch(uplink: &str, port: &str, extra: &str) -> String {
+    format!(
+        r#"workers = 1
+
+[[uplinks]]
+name = "uplink1"
+interface = "{uplink}"
+capacity = "1G"
+
+[[port_groups]]
+name = "vms"
+policy = "port-id"
+active = ["uplink1"]
+
+[[ports]]
+{port}
+group = "vms"
+
+{extra}
+"#
+    )
+}
+
+#[test]
+fn an_interface_another_daemon_serves_is_refused_at_every_later_attach_until_that_daemon_dies() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    // The first switch serves tmt-u1 and tmt-v1; the second tmt-u2 and tmt-v2, with a port
+    // rule that would take tmt-v1 too.
+    let a = tempfile::tempdir().unwrap();
+    let (mut first, _) = start(
+        a.path(),
+        &one_uplink_switch(
+            "tmt-u1",
+            "name = \"vm1\"\ninterface = \"tmt-v1\"\nmac = \"02:00:00:00:00:01\"",
+            "",
+        ),
+    );
+    let pid = format!("pid {}", first.0.id());
+    let b = tempfile::tempdir().unwrap();
+    let rule = "[[port_rules]]\nmatch = \"tmt-v1\"\ngroup = \"vms\"\nvm_mac = \"interface\"";
+    let b_file = one_uplink_switch(
+        "tmt-u2",
+        "name = \"vm2\"\ninterface = \"tmt-v2\"\nmac = \"02:00:00:00:00:02\"",
+        rule,
+    );
+    let (second, _) = start(b.path(), &b_file);
+    let b_ports = || -> Vec<String> {
+        let (_, out, _) = ctl(b.path(), &["--json", "ports"]);
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap_or_default()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["interface"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+
+    // The port rule: tmt-v1 is noted and left alone.
+    let mut events = String::new();
+    let noted = within(Duration::from_secs(15), || {
+        events = ctl(b.path(), &["events"]).1;
+        events.contains("tmt-v1") && (events.contains("another teamster") || events.contains("added to group"))
+    });
+    eprintln!(
+        "port rule on tmt-v1: {:?}; the second switch's ports: {:?}",
+        events.lines().filter(|l| l.contains("tmt-v1")).collect::<Vec<_>>(),
+        b_ports()
+    );
+    assert!(
+        noted.is_some() && events.contains("served by another teamster") && events.contains(&pid),
+        "{events}"
+    );
+    assert!(!b_ports().contains(&"tmt-v1".to_string()));
+
+    // The API: an uplink on tmt-u1, a port on tmt-v1.
+    for (what, args) in [
+        ("tmt-u1", vec!["uplink", "add", "uplink9", "--interface", "tmt-u1"]),
+        (
+            "tmt-v1",
+            vec![
+                "port",
+                "add",
+                "vm9",
+                "--interface",
+                "tmt-v1",
+                "--group",
+                "vms",
+                "--mac",
+                "02:00:00:00:00:09",
+            ],
+        ),
+    ] {
+        let (code, out, err) = ctl(b.path(), &args);
+        eprintln!("ctl {}: exit {code}: {}{}", args.join(" "), out.trim(), err.trim());
+        assert!(
+            code != 0
+                && err.contains("409")
+                && err.contains(what)
+                && err.contains("another teamster")
+                && err.contains(&pid),
+            "{err}"
+        );
+    }
+
+    // A reload naming tmt-u1.
+    let with_uplink = b_file.replace(
+        "[[port_groups]]",
+        "[[uplinks]]\nname = \"uplink9\"\ninterface = \"tmt-u1\"\ncapacity = \"1G\"\n\n[[port_groups]]",
+    );
+    std::fs::write(b.path().join("switch.toml"), &with_uplink).unwrap();
+    signal(&second.0, libc::SIGHUP);
+    let mut log = String::new();
+    let reloaded = within(Duration::from_secs(10), || {
+        log = std::fs::read_to_string(b.path().join("daemon.log")).unwrap_or_default();
+        log.contains("reload of") || log.contains("reloaded ")
+    });
+    eprintln!(
+        "reload naming tmt-u1: {:?}",
+        log.lines()
+            .filter(|l| l.contains("reload of") || l.contains("reloaded "))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        reloaded.is_some() && log.contains("refused") && log.contains("tmt-u1") && log.contains(&pid),
+        "{log}"
+    );
+    std::fs::write(b.path().join("switch.toml"), &b_file).unwrap();
+
+    // The first switch dies without a word: the kernel drops its claims, and the second's port
+    // rule takes tmt-v1 at its next look (every 10 s), as does the API tmt-u1.
+    signal(&first.0, libc::SIGKILL);
+    let _ = first.0.wait();
+    let taken = within(Duration::from_secs(20), || b_ports().contains(&"tmt-v1".to_string()));
+    eprintln!(
+        "after the first switch was killed: tmt-v1 attached by the second's rule after {:?}",
+        taken
+    );
+    assert!(taken.is_some(), "{:?}", b_ports());
+    let (code, _, err) = ctl(b.path(), &["uplink", "add", "uplink9", "--interface", "tmt-u1"]);
+    assert_eq!(code, 0, "{err}");
+    drop(second);
+}
+
+#[test]
+fn a_user_cannot_hold_a_lock_that_keeps_the_switch_from_starting() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A run leaves its lock files behind, as every stop or crash does.
+    drop(start(dir.path(), &api_switch()));
+    let locks = [dir.path().join("switch.toml.lock"), dir.path().join("api.sock.lock")];
+    // Another user takes each of them, and holds it.
+    let squatters: Vec<_> = locks.iter().map(|l| local_user::squat_lock(l)).collect();
+    let taken: Vec<i64> = squatters.iter().map(local_user::outcome).collect();
+    let _ = std::fs::remove_file(dir.path().join("status.json"));
+    let mut daemon = Daemon(
+        Command::new("timeout")
+            .arg("60")
+            .arg(env!("CARGO_BIN_EXE_teamster"))
+            .arg("run")
+            .arg(dir.path().join("switch.toml"))
+            .arg("--api-socket")
+            .arg(dir.path().join("api.sock"))
+            .arg("--status-file")
+            .arg(dir.path().join("status.json"))
+            .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    within(Duration::from_secs(15), || {
+        daemon.0.try_wait().unwrap().is_some() || dir.path().join("status.json").exists()
+    });
+    let ended = daemon.0.try_wait().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    eprintln!(
+        "uid {} tried to flock the lock files: errno {taken:?} (0: held); the daemon then: {}",
+        local_user::NOBODY,
+        match ended {
+            Some(s) => format!("exited {s}: {}", log.trim()),
+            None => "started".into(),
+        }
+    );
+    assert_eq!(ended, None, "{log}");
+    assert!(taken.iter().all(|e| *e == libc::EACCES as i64), "{taken:?}");
+    // Nor may it touch the interfaces' claims.
+    let claims: Vec<_> = std::fs::read_dir("/run/teamster/interfaces")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(claims.len() >= 4, "{claims:?}");
+    for c in &claims {
+        assert_eq!(
+            local_user::outcome(&local_user::squat_lock(c)),
+            libc::EACCES as i64,
+            "{}",
+            c.display()
+        );
+    }
+    drop(squatters);
 }

@@ -19,7 +19,7 @@
 //! changed (its state lost and made anew) is not obeyed in detaching: the VMs here stay until
 //! an operator places them again there (noted once).
 
-use super::routes::{apply, check_running};
+use super::routes::{apply, check_running, settle_claims};
 use super::ApiState;
 use crate::controller::view::Assignment;
 use crate::ctl::{request, Target};
@@ -286,6 +286,7 @@ async fn attach(
         }
     }
     if new.ports.iter().map(key).eq(config.ports.iter().map(key)) {
+        settle_claims(state);
         return notes;
     }
     match check_running(state, &new) {
@@ -294,9 +295,12 @@ async fn attach(
                 *config = new;
             }
         }
-        Err(e) => notes.push(format!(
-            "controller: the assigned ports are refused here, nothing changed: {e}"
-        )),
+        Err(e) => {
+            settle_claims(state);
+            notes.push(format!(
+                "controller: the assigned ports are refused here, nothing changed: {e}"
+            ))
+        }
     }
     notes
 }

@@ -8,9 +8,9 @@
 //! so a token containing `+`, `%`, `&`, `=`, `/`, spaces or non-ASCII letters is given
 //! percent-encoded. The comparison takes the same time wherever the first difference is. A
 //! missing or wrong token is a 401, and its connection is closed; the right one marks the
-//! connection proven (see [`super::listen`]).
+//! connection proven (see [`super::admission`]).
 
-use super::listen::Standing;
+use super::admission::Standing;
 use super::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};

@@ -1,64 +1,34 @@
-//! How the API's listeners take and keep connections, so that idle, slow or many clients cannot
-//! starve it.
+//! How the API's listeners take and keep connections: the accept loop, and each connection's
+//! timeouts; which connections are kept is [`super::admission`]'s.
 //!
-//! Each listener (the unix socket, the TCP address) keeps at most [`MAX_CONNECTIONS`] at once,
-//! counted separately, so a flood on one never touches the other: the unix socket, root's alone,
-//! stays usable while the TCP one is full, and the two caps together stay far below the usual
-//! limit of 1024 open files (a daemon out of descriptors can accept nothing, on any listener).
 //! A connection must deliver a whole request head within [`HEAD_TIMEOUT`] of opening or of its
 //! previous answer (hyper's header read timeout, which is also the keep-alive idle timeout) and
-//! its body within [`super::body::BODY_TIMEOUT`]; otherwise it is closed.
-//!
-//! On TCP, a connection is *unproven* until one of its requests has carried the right token.
-//! When the listener is full, a new connection evicts the oldest unproven one that has had
-//! [`GRACE`] to present its token, instead of being turned away; so connections held open by
-//! someone without the token cannot lock out a client with it for longer than the grace (a
-//! refused client retries), while a burst of new connections cannot evict a client whose
-//! request is still on its way. With no such connection the newcomer is closed at once. A
-//! request with a missing or wrong token is answered 401 and its connection closed.
+//! its body within [`super::body::BODY_TIMEOUT`]; otherwise it is closed. On TCP, each newcomer's
+//! peer is looked up ([`super::peer`]) before it is admitted; a client that has already closed
+//! its socket is not. A request with a missing or wrong token is answered 401 and its
+//! connection closed ([`super::auth`]). A peer held at its share, or evicting its own
+//! connections, is said once a minute on standard error, naming its uid.
 
+use super::admission::{admit, Admission, Eviction, Refusal, Rules, Standing, MAX_UNPROVEN_PER_PEER, TCP_TALLY};
+use super::peer::{Found, Peer, PeerFinder};
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Notify;
 
-/// Connections kept at once per listener.
-pub const MAX_CONNECTIONS: usize = 64;
 /// Time allowed for a request head, from the connection's opening or its previous answer.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a TCP connection may take to present its token before it may be evicted.
-pub const GRACE: Duration = Duration::from_secs(1);
 /// The largest read buffer a connection holds (so a request head is at most this long).
 const MAX_BUFFER: usize = 16 * 1024;
-
-/// A connection's standing, shared by its task, its listener and the token check (which finds
-/// it in the request's extensions).
-#[derive(Debug)]
-pub struct Standing {
-    opened: Instant,
-    proven: AtomicBool,
-    evict: Notify,
-}
-
-impl Standing {
-    fn new(opened: Instant) -> Standing {
-        Standing {
-            opened,
-            proven: AtomicBool::new(false),
-            evict: Notify::new(),
-        }
-    }
-
-    /// Marks the connection as having presented the right token: it is not evicted.
-    pub fn prove(&self) {
-        self.proven.store(true, Ordering::Relaxed);
-    }
-}
+/// How often a peer held at its share is named on standard error.
+const NOTE_EVERY: Duration = Duration::from_secs(60);
+/// Peers remembered for those notes; past it, all are forgotten (and may be named again).
+const NOTES_KEPT: usize = 1024;
 
 /// The connections one listener keeps, oldest first.
 type Table = Arc<Mutex<Vec<Arc<Standing>>>>;
@@ -67,12 +37,17 @@ type Table = Arc<Mutex<Vec<Arc<Standing>>>>;
 pub trait Accept: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send;
+    /// The connection's (local, remote) addresses, for a TCP one.
+    fn addresses(io: &Self::Io) -> Option<(SocketAddr, SocketAddr)>;
 }
 
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
     async fn accept(&self) -> std::io::Result<Self::Io> {
         tokio::net::TcpListener::accept(self).await.map(|(s, _)| s)
+    }
+    fn addresses(io: &Self::Io) -> Option<(SocketAddr, SocketAddr)> {
+        Some((io.local_addr().ok()?, io.peer_addr().ok()?))
     }
 }
 
@@ -81,22 +56,16 @@ impl Accept for tokio::net::UnixListener {
     async fn accept(&self) -> std::io::Result<Self::Io> {
         tokio::net::UnixListener::accept(self).await.map(|(s, _)| s)
     }
-}
-
-/// Decides where a new connection goes at `now` when `table` is full: the index of the one to
-/// evict (the oldest unproven, if `evict_unproven` and it is past its grace), or None to refuse
-/// the newcomer.
-fn victim(table: &[Arc<Standing>], evict_unproven: bool, now: Instant) -> Option<usize> {
-    if !evict_unproven {
-        return None;
+    fn addresses(_: &Self::Io) -> Option<(SocketAddr, SocketAddr)> {
+        None
     }
-    let oldest = table.iter().position(|c| !c.proven.load(Ordering::Relaxed))?;
-    (now.duration_since(table[oldest].opened) >= GRACE).then_some(oldest)
 }
 
-/// Serves `router` on `listener` for ever, under the rules of the module documentation.
-pub async fn serve<L: Accept>(listener: L, router: Router, evict_unproven: bool) {
+/// Serves `router` on `listener` for ever, under `rules` (see [`super::admission`]).
+pub async fn serve<L: Accept>(listener: L, router: Router, rules: Rules) {
     let table: Table = Arc::default();
+    let mut finder = (rules == Rules::Token).then(PeerFinder::new);
+    let mut noted: HashMap<Peer, Instant> = HashMap::new();
     loop {
         let io = match listener.accept().await {
             Ok(io) => io,
@@ -107,20 +76,61 @@ pub async fn serve<L: Accept>(listener: L, router: Router, evict_unproven: bool)
                 continue;
             }
         };
-        let now = Instant::now();
-        let standing = Arc::new(Standing::new(now));
-        {
-            let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
-            if live.len() >= MAX_CONNECTIONS {
-                match victim(&live, evict_unproven, now) {
-                    Some(i) => live.remove(i).evict.notify_one(),
-                    None => continue, // the newcomer is dropped, so closed
+        let peer = match (&mut finder, L::addresses(&io)) {
+            (Some(f), Some((local, remote))) => match f.find(local, remote) {
+                Found::Peer(p) => p,
+                Found::Gone => {
+                    TCP_TALLY.refused(Refusal::Gone);
+                    continue;
                 }
+            },
+            _ => Peer::SocketOwner,
+        };
+        let now = Instant::now();
+        let standing = Arc::new(Standing::new(now, peer));
+        let admission = {
+            let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
+            let admission = admit(&live, peer, rules, now);
+            if let Admission::Evict(i, _) = admission {
+                live.remove(i).evict.notify_one();
             }
-            live.push(standing.clone());
+            if !matches!(admission, Admission::Refuse(_)) {
+                live.push(standing.clone());
+            }
+            admission
+        };
+        if rules == Rules::Token {
+            account(admission, peer, &mut noted, now);
+        }
+        if let Admission::Refuse(_) = admission {
+            continue; // the newcomer is dropped, so closed
         }
         tokio::spawn(connection(io, router.clone(), standing, table.clone()));
     }
+}
+
+/// Counts a TCP newcomer's admission, and says on standard error that `peer` is held at its
+/// share, unless that was said within [`NOTE_EVERY`].
+fn account(admission: Admission, peer: Peer, noted: &mut HashMap<Peer, Instant>, now: Instant) {
+    match admission {
+        Admission::Take => return,
+        Admission::Evict(_, why) => TCP_TALLY.evicted(why),
+        Admission::Refuse(why) => TCP_TALLY.refused(why),
+    }
+    let at_share = matches!(
+        admission,
+        Admission::Refuse(Refusal::PeerLimit) | Admission::Evict(_, Eviction::OwnPeer)
+    );
+    if !at_share || noted.get(&peer).is_some_and(|t| now.duration_since(*t) < NOTE_EVERY) {
+        return;
+    }
+    if noted.len() >= NOTES_KEPT {
+        noted.clear();
+    }
+    noted.insert(peer, now);
+    eprintln!(
+        "teamster: API (TCP): {peer} holds {MAX_UNPROVEN_PER_PEER} connections that have not presented the token; its next ones replace its oldest or are refused (teamster_api_tcp_connections_refused_total{{reason=\"peer_limit\"}})"
+    );
 }
 
 /// Serves one connection until it ends, times out or is evicted; then forgets it.
@@ -142,28 +152,4 @@ async fn connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     }
     let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
     live.retain(|c| !Arc::ptr_eq(c, &standing));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_full_listener_evicts_the_oldest_unproven_connection_past_its_grace_or_refuses() {
-        let t0 = Instant::now();
-        let table: Vec<Arc<Standing>> = (0..4)
-            .map(|i| Arc::new(Standing::new(t0 + Duration::from_millis(400) * i)))
-            .collect();
-        table[0].prove();
-        table[2].prove();
-        let later = t0 + Duration::from_secs(3);
-        assert_eq!(victim(&table, true, later), Some(1));
-        assert_eq!(victim(&table, false, later), None);
-        // Connection 1 opened at 0.4 s: within its grace until 1.4 s.
-        assert_eq!(victim(&table, true, t0 + Duration::from_millis(1300)), None);
-        assert_eq!(victim(&table, true, t0 + Duration::from_millis(1400)), Some(1));
-        table[1].prove();
-        table[3].prove();
-        assert_eq!(victim(&table, true, later), None);
-    }
 }

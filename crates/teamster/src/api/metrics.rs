@@ -10,8 +10,10 @@
 //! 1 once ARP has found the remote VTEP's MAC), `teamster_rx_queue_frames_total{uplink,queue}`,
 //! `teamster_rx_queue_pps{uplink,queue}`, `teamster_rx_queue_load{uplink,queue}` and
 //! `teamster_rx_queue_capacity{uplink,queue}` (receive queues; the load under NetQueue only, the
-//! capacity under Dynamic NetQueue only) and `teamster_rx_filter_moves_total{reason}` (Dynamic
-//! NetQueue's moves since start).
+//! capacity under Dynamic NetQueue only), `teamster_rx_filter_moves_total{reason}` (Dynamic
+//! NetQueue's moves since start), and `teamster_api_tcp_connections_refused_total{reason}` and
+//! `teamster_api_tcp_connections_evicted_total{reason}` (the TCP listener's, see
+//! [`super::admission`]).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -67,6 +69,29 @@ fn rx_metrics(reg: &mut Registry, rx: &crate::live::rx_view::RxView) {
     }
     for (reason, n) in &rx.moves {
         moves.get_or_create(&labels(&[("reason", reason)])).inc_by(*n);
+    }
+}
+
+/// What the TCP listener refused and evicted, by reason (see [`super::admission`]).
+fn api_metrics(reg: &mut Registry) {
+    let tally = &super::admission::TCP_TALLY;
+    for (name, help, values) in [
+        (
+            "api_tcp_connections_refused",
+            "TCP API connections closed at once, by reason",
+            tally.refusals(),
+        ),
+        (
+            "api_tcp_connections_evicted",
+            "TCP API connections without the token closed for a newcomer, by reason",
+            tally.evictions(),
+        ),
+    ] {
+        let family = Family::<Labels, Counter>::default();
+        reg.register(name, help, family.clone());
+        for (reason, n) in values {
+            family.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
+        }
     }
 }
 
@@ -250,6 +275,7 @@ pub fn encode(s: &Snapshot) -> String {
             .set(if r.mac.is_some() { 1.0 } else { 0.0 });
     }
     rx_metrics(&mut reg, &s.rx);
+    api_metrics(&mut reg);
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String cannot fail");
     out

@@ -9,8 +9,11 @@
 //! It listens on a unix socket (mode 0600: only its owner may connect) and, if asked, on a
 //! loopback TCP address where every request must carry the bearer token ([`auth`]); without it
 //! the answer is 401. Each listener caps its connections and times out idle and slow ones
-//! ([`listen`]); a body is one JSON object of at most 64 KiB ([`body`]).
+//! ([`listen`]); on TCP, connections that have not presented the token are shared fairly between
+//! the local users holding them ([`admission`], [`peer`]); a body is one JSON object of at most
+//! 64 KiB ([`body`]).
 
+pub(crate) mod admission;
 mod agent;
 pub(crate) mod auth;
 pub(crate) mod body;
@@ -20,12 +23,14 @@ mod history;
 pub(crate) mod listen;
 mod metrics;
 mod openapi;
+pub(crate) mod peer;
 mod reload;
 mod router;
 mod routes;
 mod rules;
 pub mod uplink_changes;
 
+use crate::live::claims::Claims;
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;
 use crate::live::snapshot::Snapshot;
@@ -57,6 +62,8 @@ pub struct ApiState {
     changes: std::sync::mpsc::Sender<Apply>,
     /// The last hour, a point a second (see [`history`]).
     history: Arc<std::sync::Mutex<history::History>>,
+    /// The interfaces this switch has claimed ([`crate::live::claims`]).
+    claims: Arc<std::sync::Mutex<Claims>>,
 }
 
 /// An error answer: a status and `{"error": "..."}`.
@@ -91,6 +98,7 @@ pub fn start(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     changes: std::sync::mpsc::Sender<Apply>,
     news: Option<tokio::sync::mpsc::Receiver<teamster_dp::datapath::LinkNews>>,
+    claims: Arc<std::sync::Mutex<Claims>>,
 ) -> Result<(std::thread::JoinHandle<()>, Option<SocketAddr>), String> {
     let state = ApiState {
         snapshots,
@@ -98,6 +106,7 @@ pub fn start(
         config_path,
         changes,
         history: history::shared(),
+        claims,
     };
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Option<SocketAddr>, String>>();
     let handle = std::thread::Builder::new()
@@ -136,7 +145,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
         match bind_unix(path) {
             Ok(listener) => {
                 let app = router::router(state.clone(), None);
-                tasks.spawn(listen::serve(listener, app, false));
+                tasks.spawn(listen::serve(listener, app, admission::Rules::Owner));
             }
             Err(e) => {
                 let _ = ready.send(Err(e));
@@ -149,7 +158,7 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
             Ok(listener) => {
                 bound = listener.local_addr().ok();
                 let app = router::router(state.clone(), Some(Arc::new(token.clone())));
-                tasks.spawn(listen::serve(listener, app, true));
+                tasks.spawn(listen::serve(listener, app, admission::Rules::Token));
             }
             Err(e) => {
                 let _ = ready.send(Err(format!("API listen on {addr}: {e}")));

@@ -7,6 +7,7 @@ use super::changes::{
 };
 use super::uplink_changes::{add_uplink, change_uplink, remove_uplink, UplinkAdd, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
+use crate::live::claims::{interfaces, names};
 use crate::live::config::{check_with, render, SwitchFile, SwitchPlan, Sysfs};
 use crate::live::daemon::Apply;
 use crate::live::persist::save_atomically;
@@ -48,8 +49,11 @@ async fn change(
     let plan = check_running(state, &new).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
     let path = state.config_path.clone();
     let text = render(&new);
-    tokio::task::spawn_blocking(move || save_atomically(&path, &text))
-        .await
+    let saved = tokio::task::spawn_blocking(move || save_atomically(&path, &text)).await;
+    if !matches!(saved, Ok(Ok(()))) {
+        settle_claims(state);
+    }
+    saved
         .map_err(|e| {
             ApiError(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -73,28 +77,50 @@ async fn change(
 /// Checks a changed configuration as at start-up, except that uplinks keep the capacity they
 /// run at unless the file sets one: a speed sysfs cannot read while a carrier is down never
 /// refuses a change.
+///
+/// A configuration that passes also claims the interfaces it adds ([`crate::live::claims`]): one
+/// another Teamster serves refuses it, naming that process. The claims of a check whose change
+/// is not applied are released by [`settle_claims`], or by the next change applied.
 pub(super) fn check_running(state: &ApiState, new: &SwitchFile) -> Result<SwitchPlan, String> {
     let running: Vec<(String, Bandwidth)> = latest(state)
         .uplinks
         .iter()
         .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
         .collect();
-    check_with(new, &Sysfs, &running)
+    let plan = check_with(new, &Sysfs, &running)?;
+    claims(state).claim(interfaces(&plan))?;
+    Ok(plan)
+}
+
+/// The switch's claims.
+pub(super) fn claims(state: &ApiState) -> std::sync::MutexGuard<'_, crate::live::claims::Claims> {
+    state.claims.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Releases the claims taken by checks whose change was not applied.
+pub(super) fn settle_claims(state: &ApiState) {
+    claims(state).settle();
 }
 
 /// Hands the loop a checked plan to switch to (if any) and notes for its event log; returns
 /// the snapshot it took right after (None: the switch is stopping).
+/// Once the loop has applied a plan, only its interfaces stay claimed.
 pub(super) async fn apply(state: &ApiState, plan: Option<SwitchPlan>, notes: Vec<String>) -> Option<Arc<Snapshot>> {
     let (done, answer) = tokio::sync::oneshot::channel();
+    let in_force = plan.as_ref().map(names);
     let sent = state.changes.send(Apply {
         plan: plan.map(Box::new),
         notes,
         done,
     });
-    match sent {
+    let snapshot = match sent {
         Ok(()) => answer.await.ok(),
         Err(_) => None,
+    };
+    if let (Some(interfaces), Some(_)) = (in_force, &snapshot) {
+        claims(state).in_force(interfaces);
     }
+    snapshot
 }
 
 #[utoipa::path(get, path = "/api/v1/status", responses((status = 200, body = Snapshot)))]

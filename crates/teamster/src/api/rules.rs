@@ -7,9 +7,11 @@
 //! MAC or the configuration has changed since, so one that flaps costs nothing. Either way, a matched port whose interface is gone is removed.
 //! Matched ports are not saved, so nothing is written to `switch.toml` here. A refusal (an
 //! interface matching a rule whose port does not pass the checks) is noted in the event log
-//! once per interface and reason, not at every netlink message about it.
+//! once per interface and reason, not at every netlink message about it. An interface another
+//! Teamster serves ([`crate::live::claims`]) is noted once too, but looked at again at every
+//! rescan, so it is attached within 10 s of that switch stopping.
 
-use super::routes::{apply, check_running};
+use super::routes::{apply, check_running, claims, settle_claims};
 use super::ApiState;
 use crate::live::config::port_from;
 use crate::live::config::{PortFile, PortOrigin, SwitchFile, SwitchPlan};
@@ -35,9 +37,17 @@ struct Refusal {
     error: String,
 }
 
+/// The interfaces refused, and those another Teamster serves (with who: noted once per
+/// holder, but looked at again every time, since that switch may stop).
+#[derive(Default)]
+struct Refused {
+    checks: HashMap<String, Refusal>,
+    elsewhere: HashMap<String, String>,
+}
+
 /// Runs the port rules until the loop stops sending news.
 pub async fn run(state: ApiState, mut news: Receiver<LinkNews>) {
-    let mut refused: HashMap<String, Refusal> = HashMap::new();
+    let mut refused = Refused::default();
     reconcile(&state, None, &mut refused).await;
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -82,7 +92,11 @@ fn all_interfaces() -> Vec<String> {
 
 /// Brings the matched ports in line with the interfaces `names` (None: every interface), and
 /// removes those whose interface is gone.
-async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut HashMap<String, Refusal>) {
+async fn reconcile(state: &ApiState, names: Option<Vec<String>>, all_refused: &mut Refused) {
+    let Refused {
+        checks: refused,
+        elsewhere,
+    } = all_refused;
     let mut config = state.config.lock().await;
     if config.port_rules.is_empty() {
         return;
@@ -107,6 +121,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
     for name in names {
         let Some(mac) = interface_mac(&name) else {
             refused.remove(&name);
+            elsewhere.remove(&name);
             continue;
         };
         // A matched port whose interface changed (libvirt sets a tap's MAC after creating it)
@@ -137,6 +152,20 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         let Some((i, rule)) = rule_for(&new, &name, mac).map(|(i, r)| (i, r.clone())) else {
             continue;
         };
+        let held = claims(state).held_elsewhere(&name, &format!("port_rules[{i}]"));
+        if let Some(e) = held {
+            if elsewhere.get(&name) != Some(&e) {
+                notes.push(format!(
+                    "interface {name} matches port_rules[{i}] but is not attached: {e}"
+                ));
+                if elsewhere.len() >= REFUSALS_KEPT {
+                    elsewhere.clear();
+                }
+                elsewhere.insert(name, e);
+            }
+            continue;
+        }
+        elsewhere.remove(&name);
         let config = *fp.get_or_insert_with(|| fingerprint(&new));
         if refused.get(&name).is_some_and(|r| r.mac == mac && r.config == config) {
             continue;
@@ -175,6 +204,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
     let changed =
         new.ports.len() != config.ports.len() || new.ports.iter().zip(&config.ports).any(|(a, b)| key(a) != key(b));
     if !changed {
+        settle_claims(state);
         if !notes.is_empty() {
             apply(state, None, notes).await;
         }
@@ -189,6 +219,7 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, refused: &mut H
         // Each port was checked as it was added; a removal cannot make a file fail, but if it
         // does, nothing changes and the log says why.
         Err(e) => {
+            settle_claims(state);
             notes.push(format!("port rules: the change is refused, nothing changed: {e}"));
             apply(state, None, notes).await;
         }

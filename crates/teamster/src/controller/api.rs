@@ -208,6 +208,7 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
     for (name, help, value) in lines {
         text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
     }
+    text.push_str(&crate::api::admission::TCP_TALLY.text());
     text.push_str("# EOF\n");
     (
         [(

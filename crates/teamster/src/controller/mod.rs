@@ -83,16 +83,7 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         None => None,
     };
     let (socket_dir, socket_name) = safe_file::split(&args.socket).map_err(|e| format!("--socket {e}"))?;
-    if !socket_dir.is_dir() {
-        TrustedDir::open(safe_file::existing_ancestor(&socket_dir), "--socket directory")?;
-        use std::os::unix::fs::DirBuilderExt;
-        (std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&socket_dir))
-        .map_err(|e| format!("--socket directory {}: {e}", socket_dir.display()))?;
-    }
-    let dir = TrustedDir::open(&socket_dir, "--socket directory")?;
+    let dir = TrustedDir::open_or_make(&socket_dir, "--socket directory", 0o755)?;
     let mut lock_name = socket_name;
     lock_name.push(".lock");
     let shown = args.socket.display().to_string();
@@ -118,14 +109,14 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         tasks.spawn(crate::api::listen::serve(
             unix,
             api::router(shared.clone(), None),
-            false,
+            crate::api::admission::Rules::Owner,
         ));
         if let (Some(addr), Some(token)) = (args.listen, token) {
             let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| e.to_string())?;
             println!("teamster controller: API on http://{bound}");
             let app = api::router(shared.clone(), Some(Arc::new(token)));
-            tasks.spawn(crate::api::listen::serve(tcp, app, true));
+            tasks.spawn(crate::api::listen::serve(tcp, app, crate::api::admission::Rules::Token));
         }
         println!("teamster controller: API on {shown}");
         let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))
@@ -154,19 +145,11 @@ fn open_store(args: &ControllerArgs) -> Result<Box<dyn store::Store>, String> {
         })?;
         return Ok(Box::new(store));
     }
-    let (state_dir, _) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
-    if !state_dir.is_dir() {
-        // Made inside the nearest directory that exists, once that is checked; its own only.
-        TrustedDir::open(safe_file::existing_ancestor(&state_dir), "--state directory")?;
-        use std::os::unix::fs::DirBuilderExt;
-        (std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&state_dir))
-        .map_err(|e| format!("--state directory {}: {e}", state_dir.display()))?;
-    }
-    TrustedDir::open(&state_dir, "--state directory")?;
-    Ok(Box::new(store::EmbeddedStore::open(&args.state)?))
+    // Opened once (made 0700 where missing, its own only), checked, and from then on named by
+    // its descriptor alone: the store file is opened relative to it.
+    let (state_dir, name) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
+    let dir = TrustedDir::open_or_make(&state_dir, "--state directory", 0o700)?;
+    Ok(Box::new(store::EmbeddedStore::open(&dir, &name)?))
 }
 
 /// A cluster's identity: the clock's nanoseconds mixed with the process ID (an identity, not

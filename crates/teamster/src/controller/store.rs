@@ -5,11 +5,14 @@
 //! not at all, whatever kills the process; it is flushed before `save` returns). The state is
 //! one JSON value under one key, written in one transaction, so a restarted controller reads
 //! exactly the last state it accepted. redb locks the file: a second controller on the same
-//! file is refused at start.
+//! file is refused at start. The file is opened once, relative to its checked directory's
+//! descriptor, and redb is handed the open file (its `FileBackend`), so a directory or name
+//! swapped after the check redirects nothing.
 
 use super::state::ClusterState;
+use crate::live::safe_file::TrustedDir;
 use redb::{ReadableDatabase, TableDefinition};
-use std::path::Path;
+use std::ffi::OsStr;
 
 /// A place the cluster's state is loaded from and saved to.
 pub trait Store: Send {
@@ -31,25 +34,22 @@ pub struct EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store at `path`. The caller has checked its directory; a path
-    /// that is a symlink or not a regular file is refused rather than followed.
-    pub fn open(path: &Path) -> Result<EmbeddedStore, String> {
-        let shown = path.display().to_string();
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            if !meta.file_type().is_file() {
-                return Err(format!("state file {shown}: not a regular file; not opening it"));
-            }
-        }
-        let db = redb::Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                format!("state file {shown}: another controller has it open")
-            }
-            e => format!("state file {shown}: {e}"),
-        })?;
-        // The cluster's state is the controller's alone.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("state file {shown}: {e}"))?;
+    /// Opens (or creates) the store `name` in `dir`, a directory opened once and checked
+    /// ([`TrustedDir`]): the file is opened relative to that descriptor, never through a
+    /// symlink, only as a regular file of root's or the controller's user's, and made 0600;
+    /// redb then works on that open file, so no path is resolved again.
+    pub fn open(dir: &TrustedDir, name: &OsStr) -> Result<EmbeddedStore, String> {
+        let shown = dir.path().join(name).display().to_string();
+        let file = dir.open_private(name, "state file")?;
+        let backend = redb::backends::FileBackend::new(file).map_err(|e| format!("state file {shown}: {e}"))?;
+        let db = redb::Database::builder()
+            .create_with_backend(backend)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    format!("state file {shown}: another controller has it open")
+                }
+                e => format!("state file {shown}: {e}"),
+            })?;
         Ok(EmbeddedStore { db, path: shown })
     }
 }
@@ -92,20 +92,28 @@ mod tests {
     #[test]
     fn a_saved_state_loads_after_reopening_and_a_second_opener_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.redb");
-        let store = EmbeddedStore::open(&path).unwrap();
+        let trusted = TrustedDir::open(dir.path(), "x").unwrap();
+        let name = OsStr::new("state.redb");
+        let store = EmbeddedStore::open(&trusted, name).unwrap();
         assert_eq!(store.load().unwrap(), None);
         let s = ClusterState {
             generation: 7,
             ..ClusterState::default()
         };
         store.save(&s).unwrap();
-        let e = EmbeddedStore::open(&path).err().unwrap();
+        let e = EmbeddedStore::open(&trusted, name).err().unwrap();
         assert!(e.contains("another controller"), "{e}");
         drop(store);
-        assert_eq!(EmbeddedStore::open(&path).unwrap().load().unwrap(), Some(s));
-        let link = dir.path().join("link.redb");
-        std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(EmbeddedStore::open(&link).err().unwrap().contains("not a regular file"));
+        assert_eq!(EmbeddedStore::open(&trusted, name).unwrap().load().unwrap(), Some(s));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A symlink or a directory at the name is refused, not followed.
+        std::os::unix::fs::symlink(dir.path().join(name), dir.path().join("link.redb")).unwrap();
+        let e = EmbeddedStore::open(&trusted, OsStr::new("link.redb")).err().unwrap();
+        assert!(e.contains("symlink") && e.contains("not a regular file"), "{e}");
+        std::fs::create_dir(dir.path().join("dir.redb")).unwrap();
+        let e = EmbeddedStore::open(&trusted, OsStr::new("dir.redb")).err().unwrap();
+        assert!(e.contains("dir.redb"), "{e}");
     }
 }

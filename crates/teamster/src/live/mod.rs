@@ -8,9 +8,11 @@
 //! status file. [`persist`] saves changes so they survive a restart. SIGTERM or SIGINT stop it;
 //! interfaces are left as they were (promiscuous mode ends with the sockets).
 
+pub mod claims;
 pub mod config;
 pub mod controller_config;
 pub mod daemon;
+mod dir_walk;
 mod glob;
 pub mod lacp_view;
 pub mod persist;

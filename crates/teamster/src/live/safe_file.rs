@@ -2,12 +2,14 @@
 //! saved copy, the lock files that keep one daemon per switch, and the API's token file.
 //!
 //! The model. The daemon writes only inside a *trusted directory*: the directory and every
-//! ancestor on its canonical path are owned by root or by the daemon's own user, and none is
+//! directory on the way to it are owned by root or by the daemon's own user, and none is
 //! writable by group or others unless it is owned by root and sticky (like /tmp, where others
 //! may add names but never remove or rename ours). This is OpenSSH's rule for the directories
 //! above a key, with the sticky-bit exception most tools make. A trusted directory is opened
-//! once, checked through its descriptor, and from then on named only by that descriptor
-//! (`openat`, `renameat`), so swapping a path component later redirects nothing.
+//! once, by a walk from `/` on descriptors that follows only root's (or the daemon's user's)
+//! symlinks ([`super::dir_walk`]), checked through its descriptor, and from then on named only
+//! by that descriptor (`openat`, `renameat`), so swapping a path component later redirects
+//! nothing.
 //!
 //! A file is replaced by creating a temporary with `O_CREAT|O_EXCL|O_NOFOLLOW` under a fresh
 //! random name (a name someone planted, file or symlink, makes the open fail; it is never
@@ -15,6 +17,8 @@
 //! target (a rename replaces a symlink, it does not follow it) and flushing the directory.
 //! A lock file is opened read-only with `O_NOFOLLOW` (created if absent) and never written, so
 //! even a file planted in its place is not modified; its `flock` lasts as long as the process.
+//! It is private to its owner (0600): anyone who may open a file may `flock` it, so a lock file
+//! others could read would let any user hold it and keep the daemon from starting.
 //! A secret (the token file) is refused, like an ssh key, when group or others may read or
 //! write it or it is owned by someone other than root or the daemon's user.
 
@@ -108,31 +112,49 @@ pub fn existing_ancestor(path: &Path) -> &Path {
 }
 
 impl TrustedDir {
-    /// Opens directory `path` after checking it and every ancestor of its canonical path;
-    /// `what` names it in errors ("status file directory").
+    /// Opens directory `path` after checking it and every directory on the way to it, following
+    /// only symlinks of root's or the daemon's user's ([`super::dir_walk`]); `what` names it in
+    /// errors ("status file directory").
     pub fn open(path: &Path, what: &str) -> Result<TrustedDir, String> {
-        let shown = path.display();
-        let canonical = path.canonicalize().map_err(|e| format!("{what} {shown}: {e}"))?;
-        let euid = euid();
-        // Every ancestor: a component anyone else may change could be swapped for a symlink.
-        for ancestor in canonical.ancestors().skip(1) {
-            let meta = std::fs::symlink_metadata(ancestor)
-                .map_err(|e| format!("{what} {shown}: {}: {e}", ancestor.display()))?;
-            if let Some(why) = untrusted_dir(meta.uid(), meta.mode(), euid) {
-                return Err(format!("{what} {shown}: its ancestor {} is {why}", ancestor.display()));
-            }
-        }
-        let fd = nix::fcntl::open(
-            &canonical,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
+        let (fd, path) = super::dir_walk::open(path, what, euid(), untrusted_dir, None)?;
+        Ok(TrustedDir { fd, path })
+    }
+
+    /// As [`TrustedDir::open`], making the directories missing on the way with `mode`.
+    pub fn open_or_make(path: &Path, what: &str, mode: u32) -> Result<TrustedDir, String> {
+        let (fd, path) = super::dir_walk::open(path, what, euid(), untrusted_dir, Some(mode))?;
+        Ok(TrustedDir { fd, path })
+    }
+
+    /// Opens `name` here for reading and writing, creating it empty (mode 0600) if missing:
+    /// never through a symlink, only a regular file of root's or the daemon's user's, made
+    /// private to its owner (0600). `what` names it in errors ("state file").
+    pub fn open_private(&self, name: &OsStr, what: &str) -> Result<File, String> {
+        let shown = self.path.join(name);
+        let shown = shown.display();
+        let fd = openat(
+            &self.fd,
+            name,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
         )
-        .map_err(|e| format!("{what} {shown}: {}", std::io::Error::from(e)))?;
+        .map_err(|e| match e {
+            Errno::ELOOP => format!("{what} {shown}: a symlink, not a regular file; not opening it"),
+            e => format!("{what} {shown}: {}", std::io::Error::from(e)),
+        })?;
         let st = fstat(&fd).map_err(|e| format!("{what} {shown}: {e}"))?;
-        if let Some(why) = untrusted_dir(st.st_uid, st.st_mode, euid) {
-            return Err(format!("{what} {}: {why}", canonical.display()));
+        if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
+            return Err(format!("{what} {shown}: not a regular file; not opening it"));
         }
-        Ok(TrustedDir { fd, path: canonical })
+        if st.st_uid != 0 && st.st_uid != euid() {
+            return Err(format!(
+                "{what} {shown}: owned by uid {}, not by root or the daemon's uid {}",
+                st.st_uid,
+                euid()
+            ));
+        }
+        fchmod(&fd, Mode::from_bits_truncate(0o600)).map_err(|e| format!("{what} {shown}: {e}"))?;
+        Ok(File::from(fd))
     }
 
     /// The directory's canonical path (for messages).
@@ -208,25 +230,83 @@ impl TrustedDir {
     pub fn lock(&self, name: &OsStr, what: &str) -> Result<Flock<File>, String> {
         let shown = self.path.join(name);
         let shown = shown.display();
+        let (file, ino) = self
+            .open_lock_file(name)
+            .map_err(|e| format!("lock file {shown}: {e}"))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(lock),
+            Err((_, Errno::EWOULDBLOCK)) => Err(format!("lock file {shown} is held by {}: {what}", holder(ino))),
+            Err((_, e)) => Err(format!("lock file {shown}: {e}")),
+        }
+    }
+
+    /// Opens (creating) lock file `name` read-only, never through a symlink, as a regular file
+    /// private to its owner (0600, an older one made so): no one else may open it, so no one
+    /// else may hold its lock and keep the daemon from starting. Returns it and its inode.
+    fn open_lock_file(&self, name: &OsStr) -> Result<(File, u64), String> {
         let fd = openat(
             &self.fd,
             name,
             OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-            Mode::from_bits_truncate(0o644),
+            Mode::from_bits_truncate(0o600),
         )
-        .map_err(|e| format!("lock file {shown}: {}", std::io::Error::from(e)))?;
-        let st = fstat(&fd).map_err(|e| format!("lock file {shown}: {e}"))?;
+        .map_err(|e| std::io::Error::from(e).to_string())?;
+        let st = fstat(&fd).map_err(|e| e.to_string())?;
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
-            return Err(format!("lock file {shown}: not a regular file"));
+            return Err("not a regular file".into());
         }
-        match Flock::lock(File::from(fd), FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(lock),
-            Err((_, Errno::EWOULDBLOCK)) => {
-                let holder = flock_holder(st.st_ino).map_or(String::new(), |pid| format!(" (pid {pid})"));
-                Err(format!("lock file {shown} is held by another teamster{holder}: {what}"))
+        if st.st_mode & 0o077 != 0 {
+            fchmod(&fd, Mode::from_bits_truncate(0o600)).map_err(|e| format!("cannot make it private: {e}"))?;
+        }
+        Ok((File::from(fd), st.st_ino))
+    }
+
+    /// Takes the exclusive lock on `name` here for as long as the result lives, as
+    /// [`TrustedDir::lock`], for a lock file that is removed when released
+    /// ([`TrustedDir::release`]): after locking, the name must still be the file locked (else
+    /// its holder released it meanwhile, and the lock is taken again on a fresh file). When
+    /// another process has it, the error is `what` followed by the holder ("another teamster
+    /// (pid N)") and the lock file.
+    pub fn claim(&self, name: &OsStr, what: &str) -> Result<Flock<File>, String> {
+        let shown = self.path.join(name);
+        let shown = shown.display();
+        for _ in 0..TEMPORARY_TRIES {
+            let (file, ino) = self
+                .open_lock_file(name)
+                .map_err(|e| format!("lock file {shown}: {e}"))?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => lock,
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return Err(format!("{what} {} (lock {shown})", holder(ino)));
+                }
+                Err((_, e)) => return Err(format!("lock file {shown}: {e}")),
+            };
+            match fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) if st.st_ino == ino => return Ok(lock),
+                _ => continue,
             }
-            Err((_, e)) => Err(format!("lock file {shown}: {e}")),
         }
+        Err(format!("lock file {shown}: released and made again under every try"))
+    }
+
+    /// Releases a lock taken with [`TrustedDir::claim`]: its file is removed while it is still
+    /// held, then the lock is dropped.
+    pub fn release(&self, name: &OsStr, lock: Flock<File>) {
+        let _ = nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+        drop(lock);
+    }
+}
+
+/// Who holds the `flock` on inode `ino`: "another teamster (pid N)", or, if the holder runs
+/// as another user than root or the daemon's, "pid N of uid U, not a teamster".
+fn holder(ino: u64) -> String {
+    let Some(pid) = flock_holder(ino) else {
+        return "another teamster".into();
+    };
+    let uid = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()).ok();
+    match uid {
+        Some(uid) if uid != 0 && uid != euid() => format!("pid {pid} of uid {uid}, not a teamster"),
+        _ => format!("another teamster (pid {pid})"),
     }
 }
 
@@ -350,6 +430,44 @@ mod tests {
             chmod(&open, 0o1777);
             assert!(TrustedDir::open(&open, "x").is_ok());
         }
+    }
+
+    #[test]
+    fn only_symlinks_of_root_or_the_daemon_are_followed_and_missing_directories_are_made() {
+        let top = tempfile::tempdir().unwrap();
+        let real = top.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        // Our own symlink, relative, through `..`: followed; the path is the real one.
+        std::os::unix::fs::symlink("sub/../real", top.path().join("ours")).unwrap();
+        std::fs::create_dir(top.path().join("sub")).unwrap();
+        let d = TrustedDir::open(&top.path().join("ours"), "x").unwrap();
+        assert_eq!(d.path(), real.canonicalize().unwrap());
+        // Someone else's: refused, naming it and its owner, wherever it is on the way.
+        if euid() == 0 {
+            let theirs = top.path().join("theirs");
+            std::os::unix::fs::symlink(&real, &theirs).unwrap();
+            std::os::unix::fs::lchown(&theirs, Some(65534), Some(65534)).unwrap();
+            for path in [theirs.clone(), theirs.join("..").join("real")] {
+                let e = TrustedDir::open(&path, "--state directory").unwrap_err();
+                assert!(
+                    e.contains("--state directory") && e.contains("theirs") && e.contains("symlink owned by uid 65534"),
+                    "{e}"
+                );
+            }
+        }
+        // Made where missing, with the mode asked.
+        let made = top.path().join("ours").join("a").join("b");
+        let d = TrustedDir::open_or_make(&made, "x", 0o700).unwrap();
+        assert_eq!(d.path(), real.join("a").join("b").canonicalize().unwrap());
+        for p in [real.join("a"), real.join("a/b")] {
+            assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o700, "{}", p.display());
+        }
+        assert!(TrustedDir::open(&top.path().join("missing"), "x")
+            .unwrap_err()
+            .contains("missing"));
+        // A file on the way is not a directory.
+        std::fs::write(real.join("f"), "").unwrap();
+        assert!(TrustedDir::open(&real.join("f"), "x").is_err());
     }
 
     #[test]
