@@ -11,7 +11,9 @@
 pub mod config;
 pub mod controller_config;
 pub mod daemon;
+pub mod domain_ports;
 mod glob;
+pub mod heap;
 pub mod lacp_view;
 pub mod persist;
 pub mod port_rules;
