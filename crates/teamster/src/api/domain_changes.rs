@@ -41,6 +41,7 @@ pub struct DomainPort {
     /// Its port group.
     pub group: String,
     /// The VM's MAC on this interface: what identifies the port within its domain.
+    #[schema(pattern = r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$")]
     pub mac: String,
     /// Its network resource pool, or
     #[serde(default)]
@@ -73,13 +74,15 @@ pub fn owned_by(p: &PortFile, domain: &str) -> bool {
     p.origin == PortOrigin::Libvirt && p.owner.as_deref() == Some(domain)
 }
 
-/// A domain name as the API takes it: what libvirt allows, and no more than it allows.
-fn check_domain(domain: &str) -> Result<(), ChangeError> {
-    if domain.is_empty() || domain.len() > 1024 || domain.chars().any(|c| c.is_control()) {
-        return Err(ChangeError::Invalid(format!(
+/// A domain name as the API takes it (and its schema says): 1 to 1024 characters, no control
+/// characters (the name goes into event lines and the hook's file).
+pub(super) fn check_domain(domain: &str) -> Result<(), String> {
+    let n = domain.chars().count();
+    if n == 0 || n > 1024 || domain.chars().any(|c| c.is_control()) {
+        return Err(format!(
             "`{}` is not a domain name (1 to 1024 characters, no control characters)",
             domain.escape_debug()
-        )));
+        ));
     }
     Ok(())
 }
@@ -103,6 +106,23 @@ fn port_of(domain: &str, name: String, w: &DomainPort) -> PortFile {
     }
 }
 
+/// A MAC written as the schema says: six pairs of hex digits, separated by `:` or `-` (what the
+/// address parser takes, without its leniency for a sign).
+fn mac_text(text: &str) -> Result<MacAddr, String> {
+    let shaped = text.len() == 17
+        && text.bytes().enumerate().all(|(i, b)| match i % 3 {
+            2 => b == b':' || b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    if !shaped {
+        return Err(format!(
+            "`{}` is not a MAC address: expected six pairs of hex digits like 52:54:00:12:34:56",
+            text.escape_debug()
+        ));
+    }
+    text.parse()
+}
+
 /// What a port's MAC is as an address (None: not one).
 fn mac_of(p: &PortFile) -> Option<MacAddr> {
     p.mac.as_deref()?.parse().ok()
@@ -115,14 +135,11 @@ pub fn set_domain_ports(
     domain: &str,
     wanted: &[DomainPort],
 ) -> Result<(SwitchFile, bool), ChangeError> {
-    check_domain(domain)?;
+    check_domain(domain).map_err(ChangeError::Invalid)?;
     // Each wanted MAC with its entry's index.
     let mut macs: HashMap<MacAddr, usize> = HashMap::with_capacity(wanted.len());
     for (n, w) in wanted.iter().enumerate() {
-        let mac: MacAddr = w
-            .mac
-            .parse()
-            .map_err(|e| ChangeError::Invalid(format!("ports[{n}].mac: {e}")))?;
+        let mac = mac_text(&w.mac).map_err(|e| ChangeError::Invalid(format!("ports[{n}].mac: {e}")))?;
         if let Some(o) = macs.insert(mac, n) {
             return Err(ChangeError::Invalid(format!(
                 "ports[{n}].mac: {mac} is ports[{o}]'s MAC too"
@@ -169,7 +186,7 @@ pub fn set_domain_ports(
 
 /// The configuration without any of domain `domain`'s ports, and whether it had any.
 pub fn remove_domain_ports(f: &SwitchFile, domain: &str) -> Result<(SwitchFile, bool), ChangeError> {
-    check_domain(domain)?;
+    check_domain(domain).map_err(ChangeError::Invalid)?;
     let mut new = f.clone();
     new.ports.retain(|p| !owned_by(p, domain));
     let changed = new.ports.len() != f.ports.len();
@@ -238,11 +255,13 @@ mod tests {
             matches!(&e, ChangeError::Invalid(m) if m.contains("ports[1].mac")),
             "{e:?}"
         );
-        let bad = TWO.replace("52:54:00:aa:00:02", "52:54");
-        assert!(matches!(
-            set_domain_ports(&f, "d", &wanted(&bad)),
-            Err(ChangeError::Invalid(_))
-        ));
+        for mac in ["52:54", "+2:54:00:aa:00:02", "52:54:00:aa:00:0g", ""] {
+            let bad = TWO.replace("52:54:00:aa:00:02", mac);
+            assert!(
+                matches!(set_domain_ports(&f, "d", &wanted(&bad)), Err(ChangeError::Invalid(_))),
+                "{mac}"
+            );
+        }
         assert!(matches!(
             set_domain_ports(&f, "", &wanted(TWO)),
             Err(ChangeError::Invalid(_))

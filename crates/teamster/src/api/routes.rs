@@ -5,7 +5,7 @@ use super::changes::{
     add_group, add_port, change_group, change_port, remove_group, remove_port, ChangeError, GroupAdd, GroupChange,
     PortAdd, PortChange,
 };
-use super::domain_changes::{remove_domain_ports, set_domain_ports, DomainPorts, DOMAIN_BODY_LIMIT};
+use super::domain_changes::{check_domain, remove_domain_ports, set_domain_ports, DomainPorts, DOMAIN_BODY_LIMIT};
 use super::uplink_changes::{add_uplink, change_uplink, remove_uplink, UplinkAdd, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
 use crate::live::config::{check_with, render, saved_text, PortOrigin, SwitchFile, SwitchPlan, Sysfs};
@@ -285,13 +285,18 @@ fn owned(snapshot: &Snapshot, domain: &str) -> Vec<PortView> {
         .collect()
 }
 
-#[utoipa::path(get, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path)),
-    responses((status = 200, body = Vec<PortView>, description = "the ports the libvirt hook made for the domain (none: an empty list)")))]
-pub async fn domain_ports(State(s): State<ApiState>, Path(domain): Path<String>) -> Json<Vec<PortView>> {
-    Json(owned(&latest(&s), &domain))
+#[utoipa::path(get, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")),
+    responses((status = 200, body = Vec<PortView>, description = "the ports the libvirt hook made for the domain (none: an empty list)"),
+        (status = 422, body = ErrorBody, description = "not a domain name")))]
+pub async fn domain_ports(
+    State(s): State<ApiState>,
+    Path(domain): Path<String>,
+) -> Result<Json<Vec<PortView>>, ApiError> {
+    check_domain(&domain).map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+    Ok(Json(owned(&latest(&s), &domain)))
 }
 
-#[utoipa::path(put, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path)), request_body = DomainPorts,
+#[utoipa::path(put, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")), request_body = DomainPorts,
     responses((status = 200, body = Vec<PortView>, description = "the domain's ports now: one per entry, matched by MAC; its others removed"),
         (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "refused, nothing changed: a MAC, interface or both candidate names another port's, an unknown group, pool or class, admission control, switch.toml holding an edit not yet reloaded"),
@@ -306,7 +311,7 @@ pub async fn put_domain_ports(
     Ok(Json(owned(&snap, &domain)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path)),
+#[utoipa::path(delete, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")),
     responses((status = 204, description = "the domain has no port (any it had are removed)"), (status = 422, body = ErrorBody)))]
 pub async fn delete_domain_ports(
     State(s): State<ApiState>,
