@@ -90,8 +90,9 @@ fn give_back_soon() {
 
 /// Saves what `new` changes of the files the daemon keeps: `switch.toml` if its settings differ
 /// from `old`'s, the libvirt hook's file if its ports do (a hook's change never rewrites the
-/// operator's file). Either holding an edit the daemon has not read refuses the whole save (a
-/// 409: see [`crate::live::persist::KeptFile`]), before anything is written.
+/// operator's file). `switch.toml` holding an edit the daemon has not read refuses the whole
+/// save (a 409: see [`crate::live::persist::KeptFile`]), before anything is written; the hook's
+/// file is the daemon's alone, and rewritten whatever it holds.
 async fn save(state: &ApiState, old: &SwitchFile, new: &SwitchFile) -> Result<(), ApiError> {
     let body = render(new);
     let config = (render(old) != body).then_some(body);
@@ -103,9 +104,8 @@ async fn save(state: &ApiState, old: &SwitchFile, new: &SwitchFile) -> Result<()
     let files = state.files.clone();
     let saved = tokio::task::spawn_blocking(move || {
         let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
-        let kept = [(&files.config, config.is_some()), (&files.domains, domains.is_some())];
-        for (file, _) in kept.iter().filter(|(_, due)| *due) {
-            file.unchanged().map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
+        if config.is_some() {
+            (files.config.unchanged()).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
         }
         let failed = |file: &crate::live::persist::KeptFile, e: String| {
             ApiError(
@@ -118,7 +118,7 @@ async fn save(state: &ApiState, old: &SwitchFile, new: &SwitchFile) -> Result<()
         };
         if let Some(text) = domains {
             let file = &mut files.domains;
-            file.save(|_| text).map_err(|e| failed(file, e))?;
+            file.overwrite(text).map_err(|e| failed(file, e))?;
         }
         if let Some(body) = config {
             let file = &mut files.config;

@@ -87,6 +87,17 @@ impl KeptFile {
         Ok(())
     }
 
+    /// Replaces the file with `text` whatever it holds now: for a file only the daemon writes
+    /// (the libvirt hook's ports), where refusing would leave no way on but a restart, since a
+    /// reload does not read it.
+    pub fn overwrite(&mut self, text: String) -> Result<(), String> {
+        save_atomically(&self.path, &text)?;
+        self.revision += 1;
+        self.known = Some(text.into_bytes());
+        self.saved_since_read = true;
+        Ok(())
+    }
+
     /// Checks that `text`, read from the file for a reload, may replace what the daemon
     /// saved: refused if it was edited from an older revision than the daemon's last save (the
     /// editor's copy was read before a change made through the API, which the reload would
