@@ -795,7 +795,7 @@ impl Datapath {
             gone,
             returned,
             generation: 0,
-            ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue(now)).collect(),
+            ingress: (0..n_ports + n_uplinks).map(|_| ingress::queue()).collect(),
             news: LinkNews::default(),
             closer,
             rx: plan.rx.clone(),

@@ -21,7 +21,9 @@
 //!   others).
 //!
 //! Frames are held in one slab for all flow queues, so memory is bounded by the frame budget
-//! whichever flows hold them. Time is passed in; drops are handed to the caller (to recycle the
+//! whichever flows hold them. The flow queues' state (some 70 KiB) is made at the first frame,
+//! not with the queue: a port that never receives (detached, or removed and its slot kept for
+//! the next) costs nothing. Time is passed in; drops are handed to the caller (to recycle the
 //! buffer) and counted.
 
 use core::time::Duration;
@@ -99,25 +101,11 @@ pub struct IngressQueue<T> {
 
 impl<T> IngressQueue<T> {
     /// An empty queue holding at most `max_frames` frames in at most `max_memory` bytes of
-    /// buffers.
-    pub fn new(max_memory: u64, max_frames: usize, now: Instant) -> IngressQueue<T> {
-        let flows = (0..FLOWS)
-            .map(|_| Flow {
-                head: NIL,
-                tail: NIL,
-                bytes: 0,
-                deficit: 0,
-                listed: Listed::No,
-                dropping: false,
-                count: 0,
-                last_count: 0,
-                first_above: None,
-                drop_next: now,
-            })
-            .collect();
+    /// buffers. It allocates nothing until its first frame.
+    pub fn new(max_memory: u64, max_frames: usize) -> IngressQueue<T> {
         IngressQueue {
-            flows,
-            held: vec![0; FLOWS],
+            flows: Vec::new(),
+            held: Vec::new(),
             slots: Vec::new(),
             next: Vec::new(),
             free: Vec::new(),
@@ -132,6 +120,25 @@ impl<T> IngressQueue<T> {
             dropped: 0,
             marked: 0,
         }
+    }
+
+    /// Makes the flow queues, at the first frame (`now`).
+    fn make_flows(&mut self, now: Instant) {
+        self.flows = (0..FLOWS)
+            .map(|_| Flow {
+                head: NIL,
+                tail: NIL,
+                bytes: 0,
+                deficit: 0,
+                listed: Listed::No,
+                dropping: false,
+                count: 0,
+                last_count: 0,
+                first_above: None,
+                drop_next: now,
+            })
+            .collect();
+        self.held = vec![0; FLOWS];
     }
 
     /// Frames held.
@@ -201,6 +208,9 @@ impl<T> IngressQueue<T> {
     /// arrived at `now`; keeps within the budget by dropping, into `drop`, the oldest frames
     /// of the flow queue holding the most memory.
     pub fn enqueue(&mut self, flow: usize, item: T, (len, cost): (u32, u32), now: Instant, drop: &mut dyn FnMut(T)) {
+        if self.flows.is_empty() {
+            self.make_flows(now);
+        }
         self.push(
             flow,
             Held {

@@ -22,7 +22,7 @@ fn no_mark(_: &mut u32) -> bool {
 
 /// Frames are identified by a number; the queue under test holds numbers.
 fn queue() -> IngressQueue<u32> {
-    IngressQueue::new(1 << 30, 1 << 20, Instant::ZERO)
+    IngressQueue::new(1 << 30, 1 << 20)
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn bulk_flows_share_by_bytes() {
 
 #[test]
 fn over_budget_the_longest_flow_loses_its_oldest_frames() {
-    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 30, 100, Instant::ZERO);
+    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 30, 100);
     let t = Instant::ZERO;
     let mut dropped = Vec::new();
     for i in 0..10 {
@@ -108,7 +108,7 @@ fn over_budget_the_longest_flow_loses_its_oldest_frames() {
 
 #[test]
 fn the_memory_budget_holds_too() {
-    let mut q: IngressQueue<u32> = IngressQueue::new(15_000, 1 << 20, Instant::ZERO);
+    let mut q: IngressQueue<u32> = IngressQueue::new(15_000, 1 << 20);
     let mut dropped = 0;
     for i in 0..100 {
         q.enqueue((i % 3) as usize, i, (1500, 1500), Instant::ZERO, &mut |_| dropped += 1);
@@ -126,7 +126,7 @@ fn the_memory_budget_holds_too() {
 fn memory_is_what_the_buffers_hold_not_the_frames_length() {
     // Short frames kept in large buffers (a super-frame buffer holding a 2100-byte frame): the
     // budget is the buffers'.
-    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 20, 1 << 20, Instant::ZERO);
+    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 20, 1 << 20);
     for i in 0..100 {
         q.enqueue(1, i, (2100, 65_600), Instant::ZERO, &mut |_| {});
     }
@@ -136,7 +136,7 @@ fn memory_is_what_the_buffers_hold_not_the_frames_length() {
 
 #[test]
 fn a_flow_emptied_by_a_budget_drop_starts_afresh_under_codel() {
-    let mut q: IngressQueue<u32> = IngressQueue::new(100_000, 1 << 20, Instant::ZERO);
+    let mut q: IngressQueue<u32> = IngressQueue::new(100_000, 1 << 20);
     let t0 = Instant::from_secs(1);
     // Flow 1 is in CoDel's dropping state, holding one large frame.
     q.enqueue(1, 1, (60_000, 60_000), t0, &mut |_| {});
@@ -165,7 +165,7 @@ fn a_flow_emptied_by_a_budget_drop_starts_afresh_under_codel() {
 fn memory_is_bounded_by_the_frame_budget_whichever_flows_held_the_frames() {
     // A VM that moves its backlog from flow to flow must not leave every flow queue sized for
     // the whole budget.
-    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 30, 64, Instant::ZERO);
+    let mut q: IngressQueue<u32> = IngressQueue::new(1 << 30, 64);
     let t = Instant::ZERO;
     for f in 0..FLOWS {
         for i in 0..100 {
@@ -179,7 +179,7 @@ fn memory_is_bounded_by_the_frame_budget_whichever_flows_held_the_frames() {
 /// A flow offered twice what the switch forwards, for `secs` simulated seconds: returns the
 /// frames dropped and the wait of the last frames sent (ms).
 fn overload(secs: u64, mark: bool) -> (u64, u64, f64) {
-    let mut q: IngressQueue<(u32, Instant)> = IngressQueue::new(1 << 30, 1 << 20, Instant::ZERO);
+    let mut q: IngressQueue<(u32, Instant)> = IngressQueue::new(1 << 30, 1 << 20);
     let step = Duration::from_micros(100);
     let mut now = Instant::ZERO;
     let mut last_wait = 0.0;
@@ -254,7 +254,7 @@ proptest! {
     fn every_frame_leaves_once(
         ops in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<u8>(), 0..80), 1u32..3000, 0u64..20_000), 1..400)
     ) {
-        let mut q: IngressQueue<(usize, u32)> = IngressQueue::new(20_000, 16, Instant::ZERO);
+        let mut q: IngressQueue<(usize, u32)> = IngressQueue::new(20_000, 16);
         let mut now = Instant::ZERO;
         let mut gone = Vec::new();
         let mut sent_per_flow: std::collections::HashMap<usize, u32> = Default::default();

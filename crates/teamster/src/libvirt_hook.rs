@@ -12,25 +12,38 @@
 //! </metadata>
 //! ```
 //!
-//! Each `<interface type='ethernet'>` with a `<target dev=...>` becomes port `DOMAIN-N` (N
-//! counting those interfaces from 0) on its tap, with the interface's MAC and the group and
-//! NetIOC controls of the `<teamster:port>` with that MAC (else the `<teamster:switch>`'s
-//! group and no controls); an interface with neither is not Teamster's and is left alone.
+//! Each `<interface type='ethernet'>` with a `<target dev=...>` becomes a port on its tap, with
+//! the interface's MAC and the group and NetIOC controls of the `<teamster:port>` with that MAC
+//! (else the `<teamster:switch>`'s group and no controls); an interface with neither is not
+//! Teamster's and is left alone. The ports are the domain's (origin `libvirt`, owner the
+//! domain): the switch names them (`DOMAIN-N`, or `vm-HASH-N` when that name is not usable or
+//! is another port's) and the hook never touches a port it did not make for this domain (see
+//! `crate::live::domain_ports`).
 //!
 //! What each operation does:
 //! - `started begin` (QEMU is running, its taps exist), `reconnect begin` (libvirtd restarted
-//!   with the VM running) and `attach begin`: add the ports; a port already there with the
-//!   same interface and MAC is kept, one with another is replaced. On the destination of a
-//!   live migration `started` comes as the VM arrives, so its port is added there, and the
+//!   with the VM running) and `attach begin`: the domain's ports become exactly those of its
+//!   interfaces, in one request (`PUT /api/v1/domains/{domain}/ports`) checked and saved once
+//!   however many there are: a port already there for the same MAC is kept (updated in place if
+//!   its tap or controls changed), one for an interface no longer there goes. On the destination
+//!   of a live migration `started` comes as the VM arrives, so its port is added there, and the
 //!   switch announces its MAC with a RARP on the port's uplink.
-//! - `stopped end` and `release end` (also at the source after a migration): remove them.
+//! - `stopped end` and `release end` (also at the source after a migration): every port of the
+//!   domain goes (`DELETE /api/v1/domains/{domain}/ports`), whatever the XML lists now (a NIC
+//!   hot-plugged or unplugged with `virsh attach-device --live` ran no hook).
 //! - `migrate begin` (the destination, before the VM comes): nothing, and nothing printed, so
 //!   libvirt keeps the XML as it is.
+//!
+//! The XML comes from the domain's definition, parts of which a tenant may write: it is read
+//! whole only up to [`MAX_XML`] bytes, [`MAX_NODES`] nodes and [`MAX_DEPTH`] levels of nesting
+//! (libvirt's own parser, libxml2, refuses deeper documents by default), and the parser does not
+//! recurse per level, so no document can exhaust the hook's stack.
 //!
 //! Anything else is ignored. Exit status 0 when done (or nothing to do), 1 when the switch
 //! refused or could not be reached (the message names the port and the switch; libvirt logs
 //! it), 2 on bad input (XML, arguments); but always 0 at `reconnect` and `attach`, where libvirt
-//! kills a running VM whose hook fails.
+//! kills a running VM whose hook fails. A domain without Teamster metadata whose ports cannot be
+//! removed at `stopped` because the switch is down is not an error: it had none.
 
 use crate::ctl::{request, segment, Target};
 use serde_json::{json, Value};
@@ -41,6 +54,12 @@ use std::process::ExitCode;
 pub const NAMESPACE: &str = "https://teamster.dev/libvirt/1";
 /// The most domain XML read from standard input.
 const MAX_XML: u64 = 4 << 20;
+/// The deepest nesting of elements accepted: libxml2's default limit, which libvirt's parser
+/// keeps, so no domain libvirt accepted is refused.
+pub const MAX_DEPTH: usize = 256;
+/// The most nodes (elements, text, comments) accepted: a domain with as many interfaces as a
+/// switch has ports, and room for the rest.
+pub const MAX_NODES: u32 = 1 << 20;
 
 #[derive(clap::Args)]
 pub struct HookArgs {
@@ -56,46 +75,66 @@ pub struct HookArgs {
     pub target: Target,
 }
 
-/// A port the hook adds for one of the domain's interfaces.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HookPort {
-    pub name: String,
-    /// The API's body for `POST /api/v1/ports`.
-    pub body: Value,
-}
-
 /// What a hook call asks of the switch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    Attach(Vec<HookPort>),
-    Detach(Vec<String>),
+    /// The domain's ports become these (the API's bodies, without names: the switch names them).
+    Attach(Vec<Value>),
+    /// Every port of the domain goes; `listed` says whether its XML carries Teamster's metadata
+    /// (or could not be read), so that a switch that is down is an error.
+    Detach {
+        listed: bool,
+    },
     Nothing,
 }
 
 /// Reads the domain XML and decides what `operation`/`sub_operation` asks.
-pub fn plan(domain: &str, operation: &str, sub_operation: &str, xml: &str) -> Result<Action, String> {
+pub fn plan(operation: &str, sub_operation: &str, xml: &str) -> Result<Action, String> {
     let attach = matches!(
         (operation, sub_operation),
         ("started" | "reconnect" | "attach", "begin")
     );
     let detach = matches!((operation, sub_operation), ("stopped" | "release", "end"));
-    if !attach && !detach {
+    if detach {
+        // The domain's ports go whatever the XML says (or whether it can be read at all).
+        let listed = ports_of(xml).map_or(true, |p| p.is_some());
+        return Ok(Action::Detach { listed });
+    }
+    if !attach {
         return Ok(Action::Nothing);
     }
-    let ports = ports_of(domain, xml)?;
-    Ok(if attach {
-        Action::Attach(ports)
-    } else {
-        Action::Detach(ports.into_iter().map(|p| p.name).collect())
-    })
+    // A domain that is not on Teamster costs the switch nothing (and needs it not be running).
+    Ok(ports_of(xml)?.map_or(Action::Nothing, Action::Attach))
 }
 
-/// The ports of the domain's Teamster interfaces.
-fn ports_of(domain: &str, xml: &str) -> Result<Vec<HookPort>, String> {
-    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("the domain XML: {e}"))?;
+/// Parses the domain XML within the bounds of the module documentation.
+fn parse(xml: &str) -> Result<roxmltree::Document<'_>, String> {
+    let options = roxmltree::ParsingOptions {
+        nodes_limit: MAX_NODES,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(xml, options).map_err(|e| format!("the domain XML: {e}"))?;
+    // Each node's depth from its parent's (nodes come in document order, parents first).
+    let mut depth = vec![0usize; doc.descendants().count()];
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        let d = n.parent().map_or(0, |p| depth[p.id().get_usize()]) + 1;
+        if d > MAX_DEPTH {
+            return Err(format!(
+                "the domain XML nests elements more than {MAX_DEPTH} deep (at line {}); refused",
+                doc.text_pos_at(n.range().start).row
+            ));
+        }
+        depth[n.id().get_usize()] = d;
+    }
+    Ok(doc)
+}
+
+/// The ports of the domain's Teamster interfaces (None: the XML has no Teamster metadata).
+fn ports_of(xml: &str) -> Result<Option<Vec<Value>>, String> {
+    let doc = parse(xml)?;
     let root = doc.root_element();
     let Some(switch) = root.descendants().find(|n| n.has_tag_name((NAMESPACE, "switch"))) else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let default_group = switch.attribute("group");
     let entries: Vec<roxmltree::Node> = switch
@@ -108,7 +147,7 @@ fn ports_of(domain: &str, xml: &str) -> Result<Vec<HookPort>, String> {
         .flat_map(|d| d.children())
         .filter(|n| n.has_tag_name("interface") && n.attribute("type") == Some("ethernet"));
     let mut out = Vec::new();
-    for (n, iface) in interfaces.enumerate() {
+    for iface in interfaces {
         let child = |tag: &str, attr: &str| {
             iface
                 .children()
@@ -124,31 +163,15 @@ fn ports_of(domain: &str, xml: &str) -> Result<Vec<HookPort>, String> {
         let Some(group) = entry.and_then(|e| e.attribute("group")).or(default_group) else {
             continue;
         };
-        let name = port_name(domain, n);
-        let mut body = json!({"name": name, "interface": dev, "group": group, "mac": mac.to_ascii_lowercase()});
+        let mut body = json!({"interface": dev, "group": group, "mac": mac.to_ascii_lowercase()});
         for key in ["pool", "class", "reservation", "shares", "limit", "backend"] {
             if let Some(v) = entry.and_then(|e| e.attribute(key)) {
                 body[key] = json!(v);
             }
         }
-        out.push(HookPort { name, body });
+        out.push(body);
     }
-    Ok(out)
-}
-
-/// The port name of a domain's `n`th Teamster interface: `DOMAIN-N`, or, for a domain name a
-/// port name cannot hold (over 64 bytes with the suffix, or with `/`, `\\` or control
-/// characters), `vm-HASH-N` with a stable 64-bit FNV-1a hash of the domain name.
-pub fn port_name(domain: &str, n: usize) -> String {
-    let plain = format!("{domain}-{n}");
-    let usable = plain.len() <= 64 && !plain.chars().any(|c| c.is_control() || c == '/' || c == '\\');
-    if usable {
-        return plain;
-    }
-    let hash = domain.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("vm-{hash:016x}-{n}")
+    Ok(Some(out))
 }
 
 /// An API error's message.
@@ -159,31 +182,26 @@ fn message(body: &[u8]) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(body).to_string())
 }
 
-/// Adds `p`, keeping a port of that name already there on the same interface with the same MAC
-/// (libvirtd reconnecting) and replacing one that differs (the VM restarted on another tap).
-async fn attach(target: &Target, p: &HookPort) -> Result<(), String> {
-    let path = format!("/api/v1/ports/{}", segment(&p.name));
-    let have = request(target, "GET", &path, None).await?;
-    if have.status == 200 {
-        let v: Value = serde_json::from_slice(&have.body).map_err(|e| e.to_string())?;
-        if v["interface"] == p.body["interface"] && v["mac"] == p.body["mac"] && v["group"] == p.body["group"] {
-            return Ok(());
-        }
-        detach(target, &p.name).await?;
-    }
-    let a = request(target, "POST", "/api/v1/ports", Some(p.body.clone())).await?;
+/// The path of domain `domain`'s ports.
+fn domain_path(domain: &str) -> String {
+    format!("/api/v1/domains/{}/ports", segment(domain))
+}
+
+/// Sets the domain's ports to `ports` in one request.
+async fn attach(target: &Target, domain: &str, ports: &[Value]) -> Result<(), String> {
+    let a = request(target, "PUT", &domain_path(domain), Some(json!({ "ports": ports }))).await?;
     match a.status {
-        201 => Ok(()),
-        s => Err(format!("port {}: refused ({s}): {}", p.name, message(&a.body))),
+        200 => Ok(()),
+        s => Err(format!("the domain's ports: refused ({s}): {}", message(&a.body))),
     }
 }
 
-/// Removes port `name`; one already gone is fine.
-async fn detach(target: &Target, name: &str) -> Result<(), String> {
-    let a = request(target, "DELETE", &format!("/api/v1/ports/{}", segment(name)), None).await?;
+/// Removes every port of the domain; none is fine.
+async fn detach(target: &Target, domain: &str) -> Result<(), String> {
+    let a = request(target, "DELETE", &domain_path(domain), None).await?;
     match a.status {
-        204 | 404 => Ok(()),
-        s => Err(format!("port {name}: not removed ({s}): {}", message(&a.body))),
+        204 => Ok(()),
+        s => Err(format!("the domain's ports: not removed ({s}): {}", message(&a.body))),
     }
 }
 
@@ -206,7 +224,7 @@ pub fn run(args: HookArgs) -> ExitCode {
     let read = std::io::stdin().take(MAX_XML).read_to_string(&mut xml);
     let action = match read
         .map_err(|e| format!("reading the domain XML from standard input: {e}"))
-        .and_then(|_| plan(&args.domain, &args.operation, &args.sub_operation, &xml))
+        .and_then(|_| plan(&args.operation, &args.sub_operation, &xml))
     {
         Ok(a) => a,
         Err(e) => {
@@ -217,18 +235,8 @@ pub fn run(args: HookArgs) -> ExitCode {
     let work = async {
         match &action {
             Action::Nothing => Ok::<(), String>(()),
-            Action::Attach(ports) => {
-                for p in ports {
-                    attach(&args.target, p).await?;
-                }
-                Ok(())
-            }
-            Action::Detach(names) => {
-                for n in names {
-                    detach(&args.target, n).await?;
-                }
-                Ok(())
-            }
+            Action::Attach(ports) => attach(&args.target, &args.domain, ports).await,
+            Action::Detach { .. } => detach(&args.target, &args.domain).await,
         }
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -240,6 +248,7 @@ pub fn run(args: HookArgs) -> ExitCode {
     };
     match rt.block_on(work) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if action == (Action::Detach { listed: false }) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("teamster libvirt-hook: {}: {e}", args.domain);
             exit_status(&args.operation, 1)
@@ -279,26 +288,21 @@ mod tests {
 
     #[test]
     fn started_adds_a_port_per_ethernet_interface_with_its_metadata() {
-        let Action::Attach(ports) = plan("web1", "started", "begin", XML).unwrap() else {
+        let Action::Attach(ports) = plan("started", "begin", XML).unwrap() else {
             panic!("attach expected");
         };
         assert_eq!(ports.len(), 2, "the bridge interface is not Teamster's");
-        assert_eq!(ports[0].name, "web1-0");
         assert_eq!(
-            ports[0].body,
-            json!({"name": "web1-0", "interface": "vnet7", "group": "vms", "mac": "52:54:00:aa:00:01",
+            ports[0],
+            json!({"interface": "vnet7", "group": "vms", "mac": "52:54:00:aa:00:01",
                    "reservation": "100M", "shares": "high", "limit": "1G"})
         );
-        assert_eq!(ports[1].name, "web1-1");
-        assert_eq!(ports[1].body["group"], "storage");
-        assert_eq!(ports[1].body["interface"], "vnet9");
+        assert_eq!(ports[1]["group"], "storage");
+        assert_eq!(ports[1]["interface"], "vnet9");
+        assert_eq!(plan("stopped", "end", XML).unwrap(), Action::Detach { listed: true });
         assert_eq!(
-            plan("web1", "stopped", "end", XML).unwrap(),
-            Action::Detach(vec!["web1-0".into(), "web1-1".into()])
-        );
-        assert_eq!(
-            plan("web1", "release", "end", XML).unwrap(),
-            plan("web1", "stopped", "end", XML).unwrap()
+            plan("release", "end", XML).unwrap(),
+            plan("stopped", "end", XML).unwrap()
         );
         for (op, sub) in [
             ("migrate", "begin"),
@@ -306,7 +310,7 @@ mod tests {
             ("start", "begin"),
             ("stopped", "begin"),
         ] {
-            assert_eq!(plan("web1", op, sub, XML).unwrap(), Action::Nothing, "{op} {sub}");
+            assert_eq!(plan(op, sub, XML).unwrap(), Action::Nothing, "{op} {sub}");
         }
     }
 
@@ -323,28 +327,40 @@ mod tests {
     }
 
     #[test]
-    fn every_domain_name_gives_a_usable_port_name() {
-        assert_eq!(port_name("web1", 0), "web1-0");
-        let long = "x".repeat(80);
-        let name = port_name(&long, 2);
-        assert!(
-            name.starts_with("vm-") && name.ends_with("-2") && name.len() <= 64,
-            "{name}"
-        );
-        assert_eq!(name, port_name(&long, 2), "stable, so stop removes what start added");
-        assert_ne!(port_name("a\\b", 0), "a\\b-0");
-    }
-
-    #[test]
     fn a_domain_without_teamster_metadata_or_with_bad_xml() {
         // The same element names in another namespace are not Teamster's.
         let plain = XML.replace("https://teamster.dev/libvirt/1", "urn:x");
+        assert_eq!(plan("started", "begin", &plain).unwrap(), Action::Nothing);
         assert_eq!(
-            plan("web1", "started", "begin", &plain).unwrap(),
-            Action::Attach(vec![])
+            plan("stopped", "end", &plain).unwrap(),
+            Action::Detach { listed: false }
         );
-        assert!(plan("web1", "started", "begin", "<domain><devices>").is_err());
+        assert!(plan("started", "begin", "<domain><devices>").is_err());
+        // Unreadable at stop: the ports go all the same.
+        assert_eq!(
+            plan("stopped", "end", "<domain>").unwrap(),
+            Action::Detach { listed: true }
+        );
         // Nothing asked: the XML is not even read.
-        assert_eq!(plan("web1", "migrate", "begin", "not xml").unwrap(), Action::Nothing);
+        assert_eq!(plan("migrate", "begin", "not xml").unwrap(), Action::Nothing);
+    }
+
+    /// Nesting is bounded, with an error, at any depth: the parser does not recurse per level.
+    #[test]
+    fn deep_nesting_is_refused_without_exhausting_the_stack() {
+        let nest = |n: usize| {
+            format!(
+                "<domain><metadata>{}{}</metadata></domain>",
+                "<a>".repeat(n),
+                "</a>".repeat(n)
+            )
+        };
+        assert_eq!(plan("started", "begin", &nest(MAX_DEPTH - 2)).unwrap(), Action::Nothing);
+        for n in [MAX_DEPTH - 1, 14_000, 200_000] {
+            let e = plan("started", "begin", &nest(n)).unwrap_err();
+            assert!(e.contains(&format!("more than {MAX_DEPTH} deep")), "{n}: {e}");
+        }
+        let e = plan("started", "begin", &"<a/>".repeat(10)).unwrap_err();
+        assert!(e.contains("domain XML"), "{e}");
     }
 }

@@ -376,7 +376,7 @@ fn run_switch(
             return ExitCode::from(2);
         }
     };
-    let plan = match live::config::load(&config, &live::config::Sysfs) {
+    let (plan, files, restored) = match load(&config) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -428,6 +428,9 @@ fn run_switch(
         }
     }
     places.config_dir.remove_temporaries(&places.config_name);
+    if let Some(name) = files.domains.path().file_name() {
+        places.config_dir.remove_temporaries(name);
+    }
     if let Some(s) = &places.status {
         s.dir.remove_temporaries(&s.name);
     }
@@ -461,7 +464,16 @@ fn run_switch(
         changes: change_rx,
         snapshots: snap_tx,
     };
-    keep_freed_heap();
+    live::heap::keep_freed();
+    for note in &restored {
+        eprintln!("teamster: {note}");
+    }
+    // Recorded as events at the loop's first turn (no one waits for the answer).
+    let _ = change_tx.send(live::daemon::Apply {
+        plan: None,
+        notes: restored,
+        done: tokio::sync::oneshot::channel().0,
+    });
     let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link)) {
         Ok(d) => d,
         Err(e) => {
@@ -470,15 +482,7 @@ fn run_switch(
         }
     };
     if let Some(api) = &api_config {
-        let bound = match api::start(
-            api.clone(),
-            file,
-            config.clone(),
-            snap_rx,
-            change_tx,
-            news_rx,
-            claims.clone(),
-        ) {
+        let bound = match api::start(api.clone(), file, files, snap_rx, change_tx, news_rx, claims.clone()) {
             Ok((_, bound)) => bound,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -504,6 +508,40 @@ fn run_switch(
     }
     eprintln!("teamster: stopped");
     ExitCode::SUCCESS
+}
+
+/// Reads and checks `switch.toml` with the libvirt hook's ports saved beside it (those that
+/// still fit, see [`live::domain_ports::restore`]): the plan, the files as read, and a note for
+/// each hook port left out.
+fn load(config: &std::path::Path) -> Result<(live::config::SwitchPlan, api::KeptFiles, Vec<String>), String> {
+    let shown = config.display();
+    let text = std::fs::read_to_string(config).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let mut file = live::config::parse_file(&text).map_err(|e| format!("{shown}: {e}"))?;
+    use live::config::Interfaces;
+    let ifs = live::config::Sysfs;
+    live::config::check(&file, &ifs).map_err(|e| format!("{shown}: {e}"))?;
+    let domains_path = live::domain_ports::path_for(config);
+    let domains_text = match std::fs::read_to_string(&domains_path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("{}: cannot read: {e}", domains_path.display())),
+    };
+    let saved = match &domains_text {
+        Some(t) => live::domain_ports::parse(t).map_err(|e| format!("{}: {e}", domains_path.display()))?,
+        None => Vec::new(),
+    };
+    let notes = live::domain_ports::restore(
+        &mut file,
+        saved,
+        |i| ifs.exists(i),
+        |f| live::config::check(f, &ifs).map(|_| ()),
+    );
+    let plan = live::config::check(&file, &ifs).map_err(|e| format!("{shown}: {e}"))?;
+    let files = api::KeptFiles {
+        config: live::persist::KeptFile::new(config, Some(&text), live::config::revision_of(&text)),
+        domains: live::persist::KeptFile::new(&domains_path, domains_text.as_deref(), None),
+    };
+    Ok((plan, files, notes))
 }
 
 /// Writes a man page per command (`teamster.1`, `teamster-run.1`, ...) from the command-line
@@ -693,18 +731,5 @@ fn print_variants(o: &teamster_sim::Outcome) {
             "  {name:width$}  {:>6.2}  {:>10.2}  {:>11.2}  {:>10.3}  {:>6}  {:>6}  {ping:>8}",
             m.throughput_gbps, m.host_cpu, m.guest_cpu, m.cpu_per_gbps, m.queues_used, m.drops
         );
-    }
-}
-
-/// Lets glibc keep up to 64 MiB of freed heap instead of returning its top to the kernel past
-/// 128 KiB: the data plane allocates and frees a buffer per frame for now, and at 1500 B the
-/// shrinking and refaulting heap (brk, page faults) cost about as much again as forwarding
-/// (bench/live/RESULTS.md, "AF_XDP"). Memory stays bounded by that much over the peak in use.
-fn keep_freed_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's parameters; nothing else runs yet that could
-    // allocate concurrently except threads glibc already serialises.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
 }

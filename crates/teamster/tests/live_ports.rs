@@ -498,7 +498,7 @@ fn the_libvirt_hook_attaches_and_detaches_a_vm() {
     let bad = DOMAIN.replace("group=\"vms\"", "group=\"nope\"");
     let (code, _, err) = hook(&socket, &bad, "started", "begin");
     assert!(
-        code == 1 && err.contains("web1-0") && err.contains("nope"),
+        code == 1 && err.contains("port `web1-0`") && err.contains("nope"),
         "{code}: {err}"
     );
     assert_eq!(ports(dir.path()).len(), 1);

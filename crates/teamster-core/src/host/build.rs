@@ -9,6 +9,7 @@ use crate::ioc::{NodeId, Tree};
 use crate::teaming::{FailoverOrder, GroupId, LbtConfig, PortGroupSpec, PortId, PortSpec, Team, TeamMode, UplinkId};
 use crate::units::Bandwidth;
 use crate::wire::MacAddr;
+use std::collections::BTreeMap;
 
 /// An uplink as the host model needs it: its name and the capacity it is paced and admitted at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,16 +351,22 @@ pub fn build<P: PortEntry>(
         .expect("at least one uplink");
     let (tree, leaves) = build_tree(&smallest.name, spec.traffic_classes, spec.pools, &controls)?;
     let mut ports: Vec<HostPort> = Vec::new();
+    // The ports' IDs and MACs so far, each with its port's index: a host of thousands of ports
+    // is checked in O(n log n), not by comparing each port with every other.
+    let mut ids: BTreeMap<PortId, usize> = BTreeMap::new();
+    let mut macs: BTreeMap<MacAddr, usize> = BTreeMap::new();
     for (i, p) in common.iter().enumerate() {
         let key = format!("ports[{i}]");
         let id = PortId(p.id.unwrap_or(i as u32 + 1));
-        if let Some(o) = ports.iter().find(|o| o.id == id) {
-            return Err(format!("{key}.id: {} is already the ID of port `{}`", id.0, o.name));
+        if let Some(&o) = ids.get(&id) {
+            return Err(format!(
+                "{key}.id: {} is already the ID of port `{}`",
+                id.0, ports[o].name
+            ));
         }
-        let taken: Vec<MacAddr> = ports.iter().map(|o| o.mac).collect();
         let mac = match p.mac {
             Some(m) => m.parse::<MacAddr>().map_err(|e| format!("{key}.mac: {e}"))?,
-            None => default_mac(i, &taken)
+            None => default_mac(i, &macs.keys().copied().collect::<Vec<_>>())
                 .ok_or_else(|| format!("{key}.mac: required (the MAC the VM uses on this port)"))?,
         };
         if mac.is_multicast() {
@@ -370,8 +377,11 @@ pub fn build<P: PortEntry>(
         if mac == MacAddr([0; 6]) {
             return Err(format!("{key}.mac: the all-zero MAC is not a port's address"));
         }
-        if let Some(o) = ports.iter().find(|o| o.mac == mac) {
-            return Err(format!("{key}.mac: {mac} is already the MAC of port `{}`", o.name));
+        if let Some(&o) = macs.get(&mac) {
+            return Err(format!(
+                "{key}.mac: {mac} is already the MAC of port `{}`",
+                ports[o].name
+            ));
         }
         let group = spec
             .port_groups
@@ -388,6 +398,8 @@ pub fn build<P: PortEntry>(
             })?;
         team.add_port(PortSpec { id, mac, group })
             .map_err(|e| format!("{key}: {e}"))?;
+        ids.insert(id, ports.len());
+        macs.insert(mac, ports.len());
         ports.push(HostPort {
             name: p.name.to_string(),
             id,

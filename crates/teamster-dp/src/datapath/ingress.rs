@@ -39,9 +39,9 @@ pub const ROUNDS: usize = 4;
 /// A receive queue of frames with their offload requests.
 pub(super) type Queue = IngressQueue<(Vec<u8>, Offload)>;
 
-/// A new, empty receive queue.
-pub(super) fn queue(now: Instant) -> Queue {
-    IngressQueue::new(INGRESS_MEMORY, INGRESS_FRAMES, now)
+/// A new, empty receive queue (it allocates nothing until its first frame).
+pub(super) fn queue() -> Queue {
+    IngressQueue::new(INGRESS_MEMORY, INGRESS_FRAMES)
 }
 
 impl Datapath {

@@ -176,7 +176,7 @@ impl Datapath {
         self.index.remove(&id);
         let _ = self.switch.remove_port(id);
         // Its receive queue's frames go with it.
-        self.ingress[i] = ingress::queue(now);
+        self.ingress[i] = ingress::queue();
         let p = &mut self.ports[i];
         p.vacant_since = Some(now);
         p.extra = ExtraDrops::default();
@@ -213,7 +213,7 @@ impl Datapath {
                 self.ports.push(Port::empty());
                 // Receive queues are ports' then uplinks': the new port's goes before the
                 // uplinks', whose indices are counted from the number of ports.
-                self.ingress.insert(i, ingress::queue(now));
+                self.ingress.insert(i, ingress::queue());
                 i
             }
             None => {

@@ -61,7 +61,7 @@ impl Datapath {
                 rx: super::rx_queues::UplinkRx::keyed(self.free_rx_key()),
                 fanout: None,
             });
-            self.ingress.push(ingress::queue(now));
+            self.ingress.push(ingress::queue());
             let what = format!("uplink {}: added on interface {}", w.name, w.interface);
             self.event(now, "config", what);
             added.push(w.name.clone());

@@ -1,5 +1,6 @@
-//! Request bodies: a JSON object of at most [`BODY_LIMIT`] bytes, received within
-//! [`BODY_TIMEOUT`] of the request head.
+//! Request bodies: a JSON object of at most [`BODY_LIMIT`] bytes (or what an endpoint sets, as
+//! the libvirt hook's, which lists every port of a domain), received within [`BODY_TIMEOUT`] of
+//! the request head.
 //!
 //! Each refusal is `{"error": ...}` with its own status: 415 when the content type is not JSON
 //! (`application/json` or a `+json` type); 413 when the body is over the cap, by its
@@ -19,10 +20,11 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 /// Time allowed for a body to arrive once its request head has.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A JSON object body, parsed into `T` under the rules of the module documentation.
-pub struct Body<T>(pub T);
+/// A JSON object body of at most `LIMIT` bytes, parsed into `T` under the rules of the module
+/// documentation.
+pub struct Body<T, const LIMIT: usize = BODY_LIMIT>(pub T);
 
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+impl<S: Send + Sync, T: serde::de::DeserializeOwned, const LIMIT: usize> FromRequest<S> for Body<T, LIMIT> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
@@ -32,10 +34,10 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
-            return Err(too_large());
+        if declared.is_some_and(|n| n > LIMIT as u64) {
+            return Err(too_large(LIMIT));
         }
-        let read = Limited::new(req.into_body(), BODY_LIMIT).collect();
+        let read = Limited::new(req.into_body(), LIMIT).collect();
         let bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
             Err(_) => {
                 return Err(ApiError(
@@ -43,7 +45,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
                     format!("the body did not arrive within {} s", BODY_TIMEOUT.as_secs()),
                 ))
             }
-            Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large()),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large(LIMIT)),
             Ok(Err(e)) => return Err(ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))),
             Ok(Ok(collected)) => collected.to_bytes(),
         };
@@ -51,11 +53,8 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
     }
 }
 
-fn too_large() -> ApiError {
-    ApiError(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!("the body is over {BODY_LIMIT} bytes"),
-    )
+fn too_large(limit: usize) -> ApiError {
+    ApiError(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over {limit} bytes"))
 }
 
 /// Refuses (415) a request whose Content-Type is not JSON.

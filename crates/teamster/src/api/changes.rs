@@ -82,7 +82,7 @@ fn limit_schema() -> Schema {
 const SHARES_PATTERN: &str = r"^\s*(?:low|normal|high|\+?0*(?:100|[1-9][0-9]?))\s*$";
 
 /// Shares: 1-100, or low, normal or high.
-fn shares_schema() -> Schema {
+pub(super) fn shares_schema() -> Schema {
     OneOfBuilder::new()
         .item(
             ObjectBuilder::new()
@@ -466,6 +466,7 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
         let how = match o.origin {
             PortOrigin::Matched => " (matched by a port rule)",
             PortOrigin::Assigned => " (a VM the cluster controller assigns here)",
+            PortOrigin::Libvirt => " (a libvirt domain's, made by the hook)",
             _ => "",
         };
         return Err(ChangeError::Conflict(format!("a port named `{}` exists{how}", p.name)));
@@ -484,6 +485,7 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
         interface: p.interface.clone(),
         backend: p.backend.unwrap_or_default(),
         origin: PortOrigin::Api,
+        owner: None,
     });
     Ok(new)
 }

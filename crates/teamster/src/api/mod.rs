@@ -19,6 +19,7 @@ pub(crate) mod auth;
 pub(crate) mod body;
 pub mod changes;
 mod dashboard;
+mod domain_changes;
 mod history;
 pub(crate) mod listen;
 mod metrics;
@@ -33,6 +34,7 @@ pub mod uplink_changes;
 use crate::live::claims::Claims;
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;
+use crate::live::persist::KeptFile;
 use crate::live::snapshot::Snapshot;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -59,11 +61,22 @@ pub struct ApiState {
     /// The running configuration; held for the whole of a change, so changes are serialised.
     config: Arc<Mutex<SwitchFile>>,
     config_path: PathBuf,
+    /// The files the daemon rewrites, with what it last read or wrote there; locked only while
+    /// `config` is held.
+    files: Arc<std::sync::Mutex<KeptFiles>>,
     changes: std::sync::mpsc::Sender<Apply>,
     /// The last hour, a point a second (see [`history`]).
     history: Arc<std::sync::Mutex<history::History>>,
     /// The interfaces this switch has claimed ([`crate::live::claims`]).
     claims: Arc<std::sync::Mutex<Claims>>,
+}
+
+/// The files a change may rewrite.
+pub struct KeptFiles {
+    /// `switch.toml`.
+    pub config: KeptFile,
+    /// The libvirt hook's ports (see [`crate::live::domain_ports`]).
+    pub domains: KeptFile,
 }
 
 /// An error answer: a status and `{"error": "..."}`.
@@ -94,7 +107,7 @@ impl ApiError {
 pub fn start(
     api: ApiConfig,
     config: SwitchFile,
-    config_path: PathBuf,
+    files: KeptFiles,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     changes: std::sync::mpsc::Sender<Apply>,
     news: Option<tokio::sync::mpsc::Receiver<teamster_dp::datapath::LinkNews>>,
@@ -103,7 +116,8 @@ pub fn start(
     let state = ApiState {
         snapshots,
         config: Arc::new(Mutex::new(config)),
-        config_path,
+        config_path: files.config.path().to_path_buf(),
+        files: Arc::new(std::sync::Mutex::new(files)),
         changes,
         history: history::shared(),
         claims,

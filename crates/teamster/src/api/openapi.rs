@@ -1,6 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations and the view types.
 
 use super::changes::{GroupAdd, GroupChange, PortAdd, PortChange};
+use super::domain_changes::{DomainPort, DomainPorts};
 use super::routes;
 use super::uplink_changes::{UplinkAdd, UplinkChange};
 use super::ErrorBody;
@@ -26,6 +27,9 @@ use utoipa::OpenApi;
         routes::patch_port,
         routes::post_port,
         routes::delete_port,
+        routes::domain_ports,
+        routes::put_domain_ports,
+        routes::delete_domain_ports,
         routes::groups,
         routes::group,
         routes::patch_group,
@@ -67,6 +71,8 @@ use utoipa::OpenApi;
         GroupAdd,
         UplinkChange,
         UplinkAdd,
+        DomainPorts,
+        DomainPort,
         AdminState,
         PortOrigin,
         BackendSetting,

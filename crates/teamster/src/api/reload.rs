@@ -5,11 +5,14 @@
 //! is serialised with the API's changes and the port rules'. What a running switch cannot
 //! change (see [`crate::live::service::reloaded`]) refuses the whole reload, as does any error
 //! in the file: nothing changes, and the event log and standard error say why. The file is not
-//! rewritten.
+//! rewritten. A file edited from a copy older than the daemon's last save (the revision in its
+//! header, see [`crate::live::persist::KeptFile::reload`]) is refused too: the reload would
+//! undo the changes made through the API since, without a word. The libvirt hook's ports are
+//! kept: they are not the file's.
 
 use super::routes::{apply, check_running};
 use super::ApiState;
-use crate::live::config::parse_file;
+use crate::live::config::{parse_file, revision_of};
 use crate::live::service;
 
 /// Reloads on every SIGHUP until the process ends.
@@ -38,7 +41,10 @@ async fn reload(state: &ApiState) -> Result<String, String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot read it: {e}"))?;
-    let outcome = parse_file(&text)
+    let revision = revision_of(&text);
+    let outcome = (state.files.lock().unwrap_or_else(|e| e.into_inner()).config)
+        .reload(&text, revision)
+        .and_then(|()| parse_file(&text))
         .and_then(|f| service::reloaded(&config, f))
         .and_then(|new| {
             let plan = check_running(state, &new)?;
@@ -61,6 +67,7 @@ async fn reload(state: &ApiState) -> Result<String, String> {
         .is_some()
     {
         *config = new;
+        (state.files.lock().unwrap_or_else(|e| e.into_inner()).config).reloaded(&text, revision);
     }
     Ok(what)
 }

@@ -26,6 +26,12 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
             "/api/v1/ports/{name}",
             get(routes::port).patch(routes::patch_port).delete(routes::delete_port),
         )
+        .route(
+            "/api/v1/domains/{domain}/ports",
+            get(routes::domain_ports)
+                .put(routes::put_domain_ports)
+                .delete(routes::delete_domain_ports),
+        )
         .route("/api/v1/port-groups", get(routes::groups).post(routes::post_group))
         .route(
             "/api/v1/port-groups/{name}",

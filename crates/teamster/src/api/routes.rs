@@ -5,12 +5,12 @@ use super::changes::{
     add_group, add_port, change_group, change_port, remove_group, remove_port, ChangeError, GroupAdd, GroupChange,
     PortAdd, PortChange,
 };
+use super::domain_changes::{check_domain, remove_domain_ports, set_domain_ports, DomainPorts, DOMAIN_BODY_LIMIT};
 use super::uplink_changes::{add_uplink, change_uplink, remove_uplink, UplinkAdd, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
 use crate::live::claims::{interfaces, names};
-use crate::live::config::{check_with, render, SwitchFile, SwitchPlan, Sysfs};
+use crate::live::config::{check_with, render, saved_text, PortOrigin, SwitchFile, SwitchPlan, Sysfs};
 use crate::live::daemon::Apply;
-use crate::live::persist::save_atomically;
 use crate::live::snapshot::{EventView, GroupView, LbtView, NodeView, PortView, Snapshot, UplinkView};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -36,42 +36,106 @@ fn find<T: Clone>(items: &[T], name: &str, of: impl Fn(&T) -> &str, what: &str) 
 /// answer with the snapshot the loop took right after applying it.
 async fn change(
     state: &ApiState,
-    edit: impl FnOnce(&crate::live::config::SwitchFile) -> Result<crate::live::config::SwitchFile, ChangeError>,
+    edit: impl FnOnce(&SwitchFile) -> Result<SwitchFile, ChangeError>,
+) -> Result<Arc<Snapshot>, ApiError> {
+    change_some(state, |f| edit(f).map(|new| (new, true))).await
+}
+
+/// As [`change`], for an edit that may change nothing (the second of two identical calls):
+/// then nothing is checked, saved or applied, and the answer is the latest snapshot.
+pub(super) async fn change_some(
+    state: &ApiState,
+    edit: impl FnOnce(&SwitchFile) -> Result<(SwitchFile, bool), ChangeError>,
 ) -> Result<Arc<Snapshot>, ApiError> {
     let mut config = state.config.lock().await;
-    let new = edit(&config).map_err(|e| match e {
+    let (new, changed) = edit(&config).map_err(|e| match e {
         ChangeError::NotFound(m) => ApiError::not_found(m),
         ChangeError::Invalid(m) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, m),
         ChangeError::Conflict(m) => ApiError(StatusCode::CONFLICT, m),
     })?;
+    if !changed {
+        return Ok(latest(state));
+    }
     // The body was well formed; the configuration it leads to is not (a limit below the
     // reservation, an unknown uplink, admission control): a conflict with the current state.
     let plan = check_running(state, &new).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
-    let path = state.config_path.clone();
-    let text = render(&new);
-    let saved = tokio::task::spawn_blocking(move || save_atomically(&path, &text)).await;
-    if !matches!(saved, Ok(Ok(()))) {
+    if let Err(e) = save(state, &config, &new).await {
         settle_claims(state);
+        if e.0 == StatusCode::CONFLICT {
+            apply(state, None, vec![format!("change refused: {}", e.1)]).await;
+        }
+        return Err(e);
     }
-    saved
-        .map_err(|e| {
-            ApiError(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("saving the configuration: {e}"),
-            )
-        })?
-        .map_err(|e| {
+    let snapshot = apply(state, Some(plan), Vec::new()).await;
+    if new.ports.len() < config.ports.len() {
+        give_back_soon();
+    }
+    *config = new;
+    snapshot.ok_or_else(|| ApiError(StatusCode::SERVICE_UNAVAILABLE, "the switch is stopping".into()))
+}
+
+/// Gives the heap's freed memory back (see [`crate::live::heap`]) once what removed ports held
+/// is free: the snapshot and status file that still show them are replaced within a second, so
+/// two seconds after the change, off this thread; at most one pending.
+fn give_back_soon() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tokio::spawn(async {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        PENDING.store(false, Ordering::Release);
+        let _ = tokio::task::spawn_blocking(crate::live::heap::give_back).await;
+    });
+}
+
+/// Saves what `new` changes of the files the daemon keeps: `switch.toml` if its settings differ
+/// from `old`'s, the libvirt hook's file if its ports do (a hook's change never rewrites the
+/// operator's file). `switch.toml` holding an edit the daemon has not read refuses the whole
+/// save (a 409: see [`crate::live::persist::KeptFile`]), before anything is written; the hook's
+/// file is the daemon's alone, and rewritten whatever it holds.
+async fn save(state: &ApiState, old: &SwitchFile, new: &SwitchFile) -> Result<(), ApiError> {
+    let body = render(new);
+    let config = (render(old) != body).then_some(body);
+    let domains = crate::live::domain_ports::render(new);
+    let domains = (crate::live::domain_ports::render(old) != domains).then_some(domains);
+    if config.is_none() && domains.is_none() {
+        return Ok(());
+    }
+    let files = state.files.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
+        if config.is_some() {
+            (files.config.unchanged()).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;
+        }
+        let failed = |file: &crate::live::persist::KeptFile, e: String| {
             ApiError(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!(
                     "saving the configuration to {}: {e}; nothing changed",
-                    state.config_path.display()
+                    file.path().display()
                 ),
             )
-        })?;
-    let snapshot = apply(state, Some(plan), Vec::new()).await;
-    *config = new;
-    snapshot.ok_or_else(|| ApiError(StatusCode::SERVICE_UNAVAILABLE, "the switch is stopping".into()))
+        };
+        if let Some(text) = domains {
+            let file = &mut files.domains;
+            file.overwrite(text).map_err(|e| failed(file, e))?;
+        }
+        if let Some(body) = config {
+            let file = &mut files.config;
+            file.save(|revision| saved_text(&body, revision))
+                .map_err(|e| failed(file, e))?;
+        }
+        Ok(())
+    })
+    .await;
+    saved.map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("saving the configuration: {e}"),
+        )
+    })?
 }
 
 /// Checks a changed configuration as at start-up, except that uplinks keep the capacity they
@@ -87,7 +151,7 @@ pub(super) fn check_running(state: &ApiState, new: &SwitchFile) -> Result<Switch
         .iter()
         .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
         .collect();
-    let plan = check_with(new, &Sysfs, &running)?;
+    let plan = check_with(new, &Sysfs, &running).map_err(|e| with_port_name(new, e))?;
     claims(state).claim(interfaces(&plan))?;
     Ok(plan)
 }
@@ -100,6 +164,22 @@ pub(super) fn claims(state: &ApiState) -> std::sync::MutexGuard<'_, crate::live:
 /// Releases the claims taken by checks whose change was not applied.
 pub(super) fn settle_claims(state: &ApiState) {
     claims(state).settle();
+}
+
+/// A refusal whose key is `ports[N]...` also names that port (`ports[1].group (port
+/// `web1-0`): ...`): the index is the running configuration's, which a client (the libvirt
+/// hook, say) does not see.
+fn with_port_name(f: &SwitchFile, e: String) -> String {
+    let Some((key, rest)) = e.split_once(':') else {
+        return e;
+    };
+    let index = key
+        .strip_prefix("ports[")
+        .and_then(|k| k.split_once(']')?.0.parse::<usize>().ok());
+    match index.and_then(|n| f.ports.get(n)) {
+        Some(p) if !key.contains("(port") => format!("{key} (port `{}`):{rest}", p.name),
+        _ => e,
+    }
 }
 
 /// Hands the loop a checked plan to switch to (if any) and notes for its event log; returns
@@ -218,6 +298,50 @@ pub async fn post_port(
         (status = 409, body = ErrorBody, description = "a port matched by a port rule goes with its interface")))]
 pub async fn delete_port(State(s): State<ApiState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     change(&s, |f| remove_port(f, &name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Domain `domain`'s ports in `snapshot`.
+fn owned(snapshot: &Snapshot, domain: &str) -> Vec<PortView> {
+    (snapshot.ports.iter())
+        .filter(|p| p.origin == PortOrigin::Libvirt && p.owner.as_deref() == Some(domain))
+        .cloned()
+        .collect()
+}
+
+#[utoipa::path(get, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")),
+    responses((status = 200, body = Vec<PortView>, description = "the ports the libvirt hook made for the domain (none: an empty list)"),
+        (status = 422, body = ErrorBody, description = "not a domain name")))]
+pub async fn domain_ports(
+    State(s): State<ApiState>,
+    Path(domain): Path<String>,
+) -> Result<Json<Vec<PortView>>, ApiError> {
+    check_domain(&domain).map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+    Ok(Json(owned(&latest(&s), &domain)))
+}
+
+#[utoipa::path(put, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")), request_body = DomainPorts,
+    responses((status = 200, body = Vec<PortView>, description = "the domain's ports now: one per entry, matched by MAC; its others removed"),
+        (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "refused, nothing changed: a MAC, interface or both candidate names another port's, an unknown group, pool or class, admission control, switch.toml holding an edit not yet reloaded"),
+        (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn put_domain_ports(
+    State(s): State<ApiState>,
+    Path(domain): Path<String>,
+    Body(d): Body<DomainPorts, DOMAIN_BODY_LIMIT>,
+) -> Result<Json<Vec<PortView>>, ApiError> {
+    let snap = change_some(&s, |f| set_domain_ports(f, &domain, &d.ports)).await?;
+    Ok(Json(owned(&snap, &domain)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")),
+    responses((status = 204, description = "the domain has no port (any it had are removed)"), (status = 422, body = ErrorBody)))]
+pub async fn delete_domain_ports(
+    State(s): State<ApiState>,
+    Path(domain): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    change_some(&s, |f| remove_domain_ports(f, &domain)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -3,7 +3,10 @@
 //! change and an operator's are serialised and each is checked against the other's result.
 //!
 //! At start, whenever news was lost, and every 10 s, every interface of the host is looked at;
-//! otherwise only the ones netlink named. An interface refused is checked again only when its
+//! otherwise only the ones netlink named. What each interface is (its MAC, its kernel link kind,
+//! its lower device) comes from one netlink dump per look, so a rule takes a tap or a veth and
+//! never, whatever its name, a macvlan or VLAN device on an uplink (see
+//! [`crate::live::port_rules::vm_interface`]). An interface refused is checked again only when its
 //! MAC or the configuration has changed since, so one that flaps costs nothing. Either way, a matched port whose interface is gone is removed.
 //! Matched ports are not saved, so nothing is written to `switch.toml` here. A refusal (an
 //! interface matching a rule whose port does not pass the checks) is noted in the event log
@@ -15,11 +18,11 @@ use super::routes::{apply, check_running, claims, settle_claims};
 use super::ApiState;
 use crate::live::config::port_from;
 use crate::live::config::{PortFile, PortOrigin, SwitchFile, SwitchPlan};
-use crate::live::port_rules::{rule_for, taken, vm_mac};
+use crate::live::port_rules::{rule_for, taken, vm_interface, vm_mac};
 use std::collections::HashMap;
-use std::path::Path;
 use teamster_core::wire::MacAddr;
 use teamster_dp::datapath::LinkNews;
+use teamster_dp::netlink::LinkInfo;
 use tokio::sync::mpsc::Receiver;
 
 /// How many refusals are remembered (so each is noted once); past it the oldest are forgotten.
@@ -75,19 +78,33 @@ fn fingerprint(f: &SwitchFile) -> u64 {
     h.finish()
 }
 
-/// An interface as sysfs shows it now: None if it does not exist (or its MAC is unreadable).
-fn interface_mac(name: &str) -> Option<MacAddr> {
-    teamster_dp::iface::check_name(name).ok()?;
-    let text = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("address")).ok()?;
-    text.trim().parse().ok()
-}
+/// The host's interfaces as the kernel shows them now, by name, in the order they were made.
+struct Links(Vec<LinkInfo>, HashMap<String, usize>);
 
-/// Every interface of the host.
-fn all_interfaces() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()
+impl Links {
+    /// One netlink dump of every link.
+    fn now() -> Result<Links, String> {
+        let mut all =
+            teamster_dp::netlink::links().map_err(|e| format!("cannot list the interfaces (netlink): {e}"))?;
+        all.sort_by_key(|l| l.ifindex);
+        let by_name = all.iter().enumerate().map(|(i, l)| (l.name.clone(), i)).collect();
+        Ok(Links(all, by_name))
+    }
+
+    fn get(&self, name: &str) -> Option<&LinkInfo> {
+        self.1.get(name).map(|&i| &self.0[i])
+    }
+
+    /// Interface `name`'s MAC: None if it does not exist (or has no MAC).
+    fn mac(&self, name: &str) -> Option<MacAddr> {
+        self.get(name)?.mac.map(MacAddr)
+    }
+
+    /// Whether `name` exists and is a VM's kind of interface (see [`vm_interface`]).
+    fn vm_interface(&self, name: &str, uplinks: &[(i32, &str)]) -> Result<(), String> {
+        let link = self.get(name).ok_or_else(|| "it is gone".to_string())?;
+        vm_interface(link, uplinks)
+    }
 }
 
 /// Brings the matched ports in line with the interfaces `names` (None: every interface), and
@@ -101,25 +118,38 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, all_refused: &m
     if config.port_rules.is_empty() {
         return;
     }
+    let links = match Links::now() {
+        Ok(l) => l,
+        Err(e) => {
+            apply(state, None, vec![format!("port rules: {e}; nothing changed")]).await;
+            return;
+        }
+    };
+    let uplinks: Vec<(i32, &str)> = (config.uplinks.iter())
+        .filter_map(|u| Some((links.get(&u.interface)?.ifindex, u.name.as_str())))
+        .collect();
     let mut new: SwitchFile = config.clone();
     let mut notes = Vec::new();
     new.ports.retain(|p| {
-        let stays = p.origin != PortOrigin::Matched || interface_mac(&p.interface).is_some();
-        if !stays {
+        let why = match p.origin {
+            PortOrigin::Matched => links.vm_interface(&p.interface, &uplinks).err(),
+            _ => None,
+        };
+        if let Some(why) = &why {
             notes.push(format!(
-                "port {}: interface {} is gone; the matched port is removed",
+                "port {}: interface {}: {why}; the matched port is removed",
                 p.name, p.interface
             ));
         }
-        stays
+        why.is_none()
     });
-    let names = names.unwrap_or_else(all_interfaces);
+    let names = names.unwrap_or_else(|| links.0.iter().map(|l| l.name.clone()).collect());
     // The configuration's fingerprint, made again when a port is added or made again; and the
     // plan of the last check, while `new` is what it checked (so it is not checked twice).
     let mut fp: Option<u64> = None;
     let mut checked: Option<SwitchPlan> = None;
     for name in names {
-        let Some(mac) = interface_mac(&name) else {
+        let Some(mac) = links.mac(&name) else {
             refused.remove(&name);
             elsewhere.remove(&name);
             continue;
@@ -171,11 +201,14 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, all_refused: &m
             continue;
         }
         let rule = &rule;
-        let outcome = vm_mac(rule, mac).and_then(|vm| {
-            let mut trial = new.clone();
-            trial.ports.push(port_from(rule, &name, vm));
-            check_running(state, &trial).map(|plan| (trial, plan))
-        });
+        let outcome = links
+            .vm_interface(&name, &uplinks)
+            .and_then(|()| vm_mac(rule, mac))
+            .and_then(|vm| {
+                let mut trial = new.clone();
+                trial.ports.push(port_from(rule, &name, vm));
+                check_running(state, &trial).map(|plan| (trial, plan))
+            });
         match outcome {
             Ok((trial, plan)) => {
                 new = trial;

@@ -87,10 +87,17 @@ pub(super) fn port_rows(ps: &[PortView]) -> String {
             vec![
                 p.name.clone(),
                 p.interface.clone(),
-                serde_json::to_value(&p.origin)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                {
+                    let origin = serde_json::to_value(&p.origin)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    // A libvirt port's domain: `libvirt:web1`.
+                    match &p.owner {
+                        Some(owner) => format!("{origin}:{owner}"),
+                        None => origin,
+                    }
+                },
                 p.uplink.clone().unwrap_or_else(|| "none".into()),
                 rate(p.tx_bps),
                 rate(p.rx_bps),

@@ -197,6 +197,10 @@ teamster_core::port_entry! {
         /// Where the port came from (not in the file: a port read from it is `configured`).
         #[serde(skip)]
         pub origin: PortOrigin,
+        /// The libvirt domain whose port it is (origin `libvirt` only; kept with the hook's
+        /// ports in their own file, see [`super::domain_ports`]).
+        #[serde(skip)]
+        pub owner: Option<String>,
     }
 }
 
@@ -216,12 +220,15 @@ pub enum PortOrigin {
     /// Attached because the cluster controller (`[controller]`) assigns its VM to this host;
     /// detached when it no longer does, and never saved (the controller holds it).
     Assigned,
+    /// Made by the libvirt hook for a running VM (its `owner`, the domain); removed when the
+    /// domain stops. Saved in the hook's own file beside `switch.toml`, not in it.
+    Libvirt,
 }
 
 impl PortOrigin {
     /// Whether a port of this origin is saved with the file.
     pub fn saved(&self) -> bool {
-        !matches!(self, PortOrigin::Matched | PortOrigin::Assigned)
+        !matches!(self, PortOrigin::Matched | PortOrigin::Assigned | PortOrigin::Libvirt)
     }
 }
 
@@ -318,14 +325,8 @@ fn with_lacp_systems(f: &SwitchFile, ifs: &dyn Interfaces) -> Vec<GroupEntry> {
     groups
 }
 
-/// Reads and checks a switch file.
-pub fn load(path: &Path, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: cannot read: {e}"))?;
-    parse(&text, ifs).map_err(|e| format!("{file}: {e}"))
-}
-
 /// Parses and checks switch-file text.
+#[cfg(test)]
 pub fn parse(text: &str, ifs: &dyn Interfaces) -> Result<SwitchPlan, String> {
     check(&parse_file(text)?, ifs)
 }
@@ -339,14 +340,38 @@ pub fn parse_file(text: &str) -> Result<SwitchFile, String> {
     Ok(f)
 }
 
-/// The file as TOML, as the daemon saves it after a change made through the API.
+/// The file's settings as TOML, what the daemon saves after a change made through the API
+/// (without the header [`saved_text`] adds): two files whose `render` is the same say the same.
 pub fn render(f: &SwitchFile) -> String {
-    // Ports matched by a rule live as long as their interface, and ports the controller
-    // assigns as long as it does: they are not saved.
-    let mut saved = f.clone();
-    saved.ports.retain(|p| p.origin.saved());
-    let body = toml::to_string(&saved).expect("a switch file always serialises");
-    format!("# Teamster switch configuration. The daemon rewrites this file when a change is made\n# through its API (`teamster ctl`); edit it while the daemon is stopped.\n\n{body}")
+    // Ports matched by a rule live as long as their interface, ports the controller assigns as
+    // long as it does, and the libvirt hook's are kept in a file of their own: not saved here.
+    let saved = SwitchFile {
+        ports: f.ports.iter().filter(|p| p.origin.saved()).cloned().collect(),
+        ..f.clone()
+    };
+    toml::to_string(&saved).expect("a switch file always serialises")
+}
+
+/// The first words of the header the daemon writes, before the revision's number.
+const REVISION_LINE: &str = "# Teamster switch configuration, revision ";
+
+/// The file as the daemon saves it: a header naming `revision` (the count of the daemon's
+/// saves, see [`super::persist::KeptFile`]) and how to edit it, then `body`, its [`render`].
+pub fn saved_text(body: &str, revision: u64) -> String {
+    format!(
+        "{REVISION_LINE}{revision}. The daemon rewrites this file\n\
+         # when a change is made through its API (`teamster ctl`, the libvirt hook's ports excepted).\n\
+         # To edit it: edit, then reload (`systemctl reload teamster`) before any other change, and\n\
+         # keep this line: a reload refuses an edit of an older revision, and a change through the\n\
+         # API refuses to overwrite an edit not yet reloaded. Comments are not kept.\n\n{body}"
+    )
+}
+
+/// The revision a saved file's header names, if it has that header.
+pub fn revision_of(text: &str) -> Option<u64> {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(REVISION_LINE)?.split('.').next()?.parse().ok())
 }
 
 /// The longest MAC ageing time accepted: a day.
@@ -391,7 +416,8 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             .collect();
         c.check(&groups, &nodes)?;
     }
-    let mut interfaces: Vec<(String, String)> = Vec::new();
+    // By name, so a check costs time linear in the ports (a domain's thousands of them).
+    let mut interfaces: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     // An uplink's interface must exist; a port's may be missing (it attaches when it appears)
     // but must be a name Linux could give an interface.
     // `who` is the object by name, so that a refusal names both sides as the operator knows
@@ -401,10 +427,10 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         if must_exist && !ifs.exists(name) {
             return Err(format!("{key}.interface: no interface named `{name}` on this host"));
         }
-        if let Some((_, other)) = interfaces.iter().find(|(n, _)| *n == name) {
+        if let Some(other) = interfaces.get(name) {
             return Err(format!("{key}.interface ({who}): `{name}` is already used by {other}"));
         }
-        interfaces.push((name.to_string(), format!("{key} ({who})")));
+        interfaces.insert(name.to_string(), format!("{key} ({who})"));
         Ok(())
     };
     let max_uplinks = teamster_dp::datapath::MAX_UPLINKS;
@@ -591,6 +617,7 @@ pub fn port_from(rule: &PortRule, name: &str, mac: teamster_core::wire::MacAddr)
         interface: name.to_string(),
         backend: rule.backend,
         origin: PortOrigin::Matched,
+        owner: None,
     }
 }
 

@@ -1,8 +1,10 @@
 //! Port rules: interfaces that become ports when the kernel announces them, as libvirt's taps
 //! (`vnet0`, `vnet1`, ...) do when a VM starts, and stop being ports when they go.
 //!
-//! Model. `[[port_rules]]` entries are tried in file order against an interface that appeared:
-//! the first whose `match` glob takes the interface's name and whose `mac_prefix` (if any)
+//! Model. `[[port_rules]]` entries are tried in file order against an interface that appeared
+//! and is a VM's kind of interface ([`vm_interface`]: a tap or a veth, by the kernel's link kind,
+//! whose lower device is no uplink's interface): the first whose `match` glob takes the
+//! interface's name and whose `mac_prefix` (if any)
 //! starts the interface's MAC gives it a port, named after the interface, in the rule's group
 //! with the rule's NetIOC controls and the VM MAC its `vm_mac` says. Such a port is `matched`:
 //! it is never saved to `switch.toml`, and it is removed when its interface is gone. An
@@ -17,6 +19,34 @@
 use super::config::{parse_mac_prefix, PortRule, SwitchFile, VmMac};
 use super::glob::glob_match;
 use teamster_core::wire::MacAddr;
+use teamster_dp::netlink::{LinkInfo, ARPHRD_ETHER};
+
+/// Whether `link` can be a VM's port by a rule: a tap (link kind `tun`, Ethernet hardware type:
+/// libvirt's `vnetN`) or a veth, whose lower device (a veth's peer) is not one of `uplinks`
+/// (their interfaces' indexes in this namespace, with the uplinks' names). A name alone says
+/// nothing of what an interface is: a macvlan, VLAN or ipvlan device named `vnet99` on an
+/// uplink would splice the physical network's segment into the rule's port group (its frames
+/// cross between the two untouched by VLANs or port security), and a bridge, bond or NIC is
+/// never a VM's. So every other kind is refused, with the reason.
+pub fn vm_interface(link: &LinkInfo, uplinks: &[(i32, &str)]) -> Result<(), String> {
+    let kind = link.kind.as_deref();
+    let tap = kind == Some("tun") && link.hw_type == ARPHRD_ETHER;
+    if !(tap || kind == Some("veth")) {
+        let what = match kind {
+            Some("tun") => "a tun (layer 3) device".to_string(),
+            Some(k) => format!("a {k} device"),
+            None => "a physical or kernel device (no link kind)".to_string(),
+        };
+        return Err(format!("it is {what}; port rules take taps and veths only"));
+    }
+    let lower = link.link.filter(|_| !link.link_elsewhere);
+    if let Some((_, uplink)) = lower.and_then(|i| uplinks.iter().find(|(u, _)| *u == i)) {
+        return Err(format!(
+            "its lower device (its peer) is uplink `{uplink}`'s interface; port rules never take an uplink's"
+        ));
+    }
+    Ok(())
+}
 
 /// The VM MAC of a port matched by `rule` on an interface whose own MAC is `iface`.
 pub fn vm_mac(rule: &PortRule, iface: MacAddr) -> Result<MacAddr, String> {
@@ -54,6 +84,38 @@ pub fn taken(f: &SwitchFile, name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::live::config::check_rule;
+
+    #[test]
+    fn only_taps_and_veths_off_the_uplinks_are_vm_interfaces() {
+        let link = |kind: Option<&str>, hw_type: u16, lower: Option<i32>, elsewhere: bool| LinkInfo {
+            ifindex: 20,
+            name: "vnet99".into(),
+            hw_type,
+            kind: kind.map(str::to_string),
+            link: lower,
+            link_elsewhere: elsewhere,
+            mac: None,
+        };
+        let uplinks = [(7, "uplink1")];
+        assert!(vm_interface(&link(Some("tun"), ARPHRD_ETHER, None, false), &uplinks).is_ok());
+        assert!(vm_interface(&link(Some("veth"), ARPHRD_ETHER, Some(3), false), &uplinks).is_ok());
+        // A veth's peer in another namespace may have any index.
+        assert!(vm_interface(&link(Some("veth"), ARPHRD_ETHER, Some(7), true), &uplinks).is_ok());
+        for (l, want) in [
+            (link(Some("macvlan"), ARPHRD_ETHER, Some(7), false), "a macvlan device"),
+            (link(Some("vlan"), ARPHRD_ETHER, Some(9), false), "a vlan device"),
+            (link(Some("bridge"), ARPHRD_ETHER, None, false), "a bridge device"),
+            (link(Some("tun"), 65534, None, false), "a tun (layer 3) device"),
+            (link(None, ARPHRD_ETHER, None, false), "a physical or kernel device"),
+            (
+                link(Some("veth"), ARPHRD_ETHER, Some(7), false),
+                "uplink `uplink1`'s interface",
+            ),
+        ] {
+            let e = vm_interface(&l, &uplinks).unwrap_err();
+            assert!(e.contains(want), "`{want}` not in: {e}");
+        }
+    }
 
     #[test]
     fn rules_are_checked_and_macs_derived() {

@@ -86,7 +86,8 @@ impl Watchdog {
 }
 
 /// The configuration a reload switches to: `file` (as read from disk) with the ports port rules
-/// matched kept (those whose name and interface the file's ports and uplinks do not now use),
+/// matched kept (those whose name and interface the file's ports and uplinks do not now use)
+/// and the libvirt hook's ports kept (a file that takes one's name or interface is refused),
 /// or why the reload
 /// needs a restart instead (the parts a running switch cannot change: uplinks kept changed or
 /// reordered, port groups' VLANs, overlays and security, overlay groups added or removed,
@@ -129,6 +130,19 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
             differs.join(", ")
         ));
     }
+    // The libvirt hook's ports are not the file's: kept, and the file may not take their names
+    // or interfaces (the hook never gives up a running VM's port for another's).
+    for p in running.ports.iter().filter(|p| p.origin == PortOrigin::Libvirt) {
+        if let Some(f) = (file.ports.iter()).find(|f| f.name == p.name || f.interface == p.interface) {
+            return Err(format!(
+                "port `{}` takes the name or interface of port `{}` (interface {}), which the libvirt hook made for domain `{}`: choose another; nothing changed",
+                f.name,
+                p.name,
+                p.interface,
+                p.owner.as_deref().unwrap_or("?")
+            ));
+        }
+    }
     // Without rules nothing manages a matched port any more (the port rules' task stops at an
     // empty rule list): kept, it would outlive its interface and take over whatever tap next
     // gets that name (libvirt reuses vnetN), with the old VM's MAC and group. They go instead.
@@ -138,6 +152,7 @@ pub fn reloaded(running: &SwitchFile, mut file: SwitchFile) -> Result<SwitchFile
         .filter(|p| {
             (p.origin == PortOrigin::Matched && !file.port_rules.is_empty())
                 || (p.origin == PortOrigin::Assigned && file.controller.is_some())
+                || p.origin == PortOrigin::Libvirt
         })
         .filter(|p| {
             !file
@@ -305,6 +320,30 @@ mod tests {
         let new = reloaded(&running, parse_file(ONE_PORT).unwrap()).unwrap();
         assert!(new.ports.iter().all(|p| p.name != "vnet5"), "{:?}", new.ports);
     }
+
+    /// The libvirt hook's ports are not the file's: a reload keeps them, and refuses a file
+    /// that takes one's name or interface.
+    #[test]
+    fn a_reload_keeps_the_hooks_ports_and_never_takes_them() {
+        let mut running = parse_file(ONE_PORT).unwrap();
+        let mut h = running.ports[0].clone();
+        (h.name, h.interface, h.mac) = ("web1-0".into(), "vnet7".into(), Some("52:54:00:00:00:07".into()));
+        (h.origin, h.owner) = (PortOrigin::Libvirt, Some("web1".into()));
+        running.ports.push(h);
+        let new = reloaded(&running, parse_file(ONE_PORT).unwrap()).unwrap();
+        assert!(new
+            .ports
+            .iter()
+            .any(|p| p.name == "web1-0" && p.owner.as_deref() == Some("web1")));
+        for taken in [
+            ONE_PORT.replace("name = \"vm1\"", "name = \"web1-0\""),
+            ONE_PORT.replace("vnet0", "vnet7"),
+        ] {
+            let e = reloaded(&running, parse_file(&taken).unwrap()).unwrap_err();
+            assert!(e.contains("domain `web1`") && e.contains("nothing changed"), "{e}");
+        }
+    }
+
     /// A reload may add port groups after the others and remove unused ones, not reorder the
     /// groups kept or change their VLANs.
     #[test]

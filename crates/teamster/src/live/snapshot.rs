@@ -119,9 +119,13 @@ pub struct PortView {
     pub mac: String,
     pub group: String,
     /// Where it came from: `configured` (switch.toml), `api` (added through the API since the
-    /// start) or `matched` (its interface matched a port rule; not saved).
+    /// start), `matched` (its interface matched a port rule; not saved), `assigned` (the
+    /// cluster controller's) or `libvirt` (the libvirt hook's, for domain `owner`).
     #[serde(default)]
     pub origin: PortOrigin,
+    /// The libvirt domain whose port it is (origin `libvirt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The uplink carrying its traffic now.
     pub uplink: Option<String>,
     /// Where it returns on failback.

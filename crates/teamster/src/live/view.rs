@@ -88,6 +88,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 mac: pf.mac.clone().unwrap_or_default(),
                 group: pf.group.clone(),
                 origin: pf.origin.clone(),
+                owner: pf.owner.clone(),
                 uplink: team.port_uplink(p.plan.id).map(uplink_name),
                 home: team.port_home(p.plan.id).map(uplink_name),
                 reservation_bps: spec.reservation.bps(),
