@@ -140,8 +140,10 @@ pub fn set_domain_ports(
     let mut macs: HashMap<MacAddr, usize> = HashMap::with_capacity(wanted.len());
     for (n, w) in wanted.iter().enumerate() {
         let mac = mac_text(&w.mac).map_err(|e| ChangeError::Invalid(format!("ports[{n}].mac: {e}")))?;
+        // Well formed, each entry on its own (the schema's), but two entries claim one MAC: a
+        // conflict, as a MAC another port holds is.
         if let Some(o) = macs.insert(mac, n) {
-            return Err(ChangeError::Invalid(format!(
+            return Err(ChangeError::Conflict(format!(
                 "ports[{n}].mac: {mac} is ports[{o}]'s MAC too"
             )));
         }
@@ -252,7 +254,7 @@ mod tests {
         let twice = TWO.replace("52:54:00:aa:00:02", "52:54:00:aa:00:01");
         let e = set_domain_ports(&f, "d", &wanted(&twice)).unwrap_err();
         assert!(
-            matches!(&e, ChangeError::Invalid(m) if m.contains("ports[1].mac")),
+            matches!(&e, ChangeError::Conflict(m) if m.contains("ports[1].mac")),
             "{e:?}"
         );
         for mac in ["52:54", "+2:54:00:aa:00:02", "52:54:00:aa:00:0g", ""] {

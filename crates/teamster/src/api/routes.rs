@@ -323,7 +323,7 @@ pub async fn domain_ports(
 #[utoipa::path(put, path = "/api/v1/domains/{domain}/ports", params(("domain" = String, Path, description = "the libvirt domain's name: 1 to 1024 characters, no control characters", min_length = 1, max_length = 1024, pattern = r"^[^\x00-\x1f\x7f-\x9f]{1,1024}$")), request_body = DomainPorts,
     responses((status = 200, body = Vec<PortView>, description = "the domain's ports now: one per entry, matched by MAC; its others removed"),
         (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "refused, nothing changed: a MAC, interface or both candidate names another port's, an unknown group, pool or class, admission control, switch.toml holding an edit not yet reloaded"),
+        (status = 409, body = ErrorBody, description = "refused, nothing changed: a MAC twice in the list, a MAC, interface or both candidate names another port's, an unknown group, pool or class, admission control, switch.toml holding an edit not yet reloaded"),
         (status = 408, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn put_domain_ports(
