@@ -38,11 +38,16 @@ pub enum DropReason {
     /// A frame for a remote VTEP whose MAC is not known yet (it is being asked for by ARP), or
     /// leaving by an uplink whose own MAC is not known; counted once per VTEP not reached.
     VtepUnresolved,
+    /// A link-control frame (see [`crate::wire::LinkControl`]: BPDUs, PAUSE and PFC, EAPOL,
+    /// LLDP, the rest of 802.1D's reserved block, Cisco's PVST+, CDP, VTP and DTP), never
+    /// forwarded: from a VM, from an uplink (LLDP excepted for groups that ask for it), or
+    /// inside a tunnel.
+    LinkControl,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -55,6 +60,7 @@ impl DropReason {
         DropReason::SlowProtocol,
         DropReason::Tunnel,
         DropReason::VtepUnresolved,
+        DropReason::LinkControl,
     ];
 
     /// A stable name for metrics and logs.
@@ -72,6 +78,7 @@ impl DropReason {
             DropReason::SlowProtocol => "slow_protocol",
             DropReason::Tunnel => "tunnel",
             DropReason::VtepUnresolved => "vtep_unresolved",
+            DropReason::LinkControl => "link_control",
         }
     }
 

@@ -34,12 +34,20 @@
 //! Malformed frames are dropped and counted, never a panic. Slow-protocol frames (LACP) are
 //! never switched: from an uplink that runs LACP they go to the team's LACP members, anything
 //! else is dropped (`slow_protocol`), so no VM speaks for the team to the physical switch.
+//! Link-control frames ([`crate::wire::LinkControl`]: 802.1D's reserved group addresses
+//! `01:80:c2:00:00:00`-`0f` tagged or not, MAC control, Cisco's PVST+ and CDP/VTP/DTP) are never
+//! forwarded either: a VM's are dropped (`link_control`), so no VM can trip BPDU guard on the
+//! physical switch, pause the host's receive or authenticate for the link; an uplink's are
+//! dropped too (they describe that one link, and 802.1D never forwards them), except LLDP, which
+//! goes to the ports of groups whose security asks for it ([`LinkLocal`]).
 
 mod counters;
 mod mac_table;
 mod overlay;
 pub mod security;
 
+#[cfg(test)]
+mod link_control_tests;
 #[cfg(test)]
 mod overlay_tests;
 #[cfg(test)]
@@ -52,7 +60,7 @@ mod tests;
 pub use counters::{Counters, DropReason};
 pub use mac_table::{Learned, Location, MacLimits, MacTable};
 pub use overlay::MAX_SEGMENTS;
-pub use security::{SecurityPolicy, Verdict};
+pub use security::{LinkLocal, LinkLocalProtocol, SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
@@ -456,6 +464,9 @@ impl Switch {
         if crate::wire::lacp::is_slow(frame) {
             return self.dropped(Ingress::Port(p), DropReason::SlowProtocol);
         }
+        if crate::wire::link_control(frame).is_some() {
+            return self.dropped(Ingress::Port(p), DropReason::LinkControl);
+        }
         let key = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Port(p), DropReason::Malformed),
@@ -618,6 +629,9 @@ impl Switch {
             }
             return;
         }
+        if let Some(protocol) = crate::wire::link_control(frame) {
+            return self.link_local_in(u, protocol, frame, out);
+        }
         // An LACP member outside the bundle (detached or waiting: another key, another switch, no
         // partner) discards what it receives. One still attached whose partner went quiet
         // keeps taking frames: a partner such as Open vSwitch goes on sending on it as long as
@@ -653,6 +667,37 @@ impl Switch {
             return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
         }
         self.account_received(u, vlan, known, edit, frame.len() + elided, now, out, first);
+    }
+
+    /// A link-control frame from uplink `u`: delivered as it came to the ports of every group
+    /// that asks for `protocol` and has `u` in its failover order (a monitoring VM sees each
+    /// uplink's neighbour), if it is untagged (link-local protocols are); else dropped and
+    /// counted. Never to another uplink.
+    fn link_local_in(&mut self, u: UplinkId, protocol: crate::wire::LinkControl, frame: &[u8], out: &mut Vec<Forward>) {
+        let first = out.len();
+        let untagged = crate::wire::network_layer(frame).is_some_and(|(_, at)| at == 14);
+        if untagged && self.security.iter().any(|s| s.link_local.allows(protocol)) {
+            let on_u = |g: GroupId| {
+                self.team
+                    .group(g)
+                    .is_some_and(|spec| spec.order.active.contains(&u) || spec.order.standby.contains(&u))
+            };
+            for members in self.domains.values() {
+                out.extend(
+                    members
+                        .iter()
+                        .filter(|(q, g)| self.guards[q].policy.link_local.allows(protocol) && on_u(*g))
+                        .map(|(q, _)| Forward {
+                            to: Egress::Port(*q),
+                            edit: TagEdit::Keep,
+                            source: None,
+                        }),
+                );
+            }
+        }
+        if out.len() == first {
+            self.dropped(Ingress::Uplink(u), DropReason::LinkControl);
+        }
     }
 
     /// Appends, unedited, the other local ports of domain `dom` that a frame from port `p` for

@@ -295,6 +295,11 @@ impl Switch {
             self.dropped(tunnel, DropReason::Tunnel);
             return true;
         }
+        // A remote VM's BPDUs, PAUSE or LLDP: the segment is a bridge, which forwards none.
+        if crate::wire::link_control(&frame[usize::from(at)..]).is_some() {
+            self.dropped(tunnel, DropReason::LinkControl);
+            return true;
+        }
         if let Some(v) = self.vtep.as_mut() {
             v.confirm(remote, key.src_mac, now);
         }

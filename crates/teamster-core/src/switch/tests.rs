@@ -185,6 +185,7 @@ fn our_own_frames_reflected_back_are_dropped() {
         mac_changes: Verdict::Accept,
         forged_transmits: Verdict::Accept,
         promiscuous: Verdict::Reject,
+        ..SecurityPolicy::default()
     };
     let mut s = switch_with(SwitchConfig {
         security: vec![bridge],
