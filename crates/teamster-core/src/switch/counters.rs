@@ -43,11 +43,15 @@ pub enum DropReason {
     /// forwarded: from a VM, from an uplink (LLDP excepted for groups that ask for it), or
     /// inside a tunnel.
     LinkControl,
+    /// A frame to this host's VTEP (VXLAN or ARP) that no remote VTEP could have sent: from the
+    /// MAC of a local port (a VM on a network the underlay shares), or VXLAN from a listed
+    /// remote's address but not from the MAC that remote was found at by ARP.
+    TunnelSpoof,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -61,6 +65,7 @@ impl DropReason {
         DropReason::Tunnel,
         DropReason::VtepUnresolved,
         DropReason::LinkControl,
+        DropReason::TunnelSpoof,
     ];
 
     /// A stable name for metrics and logs.
@@ -79,6 +84,7 @@ impl DropReason {
             DropReason::Tunnel => "tunnel",
             DropReason::VtepUnresolved => "vtep_unresolved",
             DropReason::LinkControl => "link_control",
+            DropReason::TunnelSpoof => "tunnel_spoof",
         }
     }
 
