@@ -47,11 +47,16 @@ pub enum DropReason {
     /// MAC of a local port (a VM on a network the underlay shares), or VXLAN from a listed
     /// remote's address but not from the MAC that remote was found at by ARP.
     TunnelSpoof,
+    /// A port's configured MAC in use by a host outside (learned on an uplink or behind a
+    /// remote VTEP), which the port did not take over: the port's frames from it, while the
+    /// port waits for the address to be free; or, on an uplink, a frame from the outside host
+    /// after its port took the address over.
+    MacConflict,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -66,6 +71,7 @@ impl DropReason {
         DropReason::VtepUnresolved,
         DropReason::LinkControl,
         DropReason::TunnelSpoof,
+        DropReason::MacConflict,
     ];
 
     /// A stable name for metrics and logs.
@@ -85,6 +91,7 @@ impl DropReason {
             DropReason::VtepUnresolved => "vtep_unresolved",
             DropReason::LinkControl => "link_control",
             DropReason::TunnelSpoof => "tunnel_spoof",
+            DropReason::MacConflict => "mac_conflict",
         }
     }
 

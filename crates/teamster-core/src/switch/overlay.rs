@@ -378,15 +378,16 @@ impl Switch {
         self.account_received(u, dom, known, edit, wire, now, out, first);
     }
 
-    /// Whether `frame` is a RARP announcing an overlay port's MAC (configured, in a segment).
-    pub(super) fn announces_overlay_port(&self, frame: &[u8]) -> bool {
-        if frame.get(12..14) != Some(&crate::wire::ETHERTYPE_RARP.to_be_bytes()[..]) {
+    /// Whether `frame` is a RARP announcing the configured MAC of an overlay port (in a
+    /// segment), or of a port that does not own it (see [`super::claims`]).
+    pub(super) fn announces_unowned(&self, frame: &[u8]) -> bool {
+        if crate::wire::network_layer(frame).map(|(et, _)| et) != Some(crate::wire::ETHERTYPE_RARP) {
             return false;
         }
         let src = MacAddr(frame[6..12].try_into().expect("6 bytes"));
         self.guards
             .values()
-            .any(|g| g.mac == src && segment_of(g.vlan).is_some())
+            .any(|g| g.mac == src && (segment_of(g.vlan).is_some() || g.claim.state != super::Claim::Owned))
     }
 
     /// Each remote VTEP the switch knows of, with the MAC it is reached at (for status).

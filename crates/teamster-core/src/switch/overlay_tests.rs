@@ -264,11 +264,14 @@ fn the_underlay_cannot_fool_the_vtep() {
 fn overlay_ports_are_not_announced_on_the_underlay() {
     let mut s = switch();
     own_frames(&mut s);
-    s.add_port(PortSpec {
-        id: PortId(9),
-        mac: mac(9),
-        group: GroupId(0),
-    })
+    s.add_port(
+        PortSpec {
+            id: PortId(9),
+            mac: mac(9),
+            group: GroupId(0),
+        },
+        Instant::ZERO,
+    )
     .unwrap();
     assert!(
         own_frames(&mut s).iter().all(|(_, k)| k.src_mac != mac(9)),

@@ -150,6 +150,8 @@ pub(crate) struct PortGuard {
     pub policy: SecurityPolicy,
     /// The address the guest changed to, if it did (MAC changes accepted, forged rejected).
     pub changed: Option<MacAddr>,
+    /// Its hold on its configured MAC (see [`super::claims`]).
+    pub claim: super::claims::PortClaim,
 }
 
 impl PortGuard {
@@ -201,6 +203,7 @@ mod tests {
                 link_local: LinkLocal::NONE,
             },
             changed: None,
+            claim: super::super::claims::PortClaim::owned(crate::Instant::ZERO),
         }
     }
 

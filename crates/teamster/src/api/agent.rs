@@ -199,6 +199,7 @@ fn port_of(f: &SwitchFile, section: &ControllerSection, a: &Assignment) -> Resul
         interface: section.interface_of(&a.vm),
         backend: Default::default(),
         origin: PortOrigin::Assigned,
+        mac_takeover: false,
     })
 }
 

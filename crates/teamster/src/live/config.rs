@@ -30,6 +30,7 @@
 //! group = "vms"
 //! pool = "gold"                # or class = "nfs"; reservation, shares, limit as in scenarios
 //! backend = "auto"             # optional, as for uplinks
+//! mac_takeover = true          # optional: take `mac` over from a host outside that uses it
 //! ```
 //!
 //! `backend` chooses how frames move between the interface and the switch. `af_packet` (the
@@ -198,6 +199,11 @@ teamster_core::port_entry! {
         /// Where the port came from (not in the file: a port read from it is `configured`).
         #[serde(skip)]
         pub origin: PortOrigin,
+        /// The operator's word: the port takes its MAC over from a host outside that uses it
+        /// (a gateway's MAC, say); without it the port waits until that host is quiet (see
+        /// `teamster_core::switch::claims`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub mac_takeover: bool,
     }
 }
 
@@ -592,6 +598,7 @@ pub fn port_from(rule: &PortRule, name: &str, mac: teamster_core::wire::MacAddr)
         interface: name.to_string(),
         backend: rule.backend,
         origin: PortOrigin::Matched,
+        mac_takeover: false,
     }
 }
 
