@@ -332,6 +332,9 @@ fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, len: usize) -> Vec<u8> {
     h
 }
 
+/// Hijacking frames sent while the overlay VM pings, 100 ms apart.
+const KEPT_UP: u16 = 30;
+
 /// The MAC the attacker puts on its inner frames (a VM it pretends is behind the remote).
 const FAKE_INNER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x66];
 
@@ -401,15 +404,24 @@ fn hijack_tunnel(frames: u16) -> Hijack {
     };
     assert_ne!(mac_of("tmt-vm2", "eth0"), uplink_mac);
 
+    // A burst: how many inner frames reach the overlay VM, and where the VTEP then sends to
+    // the remote (the status file is written every second).
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = capture("tmt-vm1", "eth0", |f| f[6..12] == FAKE_INNER, stop.clone());
     let sent: Vec<Vec<u8>> = (0..frames).map(|i| hijack(uplink_mac, i)).collect();
     send_on("tmt-vm2", "eth0", sent, Duration::from_millis(20));
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1200));
     stop.store(true, Ordering::Relaxed);
     let entered = watcher.join().unwrap().len();
     let after = status(&status_path)["vtep"]["remotes"][0]["mac"].clone();
+    // Then the attack kept up (one frame every 100 ms for 3 s) while the overlay VM pings the
+    // host behind the remote VTEP.
+    let attack = std::thread::spawn(move || {
+        let sent: Vec<Vec<u8>> = (0..KEPT_UP).map(|i| hijack(uplink_mac, 1000 + i)).collect();
+        send_on("tmt-vm2", "eth0", sent, Duration::from_millis(100));
+    });
     let answered = received(&ping("tmt-vm1", "10.99.0.2", "15", "0.2"));
+    attack.join().unwrap();
     // How long until the tunnel carries a ping again (30 s at most).
     let t0 = Instant::now();
     let mut recovered_s = None;
@@ -419,7 +431,14 @@ fn hijack_tunnel(frames: u16) -> Hijack {
             break;
         }
     }
-    let spoof_drops = uplink_drop(&status(&status_path), "tunnel_spoof");
+    // (The status file is written every second: wait for the last frames' count.)
+    let want = u64::from(frames + KEPT_UP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut spoof_drops = uplink_drop(&status(&status_path), "tunnel_spoof");
+    while spoof_drops < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        spoof_drops = uplink_drop(&status(&status_path), "tunnel_spoof");
+    }
     eprintln!("{}", counters_line(&status(&status_path)));
     Hijack {
         entered,
@@ -443,9 +462,10 @@ fn a_vm_on_the_underlays_l2_cannot_hijack_the_tunnel() {
     const FRAMES: u16 = 10;
     let h = hijack_tunnel(FRAMES);
     eprintln!(
-        "hijack from VM2: {} of {FRAMES} inner frames entered the segment; then {} of 15 tunnel \
-         pings answered; a ping answered again after {:?} s; remote VTEP's MAC {}; {} tunnel_spoof drops",
-        h.entered, h.answered, h.recovered_s, h.remote_mac, h.spoof_drops
+        "hijack from VM2: {} of {FRAMES} inner frames entered the segment; remote VTEP's MAC then {}; \
+         with the attack kept up, {} of 15 tunnel pings answered; a ping answered {:?} s after it \
+         stopped; {} tunnel_spoof drops",
+        h.entered, h.remote_mac, h.answered, h.recovered_s, h.spoof_drops
     );
     assert_eq!(h.entered, 0, "inner frames entered the segment");
     assert!(
@@ -456,7 +476,7 @@ fn a_vm_on_the_underlays_l2_cannot_hijack_the_tunnel() {
     assert!(h.answered >= 14, "{} of 15 tunnel pings answered", h.answered);
     assert_eq!(
         h.spoof_drops,
-        u64::from(FRAMES),
+        u64::from(FRAMES + KEPT_UP),
         "each hijacking frame dropped and counted"
     );
 }
