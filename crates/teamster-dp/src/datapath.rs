@@ -1164,6 +1164,11 @@ impl Datapath {
                 place(at)
             ),
             MacNoteKind::Claimed => format!("port {port}: MAC {mac} claimed: no host outside uses it now"),
+            MacNoteKind::Refused(u) => format!(
+                "port {port}: a host outside on uplink {} also uses MAC {mac}: the port keeps it, that host's \
+                 frames are dropped (mac_conflict)",
+                uplink(u)
+            ),
             MacNoteKind::Yielded(u) => format!(
                 "port {port}: a host outside on uplink {} uses MAC {mac}: the port gave it up and waits \
                  until that host's entry ages out (its frames from it dropped as mac_conflict)",

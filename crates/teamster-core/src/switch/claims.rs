@@ -20,15 +20,23 @@
 //!   address ARP never showed cannot be asked: quiet for [`MOVE_QUIET`] is enough then. Without
 //!   a frame from the port, the address is taken at the MAC table's sweep once the outside
 //!   entry has aged out.
-//! - A port that owns its address **yields** it when a host outside is heard from on it: a frame
-//!   with the port's MAC as source arrives on an uplink and cannot be one of the port's own
-//!   frames reflected back by the physical network, because the port sent nothing out of an
-//!   uplink in the last [`REFLECTION_WINDOW`], or the frame is unicast to another port's
-//!   configured MAC (the switch delivers such frames locally, never out of an uplink) and that
-//!   port attached at least [`REFLECTION_WINDOW`] ago. The frame is switched as any outside
-//!   host's. RARPs (the team's own announcements come back that way) are always reflections. A
-//!   port that yielded is a duplicate of a host that is still there: it takes the address
-//!   again only once the outside entry has aged out, never on a quiet spell or a probe.
+//! - A host outside heard on a port's address after the port took it: a frame with the port's
+//!   MAC as source arrives on an uplink and cannot be one of the port's own frames reflected
+//!   back by the physical network, because the port sent nothing out of an uplink in the last
+//!   [`REFLECTION_WINDOW`], or the frame is unicast to another port's configured MAC (the switch
+//!   delivers such frames locally, never out of an uplink) and that port attached at least
+//!   [`REFLECTION_WINDOW`] ago. RARPs (the team's own announcements come back that way) are
+//!   always reflections. Who keeps the address then depends on what the switch knew when the
+//!   port took it:
+//!   - in the switch's first [`SETTLE`] (after a start the MAC table is empty, so a port takes
+//!     any address, a gateway's included, before the gateway is heard), the port **yields**:
+//!     the frame is switched as any outside host's, and the port waits. A port that yielded is
+//!     a duplicate of a host that is still there: it takes the address again only once the
+//!     outside entry has aged out, never on a quiet spell or a probe;
+//!   - later, the port took an address no host outside had used for a whole ageing time: its
+//!     claim stands, as a secure MAC on a physical switch's port does, and the host outside is
+//!     **refused** (its frames dropped on the uplink as `mac_conflict`, and a note): a host
+//!     outside may not take a local port's MAC.
 //! - **The operator's word**: a port whose `mac_takeover` is set owns its MAC at attach whatever
 //!   is heard outside, never yields, and frames from the host outside with its address are
 //!   dropped on the uplink (`mac_conflict`).
@@ -53,6 +61,10 @@ pub const PROBE_WAIT: Duration = Duration::from_millis(500);
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// The longest a port's frame takes to come back from the physical network.
 pub const REFLECTION_WINDOW: Duration = Duration::from_secs(1);
+/// How long after its start (its clock's zero: the data plane and the simulator build their
+/// switch at [`Instant::ZERO`]) the switch listens before a port's claim stands against a host
+/// outside heard later: until then, hosts that simply had not spoken yet are not known.
+pub const SETTLE: Duration = Duration::from_secs(60);
 /// Notes kept until taken (older ones are dropped).
 const NOTES_KEPT: usize = 1024;
 /// Addresses whose ARP sender IPv4 address is remembered (past it, the memory starts afresh).
@@ -95,6 +107,8 @@ pub(crate) struct PortClaim {
     pub yielded_at: Option<Instant>,
     /// When the switch last asked the host outside (an ARP probe) on its behalf.
     pub probed_at: Option<Instant>,
+    /// When a host outside refused on its address was last reported.
+    pub refused_noted_at: Option<Instant>,
 }
 
 impl PortClaim {
@@ -107,6 +121,7 @@ impl PortClaim {
             sent_out_at: None,
             yielded_at: None,
             probed_at: None,
+            refused_noted_at: None,
         }
     }
 }
@@ -131,13 +146,18 @@ pub enum MacNoteKind {
     /// A host outside was heard from on the port's MAC on this uplink: the port gave it up and
     /// waits until that host's entry ages out.
     Yielded(UplinkId),
+    /// A host outside was heard from on the port's MAC on this uplink, after the port's claim
+    /// stood (or by the operator's word): its frames are dropped (`mac_conflict`). Reported
+    /// at most once per MAC ageing time.
+    Refused(UplinkId),
 }
 
 /// What a frame from an uplink with a local port's configured MAC as its source is.
 pub(super) enum UplinkSource {
     /// One of the port's own frames come back: drop it.
     Reflection,
-    /// A host outside, whose address the port took over by the operator's word: drop it.
+    /// A host outside, whose address the port holds (by the operator's word, or a claim that
+    /// stands): drop it.
     Refused,
     /// A host outside, to which the port has now yielded: switch it as any outside frame.
     Yielded,
@@ -277,10 +297,16 @@ impl Switch {
         if !(quiet || to_settled_port) {
             return UplinkSource::Reflection;
         }
-        if g.claim.takeover {
+        let (vlan, mac) = (g.vlan, g.mac);
+        if g.claim.takeover || now >= Instant::ZERO + SETTLE {
+            let ageing = self.macs.ageing();
+            let claim = &mut self.guard_mut(p).claim;
+            if claim.refused_noted_at.is_none_or(|t| now - t >= ageing) {
+                claim.refused_noted_at = Some(now);
+                self.note(p, mac, MacNoteKind::Refused(u));
+            }
             return UplinkSource::Refused;
         }
-        let (vlan, mac) = (g.vlan, g.mac);
         self.macs.remove_static(vlan, mac, p);
         let claim = &mut self.guard_mut(p).claim;
         claim.state = Claim::Waiting;

@@ -299,3 +299,29 @@ fn a_busy_port_in_an_untagged_group_yields_to_the_gateways_answer() {
     assert_eq!(targets(&out), [Egress::Port(PortId(1))]);
     assert_eq!(s.mac_claim(PortId(3)), Some(Claim::Waiting));
 }
+
+/// Once the switch has listened for SETTLE, a port's claim stands: a host outside that sends
+/// from a local VM's MAC (a spoofer on the physical network) is refused, counted, and reported
+/// once; the VM keeps its address.
+#[test]
+fn after_the_switch_settles_a_host_outside_cannot_take_a_ports_mac() {
+    let mut s = switch_with(SwitchConfig::default());
+    let spoof = udp(mac(2).0, mac(1).0, Some(10));
+    let t = Instant::ZERO + SETTLE;
+    for i in 0..3 {
+        let at = t + Duration::from_millis(i);
+        assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &spoof, at).is_empty());
+    }
+    assert_eq!(s.mac_claim(PortId(2)), Some(Claim::Owned));
+    assert_eq!(
+        s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::MacConflict),
+        3
+    );
+    assert_eq!(notes(&mut s), [MacNoteKind::Refused(UplinkId(0))], "reported once");
+    let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(2).0, None), t);
+    assert_eq!(targets(&out), [Egress::Port(PortId(2))], "still port 2's");
+    // Before SETTLE the same frame makes the port yield (see the tests above).
+    let mut s = switch_with(SwitchConfig::default());
+    s.ingress(Ingress::Uplink(UplinkId(0)), &spoof, at_ms(5_000));
+    assert_eq!(s.mac_claim(PortId(2)), Some(Claim::Waiting));
+}

@@ -49,8 +49,8 @@ pub enum DropReason {
     TunnelSpoof,
     /// A port's configured MAC in use by a host outside (learned on an uplink or behind a
     /// remote VTEP), which the port did not take over: the port's frames from it, while the
-    /// port waits for the address to be free; or, on an uplink, a frame from the outside host
-    /// after its port took the address over.
+    /// port waits for the address to be free; or, on an uplink, a frame from a host outside
+    /// using the MAC of a port whose claim stands (see `switch::claims`).
     MacConflict,
 }
 

@@ -15,10 +15,11 @@
 //!   to the sending port's home uplink only (so physical switches see each MAC on one uplink).
 //!
 //! A frame from an uplink is never sent to another uplink. It is dropped if its source MAC is a
-//! local port's (our own frame reflected back by the physical network), unless it cannot be
-//! one of ours: then a host outside uses the port's configured MAC, and the port yields the
-//! address to it ([`claims`]: a port owns its MAC only while attached, and never takes it from
-//! a live host outside without the operator's word). A known unicast
+//! local port's (our own frame reflected back by the physical network), or, if it cannot be
+//! one of ours, from a host outside using the port's configured MAC (counted `mac_conflict`),
+//! unless the port took the address before the switch could know that host: then the port
+//! yields ([`claims`]: a port owns its MAC only while attached, and never takes it from a live
+//! host outside without the operator's word). A known unicast
 //! destination behind a local port is delivered from any uplink. Broadcast, multicast and
 //! unknown unicast go to the ports that take them as above, each port taking them in from one
 //! uplink only in a switch-independent group (its policy's receive uplink: the group's first
@@ -63,7 +64,7 @@ mod spread_tests;
 #[cfg(test)]
 mod tests;
 
-pub use claims::{Claim, MacNote, MacNoteKind, MOVE_QUIET, PROBE_EVERY, PROBE_WAIT, REFLECTION_WINDOW};
+pub use claims::{Claim, MacNote, MacNoteKind, MOVE_QUIET, PROBE_EVERY, PROBE_WAIT, REFLECTION_WINDOW, SETTLE};
 pub use counters::{Counters, DropReason};
 pub use mac_table::{Learned, Location, MacLimits, MacTable};
 pub use overlay::MAX_SEGMENTS;
