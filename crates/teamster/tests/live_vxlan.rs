@@ -388,8 +388,11 @@ fn hijack_tunnel(frames: u16) -> Hijack {
         "{pings}\n{}",
         counters_line(&status(&status_path))
     );
+    // (The status file is written every second.)
+    await_that("the status shows the remote VTEP's MAC", || {
+        status(&status_path)["vtep"]["remotes"][0]["mac"].is_string()
+    });
     let remote_mac = status(&status_path)["vtep"]["remotes"][0]["mac"].clone();
-    assert!(remote_mac.is_string(), "{remote_mac}");
     let uplink_mac = {
         let out = Command::new("cat")
             .arg("/sys/class/net/tmt-u1/address")
