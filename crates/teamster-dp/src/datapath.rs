@@ -80,7 +80,9 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
 use teamster_core::offload::Offload;
-use teamster_core::switch::{Counters, Egress, Forward, Ingress, SecurityPolicy, Switch, SwitchConfig, TagEdit};
+use teamster_core::switch::{
+    Counters, Egress, Forward, Ingress, Location, MacNote, MacNoteKind, SecurityPolicy, Switch, SwitchConfig, TagEdit,
+};
 use teamster_core::teaming::{Effect, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::mark_congestion;
@@ -109,6 +111,9 @@ pub struct PortPlan {
     pub leaf: NodeId,
     /// AF_PACKET, AF_XDP, or AF_XDP where it works.
     pub backend: BackendChoice,
+    /// The operator's word: the port takes its MAC over from a host outside that uses it (see
+    /// `teamster_core::switch::claims`).
+    pub mac_takeover: bool,
 }
 
 /// An uplink to attach (in the team's uplink order).
@@ -686,6 +691,7 @@ impl Datapath {
         let mut ports = Vec::new();
         for p in plan.ports {
             crate::iface::check_name(&p.interface).map_err(|e| format!("port {}: {e}", p.name))?;
+            switch.set_mac_takeover(p.id, p.mac_takeover);
             ports.push(Port {
                 plan: p,
                 io: PortIo::Detached,
@@ -1101,7 +1107,8 @@ impl Datapath {
         x.handoff_full += t.handoff_full;
     }
 
-    /// Carries out what the team asked for: frames to send, moves to record.
+    /// Carries out what the team asked for: frames to send, moves to record; and logs what
+    /// happened to ports' claims on their MACs.
     fn effects(&mut self, now: Instant) {
         while let Some(effect) = self.switch.poll_effect() {
             match effect {
@@ -1138,6 +1145,47 @@ impl Datapath {
                     self.event(now, "move", what);
                 }
             }
+        }
+        while let Some(note) = self.switch.poll_mac_note() {
+            let what = self.describe_mac_note(note);
+            self.event(now, "port", what);
+        }
+    }
+
+    /// A `port` event's text for `note`, with the port's and uplinks' names.
+    fn describe_mac_note(&self, note: MacNote) -> String {
+        let port = self
+            .index
+            .get(&note.port)
+            .map_or(note.port.0.to_string(), |&i| self.ports[i].plan.name.clone());
+        let uplink = |u: UplinkId| self.uplinks.get(u.0).map_or(u.0.to_string(), |x| x.plan.name.clone());
+        let place = |at: Location| match at {
+            Location::Remote(u) => format!("behind uplink {}", uplink(u)),
+            Location::Tunnel(ip) => format!("behind remote VTEP {ip}"),
+            Location::Port(p) => format!("behind port {}", p.0),
+        };
+        let mac = note.mac;
+        match note.kind {
+            MacNoteKind::InUse(at) => format!(
+                "port {port}: MAC {mac} is in use by a host outside ({}): the port waits, its frames from it \
+                 dropped (mac_conflict), until that host is gone; `mac_takeover` takes it over",
+                place(at)
+            ),
+            MacNoteKind::TakenOver(at) => format!(
+                "port {port}: MAC {mac} taken over from a host outside ({}) by mac_takeover",
+                place(at)
+            ),
+            MacNoteKind::Claimed => format!("port {port}: MAC {mac} claimed: no host outside uses it now"),
+            MacNoteKind::Refused(u) => format!(
+                "port {port}: a host outside on uplink {} also uses MAC {mac}: the port keeps it, that host's \
+                 frames are dropped (mac_conflict)",
+                uplink(u)
+            ),
+            MacNoteKind::Yielded(u) => format!(
+                "port {port}: a host outside on uplink {} uses MAC {mac}: the port gave it up and waits \
+                 until that host's entry ages out (its frames from it dropped as mac_conflict)",
+                uplink(u)
+            ),
         }
     }
 

@@ -116,6 +116,7 @@ fn plan() -> DatapathPlan {
             interface: "tmt-op1".into(),
             leaf,
             backend: Default::default(),
+            mac_takeover: false,
         }],
         uplinks: [("uplink1", "tmt-ou1"), ("uplink2", "tmt-ou2")]
             .map(|(name, interface)| UplinkPlan {

@@ -1,13 +1,18 @@
 //! An overlay port group on a live uplink, against Linux's own VXLAN as the remote VTEP: the
 //! VM's ping and TCP (its TSO super-frames cut and checksummed inside the tunnel) reach a host
 //! behind a kernel `vxlan` device in another namespace, both ways; the switch answers ARP for
-//! its VTEP address and finds the remote's by ARP; and a VTEP the group does not list cannot
-//! put frames into the segment.
+//! its VTEP address and finds the remote's by ARP; a VTEP the group does not list cannot
+//! put frames into the segment; and a VM of an ordinary group whose uplink shares the
+//! underlay's L2 cannot speak for the listed VTEP (the issue's hijack, sent as that VM would).
 
 mod netns;
+use netns::raw::{capture, mac_of, send_on};
 use netns::*;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What the test built, removed by name when dropped. The VM (tmt-vm1, 10.99.0.1) is on port
 /// tmt-v1; the uplink tmt-u1's far end is in tmt-remote's bridge, whose address 192.0.2.2 is
@@ -16,6 +21,41 @@ use std::process::Command;
 struct VxlanTopology;
 
 impl VxlanTopology {
+    /// The topology, and with `plain_vm` a second VM (tmt-vm2, 192.0.2.50, MAC
+    /// 02:00:00:00:00:02) on port tmt-v2 and a second uplink tmt-u2 into the same bridge: the
+    /// physical network joins that uplink's untagged VLAN to the underlay.
+    fn with(plain_vm: bool) -> VxlanTopology {
+        let t = VxlanTopology::up();
+        if plain_vm {
+            must(&["ip", "netns", "add", "tmt-vm2"]);
+            must(&[
+                "ip", "link", "add", "tmt-v2", "type", "veth", "peer", "name", "eth0", "netns", "tmt-vm2",
+            ]);
+            must(&["ip", "link", "set", "tmt-v2", "up"]);
+            let vm = |args: &[&str]| must(&[&["ip", "-n", "tmt-vm2"][..], args].concat());
+            vm(&["link", "set", "eth0", "address", "02:00:00:00:00:02"]);
+            vm(&["addr", "add", "192.0.2.50/24", "dev", "eth0"]);
+            vm(&["link", "set", "eth0", "up"]);
+            must(&[
+                "ip",
+                "link",
+                "add",
+                "tmt-u2",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth1",
+                "netns",
+                "tmt-remote",
+            ]);
+            must(&["ip", "link", "set", "tmt-u2", "up"]);
+            must(&["ip", "-n", "tmt-remote", "link", "set", "eth1", "master", "br0"]);
+            must(&["ip", "-n", "tmt-remote", "link", "set", "eth1", "up"]);
+        }
+        t
+    }
+
     fn up() -> VxlanTopology {
         VxlanTopology::clean();
         let t = VxlanTopology;
@@ -226,4 +266,220 @@ fn an_overlay_group_talks_to_linux_vxlan_and_refuses_an_unlisted_vtep() {
     await_that("the unlisted VTEP's frames are counted as tunnel drops", || {
         uplink_drop(&status(&status_path), "tunnel") >= 1
     });
+}
+
+/// The switch of [`SWITCH`] with a second uplink (tmt-u2) and an ordinary untagged group on it
+/// alone, with port vm2: the per-uplink check lets it be, since no uplink is shared.
+const SWITCH_WITH_PLAIN: &str = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "tmt-u1"
+capacity = "10G"
+
+[[uplinks]]
+name = "uplink2"
+interface = "tmt-u2"
+capacity = "10G"
+
+[[port_groups]]
+name = "overlay"
+policy = "port-id"
+active = ["uplink1"]
+[port_groups.overlay]
+vni = 5001
+local_vtep = "192.0.2.1"
+remote_vteps = ["192.0.2.2"]
+
+[[port_groups]]
+name = "plain"
+policy = "port-id"
+active = ["uplink2"]
+
+[[ports]]
+name = "vm1"
+interface = "tmt-v1"
+mac = "02:00:00:00:00:01"
+group = "overlay"
+
+[[ports]]
+name = "vm2"
+interface = "tmt-v2"
+mac = "02:00:00:00:00:02"
+group = "plain"
+"#;
+
+/// The Internet checksum of `b`.
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An IPv4 header for `len` bytes of `proto` payload from `src` to `dst`.
+fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, len: usize) -> Vec<u8> {
+    let total = (20 + len) as u16;
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0];
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let c = checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+/// Hijacking frames sent while the overlay VM pings, 100 ms apart.
+const KEPT_UP: u16 = 30;
+
+/// The MAC the attacker puts on its inner frames (a VM it pretends is behind the remote).
+const FAKE_INNER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x66];
+
+/// What the attacking VM sends: VXLAN from the listed remote VTEP's address (192.0.2.2) and
+/// its own MAC, to the overlay uplink's MAC and the VTEP's address, VNI 5001, wrapping an ICMP
+/// echo request from 10.99.0.66 (at [`FAKE_INNER`]) to the overlay VM.
+fn hijack(uplink_mac: [u8; 6], seq: u16) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0, 0x12, 0x34];
+    icmp.extend_from_slice(&seq.to_be_bytes());
+    icmp.extend_from_slice(b"teamster-hijack-");
+    let c = checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut inner = vec![2, 0, 0, 0, 0, 1];
+    inner.extend_from_slice(&FAKE_INNER);
+    inner.extend_from_slice(&[0x08, 0x00]);
+    inner.extend(ipv4([10, 99, 0, 66], [10, 99, 0, 1], 1, icmp.len()));
+    inner.extend(icmp);
+    let mut vxlan = vec![0x08, 0, 0, 0, 0, 0x13, 0x89, 0]; // I flag, VNI 5001
+    vxlan.extend(inner);
+    let mut udp = vec![0xc0, 0x00, 0x12, 0xb5, 0, 0, 0, 0]; // 49152 -> 4789, no checksum
+    udp[4..6].copy_from_slice(&((8 + vxlan.len()) as u16).to_be_bytes());
+    udp.extend(vxlan);
+    let mut f = uplink_mac.to_vec();
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend(ipv4([192, 0, 2, 2], [192, 0, 2, 1], 17, udp.len()));
+    f.extend(udp);
+    f
+}
+
+/// What the hijack did: inner frames that reached the overlay VM, tunnel pings answered right
+/// after, seconds until a tunnel ping was answered again, the remote's MAC in the VTEP's table,
+/// and the overlay uplink's drops by reason.
+struct Hijack {
+    entered: usize,
+    answered: usize,
+    recovered_s: Option<f64>,
+    remote_mac: serde_json::Value,
+    spoof_drops: u64,
+}
+
+/// Attacks the tunnel from VM2 with `frames` hijacking frames and measures (see [`Hijack`]).
+fn hijack_tunnel(frames: u16) -> Hijack {
+    let _topology = VxlanTopology::with(true);
+    let dir = tempfile::tempdir().unwrap();
+    let (_daemon, status_path) = start(dir.path(), SWITCH_WITH_PLAIN);
+    // The tunnel works, and the VTEP has found the remote's MAC.
+    let pings = ping("tmt-vm1", "10.99.0.2", "5", "0.2");
+    assert!(
+        received(&pings) >= 4,
+        "{pings}\n{}",
+        counters_line(&status(&status_path))
+    );
+    // (The status file is written every second.)
+    await_that("the status shows the remote VTEP's MAC", || {
+        status(&status_path)["vtep"]["remotes"][0]["mac"].is_string()
+    });
+    let remote_mac = status(&status_path)["vtep"]["remotes"][0]["mac"].clone();
+    let uplink_mac = {
+        let out = Command::new("cat")
+            .arg("/sys/class/net/tmt-u1/address")
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut mac = [0u8; 6];
+        for (b, part) in mac.iter_mut().zip(text.trim().split(':')) {
+            *b = u8::from_str_radix(part, 16).unwrap();
+        }
+        mac
+    };
+    assert_ne!(mac_of("tmt-vm2", "eth0"), uplink_mac);
+
+    // A burst: how many inner frames reach the overlay VM, and where the VTEP then sends to
+    // the remote (the status file is written every second).
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = capture("tmt-vm1", "eth0", |f| f[6..12] == FAKE_INNER, stop.clone());
+    let sent: Vec<Vec<u8>> = (0..frames).map(|i| hijack(uplink_mac, i)).collect();
+    send_on("tmt-vm2", "eth0", sent, Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(1200));
+    stop.store(true, Ordering::Relaxed);
+    let entered = watcher.join().unwrap().len();
+    let after = status(&status_path)["vtep"]["remotes"][0]["mac"].clone();
+    // Then the attack kept up (one frame every 100 ms for 3 s) while the overlay VM pings the
+    // host behind the remote VTEP.
+    let attack = std::thread::spawn(move || {
+        let sent: Vec<Vec<u8>> = (0..KEPT_UP).map(|i| hijack(uplink_mac, 1000 + i)).collect();
+        send_on("tmt-vm2", "eth0", sent, Duration::from_millis(100));
+    });
+    let answered = received(&ping("tmt-vm1", "10.99.0.2", "15", "0.2"));
+    attack.join().unwrap();
+    // How long until the tunnel carries a ping again (30 s at most).
+    let t0 = Instant::now();
+    let mut recovered_s = None;
+    while t0.elapsed() < Duration::from_secs(30) {
+        if received(&ping("tmt-vm1", "10.99.0.2", "1", "0.2")) == 1 {
+            recovered_s = Some(t0.elapsed().as_secs_f64());
+            break;
+        }
+    }
+    // (The status file is written every second: wait for the last frames' count.)
+    let want = u64::from(frames + KEPT_UP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut spoof_drops = uplink_drop(&status(&status_path), "tunnel_spoof");
+    while spoof_drops < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        spoof_drops = uplink_drop(&status(&status_path), "tunnel_spoof");
+    }
+    eprintln!("{}", counters_line(&status(&status_path)));
+    Hijack {
+        entered,
+        answered,
+        recovered_s,
+        remote_mac: if after == remote_mac {
+            after
+        } else {
+            serde_json::json!({"moved from": remote_mac, "to": after})
+        },
+        spoof_drops,
+    }
+}
+
+#[test]
+fn a_vm_on_the_underlays_l2_cannot_hijack_the_tunnel() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    const FRAMES: u16 = 10;
+    let h = hijack_tunnel(FRAMES);
+    eprintln!(
+        "hijack from VM2: {} of {FRAMES} inner frames entered the segment; remote VTEP's MAC then {}; \
+         with the attack kept up, {} of 15 tunnel pings answered; a ping answered {:?} s after it \
+         stopped; {} tunnel_spoof drops",
+        h.entered, h.remote_mac, h.answered, h.recovered_s, h.spoof_drops
+    );
+    assert_eq!(h.entered, 0, "inner frames entered the segment");
+    assert!(
+        h.remote_mac.is_string(),
+        "the VTEP re-pointed the remote: {}",
+        h.remote_mac
+    );
+    assert!(h.answered >= 14, "{} of 15 tunnel pings answered", h.answered);
+    assert_eq!(
+        h.spoof_drops,
+        u64::from(FRAMES + KEPT_UP),
+        "each hijacking frame dropped and counted"
+    );
 }

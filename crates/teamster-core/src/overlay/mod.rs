@@ -14,7 +14,7 @@
 
 pub mod neighbors;
 
-pub use neighbors::VtepNeighbors;
+pub use neighbors::{Heard, VtepNeighbors};
 
 use crate::offload::Vni;
 use core::net::Ipv4Addr;

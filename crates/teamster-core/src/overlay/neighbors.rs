@@ -3,13 +3,18 @@
 //!
 //! Model. The VTEP owns one IPv4 address on the underlay and answers ARP requests for it (from
 //! the MAC of the uplink the request arrived on). For each listed remote VTEP it keeps the MAC
-//! it was last heard from: an ARP request or reply sent from that address, or a VXLAN frame
-//! from it that the switch accepted. A remote with no MAC yet is asked (a broadcast ARP request)
-//! when a frame needs it, at most once a second; a known MAC is used until replaced, and asked
-//! again when nothing has confirmed it for [`REFRESH`] (a MAC that changed answers then; one
-//! whose host went away keeps being asked, once per [`REFRESH`]). Only listed remotes are
-//! learned, so the table is bounded by the configuration, and at most [`MAX_QUEUED`] frames
-//! wait to be sent: a flood of requests for the VTEP's address cannot grow it.
+//! found by ARP: the source of an ARP request or reply addressed to this VTEP from that address
+//! (the switch hands over no ARP from a local port's MAC: see [`crate::switch`]). A VXLAN frame
+//! never moves it: a frame from a listed remote's address is taken only from the MAC that
+//! remote was found at ([`VtepNeighbors::heard`]), and confirms it; one from another MAC, or
+//! before the remote is found, is refused and makes the VTEP ask (so a remote whose MAC really
+//! changed is found again within [`RETRY`], by its own answer). A remote with no MAC yet is
+//! asked (a broadcast ARP request) when a frame needs it, at most once a second; a known MAC is
+//! used until replaced, and asked again when nothing has confirmed it for [`REFRESH`] (a MAC
+//! that changed answers then; one whose host went away keeps being asked, once per
+//! [`REFRESH`]). Only listed remotes are learned, so the table is bounded by the
+//! configuration, and at most [`MAX_QUEUED`] frames wait to be sent: a flood of requests for the
+//! VTEP's address cannot grow it.
 
 use crate::wire::{build_arp_reply, build_arp_request, FlowKey, MacAddr};
 use crate::Instant;
@@ -31,6 +36,17 @@ struct Neighbor {
     confirmed: Option<Instant>,
     /// When it was last asked for.
     asked: Option<Instant>,
+}
+
+/// What a VXLAN frame's outer source says of the remote VTEP it claims to come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// From the MAC the remote was found at: take the frame.
+    Confirmed,
+    /// The remote's MAC is not known yet (it is being asked for): the frame cannot be checked.
+    Unresolved,
+    /// From another MAC than the remote's: someone else uses its address.
+    Other,
 }
 
 /// ARP state of one VTEP.
@@ -90,13 +106,26 @@ impl VtepNeighbors {
         true
     }
 
-    /// Confirms that listed remote `remote` is reached at `mac` (a VXLAN frame from it was
-    /// accepted); an unlisted one is ignored.
-    pub fn confirm(&mut self, remote: Ipv4Addr, mac: MacAddr, now: Instant) {
-        if let Some(n) = self.remotes.get_mut(&remote).filter(|_| !mac.is_multicast()) {
-            n.mac = Some(mac);
-            n.confirmed = Some(now);
+    /// Checks a VXLAN frame from listed remote `remote` sent from outer source `mac` (see
+    /// [`Heard`]): the remote's known MAC is confirmed; a frame that cannot be checked, or
+    /// from another MAC, makes the VTEP ask for the remote (from `our_mac`, at most once per
+    /// [`RETRY`]) and never moves it. An unlisted remote is [`Heard::Other`].
+    pub fn heard(&mut self, remote: Ipv4Addr, mac: MacAddr, our_mac: MacAddr, now: Instant) -> Heard {
+        let Some(n) = self.remotes.get_mut(&remote) else {
+            return Heard::Other;
+        };
+        let heard = match n.mac {
+            Some(known) if known == mac => {
+                n.confirmed = Some(now);
+                return Heard::Confirmed;
+            }
+            Some(_) => Heard::Other,
+            None => Heard::Unresolved,
+        };
+        if n.asked.is_none_or(|t| now.saturating_duration_since(t) >= RETRY) {
+            self.ask(remote, our_mac, now);
         }
+        heard
     }
 
     /// The MAC to send to `remote` at, if known; asks for it (from `our_mac`) if it is not
@@ -225,12 +254,19 @@ mod tests {
         assert_eq!(v.resolve(ip("192.0.2.99"), US, at(12)), None, "unlisted");
     }
 
+    /// Teaches `v` that 192.0.2.2 is at THEM, by its ARP request for our address at `t`.
+    fn learn_them(v: &mut VtepNeighbors, t: Instant) {
+        let ask = parse(&build_arp_request(THEM, ip("192.0.2.2"), ip("192.0.2.1"))).unwrap();
+        assert!(v.handle_arp(&ask, US, t));
+        v.poll_transmit().expect("our answer");
+    }
+
     #[test]
     fn a_known_mac_is_asked_again_when_unconfirmed_and_traffic_confirms_it() {
         let mut v = vtep();
-        v.confirm(ip("192.0.2.2"), THEM, at(0));
+        learn_them(&mut v, at(0));
         assert_eq!(v.poll_at(), Some(at(60)));
-        v.confirm(ip("192.0.2.2"), THEM, at(30));
+        assert_eq!(v.heard(ip("192.0.2.2"), THEM, US, at(30)), Heard::Confirmed);
         v.handle_timeout(US, at(60));
         assert!(v.poll_transmit().is_none(), "confirmed 30 s ago");
         assert_eq!(v.poll_at(), Some(at(90)));
@@ -242,6 +278,33 @@ mod tests {
             Some(THEM),
             "still used while asked"
         );
+    }
+
+    /// A VXLAN frame never moves a remote: before ARP found it, or from another MAC, it is
+    /// refused and the remote asked for (at most once a second); the remote's own answer
+    /// decides.
+    #[test]
+    fn vxlan_from_a_remotes_address_is_taken_only_from_the_mac_arp_found() {
+        let mut v = vtep();
+        let (remote, thief) = (ip("192.0.2.2"), MacAddr([2, 0, 0, 0, 0, 0x66]));
+        assert_eq!(v.heard(remote, thief, US, at(1)), Heard::Unresolved);
+        let ask = parse(&v.poll_transmit().expect("asked")).unwrap();
+        assert_eq!((ask.arp_op, ask.dst_ip), (Some(1), Some(remote.into())));
+        assert_eq!(v.known(), vec![(remote, None)], "not learned from VXLAN");
+        learn_them(&mut v, at(2));
+        assert_eq!(v.heard(remote, thief, US, at(3)), Heard::Other);
+        assert!(v.poll_transmit().is_some(), "a different MAC: asked again");
+        assert_eq!(v.heard(remote, thief, US, Instant::from_millis(3_500)), Heard::Other);
+        assert!(v.poll_transmit().is_none(), "not again within a second");
+        assert_eq!(v.resolve(remote, US, at(4)), Some(THEM), "still the remote's own MAC");
+        assert_eq!(v.heard(remote, THEM, US, at(4)), Heard::Confirmed);
+        assert_eq!(v.heard(ip("192.0.2.9"), THEM, US, at(4)), Heard::Other, "unlisted");
+        // A remote whose MAC really changed answers the question, and is then taken.
+        let moved = MacAddr([2, 0, 0, 0, 0, 0x22]);
+        assert_eq!(v.heard(remote, moved, US, at(6)), Heard::Other);
+        let answer = parse(&build_arp_reply(moved, remote, US, ip("192.0.2.1"))).unwrap();
+        assert!(v.handle_arp(&answer, US, at(6)));
+        assert_eq!(v.heard(remote, moved, US, at(6)), Heard::Confirmed);
     }
 
     #[test]

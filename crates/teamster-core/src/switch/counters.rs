@@ -38,11 +38,25 @@ pub enum DropReason {
     /// A frame for a remote VTEP whose MAC is not known yet (it is being asked for by ARP), or
     /// leaving by an uplink whose own MAC is not known; counted once per VTEP not reached.
     VtepUnresolved,
+    /// A link-control frame (see [`crate::wire::LinkControl`]: BPDUs, PAUSE and PFC, EAPOL,
+    /// LLDP, the rest of 802.1D's reserved block, Cisco's PVST+, CDP, VTP and DTP), never
+    /// forwarded: from a VM, from an uplink (LLDP excepted for groups that ask for it), or
+    /// inside a tunnel.
+    LinkControl,
+    /// A frame to this host's VTEP (VXLAN or ARP) that no remote VTEP could have sent: from the
+    /// MAC of a local port (a VM on a network the underlay shares), or VXLAN from a listed
+    /// remote's address but not from the MAC that remote was found at by ARP.
+    TunnelSpoof,
+    /// A port's configured MAC in use by a host outside (learned on an uplink or behind a
+    /// remote VTEP), which the port did not take over: the port's frames from it, while the
+    /// port waits for the address to be free; or, on an uplink, a frame from a host outside
+    /// using the MAC of a port whose claim stands (see `switch::claims`).
+    MacConflict,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Malformed,
         DropReason::Reflection,
         DropReason::NotReceiveUplink,
@@ -55,6 +69,9 @@ impl DropReason {
         DropReason::SlowProtocol,
         DropReason::Tunnel,
         DropReason::VtepUnresolved,
+        DropReason::LinkControl,
+        DropReason::TunnelSpoof,
+        DropReason::MacConflict,
     ];
 
     /// A stable name for metrics and logs.
@@ -72,6 +89,9 @@ impl DropReason {
             DropReason::SlowProtocol => "slow_protocol",
             DropReason::Tunnel => "tunnel",
             DropReason::VtepUnresolved => "vtep_unresolved",
+            DropReason::LinkControl => "link_control",
+            DropReason::TunnelSpoof => "tunnel_spoof",
+            DropReason::MacConflict => "mac_conflict",
         }
     }
 

@@ -126,6 +126,24 @@ impl MacTable {
         }
     }
 
+    /// Where `mac` lives in `vlan` and when it was last seen (None: static), if known and not
+    /// expired at `now`.
+    pub fn heard(&self, vlan: Option<u16>, mac: MacAddr, now: Instant) -> Option<(Location, Option<Instant>)> {
+        let e = self.entries.get(&(vlan, mac))?;
+        match e.seen {
+            Some(t) if now - t >= self.ageing => None,
+            seen => Some((e.at, seen)),
+        }
+    }
+
+    /// Removes `port`'s static entry for `mac` in `vlan`, if it has one (the port gave the
+    /// address up).
+    pub fn remove_static(&mut self, vlan: Option<u16>, mac: MacAddr, port: PortId) {
+        if self.static_port(vlan, mac) == Some(port) {
+            self.entries.remove(&(vlan, mac));
+        }
+    }
+
     /// Every MAC behind a local port and not expired at `now`, with its VLAN (or overlay
     /// segment) and port, in no particular order.
     pub fn port_macs(&self, now: Instant) -> impl Iterator<Item = (Option<u16>, MacAddr, PortId)> + '_ {

@@ -15,7 +15,11 @@
 //!   to the sending port's home uplink only (so physical switches see each MAC on one uplink).
 //!
 //! A frame from an uplink is never sent to another uplink. It is dropped if its source MAC is a
-//! local port's (our own frame reflected back by the physical network). A known unicast
+//! local port's (our own frame reflected back by the physical network), or, if it cannot be
+//! one of ours, from a host outside using the port's configured MAC (counted `mac_conflict`),
+//! unless the port took the address before the switch could know that host: then the port
+//! yields ([`claims`]: a port owns its MAC only while attached, and never takes it from a live
+//! host outside without the operator's word). A known unicast
 //! destination behind a local port is delivered from any uplink. Broadcast, multicast and
 //! unknown unicast go to the ports that take them as above, each port taking them in from one
 //! uplink only in a switch-independent group (its policy's receive uplink: the group's first
@@ -34,12 +38,23 @@
 //! Malformed frames are dropped and counted, never a panic. Slow-protocol frames (LACP) are
 //! never switched: from an uplink that runs LACP they go to the team's LACP members, anything
 //! else is dropped (`slow_protocol`), so no VM speaks for the team to the physical switch.
+//! Link-control frames ([`crate::wire::LinkControl`]: 802.1D's reserved group addresses
+//! `01:80:c2:00:00:00`-`0f` tagged or not, MAC control, Cisco's PVST+ and CDP/VTP/DTP) are never
+//! forwarded either: a VM's are dropped (`link_control`), so no VM can trip BPDU guard on the
+//! physical switch, pause the host's receive or authenticate for the link; an uplink's are
+//! dropped too (they describe that one link, and 802.1D never forwards them), except LLDP, which
+//! goes to the ports of groups whose security asks for it ([`LinkLocal`]).
 
+mod claims;
 mod counters;
 mod mac_table;
 mod overlay;
 pub mod security;
 
+#[cfg(test)]
+mod claims_tests;
+#[cfg(test)]
+mod link_control_tests;
 #[cfg(test)]
 mod overlay_tests;
 #[cfg(test)]
@@ -49,10 +64,11 @@ mod spread_tests;
 #[cfg(test)]
 mod tests;
 
+pub use claims::{Claim, MacNote, MacNoteKind, MOVE_QUIET, PROBE_EVERY, PROBE_WAIT, REFLECTION_WINDOW, SETTLE};
 pub use counters::{Counters, DropReason};
 pub use mac_table::{Learned, Location, MacLimits, MacTable};
 pub use overlay::MAX_SEGMENTS;
-pub use security::{SecurityPolicy, Verdict};
+pub use security::{LinkLocal, LinkLocalProtocol, SecurityPolicy, Verdict};
 
 use security::{PortGuard, Source};
 
@@ -260,6 +276,10 @@ pub struct Switch {
     vtep: Option<VtepNeighbors>,
     /// Frames the VTEP sends (ARP), with their uplink, until taken by [`Switch::poll_effect`].
     own_frames: std::collections::VecDeque<(UplinkId, Vec<u8>)>,
+    /// What happened to ports' claims on their MACs, until taken by [`Switch::poll_mac_note`].
+    mac_notes: std::collections::VecDeque<MacNote>,
+    /// The IPv4 address each MAC heard on the uplinks last gave in ARP (see [`claims`]).
+    arp_senders: claims::ArpSenders,
 }
 
 impl Switch {
@@ -275,7 +295,8 @@ impl Switch {
         )
     }
 
-    /// A switch over `team`, whose ports' MACs become static MAC-table entries.
+    /// A switch over `team`, whose ports' MACs become static MAC-table entries (its ports are
+    /// attached: the table is empty, so each owns its MAC; see [`claims`]).
     pub fn with_config(team: Team, config: SwitchConfig) -> Switch {
         let mut switch = Switch {
             uplinks: vec![Counters::default(); team.uplink_count()],
@@ -292,24 +313,32 @@ impl Switch {
             group_segments: Vec::new(),
             vtep: None,
             own_frames: Default::default(),
+            mac_notes: Default::default(),
+            arp_senders: Default::default(),
             team,
         };
         switch.set_overlays(config.overlays);
         let specs: Vec<PortSpec> = switch.team.ports().cloned().collect();
         for p in &specs {
-            switch.admit_port(p);
+            switch.admit_port(p, true);
         }
         switch
     }
 
-    /// Gives a port of the team its switch state: its MAC as a static entry, its VLAN's
-    /// flooding domain, its guard (its group's security policy) and its counters.
-    fn admit_port(&mut self, p: &PortSpec) {
+    /// Gives a port of the team its switch state: its VLAN's flooding domain, its guard (its
+    /// group's security policy, its claim on its MAC: owned, a static entry, if `attached`,
+    /// else detached) and its counters.
+    fn admit_port(&mut self, p: &PortSpec, attached: bool) {
         let vlan = match self.group_segments.get(p.group.0).copied().flatten() {
             Some(segment) => overlay::domain(segment),
             None => self.team.group(p.group).and_then(|g| g.vlan),
         };
-        self.macs.add_static(vlan, p.mac, p.id);
+        let mut claim = claims::PortClaim::owned(Instant::ZERO);
+        if attached {
+            self.macs.add_static(vlan, p.mac, p.id);
+        } else {
+            claim.state = Claim::Detached;
+        }
         self.domains.entry(vlan).or_default().push((p.id, p.group));
         let policy = self.security.get(p.group.0).copied().unwrap_or_default();
         if policy.promiscuous.accepts() {
@@ -322,6 +351,7 @@ impl Switch {
                 mac: p.mac,
                 policy,
                 changed: None,
+                claim,
             },
         );
         self.ports.insert(p.id, Counters::default());
@@ -356,14 +386,21 @@ impl Switch {
         Ok(spec)
     }
 
-    /// Adds a port while the switch runs (a VM's tap appeared): the team places it and
-    /// announces its MAC on its uplink (a RARP, if its group notifies switches), and it
-    /// switches from the next frame on. Refused, changing nothing, if its ID or MAC is taken or
-    /// its group unknown.
-    pub fn add_port(&mut self, spec: PortSpec) -> Result<(), TeamError> {
+    /// Adds a port while the switch runs, attached (a VM's tap appeared): the team places it,
+    /// it claims its MAC ([`Switch::attach_port`]: announced on its uplink with a RARP, if its
+    /// group notifies switches, unless a host outside uses it), and it switches from the next
+    /// frame on. Refused, changing nothing, if its ID or MAC is taken or its group unknown.
+    pub fn add_port(&mut self, spec: PortSpec, now: Instant) -> Result<(), TeamError> {
+        self.add_detached_port(spec.clone())?;
+        self.attach_port(spec.id, now);
+        Ok(())
+    }
+
+    /// Adds a port while the switch runs, detached (its interface is not there yet): placed by
+    /// the team, owning no MAC until [`Switch::attach_port`]. Refused as [`Switch::add_port`].
+    pub fn add_detached_port(&mut self, spec: PortSpec) -> Result<(), TeamError> {
         self.team.add_port(spec.clone())?;
-        self.admit_port(&spec);
-        self.team.announce(spec.id);
+        self.admit_port(&spec, false);
         Ok(())
     }
 
@@ -456,6 +493,9 @@ impl Switch {
         if crate::wire::lacp::is_slow(frame) {
             return self.dropped(Ingress::Port(p), DropReason::SlowProtocol);
         }
+        if crate::wire::link_control(frame).is_some() {
+            return self.dropped(Ingress::Port(p), DropReason::LinkControl);
+        }
         let key = match parse(frame) {
             Ok(k) => k,
             Err(_) => return self.dropped(Ingress::Port(p), DropReason::Malformed),
@@ -463,8 +503,8 @@ impl Switch {
         if key.vlan.is_some() {
             return self.dropped(Ingress::Port(p), DropReason::TaggedOnAccessPort);
         }
-        if !self.admit_source(p, vlan, key.src_mac, now) {
-            return self.dropped(Ingress::Port(p), DropReason::ForgedTransmit);
+        if let Err(why) = self.admit_source(p, vlan, key.src_mac, now) {
+            return self.dropped(Ingress::Port(p), why);
         }
         let known = self.destination(vlan, key.dst_mac, now);
         if let Some(segment) = overlay::segment_of(vlan) {
@@ -538,22 +578,26 @@ impl Switch {
         }
     }
 
-    /// Decides whether port `p` may send from `src` under its group's policy, learning the
-    /// address behind the port where the policy lets the port receive on it.
-    fn admit_source(&mut self, p: PortId, vlan: Option<u16>, src: MacAddr, now: Instant) -> bool {
+    /// Decides whether port `p` may send from `src` under its group's policy and its claim on
+    /// its MAC (why not, if not), learning the address behind the port where the policy lets
+    /// the port receive on it.
+    fn admit_source(&mut self, p: PortId, vlan: Option<u16>, src: MacAddr, now: Instant) -> Result<(), DropReason> {
         let g = &self.guards[&p];
-        let (source, changed, learns) = (g.source(src), g.changed, g.learns());
+        let (source, changed, learns, claim) = (g.source(src), g.changed, g.learns(), g.claim.state);
         let learn = match source {
             Source::Configured => {
+                if claim == Claim::Waiting {
+                    self.send_while_waiting(p, now)?;
+                }
                 if let Some(old) = changed {
                     self.change_mac(p, vlan, old, None);
                 }
-                return true;
+                return Ok(());
             }
             Source::Changed => true,
-            Source::Forged => return false,
+            Source::Forged => return Err(DropReason::ForgedTransmit),
             // Never to another port's configured MAC.
-            Source::Change if self.macs.static_port(vlan, src).is_some() => return false,
+            Source::Change if self.macs.static_port(vlan, src).is_some() => return Err(DropReason::ForgedTransmit),
             Source::Change => {
                 if let Some(old) = changed {
                     self.change_mac(p, vlan, old, Some(src));
@@ -566,7 +610,7 @@ impl Switch {
         if learn && self.macs.learn(vlan, src, Location::Port(p), now) == Learned::Refused {
             self.port(p).mac_limit += 1;
         }
-        true
+        Ok(())
     }
 
     /// Records that port `p`'s guest moved its effective MAC from `old` (forgotten) to `new`
@@ -618,6 +662,9 @@ impl Switch {
             }
             return;
         }
+        if let Some(protocol) = crate::wire::link_control(frame) {
+            return self.link_local_in(u, protocol, frame, out);
+        }
         // An LACP member outside the bundle (detached or waiting: another key, another switch, no
         // partner) discards what it receives. One still attached whose partner went quiet
         // keeps taking frames: a partner such as Open vSwitch goes on sending on it as long as
@@ -636,9 +683,23 @@ impl Switch {
         if !self.domains.contains_key(&vlan) {
             return self.dropped(Ingress::Uplink(u), DropReason::UnknownVlan);
         }
-        let ours = self.uplink_macs.contains(&Some(key.src_mac));
-        if ours || matches!(self.macs.lookup(vlan, key.src_mac, now), Some(Location::Port(_))) {
+        if self.uplink_macs.contains(&Some(key.src_mac)) {
             return self.dropped(Ingress::Uplink(u), DropReason::Reflection);
+        }
+        if let Some(Location::Port(p)) = self.macs.lookup(vlan, key.src_mac, now) {
+            // Our own frame come back, unless it is a host outside with a port's configured
+            // MAC (see [`claims`]).
+            let configured = self.guards.get(&p).is_some_and(|g| g.mac == key.src_mac);
+            match configured.then(|| self.heard_on_uplink(p, u, &key, now)) {
+                Some(claims::UplinkSource::Yielded) => {}
+                Some(claims::UplinkSource::Refused) => {
+                    return self.dropped(Ingress::Uplink(u), DropReason::MacConflict)
+                }
+                _ => return self.dropped(Ingress::Uplink(u), DropReason::Reflection),
+            }
+        }
+        if key.arp_op.is_some() {
+            self.arp_senders.note(&key);
         }
         let known = self.destination(vlan, key.dst_mac, now);
         // A frame for a local port arrives once; anything else the physical switch floods to
@@ -653,6 +714,37 @@ impl Switch {
             return self.dropped(Ingress::Uplink(u), DropReason::NotReceiveUplink);
         }
         self.account_received(u, vlan, known, edit, frame.len() + elided, now, out, first);
+    }
+
+    /// A link-control frame from uplink `u`: delivered as it came to the ports of every group
+    /// that asks for `protocol` and has `u` in its failover order (a monitoring VM sees each
+    /// uplink's neighbour), if it is untagged (link-local protocols are); else dropped and
+    /// counted. Never to another uplink.
+    fn link_local_in(&mut self, u: UplinkId, protocol: crate::wire::LinkControl, frame: &[u8], out: &mut Vec<Forward>) {
+        let first = out.len();
+        let untagged = crate::wire::network_layer(frame).is_some_and(|(_, at)| at == 14);
+        if untagged && self.security.iter().any(|s| s.link_local.allows(protocol)) {
+            let on_u = |g: GroupId| {
+                self.team
+                    .group(g)
+                    .is_some_and(|spec| spec.order.active.contains(&u) || spec.order.standby.contains(&u))
+            };
+            for members in self.domains.values() {
+                out.extend(
+                    members
+                        .iter()
+                        .filter(|(q, g)| self.guards[q].policy.link_local.allows(protocol) && on_u(*g))
+                        .map(|(q, _)| Forward {
+                            to: Egress::Port(*q),
+                            edit: TagEdit::Keep,
+                            source: None,
+                        }),
+                );
+            }
+        }
+        if out.len() == first {
+            self.dropped(Ingress::Uplink(u), DropReason::LinkControl);
+        }
     }
 
     /// Appends, unedited, the other local ports of domain `dom` that a frame from port `p` for
@@ -735,11 +827,16 @@ impl Switch {
     /// Feeds the team's meters with what port `p` sends to uplinks, at the frame's length on
     /// the wire after its edit (`wire` is its length as it came).
     fn account_sent(&mut self, out: &[Forward], wire: usize, now: Instant, p: PortId) {
+        let mut sent_out = false;
         for f in out {
             if let Egress::Uplink(u) = f.to {
                 let len = (wire as isize + f.edit.len_delta()) as u64;
                 self.team.account(p, u, Direction::Tx, len, now);
+                sent_out = true;
             }
+        }
+        if sent_out {
+            self.sent_out(p, now);
         }
     }
 
@@ -798,6 +895,7 @@ impl Switch {
         self.vtep_timers(now);
         if now >= self.next_sweep {
             self.macs.expire(now);
+            self.claim_freed(now);
             self.next_sweep = now + self.macs.ageing() / 10;
         }
     }
@@ -810,9 +908,10 @@ impl Switch {
             return Some(Effect::Transmit { uplink, frame });
         }
         let mut effect = self.team.poll_effect()?;
-        // An overlay port's MAC lives in its segment, not on the underlay: no RARP for it.
+        // An overlay port's MAC lives in its segment, not on the underlay, and a port that does
+        // not own its MAC (detached, or waiting for a host outside) announces nothing: no RARP.
         while let Effect::Transmit { frame, .. } = &effect {
-            if !self.announces_overlay_port(frame) {
+            if !self.announces_unowned(frame) {
                 break;
             }
             effect = self.team.poll_effect()?;

@@ -9,13 +9,25 @@
 //! VTEP of the segment. Every wrapped copy of a frame leaves by the one uplink the team picks
 //! for the port and flow, from that uplink's MAC. From an uplink, the VTEP takes ARP for its
 //! address and VXLAN frames to its address on port 4789; it opens an accepted frame (from a
-//! listed VTEP, with a segment's VNI), learns the inner source behind the sending VTEP, and
-//! switches the inner frame within the segment, never back into a tunnel (split horizon:
-//! every VTEP floods to every other itself). The underlay is untagged.
+//! listed VTEP, with a segment's VNI, sent from the MAC ARP found that VTEP at), learns the
+//! inner source behind the sending VTEP, and switches the inner frame within the segment, never
+//! back into a tunnel (split horizon: every VTEP floods to every other itself). The underlay is
+//! untagged.
+//!
+//! Who may speak for a remote VTEP. The switch cannot know which of its VLANs the physical
+//! network joins to the underlay (a VLAN group on another uplink may be the underlay's VLAN on
+//! that uplink's switch port), so any VM may be on the underlay's L2. A frame to the VTEP's
+//! address (ARP or VXLAN) from the MAC of a local port, in any VLAN, is a VM speaking for a
+//! remote: dropped (`tunnel_spoof`), never learned. A VXLAN frame from a listed remote's
+//! address is taken only from the MAC ARP found that remote at, and never moves it (see
+//! [`crate::overlay::neighbors`]): from another MAC it is dropped (`tunnel_spoof`), before the
+//! remote is found it waits for ARP (`vtep_unresolved`). A VM whose group accepts forged
+//! transmits can still send from a MAC the switch does not know as local: such a group on the
+//! underlay's L2 is on the underlay, as any host there is (RFC 7348 §7).
 
 use super::{DropReason, Egress, Forward, Ingress, Location, Switch, TagEdit, Tunnel};
 use crate::offload::decapsulate;
-use crate::overlay::{Overlay, VtepNeighbors};
+use crate::overlay::{Heard, Overlay, VtepNeighbors};
 use crate::teaming::{PortId, UplinkId};
 use crate::wire::{FlowKey, MacAddr, VXLAN_PORT};
 use crate::Instant;
@@ -245,6 +257,11 @@ impl Switch {
             self.dropped(Ingress::Uplink(u), DropReason::Reflection);
             return true;
         }
+        if for_vtep && self.behind_local_port(key.src_mac, now) {
+            // A VM speaking for a remote VTEP: its group's network reaches the underlay.
+            self.dropped(Ingress::Uplink(u), DropReason::TunnelSpoof);
+            return true;
+        }
         let home = self.vtep_home();
         let vtep = self.vtep.as_mut().expect("checked above");
         let local = vtep.local();
@@ -291,15 +308,40 @@ impl Switch {
             self.dropped(tunnel, DropReason::Tunnel);
             return true;
         };
+        let heard = self.vtep.as_mut().map(|v| v.heard(remote, key.src_mac, mac, now));
+        self.drain_vtep(u);
+        match heard {
+            Some(Heard::Confirmed) => {}
+            Some(Heard::Unresolved) => {
+                self.dropped(tunnel, DropReason::VtepUnresolved);
+                return true;
+            }
+            _ => {
+                self.dropped(tunnel, DropReason::TunnelSpoof);
+                return true;
+            }
+        }
         if inner.vlan.is_some() {
             self.dropped(tunnel, DropReason::Tunnel);
             return true;
         }
-        if let Some(v) = self.vtep.as_mut() {
-            v.confirm(remote, key.src_mac, now);
+        // A remote VM's BPDUs, PAUSE or LLDP: the segment is a bridge, which forwards none.
+        if crate::wire::link_control(&frame[usize::from(at)..]).is_some() {
+            self.dropped(tunnel, DropReason::LinkControl);
+            return true;
         }
         self.overlay_in(u, segment, remote, inner, at, frame.len() + elided, now, out);
         true
+    }
+
+    /// Whether `mac` is behind a local port in a VLAN (or the untagged network), configured or
+    /// learned: a frame from it that arrives on an uplink comes from one of this switch's VMs,
+    /// through a physical network its group shares with the underlay. Overlay segments are not
+    /// looked at (their ports' frames reach the underlay wrapped, from the uplink's MAC).
+    fn behind_local_port(&self, mac: MacAddr, now: Instant) -> bool {
+        self.domains
+            .keys()
+            .any(|d| segment_of(*d).is_none() && matches!(self.macs.lookup(*d, mac, now), Some(Location::Port(_))))
     }
 
     /// Switches an opened frame (inner key `inner`, its outer headers `at` bytes long) from
@@ -336,15 +378,16 @@ impl Switch {
         self.account_received(u, dom, known, edit, wire, now, out, first);
     }
 
-    /// Whether `frame` is a RARP announcing an overlay port's MAC (configured, in a segment).
-    pub(super) fn announces_overlay_port(&self, frame: &[u8]) -> bool {
-        if frame.get(12..14) != Some(&crate::wire::ETHERTYPE_RARP.to_be_bytes()[..]) {
+    /// Whether `frame` is a RARP announcing the configured MAC of an overlay port (in a
+    /// segment), or of a port that does not own it (see [`super::claims`]).
+    pub(super) fn announces_unowned(&self, frame: &[u8]) -> bool {
+        if crate::wire::network_layer(frame).map(|(et, _)| et) != Some(crate::wire::ETHERTYPE_RARP) {
             return false;
         }
         let src = MacAddr(frame[6..12].try_into().expect("6 bytes"));
         self.guards
             .values()
-            .any(|g| g.mac == src && segment_of(g.vlan).is_some())
+            .any(|g| g.mac == src && (segment_of(g.vlan).is_some() || g.claim.state != super::Claim::Owned))
     }
 
     /// Each remote VTEP the switch knows of, with the MAC it is reached at (for status).

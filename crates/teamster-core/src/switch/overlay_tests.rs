@@ -264,11 +264,14 @@ fn the_underlay_cannot_fool_the_vtep() {
 fn overlay_ports_are_not_announced_on_the_underlay() {
     let mut s = switch();
     own_frames(&mut s);
-    s.add_port(PortSpec {
-        id: PortId(9),
-        mac: mac(9),
-        group: GroupId(0),
-    })
+    s.add_port(
+        PortSpec {
+            id: PortId(9),
+            mac: mac(9),
+            group: GroupId(0),
+        },
+        Instant::ZERO,
+    )
     .unwrap();
     assert!(
         own_frames(&mut s).iter().all(|(_, k)| k.src_mac != mac(9)),
@@ -318,4 +321,93 @@ fn one_remote_vtep_cannot_fill_the_mac_table() {
     }
     assert_eq!(s.mac_table().learned(), 4, "per VTEP, as per port");
     assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().mac_limit, 6);
+}
+
+/// The attack: a VM of an ordinary untagged group (port 3) whose network the physical
+/// switch joins to the underlay sends VXLAN from a listed remote's address (its frames come back
+/// to the VTEP on an uplink), and ARP claiming that address. None of it enters the segment or
+/// moves the remote.
+#[test]
+fn a_vm_cannot_speak_for_a_remote_vtep() {
+    let mut s = switch();
+    resolve_peers(&mut s);
+    let inner = udp(FAR_VM, mac(2).0, None);
+    let vm = mac(3);
+    let hijack = vxlan(PEER, vm, LOCAL, 5001, &inner);
+    let claim = build_arp_request(vm, PEER, LOCAL);
+    let reply = build_arp_reply(vm, PEER, UPLINK_MAC, LOCAL);
+    for (i, f) in [&hijack, &claim, &reply, &hijack].into_iter().enumerate() {
+        assert!(
+            s.ingress(Ingress::Uplink(UplinkId(0)), f, Instant::ZERO).is_empty(),
+            "frame {i} went somewhere"
+        );
+    }
+    let up = s.uplink_counters(UplinkId(0)).unwrap();
+    assert_eq!(up.drops(DropReason::TunnelSpoof), 4);
+    assert!(own_frames(&mut s).is_empty(), "no answer to the VM's request");
+    assert_eq!(
+        s.vtep_neighbors(),
+        vec![(PEER, Some(PEER_MAC)), (OTHER_PEER, Some(OTHER_MAC))],
+        "the remote not moved"
+    );
+    // The MAC a VM changed to (a group that accepts MAC changes) is a local port's too.
+    let mut s = switch();
+    resolve_peers(&mut s);
+    let changed = MacAddr([0x02, 0, 0, 0, 0, 0x33]);
+    s.macs.learn(None, changed, Location::Port(PortId(3)), Instant::ZERO);
+    let hijack = vxlan(PEER, changed, LOCAL, 5001, &inner);
+    assert!(s
+        .ingress(Ingress::Uplink(UplinkId(0)), &hijack, Instant::ZERO)
+        .is_empty());
+    assert_eq!(
+        s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::TunnelSpoof),
+        1
+    );
+    // The remote's own frames still flow.
+    let out = s.ingress(
+        Ingress::Uplink(UplinkId(0)),
+        &vxlan(PEER, PEER_MAC, LOCAL, 5001, &inner),
+        Instant::ZERO,
+    );
+    assert_eq!(targets(&out), vec![Egress::Port(PortId(2))]);
+}
+
+/// VXLAN from a listed remote's address is taken only from the MAC ARP found it at: from any
+/// other MAC (a host outside the switch) it is dropped and the remote asked for again; before
+/// ARP found it, the frame waits for ARP.
+#[test]
+fn vxlan_is_taken_only_from_the_mac_arp_found() {
+    let mut s = switch();
+    own_frames(&mut s);
+    let inner = udp(FAR_VM, mac(2).0, None);
+    let early = vxlan(PEER, PEER_MAC, LOCAL, 5001, &inner);
+    assert!(s
+        .ingress(Ingress::Uplink(UplinkId(0)), &early, Instant::ZERO)
+        .is_empty());
+    let up = s.uplink_counters(UplinkId(0)).unwrap();
+    assert_eq!(up.drops(DropReason::VtepUnresolved), 1);
+    let asked = own_frames(&mut s);
+    assert_eq!(asked.len(), 1);
+    assert_eq!((asked[0].1.arp_op, asked[0].1.dst_ip), (Some(1), Some(PEER.into())));
+    assert_eq!(s.vtep_neighbors()[0], (PEER, None), "nothing learned from VXLAN");
+    // The answer finds it; then a stranger's MAC with the remote's address is refused.
+    let answer = build_arp_reply(PEER_MAC, PEER, UPLINK_MAC, LOCAL);
+    s.ingress(Ingress::Uplink(UplinkId(0)), &answer, Instant::from_secs(1));
+    let stranger = MacAddr([0x0a, 0, 0, 0, 0, 0x66]);
+    let t = Instant::from_secs(2);
+    assert!(s
+        .ingress(
+            Ingress::Uplink(UplinkId(0)),
+            &vxlan(PEER, stranger, LOCAL, 5001, &inner),
+            t
+        )
+        .is_empty());
+    assert_eq!(
+        s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::TunnelSpoof),
+        1
+    );
+    assert_eq!(own_frames(&mut s).len(), 1, "the remote asked for again");
+    assert_eq!(s.vtep_neighbors()[0], (PEER, Some(PEER_MAC)));
+    let out = s.ingress(Ingress::Uplink(UplinkId(0)), &early, t);
+    assert_eq!(targets(&out), vec![Egress::Port(PortId(2))]);
 }

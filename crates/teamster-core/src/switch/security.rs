@@ -26,6 +26,12 @@
 //! port's (frames to it are delivered even after a change). With both MAC address changes and
 //! forged transmits accepted a guest can claim any address not configured on a local port,
 //! including an outside host's: that is what the two rejects (the default) prevent.
+//!
+//! **Link-local protocols** ([`LinkLocal`]): link-control frames (BPDUs, PAUSE, EAPOL, LLDP and
+//! the rest of [`crate::wire::LinkControl`]) are never forwarded, from a VM or from an uplink. A
+//! group may ask to receive one of them, LLDP only for now (`link_local = ["lldp"]`): its ports
+//! then get the LLDP frames the physical switches send on the group's uplinks (a monitoring VM
+//! that maps which switch port each uplink reaches); what the ports send stays dropped.
 
 use crate::wire::MacAddr;
 use serde::{Deserialize, Serialize};
@@ -55,6 +61,63 @@ pub struct SecurityPolicy {
     pub forged_transmits: Verdict,
     #[serde(default)]
     pub promiscuous: Verdict,
+    /// Link-local protocols the group's ports receive from its uplinks (none by default).
+    #[serde(default, skip_serializing_if = "LinkLocal::is_none")]
+    pub link_local: LinkLocal,
+}
+
+/// A link-local protocol a port group may receive (`link_local = ["lldp"]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkLocalProtocol {
+    /// LLDP from the physical switches, on the group's uplinks.
+    Lldp,
+}
+
+/// The link-local protocols a port group's ports receive from its uplinks, written as a list of
+/// [`LinkLocalProtocol`] names, each at most once; none by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Deserialize, Serialize)]
+#[serde(try_from = "Vec<LinkLocalProtocol>", into = "Vec<LinkLocalProtocol>")]
+pub struct LinkLocal {
+    lldp: bool,
+}
+
+impl LinkLocal {
+    /// Nothing (the default).
+    pub const NONE: LinkLocal = LinkLocal { lldp: false };
+    /// LLDP only.
+    pub const LLDP: LinkLocal = LinkLocal { lldp: true };
+
+    /// True if nothing is allowed (the default).
+    pub fn is_none(&self) -> bool {
+        *self == LinkLocal::default()
+    }
+
+    /// True if the ports receive `protocol`'s frames from their group's uplinks.
+    pub fn allows(&self, protocol: crate::wire::LinkControl) -> bool {
+        protocol == crate::wire::LinkControl::Lldp && self.lldp
+    }
+}
+
+impl TryFrom<Vec<LinkLocalProtocol>> for LinkLocal {
+    type Error = String;
+    /// Refuses a protocol listed twice (a list that says something else than it seems to).
+    fn try_from(list: Vec<LinkLocalProtocol>) -> Result<LinkLocal, String> {
+        let mut set = LinkLocal::default();
+        for p in list {
+            match p {
+                LinkLocalProtocol::Lldp if set.lldp => return Err("`lldp` listed twice".into()),
+                LinkLocalProtocol::Lldp => set.lldp = true,
+            }
+        }
+        Ok(set)
+    }
+}
+
+impl From<LinkLocal> for Vec<LinkLocalProtocol> {
+    fn from(set: LinkLocal) -> Vec<LinkLocalProtocol> {
+        set.lldp.then_some(LinkLocalProtocol::Lldp).into_iter().collect()
+    }
 }
 
 impl SecurityPolicy {
@@ -87,6 +150,8 @@ pub(crate) struct PortGuard {
     pub policy: SecurityPolicy,
     /// The address the guest changed to, if it did (MAC changes accepted, forged rejected).
     pub changed: Option<MacAddr>,
+    /// Its hold on its configured MAC (see [`super::claims`]).
+    pub claim: super::claims::PortClaim,
 }
 
 impl PortGuard {
@@ -135,8 +200,10 @@ mod tests {
                 mac_changes,
                 forged_transmits,
                 promiscuous: Verdict::Reject,
+                link_local: LinkLocal::NONE,
             },
             changed: None,
+            claim: super::super::claims::PortClaim::owned(crate::Instant::ZERO),
         }
     }
 
@@ -174,5 +241,16 @@ mod tests {
         assert!(e.to_string().contains("unknown field `forged`"), "{e}");
         let e = serde_json::from_str::<SecurityPolicy>(r#"{"promiscuous": "yes"}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `yes`"), "{e}");
+        let p: SecurityPolicy = serde_json::from_str(r#"{"link_local": ["lldp"]}"#).unwrap();
+        assert_eq!(p.link_local, LinkLocal::LLDP);
+        assert!(p.link_local.allows(crate::wire::LinkControl::Lldp));
+        assert!(!p.link_local.allows(crate::wire::LinkControl::SpanningTree));
+        assert_eq!(serde_json::to_string(&p).unwrap().matches("lldp").count(), 1);
+        let e = serde_json::from_str::<SecurityPolicy>(r#"{"link_local": ["stp"]}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `stp`, expected `lldp`"), "{e}");
+        let e = serde_json::from_str::<SecurityPolicy>(r#"{"link_local": ["lldp", "lldp"]}"#).unwrap_err();
+        assert!(e.to_string().contains("`lldp` listed twice"), "{e}");
+        let none: SecurityPolicy = serde_json::from_str(r#"{"link_local": []}"#).unwrap();
+        assert!(none.is_default() && !serde_json::to_string(&none).unwrap().contains("link_local"));
     }
 }

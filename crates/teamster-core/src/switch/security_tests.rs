@@ -12,6 +12,7 @@ const ALL_REJECT: SecurityPolicy = SecurityPolicy {
     mac_changes: Verdict::Reject,
     forged_transmits: Verdict::Reject,
     promiscuous: Verdict::Reject,
+    link_local: LinkLocal::NONE,
 };
 
 fn policy(mac_changes: Verdict, forged_transmits: Verdict, promiscuous: Verdict) -> SecurityPolicy {
@@ -19,6 +20,7 @@ fn policy(mac_changes: Verdict, forged_transmits: Verdict, promiscuous: Verdict)
         mac_changes,
         forged_transmits,
         promiscuous,
+        link_local: LinkLocal::NONE,
     }
 }
 

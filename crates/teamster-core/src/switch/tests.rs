@@ -176,6 +176,9 @@ fn broadcast_from_uplinks_is_taken_once_and_never_reflected_to_uplinks() {
 #[test]
 fn our_own_frames_reflected_back_are_dropped() {
     let mut s = switch();
+    // Port 1's broadcast, flooded back by the physical switch (a frame with its MAC that it did
+    // not send is a host outside's: see claims.rs).
+    s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, [0xff; 6], None), Instant::ZERO);
     let echo = udp(mac(1).0, [0xff; 6], Some(10));
     assert!(s.ingress(Ingress::Uplink(UplinkId(0)), &echo, Instant::ZERO).is_empty());
     assert_eq!(s.uplink_counters(UplinkId(0)).unwrap().drops(DropReason::Reflection), 1);
@@ -185,6 +188,7 @@ fn our_own_frames_reflected_back_are_dropped() {
         mac_changes: Verdict::Accept,
         forged_transmits: Verdict::Accept,
         promiscuous: Verdict::Reject,
+        ..SecurityPolicy::default()
     };
     let mut s = switch_with(SwitchConfig {
         security: vec![bridge],
@@ -366,15 +370,18 @@ fn ports_come_and_go_while_the_switch_runs() {
         group: GroupId(0),
     };
     assert!(
-        s.add_port(PortSpec {
-            mac: mac(1),
-            ..four.clone()
-        })
+        s.add_port(
+            PortSpec {
+                mac: mac(1),
+                ..four.clone()
+            },
+            t
+        )
         .is_err(),
         "MAC taken"
     );
     assert!(s.team().port_uplink(PortId(4)).is_none(), "a refusal changes nothing");
-    s.add_port(four.clone()).unwrap();
+    s.add_port(four.clone(), t).unwrap();
     // Its MAC is announced on its uplink, tagged with its group's VLAN.
     match s.poll_effect() {
         Some(Effect::Transmit { uplink, frame }) => {
@@ -411,7 +418,7 @@ fn ports_come_and_go_while_the_switch_runs() {
     );
     assert!(s.remove_port(PortId(4)).is_err());
     // The ID again, with another MAC: the old MAC is unknown.
-    s.add_port(PortSpec { mac: mac(9), ..four }).unwrap();
+    s.add_port(PortSpec { mac: mac(9), ..four }, t).unwrap();
     let out = s.ingress(Ingress::Port(PortId(1)), &udp(mac(1).0, mac(4).0, None), t);
     assert!(!targets(&out).contains(&Egress::Port(PortId(4))));
     assert_eq!(s.mac_table().static_port(Some(10), mac(9)), Some(PortId(4)));
@@ -428,8 +435,8 @@ fn a_port_removed_before_its_effects_are_taken_is_not_announced() {
         mac: mac(id as u8),
         group: GroupId(0),
     };
-    s.add_port(spec(4)).unwrap();
-    s.add_port(spec(5)).unwrap();
+    s.add_port(spec(4), Instant::ZERO).unwrap();
+    s.add_port(spec(5), Instant::ZERO).unwrap();
     s.remove_port(PortId(4)).unwrap();
     match s.poll_effect() {
         Some(Effect::Transmit { frame, .. }) => assert_eq!(frame, crate::wire::build_rarp(mac(5), Some(10))),
@@ -464,11 +471,14 @@ fn port_groups_come_and_go_while_the_switch_runs() {
         ..SecurityPolicy::default()
     };
     assert_eq!(s.add_group(spec.clone(), accept).unwrap(), GroupId(2));
-    s.add_port(PortSpec {
-        id: PortId(4),
-        mac: mac(4),
-        group: GroupId(2),
-    })
+    s.add_port(
+        PortSpec {
+            id: PortId(4),
+            mac: mac(4),
+            group: GroupId(2),
+        },
+        t,
+    )
     .unwrap();
     while s.poll_effect().is_some() {}
     // Its security policy holds: a forged source is accepted in group c.

@@ -55,6 +55,15 @@ fn arp_request(mac: MacAddr, ip: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) 
     frame(mac, vlan, ETHERTYPE_ARP, arp)
 }
 
+/// Builds an ARP probe (RFC 5227: sender address 0.0.0.0) from `mac` asking `to_mac` alone
+/// whether it still has `target`, tagged with `vlan` if given: a live host answers to `mac`,
+/// and no host's ARP cache learns anything from it.
+pub fn build_arp_probe(mac: MacAddr, to_mac: MacAddr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = arp_request(mac, Ipv4Addr::UNSPECIFIED, target, vlan);
+    f[..6].copy_from_slice(&to_mac.0);
+    f
+}
+
 /// Builds an ARP reply from `mac` at `ip` to `to_mac` at `to_ip`, sent to `to_mac` alone.
 pub fn build_arp_reply(mac: MacAddr, ip: Ipv4Addr, to_mac: MacAddr, to_ip: Ipv4Addr) -> Vec<u8> {
     let arp = ArpPacket::new(

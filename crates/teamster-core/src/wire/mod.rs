@@ -13,10 +13,15 @@
 mod ecn;
 mod frames;
 pub mod lacp;
+mod link_control;
 mod parse;
 
 pub use ecn::mark_congestion;
-pub use frames::{build_arp_reply, build_arp_request, build_gratuitous_arp, build_rarp, ETHERTYPE_ARP, ETHERTYPE_RARP};
+pub use frames::{
+    build_arp_probe, build_arp_reply, build_arp_request, build_gratuitous_arp, build_rarp, ETHERTYPE_ARP,
+    ETHERTYPE_RARP,
+};
+pub use link_control::{link_control, LinkControl, ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL};
 pub use parse::parse;
 
 use core::fmt;

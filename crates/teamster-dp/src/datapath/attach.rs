@@ -15,8 +15,11 @@
 //!   message never leaves a dead uplink in use or a returned tap unattached.
 //!
 //! A detached uplink is out of use (the team fails its ports over) and what its scheduler holds
-//! is dropped as `detached`; frames for a detached port are dropped as `detached`. Each attach
-//! and detach is an `attach` event; a failing re-attach is logged once per distinct error.
+//! is dropped as `detached`; frames for a detached port are dropped as `detached`. A detached
+//! port owns no MAC: the switch installs its MAC-table entry when it attaches (unless a host
+//! outside uses the address: see `teamster_core::switch::claims`) and forgets it and everything
+//! learned behind the port when it detaches. Each attach and detach is an `attach` event; a
+//! failing re-attach is logged once per distinct error.
 
 use super::port_worker::Command;
 use super::{Datapath, Instant, PortIo, Slot};
@@ -83,6 +86,8 @@ impl Datapath {
                     "warning: port {}: interface {} is missing; the port starts detached and attaches when it appears",
                     p.name, p.interface
                 );
+                // Detached, it owns no MAC until its interface appears.
+                self.switch.detach_port(p.id);
                 self.ports[i].attach_error = Some(e.to_string());
                 self.event(now, "attach", what);
                 Ok(())
@@ -107,6 +112,8 @@ impl Datapath {
                 self.ports[i].attach_error = None;
                 self.place_port(i, backend);
                 self.event(now, "attach", what);
+                // Its MAC is its own from now, unless a host outside uses it.
+                self.switch.attach_port(self.ports[i].plan.id, now);
             }
             Err(e) => {
                 if let Some(what) = failure_to_log(&mut self.ports[i].attach_error, &format!("port {name}"), &e) {
@@ -145,6 +152,8 @@ impl Datapath {
         let port = &mut self.ports[i];
         port.attach_error = None;
         self.pollfds_stale = true;
+        // A port whose interface is gone owns no MAC.
+        self.switch.detach_port(port.plan.id);
         let what = format!("port {}: detached from {} ({why})", port.plan.name, port.plan.interface);
         self.event(now, "attach", what);
     }

@@ -7,7 +7,8 @@
 //! socket closed, its receive queue emptied, the core switch forgets it (MAC-table entries,
 //! flooding, counters), and the frames it had queued on the uplinks are dropped. A new port is
 //! given the smallest free [`PortId`] and a slot, added to the core switch (the team places it
-//! on its uplink) and attached if its interface exists (else when it appears). The NetIOC tree
+//! on its uplink; it owns no MAC yet) and attached if its interface exists (else when it
+//! appears): only then does it claim its MAC and announce it. The NetIOC tree
 //! is then replaced: controls only when its shape is unchanged, otherwise rebuilt with every
 //! waiting frame of the other ports kept, in order ([`Ioc::reshape`]). None of this touches
 //! another port's socket, receive queue or MAC entries, and it runs between two turns of the
@@ -41,6 +42,9 @@ pub struct PortWant {
     pub group: GroupId,
     pub leaf: NodeId,
     pub backend: BackendChoice,
+    /// The operator's word: the port takes its MAC over from a host outside (see
+    /// `teamster_core::switch::claims`).
+    pub mac_takeover: bool,
 }
 
 impl Datapath {
@@ -58,6 +62,8 @@ impl Datapath {
                 reshaped |= port.plan.leaf != w.leaf;
                 old_leaves.insert(port.plan.name.clone(), port.plan.leaf);
                 port.plan.leaf = w.leaf;
+                port.plan.mac_takeover = w.mac_takeover;
+                self.switch.set_mac_takeover(port.plan.id, w.mac_takeover);
             }
         }
         let present: HashSet<String> = self.present_ports().map(|p| p.plan.name.clone()).collect();
@@ -198,10 +204,12 @@ impl Datapath {
             mac: w.mac,
             group: w.group,
         };
-        if let Err(e) = self.switch.add_port(spec) {
+        // Detached until its interface is opened (see `attach_port`): it owns no MAC before.
+        if let Err(e) = self.switch.add_detached_port(spec) {
             self.event(now, "port", format!("port {}: not added: {e}", w.name));
             return;
         }
+        self.switch.set_mac_takeover(id, w.mac_takeover);
         let reusable = self.ports.iter().position(|p| {
             p.vacant_since
                 .is_some_and(|t| now.saturating_duration_since(t) >= SLOT_QUARANTINE)
@@ -234,6 +242,7 @@ impl Datapath {
                 interface: w.interface.clone(),
                 leaf: w.leaf,
                 backend: w.backend,
+                mac_takeover: w.mac_takeover,
             },
             vacant_since: None,
             ..Port::empty()
@@ -255,6 +264,7 @@ impl Port {
                 interface: String::new(),
                 leaf: NodeId(0),
                 backend: BackendChoice::AfPacket,
+                mac_takeover: false,
             },
             io: PortIo::Detached,
             mtu: 0,

@@ -28,6 +28,8 @@ pub struct PortState {
     pub ecn_marked: u64,
     /// The core switch's counters, once it has seen traffic.
     pub counters: Option<Counters>,
+    /// Where it stands with its MAC (owned, waiting for a host outside, detached).
+    pub mac_claim: Option<teamster_core::switch::Claim>,
 }
 
 /// An uplink as the control plane sees it.
@@ -94,6 +96,7 @@ impl Datapath {
                 extra: p.extra.clone(),
                 ecn_marked: p.ecn_marked,
                 counters: self.switch.port_counters(p.plan.id).cloned(),
+                mac_claim: self.switch.mac_claim(p.plan.id),
             })
             .collect();
         let uplinks = self

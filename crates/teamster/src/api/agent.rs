@@ -200,6 +200,7 @@ fn port_of(f: &SwitchFile, section: &ControllerSection, a: &Assignment) -> Resul
         backend: Default::default(),
         origin: PortOrigin::Assigned,
         owner: None,
+        mac_takeover: false,
     })
 }
 

@@ -288,6 +288,11 @@ pub struct PortAdd {
     #[serde(default, deserialize_with = "some")]
     #[schema(nullable = false, required = false)]
     pub backend: Option<crate::live::config::BackendSetting>,
+    /// Take `mac` over from a host outside that uses it (default false: the port waits until
+    /// that host is quiet, its frames from the MAC dropped as `mac_conflict`).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
+    pub mac_takeover: Option<bool>,
 }
 
 /// A port group to add to the running switch (as a `[[port_groups]]` entry; its security
@@ -486,6 +491,7 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
         backend: p.backend.unwrap_or_default(),
         origin: PortOrigin::Api,
         owner: None,
+        mac_takeover: p.mac_takeover.unwrap_or(false),
     });
     Ok(new)
 }

@@ -103,6 +103,8 @@ fn port_of(domain: &str, name: String, w: &DomainPort) -> PortFile {
         backend: w.backend.unwrap_or_default(),
         origin: PortOrigin::Libvirt,
         owner: Some(domain.to_string()),
+        // A tenant's domain XML never takes a MAC from a host outside (SECURITY.md).
+        mac_takeover: false,
     }
 }
 

@@ -142,6 +142,10 @@ pub(super) struct PortAddArgs {
     /// af_packet (the default), af_xdp or auto.
     #[arg(long)]
     backend: Option<String>,
+    /// Take the MAC over from a host outside that uses it (a gateway's, say); without it the
+    /// port waits until that host is quiet.
+    #[arg(long)]
+    mac_takeover: bool,
 }
 
 /// The request a `port add` or `port del` makes.
@@ -159,6 +163,7 @@ pub(super) fn port_action(action: &PortAction) -> (&'static str, String, Option<
                 shares,
                 limit,
                 backend,
+                mac_takeover,
             } = a.as_ref();
             let mut body = serde_json::Map::new();
             body.insert("name".into(), json!(name));
@@ -177,6 +182,9 @@ pub(super) fn port_action(action: &PortAction) -> (&'static str, String, Option<
                 if let Some(v) = v {
                     body.insert(k.into(), json!(v));
                 }
+            }
+            if *mac_takeover {
+                body.insert("mac_takeover".into(), json!(true));
             }
             ("POST", "/api/v1/ports".into(), Some(Value::Object(body)))
         }

@@ -19,7 +19,8 @@
 //! [[port_groups]]              # as in scenarios: name, policy, active, standby, failback,
 //!                              # notify_switches, vlan
 //! security = { forged_transmits = "accept" }  # optional: mac_changes, forged_transmits,
-//!                              # promiscuous, each "accept" or "reject" (the default)
+//!                              # promiscuous, each "accept" or "reject" (the default);
+//!                              # link_local = ["lldp"]: LLDP from the uplinks to the ports
 //! [[traffic_classes]]          # as in packet scenarios (optional)
 //! [[pools]]                    # as in packet scenarios (optional)
 //! [[ports]]
@@ -29,6 +30,7 @@
 //! group = "vms"
 //! pool = "gold"                # or class = "nfs"; reservation, shares, limit as in scenarios
 //! backend = "auto"             # optional, as for uplinks
+//! mac_takeover = true          # optional: take `mac` over from a host outside that uses it
 //! ```
 //!
 //! `backend` chooses how frames move between the interface and the switch. `af_packet` (the
@@ -201,6 +203,11 @@ teamster_core::port_entry! {
         /// ports in their own file, see [`super::domain_ports`]).
         #[serde(skip)]
         pub owner: Option<String>,
+        /// The operator's word: the port takes its MAC over from a host outside that uses it
+        /// (a gateway's MAC, say); without it the port waits until that host is quiet (see
+        /// `teamster_core::switch::claims`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub mac_takeover: bool,
     }
 }
 
@@ -618,6 +625,7 @@ pub fn port_from(rule: &PortRule, name: &str, mac: teamster_core::wire::MacAddr)
         backend: rule.backend,
         origin: PortOrigin::Matched,
         owner: None,
+        mac_takeover: false,
     }
 }
 
@@ -809,6 +817,17 @@ group = "vms"
         );
         // Saved as it was given (the default policy is not written out).
         assert!(render(&p.file).contains("forged_transmits = \"accept\""));
+        let lldp = GOOD.replace(
+            "policy = \"load-based\"",
+            "policy = \"load-based\"\nsecurity = { link_local = [\"lldp\"] }",
+        );
+        let p = parse(&lldp, &Fake).unwrap();
+        assert_eq!(p.switch.security[0].link_local, teamster_core::switch::LinkLocal::LLDP);
+        assert!(
+            render(&p.file).contains("link_local = [\"lldp\"]"),
+            "{}",
+            render(&p.file)
+        );
         assert!(!render(&parse(GOOD, &Fake).unwrap().file).contains("security"));
     }
 
@@ -935,6 +954,34 @@ group = "vms"
                     "policy = \"load-based\"\nsecurity = { promiscuous = \"yes\" }",
                 ),
                 "port_groups[0].security.promiscuous",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { link_local = [\"stp\"] }",
+                ),
+                "port_groups[0].security.link_local[0]",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { link_local = [\"stp\"] }",
+                ),
+                "unknown variant `stp`, expected `lldp`",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { link_local = [\"lldp\", \"lldp\"] }",
+                ),
+                "`lldp` listed twice",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"load-based\"",
+                    "policy = \"load-based\"\nsecurity = { link_local = \"lldp\" }",
+                ),
+                "port_groups[0].security.link_local",
             ),
             (format!("mac_limit = 0\n{GOOD}"), "mac_limit = 0: expected 1 to 1048576"),
             (

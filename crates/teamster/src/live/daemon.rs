@@ -80,6 +80,7 @@ fn port_wants(plan: &SwitchPlan) -> Vec<PortWant> {
                 group: spec.group,
                 leaf: *leaf,
                 backend: pf.backend.choice(),
+                mac_takeover: pf.mac_takeover,
             })
         })
         .collect()
@@ -119,6 +120,7 @@ fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
             interface,
             leaf,
             backend: pf.backend.choice(),
+            mac_takeover: pf.mac_takeover,
         })
         .collect();
     let uplinks = uplink_plans(&plan.uplinks, &file);
@@ -322,6 +324,7 @@ mod tests {
                 extra: Default::default(),
                 ecn_marked: 0,
                 counters: None,
+                mac_claim: None,
             })
             .collect();
         let uplinks = dp

@@ -117,6 +117,11 @@ pub struct PortView {
     /// switching worker, 1 and up the port workers (`workers` in `switch.toml`).
     pub worker: Option<usize>,
     pub mac: String,
+    /// Where it stands with its MAC: `owned` (a MAC-table entry), `waiting` (a host outside
+    /// uses the address: the port's frames from it are dropped as `mac_conflict`) or
+    /// `detached` (its interface is absent: it owns no MAC).
+    #[serde(default)]
+    pub mac_claim: String,
     pub group: String,
     /// Where it came from: `configured` (switch.toml), `api` (added through the API since the
     /// start), `matched` (its interface matched a port rule; not saved), `assigned` (the

@@ -86,6 +86,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 backend: p.backend.clone(),
                 worker: p.worker,
                 mac: pf.mac.clone().unwrap_or_default(),
+                mac_claim: p.mac_claim.map(|c| c.name().to_string()).unwrap_or_default(),
                 group: pf.group.clone(),
                 origin: pf.origin.clone(),
                 owner: pf.owner.clone(),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../teamster-dp/tests/live/mod.rs"]
 mod live;
+pub mod raw;
 pub use live::{running_as_root, skip_unless};
 
 pub const NAMESPACES: [&str; 4] = ["tmt-vm1", "tmt-vm2", "tmt-phys", "tmt-remote"];
