@@ -43,7 +43,6 @@
 //!
 //! Every wait, claim, yield and takeover is reported ([`MacNote`]) for the event log.
 
-use super::security::PortGuard;
 use super::{DropReason, Location, Switch};
 use crate::teaming::{PortId, UplinkId};
 use crate::wire::{build_arp_probe, FlowKey, MacAddr, ETHERTYPE_RARP};
@@ -201,7 +200,7 @@ impl Switch {
                 self.note(p, mac, MacNoteKind::TakenOver(at));
             }
             Some((at, _)) => {
-                self.guard_mut(p).claim.state = Claim::Waiting;
+                self.claim_mut(p).state = Claim::Waiting;
                 self.note(p, mac, MacNoteKind::InUse(at));
             }
         }
@@ -272,7 +271,7 @@ impl Switch {
             if self.own_frames.len() < PROBES_QUEUED {
                 self.own_frames.push_back((u, build_arp_probe(from, mac, ip, vlan)));
             }
-            self.guard_mut(p).claim.probed_at = Some(now);
+            self.claim_mut(p).probed_at = Some(now);
         }
         Err(DropReason::MacConflict)
     }
@@ -300,7 +299,7 @@ impl Switch {
         let (vlan, mac) = (g.vlan, g.mac);
         if g.claim.takeover || now >= Instant::ZERO + SETTLE {
             let ageing = self.macs.ageing();
-            let claim = &mut self.guard_mut(p).claim;
+            let claim = self.claim_mut(p);
             if claim.refused_noted_at.is_none_or(|t| now - t >= ageing) {
                 claim.refused_noted_at = Some(now);
                 self.note(p, mac, MacNoteKind::Refused(u));
@@ -308,7 +307,7 @@ impl Switch {
             return UplinkSource::Refused;
         }
         self.macs.remove_static(vlan, mac, p);
-        let claim = &mut self.guard_mut(p).claim;
+        let claim = self.claim_mut(p);
         claim.state = Claim::Waiting;
         claim.yielded_at = Some(now);
         self.note(p, mac, MacNoteKind::Yielded(u));
@@ -350,7 +349,7 @@ impl Switch {
     /// Waiting port `p` takes its MAC (the host outside is gone), announced with `announce`,
     /// and starts afresh.
     fn claim_waiting(&mut self, p: PortId, announce: bool) {
-        let claim = &mut self.guard_mut(p).claim;
+        let claim = self.claim_mut(p);
         claim.yielded_at = None;
         claim.probed_at = None;
         self.own(p, announce);
@@ -361,7 +360,7 @@ impl Switch {
     /// Port `p` owns its MAC: a static entry (replacing what was learned there), announced
     /// with `announce`.
     fn own(&mut self, p: PortId, announce: bool) {
-        let g = self.guard_mut(p);
+        let g = self.guards.get_mut(&p).expect("a known port");
         g.claim.state = Claim::Owned;
         let (vlan, mac) = (g.vlan, g.mac);
         self.macs.add_static(vlan, mac, p);
@@ -370,8 +369,8 @@ impl Switch {
         }
     }
 
-    fn guard_mut(&mut self, p: PortId) -> &mut PortGuard {
-        self.guards.get_mut(&p).expect("a known port")
+    fn claim_mut(&mut self, p: PortId) -> &mut PortClaim {
+        &mut self.guards.get_mut(&p).expect("a known port").claim
     }
 
     fn note(&mut self, port: PortId, mac: MacAddr, kind: MacNoteKind) {
