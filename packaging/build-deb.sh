@@ -3,13 +3,23 @@
 # package promises is there, the binary runs, the unit is valid for systemd, the hook and the
 # example configuration are usable. Prints the package's path. Needs cargo-deb (installed here
 # if missing) and dpkg-deb.
+#
+#   packaging/build-deb.sh [--profile PROFILE]   # release by default; CI checks a dev build's
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile=release
+case "${1:-}" in
+  "") ;;
+  --profile) profile="${2:?build-deb: --profile needs a cargo profile (release, dev)}" ;;
+  *) echo "build-deb: unknown argument \`$1\` (expected --profile PROFILE)" >&2; exit 2 ;;
+esac
+dir=$profile
+[ "$profile" = dev ] && dir=debug
 command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --quiet
-cargo build --release -p teamster
+cargo build --profile "$profile" -p teamster
 rm -rf target/assets
-target/release/teamster generate target/assets
-deb=$(cargo deb -p teamster --no-build --quiet | tail -1)
+"target/$dir/teamster" generate target/assets
+deb=$(cargo deb -p teamster --no-build --profile "$profile" --quiet | tail -1)
 [ -f "$deb" ] || { echo "build-deb: no package built" >&2; exit 1; }
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT

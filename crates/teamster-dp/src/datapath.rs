@@ -691,7 +691,7 @@ impl Datapath {
         let mut ports = Vec::new();
         for p in plan.ports {
             crate::iface::check_name(&p.interface).map_err(|e| format!("port {}: {e}", p.name))?;
-            switch.set_mac_takeover(p.id, p.mac_takeover);
+            switch.set_mac_takeover(p.id, p.mac_takeover, Instant::ZERO);
             ports.push(Port {
                 plan: p,
                 io: PortIo::Detached,

@@ -29,6 +29,11 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_DUMP: u16 = 0x300;
+/// Set on a dump's messages when the table changed while it was being dumped: what was read is
+/// not one consistent picture.
+const NLM_F_DUMP_INTR: u16 = 0x10;
+/// How many times a link dump is taken again when the kernel says a change interrupted it.
+const DUMP_TRIES: usize = 8;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
@@ -85,7 +90,22 @@ pub struct LinkInfo {
 
 /// Every link of this network namespace, from one RTM_GETLINK dump on a socket of its own
 /// (bounded to a second per read, so a kernel that does not answer is an error, not a hang).
+/// A dump the kernel marks as interrupted by a change (NLM_F_DUMP_INTR: a link may be missing
+/// from it though it exists) is taken again, up to [`DUMP_TRIES`] times, then is an error: a
+/// caller must never conclude from such a dump that a link is gone.
 pub fn links() -> io::Result<Vec<LinkInfo>> {
+    let mut last = None;
+    for _ in 0..DUMP_TRIES {
+        match dump_links() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no link dump taken")))
+}
+
+/// One RTM_GETLINK dump (see [`links`]); an interrupted dump is an `Interrupted` error.
+fn dump_links() -> io::Result<Vec<LinkInfo>> {
     // SAFETY: plain socket creation, checked below.
     let raw = unsafe {
         libc::socket(
@@ -147,7 +167,8 @@ pub fn links() -> io::Result<Vec<LinkInfo>> {
     }
 }
 
-/// Reads one datagram of a link dump into `out`; true once the dump is done.
+/// Reads one datagram of a link dump into `out`; true once the dump is done. A message marked
+/// NLM_F_DUMP_INTR makes the whole dump an `Interrupted` error (it is not one picture).
 pub fn parse_dump(mut buf: &[u8], out: &mut Vec<LinkInfo>) -> io::Result<bool> {
     while buf.len() >= 16 {
         let len = u32_at(buf, 0) as usize;
@@ -156,6 +177,12 @@ pub fn parse_dump(mut buf: &[u8], out: &mut Vec<LinkInfo>) -> io::Result<bool> {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "a malformed netlink message",
+            ));
+        }
+        if u16_at(buf, 6) & NLM_F_DUMP_INTR != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the link table changed during the dump (NLM_F_DUMP_INTR)",
             ));
         }
         match kind {
@@ -510,6 +537,13 @@ mod tests {
             Some(libc::EPERM)
         );
         assert!(parse_dump(&[0xff; 40], &mut out).is_err());
+        // A dump the kernel marks as interrupted by a change is no picture of the links.
+        let mut intr = msg(RTM_NEWLINK, 1, 0, &[attr(IFLA_IFNAME, b"eth0\0")]);
+        intr[6..8].copy_from_slice(&NLM_F_DUMP_INTR.to_ne_bytes());
+        assert_eq!(
+            parse_dump(&intr, &mut out).unwrap_err().kind(),
+            io::ErrorKind::Interrupted
+        );
     }
 
     /// Every namespace has a loopback device, which is no tap, veth or NIC kind of link.

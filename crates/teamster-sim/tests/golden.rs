@@ -7,26 +7,51 @@ fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
 }
 
+/// Every scenario runs, spread over the machine's cores (the packet-level ones take seconds
+/// each), and states expectations that hold.
 #[test]
 fn every_bundled_scenario_meets_its_expectations() {
     let out = tempfile::tempdir().unwrap();
-    let mut ran = 0;
-    for entry in std::fs::read_dir(scenarios_dir()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            let o = simulate(&path, &out.path().join(path.file_stem().unwrap())).unwrap();
-            assert!(
-                !o.summary.expectations.is_empty(),
-                "{}: states no expectations",
-                path.display()
-            );
-            for v in &o.summary.expectations {
-                assert!(v.held, "{}: `{}` did not hold: {}", path.display(), v.name, v.detail);
-            }
-            ran += 1;
-        }
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 3, "found only {} scenarios", paths.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut failed = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(path) = paths.get(i) else { return failed };
+                        failed.extend(check(path, &out.path().join(path.file_stem().unwrap())));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Runs one scenario into `out`: what did not hold, if anything.
+fn check(path: &Path, out: &Path) -> Vec<String> {
+    let o = match simulate(path, out) {
+        Ok(o) => o,
+        Err(e) => return vec![format!("{}: {e}", path.display())],
+    };
+    if o.summary.expectations.is_empty() {
+        return vec![format!("{}: states no expectations", path.display())];
     }
-    assert!(ran >= 3, "found only {ran} scenarios");
+    (o.summary.expectations.iter())
+        .filter(|v| !v.held)
+        .map(|v| format!("{}: `{}` did not hold: {}", path.display(), v.name, v.detail))
+        .collect()
 }
 
 #[test]

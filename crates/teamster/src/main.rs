@@ -344,12 +344,30 @@ fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
 }
 
 /// Claims every interface `plan` serves (see `live::claims`), or says which one another
-/// Teamster serves.
-fn claim_interfaces(plan: &live::config::SwitchPlan) -> Result<live::claims::Claims, String> {
+/// Teamster serves. A libvirt hook's port restored from the last run whose interface another
+/// Teamster serves now is left out with a note in `notes` (the VM's interface is that switch's
+/// now; nothing of this one's should stop it starting); the plan is checked again without it.
+fn claim_interfaces(
+    mut plan: live::config::SwitchPlan,
+    notes: &mut Vec<String>,
+) -> Result<(live::claims::Claims, live::config::SwitchPlan), String> {
     let mut claims = live::claims::Claims::open(Path::new(live::claims::CLAIMS_DIR))?;
-    claims.claim(live::claims::interfaces(plan))?;
-    claims.in_force(live::claims::names(plan));
-    Ok(claims)
+    let mut held = std::collections::HashSet::new();
+    for p in (plan.file.ports.iter()).filter(|p| p.origin == live::config::PortOrigin::Libvirt) {
+        if let Some(e) = claims.held_elsewhere(&p.interface, &format!("port {}", p.name)) {
+            let owner = p.owner.as_deref().unwrap_or("?");
+            notes.push(format!("port {} of domain {owner}: {e}; not restored", p.name));
+            held.insert(p.name.clone());
+        }
+    }
+    if !held.is_empty() {
+        let mut file = plan.file.clone();
+        file.ports.retain(|p| !held.contains(&p.name));
+        plan = live::config::check(&file, &live::config::Sysfs)?;
+    }
+    claims.claim(live::claims::interfaces(&plan))?;
+    claims.in_force(live::claims::names(&plan));
+    Ok((claims, plan))
 }
 
 /// Checks the files, the configuration and capabilities, takes the locks, attaches, and runs
@@ -376,7 +394,7 @@ fn run_switch(
             return ExitCode::from(2);
         }
     };
-    let (plan, files, restored) = match load(&config) {
+    let (plan, files, mut restored) = match load(&config) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -407,8 +425,8 @@ fn run_switch(
             return ExitCode::from(1);
         }
     };
-    let claims = match claim_interfaces(&plan) {
-        Ok(c) => std::sync::Arc::new(std::sync::Mutex::new(c)),
+    let (claims, plan) = match claim_interfaces(plan, &mut restored) {
+        Ok((c, plan)) => (std::sync::Arc::new(std::sync::Mutex::new(c)), plan),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(1);
@@ -517,7 +535,6 @@ fn load(config: &std::path::Path) -> Result<(live::config::SwitchPlan, api::Kept
     let shown = config.display();
     let text = std::fs::read_to_string(config).map_err(|e| format!("{shown}: cannot read: {e}"))?;
     let mut file = live::config::parse_file(&text).map_err(|e| format!("{shown}: {e}"))?;
-    use live::config::Interfaces;
     let ifs = live::config::Sysfs;
     live::config::check(&file, &ifs).map_err(|e| format!("{shown}: {e}"))?;
     let domains_path = live::domain_ports::path_for(config);
@@ -530,10 +547,11 @@ fn load(config: &std::path::Path) -> Result<(live::config::SwitchPlan, api::Kept
         Some(t) => live::domain_ports::parse(t).map_err(|e| format!("{}: {e}", domains_path.display()))?,
         None => Vec::new(),
     };
+    let links = live::domain_ports::links_now();
     let notes = live::domain_ports::restore(
         &mut file,
         saved,
-        |i| ifs.exists(i),
+        |s| live::domain_ports::same_interface(s, &links),
         |f| live::config::check(f, &ifs).map(|_| ()),
     );
     let plan = live::config::check(&file, &ifs).map_err(|e| format!("{shown}: {e}"))?;

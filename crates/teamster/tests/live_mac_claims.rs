@@ -204,15 +204,20 @@ fn a_port_given_the_gateways_mac_does_not_black_hole_it() {
     assert!(first >= 2 * PINGS - 2, "{first} of {} answered", 2 * PINGS);
     assert!(yielded, "no event says the port gave the address up");
 
-    // 4. The operator's word: the port takes the address over (and the gateway is lost to the
-    // VMs here, as asked), said in the event log.
+    // 4. The operator's word, given to the running port that waits: it takes the address over
+    // at once (and the gateway is lost to the VMs here, as asked), said in the event log.
     let _topology = Topology::up();
     let gateway = mac_of("tmt-remote", "eth0");
     let dir = tempfile::tempdir().unwrap();
     let (_daemon, status_path) = start(dir.path(), &switch_toml("", "1G", &group(), "", "", ""));
     assert!(reaches_remote("tmt-vm1"));
     hostile_tap(gateway);
-    add_thief(dir.path(), gateway, &["--mac-takeover"]);
+    add_thief(dir.path(), gateway, &[]);
+    await_that("the port waits", || {
+        log(dir.path()).contains("in use by a host outside")
+    });
+    let (code, out, err) = ctl(dir.path(), &["port", "thief", "--mac-takeover", "true"]);
+    assert_eq!(code, 0, "{out}{err}");
     await_that("the takeover is logged", || log(dir.path()).contains("taken over"));
     let taken = received(&ping("tmt-vm1", "10.77.0.100", "5", "0.2"));
     eprintln!(

@@ -39,7 +39,9 @@
 //!     outside may not take a local port's MAC.
 //! - **The operator's word**: a port whose `mac_takeover` is set owns its MAC at attach whatever
 //!   is heard outside, never yields, and frames from the host outside with its address are
-//!   dropped on the uplink (`mac_conflict`).
+//!   dropped on the uplink (`mac_conflict`). Set on a port that waits, it takes the address at
+//!   once: the remedy for a port a host outside keeps from its MAC (one that yielded in the
+//!   first minute waits for as long as that host sends from the address once an ageing time).
 //!
 //! Every wait, claim, yield and takeover is reported ([`MacNote`]) for the event log.
 
@@ -207,19 +209,34 @@ impl Switch {
     }
 
     /// Port `p`'s interface went away: it owns nothing (its static entry and every address
-    /// learned behind it are forgotten) until it attaches again.
+    /// learned behind it are forgotten) until it attaches again, when its claim starts afresh
+    /// (a yield or a probe of before does not carry over).
     pub fn detach_port(&mut self, p: PortId) {
         let Some(g) = self.guards.get_mut(&p) else { return };
         g.claim.state = Claim::Detached;
+        g.claim.yielded_at = None;
+        g.claim.probed_at = None;
         g.changed = None;
         self.macs.remove_port(p);
     }
 
-    /// Sets port `p`'s `mac_takeover` (the operator's word, see the module documentation); it
-    /// applies from the port's next attach.
-    pub fn set_mac_takeover(&mut self, p: PortId, takeover: bool) {
-        if let Some(g) = self.guards.get_mut(&p) {
-            g.claim.takeover = takeover;
+    /// Sets port `p`'s `mac_takeover` (the operator's word, see the module documentation). Set
+    /// on a port waiting for its MAC, it takes the MAC at once (announced, with a note): the
+    /// operator's remedy for a port kept from its MAC by a host outside. Cleared, a port that
+    /// owns its MAC keeps it.
+    pub fn set_mac_takeover(&mut self, p: PortId, takeover: bool, now: Instant) {
+        let Some(g) = self.guards.get_mut(&p) else { return };
+        g.claim.takeover = takeover;
+        if takeover && g.claim.state == Claim::Waiting {
+            g.claim.yielded_at = None;
+            g.claim.probed_at = None;
+            let (vlan, mac) = (g.vlan, g.mac);
+            let at = self.heard_outside(vlan, mac, now);
+            self.own(p, true);
+            match at {
+                Some((at, _)) => self.note(p, mac, MacNoteKind::TakenOver(at)),
+                None => self.note(p, mac, MacNoteKind::Claimed),
+            }
         }
     }
 

@@ -158,7 +158,7 @@ fn a_port_that_owns_a_mac_yields_it_to_a_host_outside_that_appears() {
 fn the_operators_word_takes_the_mac_over_and_keeps_it() {
     let mut s = switch_knowing_the_gateway(at_ms(0));
     s.add_detached_port(thief()).unwrap();
-    s.set_mac_takeover(PortId(4), true);
+    s.set_mac_takeover(PortId(4), true, at_ms(50));
     s.attach_port(PortId(4), at_ms(100));
     assert_eq!(s.mac_claim(PortId(4)), Some(Claim::Owned));
     assert_eq!(notes(&mut s), [MacNoteKind::TakenOver(Location::Remote(UplinkId(0)))]);
@@ -324,4 +324,36 @@ fn after_the_switch_settles_a_host_outside_cannot_take_a_ports_mac() {
     let mut s = switch_with(SwitchConfig::default());
     s.ingress(Ingress::Uplink(UplinkId(0)), &spoof, at_ms(5_000));
     assert_eq!(s.mac_claim(PortId(2)), Some(Claim::Waiting));
+}
+
+/// The operator's word on a port already waiting takes the MAC at once, announced; a port that
+/// yielded and then detached starts afresh at its next attach (no yield carried over).
+#[test]
+fn the_operators_word_on_a_waiting_port_takes_the_mac_at_once() {
+    let mut s = switch_with(SwitchConfig::default());
+    s.add_port(thief(), at_ms(0)).unwrap();
+    let reply = udp(GATEWAY.0, mac(1).0, Some(10));
+    s.ingress(Ingress::Uplink(UplinkId(0)), &reply, at_ms(10_000));
+    assert_eq!(s.mac_claim(PortId(4)), Some(Claim::Waiting));
+    s.detach_port(PortId(4));
+    assert_eq!(
+        s.guards[&PortId(4)].claim.yielded_at,
+        None,
+        "a detach forgets the yield"
+    );
+    s.attach_port(PortId(4), at_ms(11_000));
+    assert_eq!(
+        s.mac_claim(PortId(4)),
+        Some(Claim::Waiting),
+        "the gateway is still there"
+    );
+    while s.poll_effect().is_some() {}
+    notes(&mut s);
+    s.set_mac_takeover(PortId(4), true, at_ms(12_000));
+    assert_eq!(s.mac_claim(PortId(4)), Some(Claim::Owned));
+    assert_eq!(notes(&mut s), [MacNoteKind::TakenOver(Location::Remote(UplinkId(0)))]);
+    assert_eq!(rarps(&mut s), [GATEWAY]);
+    // Cleared, the port keeps what it owns.
+    s.set_mac_takeover(PortId(4), false, at_ms(13_000));
+    assert_eq!(s.mac_claim(PortId(4)), Some(Claim::Owned));
 }

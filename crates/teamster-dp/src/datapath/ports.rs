@@ -63,7 +63,7 @@ impl Datapath {
                 old_leaves.insert(port.plan.name.clone(), port.plan.leaf);
                 port.plan.leaf = w.leaf;
                 port.plan.mac_takeover = w.mac_takeover;
-                self.switch.set_mac_takeover(port.plan.id, w.mac_takeover);
+                self.switch.set_mac_takeover(port.plan.id, w.mac_takeover, now);
             }
         }
         let present: HashSet<String> = self.present_ports().map(|p| p.plan.name.clone()).collect();
@@ -209,7 +209,7 @@ impl Datapath {
             self.event(now, "port", format!("port {}: not added: {e}", w.name));
             return;
         }
-        self.switch.set_mac_takeover(id, w.mac_takeover);
+        self.switch.set_mac_takeover(id, w.mac_takeover, now);
         let reusable = self.ports.iter().position(|p| {
             p.vacant_since
                 .is_some_and(|t| now.saturating_duration_since(t) >= SLOT_QUARANTINE)

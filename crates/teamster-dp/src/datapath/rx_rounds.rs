@@ -52,29 +52,27 @@ impl Steerer {
 impl Datapath {
     /// Each data-plane thread's capacity (this one first), frames per second at full load, as
     /// measured since the last round (see `thread_load`); None until measured.
-    /// A thread one of whose uplink receive queues the kernel dropped frames on since the last
-    /// round fell behind, whatever its own clock says. A thread not measured yet (it has
+    /// A thread on whose uplink receive queues the kernel dropped frames since the last round
+    /// may have fallen behind, whatever its own clock says (the meter decides). A thread not measured yet (it has
     /// received too little) has None, and its queues keep the configured figure: a spread onto
     /// it is a trial, which its first measure confirms or not (a queue's lone filter never
     /// moves back for a spread).
     fn thread_capacities(&mut self, elapsed: core::time::Duration) -> Vec<Option<f64>> {
-        let mut behind = vec![false; self.meters.len()];
+        let mut drops = vec![0u64; self.meters.len()];
         for u in &mut self.uplinks {
             let rx = &mut u.rx;
             for q in 0..rx.drops.len() {
-                if rx.drops[q] > rx.drops_then[q] {
-                    let t = queue_thread(&self.rx.steering, self.workers.len(), q);
-                    if let Some(b) = behind.get_mut(t) {
-                        *b = true;
-                    }
+                let t = queue_thread(&self.rx.steering, self.workers.len(), q);
+                if let Some(d) = drops.get_mut(t) {
+                    *d += rx.drops[q].saturating_sub(rx.drops_then[q]);
                 }
                 rx.drops_then[q] = rx.drops[q];
             }
         }
         let mut counts = vec![self.load.read()];
         counts.extend(self.workers.iter().map(|w| w.lane.load.read()));
-        (self.meters.iter_mut().zip(counts).zip(behind))
-            .map(|((m, c), b)| m.round(c, b.then_some(elapsed)))
+        (self.meters.iter_mut().zip(counts).zip(drops))
+            .map(|((m, c), d)| m.round(c, elapsed, d))
             .collect()
     }
 

@@ -28,6 +28,11 @@ pub struct PortChange {
     #[serde(default, deserialize_with = "present")]
     #[schema(schema_with = limit_schema, required = false)]
     pub limit: Option<Option<Bandwidth>>,
+    /// true: the port takes its MAC over from a host outside that uses it (at once, if it
+    /// waits for it now); false: it waits until such a host is gone.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(nullable = false, required = false)]
+    pub mac_takeover: Option<bool>,
 }
 
 /// The bandwidth strings [`Bandwidth`] accepts, as a regular expression: a decimal number, an
@@ -414,9 +419,9 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Bandwidth>>,
 
 /// The configuration with port `name`'s controls changed.
 pub fn change_port(f: &SwitchFile, name: &str, c: &PortChange) -> Result<SwitchFile, ChangeError> {
-    if c.reservation.is_none() && c.shares.is_none() && c.limit.is_none() {
+    if c.reservation.is_none() && c.shares.is_none() && c.limit.is_none() && c.mac_takeover.is_none() {
         return Err(ChangeError::Invalid(
-            "nothing to change: give reservation, shares or limit".into(),
+            "nothing to change: give reservation, shares, limit or mac_takeover".into(),
         ));
     }
     let mut new = f.clone();
@@ -429,6 +434,9 @@ pub fn change_port(f: &SwitchFile, name: &str, c: &PortChange) -> Result<SwitchF
     }
     if let Some(l) = c.limit {
         port.limit = l;
+    }
+    if let Some(t) = c.mac_takeover {
+        port.mac_takeover = t;
     }
     Ok(new)
 }
@@ -588,6 +596,9 @@ mod tests {
         assert_eq!(new.ports[0].limit, Some(Bandwidth::from_gbps(2)));
         let new = change_port(&f, "vm1", &port_change(r#"{"limit": null}"#).unwrap()).unwrap();
         assert_eq!(new.ports[0].limit, None);
+        let new = change_port(&f, "vm1", &port_change(r#"{"mac_takeover": true}"#).unwrap()).unwrap();
+        assert!(new.ports[0].mac_takeover && new.ports[0].limit.is_some());
+        assert!(port_change(r#"{"mac_takeover": null}"#).is_err());
         assert_eq!(
             change_port(&f, "vm9", &port_change(r#"{"shares": 10}"#).unwrap()).unwrap_err(),
             ChangeError::NotFound("no port named `vm9`".into())

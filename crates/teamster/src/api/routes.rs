@@ -98,13 +98,27 @@ fn give_back_soon() {
 async fn save(state: &ApiState, old: &SwitchFile, new: &SwitchFile) -> Result<(), ApiError> {
     let body = render(new);
     let config = (render(old) != body).then_some(body);
-    let domains = crate::live::domain_ports::render(new);
-    let domains = (crate::live::domain_ports::render(old) != domains).then_some(domains);
+    // The hook's ports, if they changed: saved with the interfaces they are on as the kernel
+    // shows them at the save (what tells a restart the same tap from a new one of its name).
+    let hook = |f: &SwitchFile| -> Vec<crate::live::config::PortFile> {
+        (f.ports.iter())
+            .filter(|p| p.origin == PortOrigin::Libvirt)
+            .cloned()
+            .collect()
+    };
+    let unseen = std::collections::HashMap::new();
+    let (was, now) = (hook(old), hook(new));
+    let render_hook = crate::live::domain_ports::render;
+    let domains = (render_hook(&was, &unseen) != render_hook(&now, &unseen)).then_some(now);
     if config.is_none() && domains.is_none() {
         return Ok(());
     }
     let files = state.files.clone();
     let saved = tokio::task::spawn_blocking(move || {
+        let domains = domains.map(|ports| {
+            let links = crate::live::domain_ports::links_now();
+            crate::live::domain_ports::render(&ports, &links)
+        });
         let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
         if config.is_some() {
             (files.config.unchanged()).map_err(|e| ApiError(StatusCode::CONFLICT, e))?;

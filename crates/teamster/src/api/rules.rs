@@ -135,6 +135,12 @@ async fn reconcile(state: &ApiState, names: Option<Vec<String>>, all_refused: &m
             PortOrigin::Matched => links.vm_interface(&p.interface, &uplinks).err(),
             _ => None,
         };
+        // A link missing from the dump is asked for by name before its port goes: a port is
+        // never removed on a picture of the links that missed one.
+        let why = why.filter(|_| {
+            links.get(&p.interface).is_some()
+                || matches!(teamster_dp::iface::index(&p.interface), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        });
         if let Some(why) = &why {
             notes.push(format!(
                 "port {}: interface {}: {why}; the matched port is removed",

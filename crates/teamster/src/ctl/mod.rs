@@ -82,6 +82,10 @@ enum CtlCommand {
         /// Cap on the send rate, e.g. 1G, or `none` to remove it.
         #[arg(long)]
         limit: Option<String>,
+        /// true: the port takes its MAC over from a host outside that uses it (at once, if it
+        /// waits for it now); false: it waits for such a host to be gone.
+        #[arg(long, value_name = "BOOL")]
+        mac_takeover: Option<bool>,
     },
     /// Port groups: policy and failover order.
     Groups,
@@ -391,9 +395,13 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 reservation,
                 shares,
                 limit,
+                mac_takeover,
             } => {
                 let name = name.as_deref().unwrap_or_default();
                 let mut change = serde_json::Map::new();
+                if let Some(t) = mac_takeover {
+                    change.insert("mac_takeover".into(), json!(t));
+                }
                 if let Some(r) = reservation {
                     change.insert("reservation".into(), json!(r));
                 }

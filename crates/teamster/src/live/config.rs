@@ -473,6 +473,11 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             f.ports.len()
         ));
     }
+    // A port given an uplink's own MAC would take the host's traffic on that uplink (and the
+    // physical switch would see the MAC on two ports of its own): refused, naming both.
+    let uplink_macs: std::collections::HashMap<teamster_core::wire::MacAddr, &str> = (f.uplinks.iter())
+        .filter_map(|u| Some((ifs.mac(&u.interface)?, u.name.as_str())))
+        .collect();
     for (i, p) in f.ports.iter().enumerate() {
         claim(
             format!("ports[{i}]"),
@@ -480,6 +485,17 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
             &p.interface,
             false,
         )?;
+        let mac = p
+            .mac
+            .as_deref()
+            .and_then(|m| m.parse::<teamster_core::wire::MacAddr>().ok());
+        if let Some(uplink) = mac.and_then(|m| uplink_macs.get(&m)) {
+            return Err(format!(
+                "ports[{i}].mac (port `{}`): {} is the MAC of uplink `{uplink}`'s interface: a port given it would take the host's own traffic on that uplink; give the port its VM's MAC",
+                p.name,
+                p.mac.as_deref().unwrap_or_default()
+            ));
+        }
     }
     let groups = with_lacp_systems(f, ifs);
     let built = host::build(
@@ -667,6 +683,9 @@ mod tests {
         fn speed_mbps(&self, name: &str) -> Option<u64> {
             (name == "eth1" || name == "eth2").then_some(10_000)
         }
+        fn mac(&self, name: &str) -> Option<teamster_core::wire::MacAddr> {
+            (name == "eth1").then(|| "02:00:00:00:0e:01".parse().unwrap())
+        }
     }
 
     const GOOD: &str = r#"
@@ -709,6 +728,18 @@ group = "vms"
         );
         assert_eq!(p.ports.len(), 2);
         assert_eq!(p.tree.node(p.ports[0].2).spec.reservation, Bandwidth::from_mbps(100));
+    }
+
+    /// A port may not take an uplink's own MAC (it would take the host's traffic there).
+    #[test]
+    fn a_port_with_an_uplinks_mac_is_refused() {
+        let Err(e) = parse(&GOOD.replace("52:54:00:00:00:02", "02:00:00:00:0E:01"), &Fake) else {
+            panic!("a port with an uplink's MAC was taken");
+        };
+        assert!(
+            e.contains("ports[1].mac") && e.contains("vm2") && e.contains("uplink `uplink1`"),
+            "{e}"
+        );
     }
 
     #[test]

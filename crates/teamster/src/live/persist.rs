@@ -98,23 +98,28 @@ impl KeptFile {
         Ok(())
     }
 
-    /// Checks that `text`, read from the file for a reload, may replace what the daemon
-    /// saved: refused if it was edited from an older revision than the daemon's last save (the
-    /// editor's copy was read before a change made through the API, which the reload would
-    /// undo), or carries no revision while the daemon saved since it last read the file.
+    /// Checks that `text`, read from the file for a reload, may replace what the daemon runs:
+    /// refused if it names an older revision than the one in force (a copy read before a change
+    /// made through the API, which the reload would undo: whether or not the daemon has read
+    /// the file since, or restarted), if it names another revision while the daemon saved since
+    /// it last read the file, or if it carries no revision while the daemon saved since then.
     pub fn reload(&self, text: &str, revision: Option<u64>) -> Result<(), String> {
-        if !self.saved_since_read || self.known.as_deref() == Some(text.as_bytes()) {
+        if self.known.as_deref() == Some(text.as_bytes()) {
             return Ok(());
         }
         let (path, now) = (self.path.display(), self.revision);
+        let older = |r: u64| {
+            format!(
+                "{path} is an edit of revision {r}, but the switch runs revision {now} (changes made through the API since), which this reload would undo: make the edit on the file as it is now (revision {now}), or, to put back an older file on purpose, give it the first line of revision {now}, and reload; nothing changed"
+            )
+        };
         match revision {
-            Some(r) if r == now => Ok(()),
-            Some(r) => Err(format!(
-                "{path} is an edit of revision {r}, but the switch has saved revision {now} since (changes made through the API), which this reload would undo: make the edit on the file as it is now (revision {now}) and reload; nothing changed"
-            )),
-            None => Err(format!(
+            Some(r) if r < now => Err(older(r)),
+            Some(r) if self.saved_since_read && r != now => Err(older(r)),
+            None if self.saved_since_read => Err(format!(
                 "{path} has no revision line, and the switch has saved it since it last read it (revision {now}, changes made through the API), which this reload would undo: make the edit on the file as it is now, keeping its first line, and reload; nothing changed"
             )),
+            _ => Ok(()),
         }
     }
 
@@ -182,6 +187,15 @@ mod tests {
         assert!(kept.reload("no line", None).unwrap_err().contains("no revision line"));
         assert!(kept.reload("edited", Some(5)).is_ok());
         assert!(kept.reload("rev 5", None).is_ok(), "the file as saved");
+        // Once the daemon has read revision 5 again (a reload, or a restart), an older copy
+        // is still refused: it would undo the change all the same.
+        kept.reloaded("rev 5 edited", Some(5));
+        let e = kept.reload("old copy", Some(4)).unwrap_err();
+        assert!(e.contains("revision 4") && e.contains("revision 5"), "{e}");
+        let restarted = KeptFile::new(&path, Some("rev 5"), Some(5));
+        assert!(restarted.reload("old copy", Some(4)).is_err());
+        assert!(restarted.reload("edited again", Some(5)).is_ok());
+        assert!(restarted.reload("hand-written, no line", None).is_ok());
     }
 
     #[test]
