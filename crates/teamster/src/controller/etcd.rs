@@ -10,13 +10,14 @@
 //! acting at once (the process exits, its supervisor restarts it, and it campaigns again); a
 //! new leader loads the stored state and goes on from there.
 //!
-//! etcd's client is asynchronous; the controller's store is called from its request handlers
-//! as a blocking call, so the client lives on a thread of its own with its own runtime, and
-//! the store's methods hand it jobs and wait for the answer.
+//! The calls go through etcd's JSON gateway ([`super::etcd_gateway`]), which is asynchronous;
+//! the controller's store is called from its request handlers as a blocking call, so the
+//! client lives on a thread of its own with its own runtime, and the store's methods hand it
+//! jobs and wait for the answer.
 
+use super::etcd_gateway::{Gateway, Leadership};
 use super::state::ClusterState;
 use super::store::Store;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, LeaderKey, Txn, TxnOp};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -31,9 +32,6 @@ pub struct EtcdStore {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     endpoints: String,
 }
-
-/// How long a request to etcd may take before the store answers with an error.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl EtcdStore {
     /// Connects to `endpoints`, takes a lease of `ttl_s` seconds and campaigns under `prefix`;
@@ -60,7 +58,7 @@ impl EtcdStore {
                     }
                 };
                 rt.block_on(async move {
-                    let (mut client, leader, lease_lost) = match campaign(&endpoints, &prefix, ttl_s, &who).await {
+                    let (client, leader, lease_lost) = match campaign(&endpoints, &prefix, ttl_s, &who).await {
                         Ok(x) => x,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -79,10 +77,10 @@ impl EtcdStore {
                             job = todo.recv() => match job {
                                 None => return,
                                 Some(Job::Load(answer)) => {
-                                    let _ = answer.send(load(&mut client, &state_key).await);
+                                    let _ = answer.send(load(&client, &state_key).await);
                                 }
                                 Some(Job::Save(bytes, answer)) => {
-                                    let _ = answer.send(save(&mut client, &leader, &state_key, bytes).await);
+                                    let _ = answer.send(save(&client, &leader, &state_key, bytes).await);
                                 }
                             },
                         }
@@ -122,39 +120,27 @@ impl Store for EtcdStore {
     }
 }
 
-/// Connects, takes and keeps a lease, and campaigns until this controller leads: the client,
-/// the leadership key, and a future that ends (with why) when the lease lapses.
+/// Takes and keeps a lease, and campaigns until this controller leads: the client, the
+/// leadership, and a future that ends (with why) when the lease lapses.
 async fn campaign(
     endpoints: &[String],
     prefix: &str,
     ttl_s: i64,
     who: &str,
-) -> Result<(Client, LeaderKey, impl std::future::Future<Output = String>), String> {
-    let shown = endpoints.join(",");
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(REQUEST_TIMEOUT);
-    let err = |e: etcd_client::Error| format!("etcd {shown}: {e}");
-    let mut client = tokio::time::timeout(Duration::from_secs(5), Client::connect(endpoints, Some(options)))
-        .await
-        .map_err(|_| format!("etcd {shown}: cannot reach it within 5 s"))?
-        .map_err(err)?;
-    let lease = client.lease_grant(ttl_s, None).await.map_err(err)?.id();
-    let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.map_err(err)?;
+) -> Result<(Gateway, Leadership, impl std::future::Future<Output = String>), String> {
+    let client = Gateway::new(endpoints)?;
+    let shown = client.shown().to_string();
+    let lease = client.lease_grant(ttl_s).await?;
     let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
     // Kept alive from now on, while campaigning too; ends when the lease lapses.
+    let keeper = client.clone();
     let kept = async move {
         loop {
             tokio::time::sleep(every).await;
-            if let Err(e) = keeper.keep_alive().await {
-                return format!("etcd lease keep-alive failed: {e}");
-            }
-            match tokio::time::timeout(REQUEST_TIMEOUT, answers.message()).await {
-                Ok(Ok(Some(a))) if a.ttl() > 0 => {}
-                Ok(Ok(Some(_))) => return "etcd lease expired".to_string(),
-                Ok(Ok(None)) => return "etcd closed the lease's stream".to_string(),
-                Ok(Err(e)) => return format!("etcd lease keep-alive failed: {e}"),
-                Err(_) => return "etcd did not answer a lease keep-alive in time".to_string(),
+            match keeper.lease_keep_alive(lease).await {
+                Ok(ttl) if ttl > 0 => {}
+                Ok(_) => return "etcd lease expired".to_string(),
+                Err(e) => return format!("etcd lease keep-alive failed: {e}"),
             }
         }
     };
@@ -163,13 +149,7 @@ async fn campaign(
         let _ = lapsed_tx.send(kept.await);
     });
     println!("teamster controller: waiting to lead {prefix} at etcd {shown}");
-    let mut campaigner = client.clone();
-    let election = format!("{prefix}/leader");
-    let won = campaigner.campaign(election, who, lease).await.map_err(err)?;
-    let leader = won
-        .leader()
-        .cloned()
-        .ok_or_else(|| format!("etcd {shown}: the campaign ended without a leader"))?;
+    let leader = client.campaign(&format!("{prefix}/leader"), who, lease).await?;
     println!("teamster controller: leading {prefix} as {who}");
     let lapsed = async move {
         lapsed_rx
@@ -179,23 +159,18 @@ async fn campaign(
     Ok((client, leader, lapsed))
 }
 
-async fn load(client: &mut Client, key: &str) -> Result<Option<ClusterState>, String> {
-    let got = client.get(key, None).await.map_err(|e| format!("etcd: {e}"))?;
-    match got.kvs().first() {
+async fn load(client: &Gateway, key: &str) -> Result<Option<ClusterState>, String> {
+    match client.get(key).await? {
         None => Ok(None),
-        Some(kv) => serde_json::from_slice(kv.value())
+        Some(value) => serde_json::from_slice(&value)
             .map(Some)
             .map_err(|e| format!("etcd {key}: {e}")),
     }
 }
 
 /// Writes the state if this controller still leads (its election key as it won it).
-async fn save(client: &mut Client, leader: &LeaderKey, key: &str, bytes: Vec<u8>) -> Result<(), String> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(leader.key(), CompareOp::Equal, leader.rev())])
-        .and_then([TxnOp::put(key, bytes, None)]);
-    let done = client.txn(txn).await.map_err(|e| format!("etcd: {e}"))?;
-    if done.succeeded() {
+async fn save(client: &Gateway, leader: &Leadership, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    if client.put_if_leading(leader, key, &bytes).await? {
         Ok(())
     } else {
         Err("this controller no longer leads; the change is not saved".into())

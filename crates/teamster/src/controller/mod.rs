@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod etcd;
+pub mod etcd_gateway;
 pub mod state;
 pub mod store;
 pub mod view;
@@ -32,7 +33,8 @@ pub struct ControllerArgs {
     #[arg(long, default_value = DEFAULT_STATE)]
     state: PathBuf,
     /// Keep the state in etcd instead, shared by several controllers of which one leads:
-    /// its client URLs, comma-separated (e.g. http://127.0.0.1:2379).
+    /// its client URLs, comma-separated (e.g. http://127.0.0.1:2379; plain http only, spoken
+    /// through etcd's JSON gateway).
     #[arg(long, value_delimiter = ',', conflicts_with = "state")]
     etcd: Vec<String>,
     /// The cluster's keys in etcd: `<prefix>/state` and the election `<prefix>/leader`.

@@ -1,0 +1,320 @@
+//! etcd's v3 API through its JSON gateway (`POST /v3/...` on the client URL, which etcd serves
+//! beside gRPC on the same port): the handful of calls the controllers' store makes, each a
+//! JSON request and answer over HTTP/1.1.
+//!
+//! Why not the gRPC client crate: it compiles etcd's protobufs at build time with `protoc`, a
+//! system package, so a fresh machine with only Rust could not build Teamster; the gateway
+//! needs only the HTTP client the rest of the project already uses. The gateway's mapping is
+//! protobuf's JSON: `bytes` fields are base64, 64-bit integers are decimal strings (taken as
+//! numbers too), and fields at their zero value are left out of answers.
+//!
+//! Each call opens its own connection (to the first endpoint that accepts one, in order), so a
+//! campaign that waits for the leadership never holds up a lease keep-alive.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// How long connecting to one endpoint may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a call other than a campaign may take, connecting included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most bytes an answer may have (the cluster state is one value: far below this).
+const ANSWER_LIMIT: usize = 64 << 20;
+
+/// A client of the gateway of one etcd cluster (`http://host:port` endpoints).
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    endpoints: Vec<String>,
+    shown: String,
+}
+
+/// The leadership a campaign won: the election key, its creation revision, and the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    pub key: Vec<u8>,
+    pub rev: i64,
+    pub lease: i64,
+}
+
+impl Gateway {
+    /// A client of `endpoints` (`http://host:port`, or `host:port`); refused if there are none
+    /// or one names another scheme (TLS to etcd is not supported: put it on a private network
+    /// or a local proxy).
+    pub fn new(endpoints: &[String]) -> Result<Gateway, String> {
+        let shown = endpoints.join(",");
+        if endpoints.is_empty() {
+            return Err("etcd: no endpoints".into());
+        }
+        let mut hosts = Vec::new();
+        for e in endpoints {
+            let host = match e.split_once("://") {
+                None => e.as_str(),
+                Some(("http", rest)) => rest,
+                Some((scheme, _)) => {
+                    return Err(format!("etcd {e}: `{scheme}://` is not supported (only http://)"));
+                }
+            };
+            let host = host.trim_end_matches('/');
+            if host.is_empty() || host.contains('/') {
+                return Err(format!("etcd {e}: expected http://HOST:PORT"));
+            }
+            hosts.push(host.to_string());
+        }
+        Ok(Gateway {
+            endpoints: hosts,
+            shown,
+        })
+    }
+
+    /// The endpoints as given, for messages.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Grants a lease of `ttl_s` seconds: its ID.
+    pub async fn lease_grant(&self, ttl_s: i64) -> Result<i64, String> {
+        let a = self
+            .call("/v3/lease/grant", json!({ "TTL": ttl_s.to_string() }))
+            .await?;
+        int(&a, "ID").ok_or_else(|| self.odd("lease/grant", &a))
+    }
+
+    /// Renews lease `id`: the seconds it has left (0: it expired).
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<i64, String> {
+        let a = self
+            .call("/v3/lease/keepalive", json!({ "ID": id.to_string() }))
+            .await?;
+        // One answer of the keep-alive stream, wrapped by the gateway in `result`.
+        let r = a.get("result").unwrap_or(&a);
+        Ok(int(r, "TTL").unwrap_or(0))
+    }
+
+    /// Campaigns for election `name` as `value` with lease `lease`: returns once this
+    /// campaigner leads (etcd holds the request until then).
+    pub async fn campaign(&self, name: &str, value: &str, lease: i64) -> Result<Leadership, String> {
+        let body = json!({
+            "name": BASE64.encode(name),
+            "value": BASE64.encode(value),
+            "lease": lease.to_string(),
+        });
+        let a = self.call_waiting("/v3/election/campaign", body).await?;
+        let l = a.get("leader").ok_or_else(|| self.odd("election/campaign", &a))?;
+        let key = (l.get("key").and_then(Value::as_str))
+            .and_then(|k| BASE64.decode(k).ok())
+            .ok_or_else(|| self.odd("election/campaign", &a))?;
+        Ok(Leadership {
+            key,
+            rev: int(l, "rev").unwrap_or(0),
+            lease: int(l, "lease").unwrap_or(lease),
+        })
+    }
+
+    /// The value of `key`, if it exists.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let a = self.call("/v3/kv/range", json!({ "key": BASE64.encode(key) })).await?;
+        let Some(kv) = a.get("kvs").and_then(Value::as_array).and_then(|k| k.first()) else {
+            return Ok(None);
+        };
+        match kv.get("value").and_then(Value::as_str) {
+            None => Ok(Some(Vec::new())),
+            Some(v) => BASE64.decode(v).map(Some).map_err(|_| self.odd("kv/range", &a)),
+        }
+    }
+
+    /// Puts `value` at `key` if `leader`'s election key still has the creation revision it won
+    /// with (the campaigner still leads): whether it did.
+    pub async fn put_if_leading(&self, leader: &Leadership, key: &str, value: &[u8]) -> Result<bool, String> {
+        let body = json!({
+            "compare": [{
+                "target": "CREATE",
+                "result": "EQUAL",
+                "key": BASE64.encode(&leader.key),
+                "create_revision": leader.rev.to_string(),
+            }],
+            "success": [{ "request_put": { "key": BASE64.encode(key), "value": BASE64.encode(value) } }],
+        });
+        let a = self.call("/v3/kv/txn", body).await?;
+        Ok(a.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+    }
+
+    /// Explains an answer without what a call needs from it.
+    fn odd(&self, what: &str, a: &Value) -> String {
+        let mut text = a.to_string();
+        text.truncate(200);
+        format!("etcd {}: {what}: an unexpected answer: {text}", self.shown)
+    }
+
+    /// A call that answers at once: bounded to [`REQUEST_TIMEOUT`].
+    async fn call(&self, path: &str, body: Value) -> Result<Value, String> {
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.call_waiting(path, body)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!(
+                "etcd {}{path}: no answer within {REQUEST_TIMEOUT:?}",
+                self.shown
+            )),
+        }
+    }
+
+    /// Posts `body` to `path` at the first endpoint that takes a connection; the answer as JSON,
+    /// or etcd's error (`{"error": ..., "code": ...}`) as text.
+    async fn call_waiting(&self, path: &str, body: Value) -> Result<Value, String> {
+        let mut why = Vec::new();
+        let mut stream = None;
+        for host in &self.endpoints {
+            match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(host.as_str())).await {
+                Ok(Ok(s)) => {
+                    stream = Some((host, s));
+                    break;
+                }
+                Ok(Err(e)) => why.push(format!("{host}: {e}")),
+                Err(_) => why.push(format!("{host}: no connection within {CONNECT_TIMEOUT:?}")),
+            }
+        }
+        let Some((host, stream)) = stream else {
+            return Err(format!("etcd {}: cannot connect ({})", self.shown, why.join("; ")));
+        };
+        let err = |e: &dyn std::fmt::Display| format!("etcd {host}{path}: {e}");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| err(&e))?;
+        tokio::spawn(conn);
+        let req = hyper::Request::post(path)
+            .header(hyper::header::HOST, host.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(hyper::body::Bytes::from(body.to_string())))
+            .map_err(|e| err(&e))?;
+        let answer = sender.send_request(req).await.map_err(|e| err(&e))?;
+        let status = answer.status();
+        let limited = http_body_util::Limited::new(answer.into_body(), ANSWER_LIMIT);
+        let bytes = limited.collect().await.map_err(|e| err(&e))?.to_bytes();
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| err(&format!("not JSON ({e})")))?;
+        // A streaming call's error comes inside `error`; a unary one's at the top.
+        let failure = value
+            .get("error")
+            .filter(|e| !e.is_null())
+            .map(|e| match e.get("message") {
+                Some(m) => m.as_str().unwrap_or_default().to_string(),
+                None => e.as_str().map_or_else(|| e.to_string(), str::to_string),
+            });
+        match failure {
+            Some(m) => Err(err(&m)),
+            None if !status.is_success() => Err(err(&format!("HTTP {status}"))),
+            None => Ok(value),
+        }
+    }
+}
+
+/// A 64-bit integer field of a gateway answer: a decimal string, or a number.
+fn int(v: &Value, field: &str) -> Option<i64> {
+    match v.get(field)? {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_plain_http_host_ports() {
+        let g = Gateway::new(&["http://127.0.0.1:2379".into(), "10.0.0.2:2379/".into()]).unwrap();
+        assert_eq!(g.endpoints, ["127.0.0.1:2379", "10.0.0.2:2379"]);
+        assert!(Gateway::new(&[]).unwrap_err().contains("no endpoints"));
+        let e = Gateway::new(&["https://etcd:2379".into()]).unwrap_err();
+        assert!(e.contains("https://") && e.contains("not supported"), "{e}");
+        assert!(Gateway::new(&["http://etcd:2379/v3".into()]).is_err());
+    }
+
+    /// Debian's etcd on free loopback ports with its data in `dir` (None, where there is no
+    /// etcd and the live tests are not required).
+    fn etcd(dir: &std::path::Path) -> Option<(std::process::Child, String)> {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (client, peer) = (free(), free());
+        let (c, p) = (format!("http://127.0.0.1:{client}"), format!("http://127.0.0.1:{peer}"));
+        let child = std::process::Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+            .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
+            .args(["--initial-cluster", &format!("t={p}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if std::env::var_os("TEAMSTER_REQUIRE_LIVE").is_none() => {
+                eprintln!("skipped: no etcd ({e})");
+                return None;
+            }
+            Err(e) => panic!("etcd: {e}"),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "etcd did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some((child, c))
+    }
+
+    /// Against a real etcd: a lease is granted and kept alive, the first campaigner leads, a
+    /// leader writes and reads back, and one whose election key is gone (deposed) cannot write,
+    /// while the campaigner that waited then leads and can.
+    #[tokio::test]
+    async fn a_deposed_leader_cannot_write_and_the_next_one_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((mut child, url)) = etcd(dir.path()) else {
+            return;
+        };
+        let g = Gateway::new(&[url]).unwrap();
+        let (a, b) = (g.lease_grant(10).await.unwrap(), g.lease_grant(10).await.unwrap());
+        assert!(g.lease_keep_alive(a).await.unwrap() > 0);
+        let first = g.campaign("t/leader", "a", a).await.unwrap();
+        assert_eq!(first.lease, a);
+        assert_eq!(g.get("t/state").await.unwrap(), None);
+        assert!(g.put_if_leading(&first, "t/state", b"one").await.unwrap());
+        assert_eq!(g.get("t/state").await.unwrap().as_deref(), Some(&b"one"[..]));
+        let waiting = tokio::spawn({
+            let g = g.clone();
+            async move { g.campaign("t/leader", "b", b).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "b leads while a does");
+        // a is deposed: its election key is gone (as when its lease lapses).
+        g.call("/v3/kv/deleterange", json!({ "key": BASE64.encode(&first.key) }))
+            .await
+            .unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_ne!(second.key, first.key);
+        assert!(!g.put_if_leading(&first, "t/state", b"stale").await.unwrap());
+        assert!(g.put_if_leading(&second, "t/state", b"two").await.unwrap());
+        assert_eq!(g.get("t/state").await.unwrap().as_deref(), Some(&b"two"[..]));
+        let _ = child.kill();
+        let _ = child.wait();
+        let e = g.get("t/state").await.unwrap_err();
+        assert!(e.contains("cannot connect"), "{e}");
+    }
+
+    #[test]
+    fn integers_come_as_strings_or_numbers() {
+        let v = json!({ "a": "42", "b": 7, "c": "x" });
+        assert_eq!(
+            (int(&v, "a"), int(&v, "b"), int(&v, "c"), int(&v, "d")),
+            (Some(42), Some(7), None, None)
+        );
+    }
+}
