@@ -1,14 +1,11 @@
-//! Fuzzes the `switch.toml` loader, the daemon's own code (included from the binary crate): any
-//! text gives a checked switch or an error, never a panic. Interfaces are fakes: eth1 and eth2
+//! Fuzzes the `switch.toml` loader, the daemon's own code (`teamster::live::config`): any text
+//! gives a checked switch or an error, never a panic. Interfaces are fakes: eth1 and eth2
 //! (10 GbE), eth3 (no speed), vnet0 to vnet3. A file that checks must render and check again
 //! (what the daemon saves, it can load).
 #![no_main]
 
-#[path = "../../crates/teamster/src/live/config.rs"]
-#[allow(dead_code)]
-mod config;
-
 use libfuzzer_sys::fuzz_target;
+use teamster::live::config;
 
 struct Fake;
 
@@ -21,11 +18,16 @@ impl config::Interfaces for Fake {
     }
 }
 
+/// Parses and checks, as the daemon does at start.
+fn load(text: &str) -> Result<config::SwitchPlan, String> {
+    config::check(&config::parse_file(text)?, &Fake)
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(plan) = config::parse(text, &Fake) {
+    if let Ok(plan) = load(text) {
         let again = config::render(&plan.file);
-        if let Err(e) = config::parse(&again, &Fake) {
+        if let Err(e) = load(&again) {
             panic!("a checked file did not load again: {e}\n{again}");
         }
     }

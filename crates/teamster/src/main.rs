@@ -6,14 +6,7 @@
 //! `teamster ioc allocate FILE` and `teamster ioc admit FILE` script Network I/O Control
 //! (see [`ioc_cmd`]).
 
-mod api;
-mod bench_cmd;
-mod controller;
-mod ctl;
-mod ioc_cmd;
-mod libvirt_hook;
-mod live;
-mod rss_cmd;
+use teamster::{api, bench_cmd, controller, ctl, ioc_cmd, libvirt_hook, live, rss_cmd};
 
 use clap::{Parser, Subcommand};
 use live::safe_file::TrustedDir;

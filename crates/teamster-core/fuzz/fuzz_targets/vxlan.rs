@@ -10,7 +10,12 @@ use teamster_core::wire::MacAddr;
 fuzz_target!(|data: &[u8]| {
     let Ok(d) = decapsulate(data) else { return };
     assert!(d.inner.len() >= 14 && d.inner.len() <= data.len());
-    let Ok(ends) = TunnelEnds::new(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), d.local, d.remote) else {
+    let Ok(ends) = TunnelEnds::new(
+        MacAddr([2, 0, 0, 0, 0, 1]),
+        MacAddr([2, 0, 0, 0, 0, 2]),
+        d.local,
+        d.remote,
+    ) else {
         return;
     };
     let again = encapsulate(d.inner, d.vni, &ends).expect("an inner frame that arrived fits a datagram");
