@@ -7,6 +7,7 @@ pub mod api;
 pub mod bench_cmd;
 pub mod controller;
 pub mod ctl;
+pub mod http;
 pub mod ioc_cmd;
 pub mod libvirt_hook;
 pub mod live;

@@ -45,7 +45,7 @@
 //! kills a running VM whose hook fails. A domain without Teamster metadata whose ports cannot be
 //! removed at `stopped` because the switch is down is not an error: it had none.
 
-use crate::ctl::{request, segment, Target};
+use crate::http::client::{request, segment, Target};
 use serde_json::{json, Value};
 use std::io::Read;
 use std::process::ExitCode;

@@ -22,7 +22,7 @@
 use super::routes::{apply, check_running, settle_claims};
 use super::ApiState;
 use crate::controller::view::Assignment;
-use crate::ctl::{request, Target};
+use crate::http::client::{request, Target};
 use crate::live::config::{PortFile, PortOrigin, SwitchFile};
 use crate::live::controller_config::ControllerSection;
 use serde_json::json;
@@ -82,7 +82,12 @@ pub async fn run(state: ApiState, section: ControllerSection) {
 }
 
 /// One request to the controller, bounded in time.
-async fn ask(target: &Target, method: &str, path: &str, body: serde_json::Value) -> Result<crate::ctl::Answer, String> {
+async fn ask(
+    target: &Target,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> Result<crate::http::client::Answer, String> {
     let sent = tokio::time::timeout(REQUEST_TIMEOUT, request(target, method, path, Some(body))).await;
     sent.map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
 }
@@ -103,7 +108,7 @@ async fn turn(
         let a = ask(
             target,
             "PUT",
-            &format!("/api/v1/hosts/{}", crate::ctl::segment(host)),
+            &format!("/api/v1/hosts/{}", crate::http::client::segment(host)),
             shape.clone(),
         )
         .await?;
@@ -126,7 +131,7 @@ async fn turn(
         .map(|u| (u.name.as_str(), u.tx_utilisation * u.capacity_bps as f64))
         .collect();
     let body = json!({ "links": links, "loads": loads, "attached": attached });
-    let path = format!("/api/v1/hosts/{}/report", crate::ctl::segment(host));
+    let path = format!("/api/v1/hosts/{}/report", crate::http::client::segment(host));
     let a = ask(target, "POST", &path, body).await?;
     if a.status == 404 {
         memory.registered = None;

@@ -13,7 +13,7 @@
 //! capacity under Dynamic NetQueue only), `teamster_rx_filter_moves_total{reason}` (Dynamic
 //! NetQueue's moves since start), and `teamster_api_tcp_connections_refused_total{reason}` and
 //! `teamster_api_tcp_connections_evicted_total{reason}` (the TCP listener's, see
-//! [`super::admission`]).
+//! [`crate::http::admission`]).
 
 use super::ApiState;
 use crate::live::snapshot::{CountersView, Snapshot};
@@ -72,9 +72,9 @@ fn rx_metrics(reg: &mut Registry, rx: &crate::live::rx_view::RxView) {
     }
 }
 
-/// What the TCP listener refused and evicted, by reason (see [`super::admission`]).
+/// What the TCP listener refused and evicted, by reason (see [`crate::http::admission`]).
 fn api_metrics(reg: &mut Registry) {
-    let tally = &super::admission::TCP_TALLY;
+    let tally = &crate::http::admission::TCP_TALLY;
     for (name, help, values) in [
         (
             "api_tcp_connections_refused",

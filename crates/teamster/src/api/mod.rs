@@ -8,37 +8,32 @@
 //!
 //! It listens on a unix socket (mode 0600: only its owner may connect) and, if asked, on a
 //! loopback TCP address where every request must carry the bearer token ([`auth`]); without it
-//! the answer is 401. Each listener caps its connections and times out idle and slow ones
-//! ([`listen`]); on TCP, connections that have not presented the token are shared fairly between
-//! the local users holding them ([`admission`], [`peer`]); a body is one JSON object of at most
-//! 64 KiB ([`body`]).
+//! the answer is 401. Each listener caps its connections and times out idle and slow ones; on
+//! TCP, connections that have not presented the token are shared fairly between the local
+//! users holding them; a body is one JSON object of at most 64 KiB: the HTTP plumbing it shares
+//! with the cluster controller's API, [`crate::http`].
 
-pub(crate) mod admission;
 mod agent;
-pub(crate) mod auth;
-pub(crate) mod body;
 pub mod changes;
 mod dashboard;
 mod domain_changes;
 mod history;
-pub(crate) mod listen;
 mod metrics;
 mod openapi;
-pub(crate) mod peer;
 mod reload;
 mod router;
 mod routes;
 mod rules;
 pub mod uplink_changes;
 
+use crate::http::admission;
+pub use crate::http::error::{ApiError, ErrorBody};
+use crate::http::listen::{self, bind_unix};
 use crate::live::claims::Claims;
 use crate::live::config::SwitchFile;
 use crate::live::daemon::Apply;
 use crate::live::persist::KeptFile;
 use crate::live::snapshot::Snapshot;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,28 +72,6 @@ pub struct KeptFiles {
     pub config: KeptFile,
     /// The libvirt hook's ports (see [`crate::live::domain_ports`]).
     pub domains: KeptFile,
-}
-
-/// An error answer: a status and `{"error": "..."}`.
-#[derive(Debug)]
-pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// What was wrong, naming the field or object.
-    pub error: String,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, axum::Json(ErrorBody { error: self.1 })).into_response()
-    }
-}
-
-impl ApiError {
-    fn not_found(what: impl Into<String>) -> ApiError {
-        ApiError(StatusCode::NOT_FOUND, what.into())
-    }
 }
 
 /// Starts the API on a thread of its own. Returns once every listener is bound (or with the
@@ -182,26 +155,4 @@ async fn serve(api: ApiConfig, state: ApiState, ready: std::sync::mpsc::Sender<R
     }
     let _ = ready.send(Ok(bound));
     while tasks.join_next().await.is_some() {}
-}
-
-/// Binds the unix socket with mode 0600, replacing a stale socket file (never another file).
-/// Its directory is trusted and its lock held, so no one else can be listening there.
-pub(crate) fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
-    use std::os::unix::fs::FileTypeExt;
-    let shown = path.display();
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(format!(
-                "API socket {shown}: exists and is not a socket; not replacing it"
-            ));
-        }
-        std::fs::remove_file(path).map_err(|e| format!("API socket {shown}: cannot remove the old one: {e}"))?;
-    }
-    // Created under a tight umask so there is no moment when others may connect.
-    // SAFETY: umask only changes this process's file-creation mask; restored right after.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = tokio::net::UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    bound.map_err(|e| format!("API socket {shown}: {e}"))
 }

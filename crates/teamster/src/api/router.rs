@@ -49,7 +49,7 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
         .fallback(|| async { ApiError::not_found("no such endpoint: see /openapi.json") })
         .with_state(state);
     match token {
-        Some(t) => app.layer(middleware::from_fn_with_state(t, super::auth::require_token)),
+        Some(t) => app.layer(middleware::from_fn_with_state(t, crate::http::auth::require_token)),
         None => app,
     }
 }

@@ -1,6 +1,5 @@
 //! The API's handlers; [`super::router`] mounts them and [`super::openapi`] documents them.
 
-use super::body::Body;
 use super::changes::{
     add_group, add_port, change_group, change_port, remove_group, remove_port, ChangeError, GroupAdd, GroupChange,
     PortAdd, PortChange,
@@ -8,6 +7,7 @@ use super::changes::{
 use super::domain_changes::{check_domain, remove_domain_ports, set_domain_ports, DomainPorts, DOMAIN_BODY_LIMIT};
 use super::uplink_changes::{add_uplink, change_uplink, remove_uplink, UplinkAdd, UplinkChange};
 use super::{ApiError, ApiState, ErrorBody};
+use crate::http::body::Body;
 use crate::live::claims::{interfaces, names};
 use crate::live::config::{check_with, render, saved_text, PortOrigin, SwitchFile, SwitchPlan, Sysfs};
 use crate::live::daemon::Apply;

@@ -12,8 +12,8 @@ use super::state::{
 };
 use super::store::Store;
 use super::view::{self, ClusterView};
-use crate::api::body::Body;
-use crate::api::{ApiError, ErrorBody};
+use crate::http::body::Body;
+use crate::http::error::{ApiError, ErrorBody};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -84,7 +84,7 @@ pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
         .fallback(|| async { ApiError(StatusCode::NOT_FOUND, "no such endpoint: see /openapi.json".into()) })
         .with_state(state);
     match token {
-        Some(t) => app.layer(middleware::from_fn_with_state(t, crate::api::auth::require_token)),
+        Some(t) => app.layer(middleware::from_fn_with_state(t, crate::http::auth::require_token)),
         None => app,
     }
 }
@@ -208,7 +208,7 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
     for (name, help, value) in lines {
         text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
     }
-    text.push_str(&crate::api::admission::TCP_TALLY.text());
+    text.push_str(&crate::http::admission::TCP_TALLY.text());
     text.push_str("# EOF\n");
     (
         [(

@@ -106,19 +106,23 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     let rt =
         (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
     rt.block_on(async move {
-        let unix = crate::api::bind_unix(&args.socket)?;
+        let unix = crate::http::listen::bind_unix(&args.socket)?;
         let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(crate::api::listen::serve(
+        tasks.spawn(crate::http::listen::serve(
             unix,
             api::router(shared.clone(), None),
-            crate::api::admission::Rules::Owner,
+            crate::http::admission::Rules::Owner,
         ));
         if let (Some(addr), Some(token)) = (args.listen, token) {
             let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| e.to_string())?;
             println!("teamster controller: API on http://{bound}");
             let app = api::router(shared.clone(), Some(Arc::new(token)));
-            tasks.spawn(crate::api::listen::serve(tcp, app, crate::api::admission::Rules::Token));
+            tasks.spawn(crate::http::listen::serve(
+                tcp,
+                app,
+                crate::http::admission::Rules::Token,
+            ));
         }
         println!("teamster controller: API on {shown}");
         let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))

@@ -153,3 +153,25 @@ async fn connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
     live.retain(|c| !Arc::ptr_eq(c, &standing));
 }
+
+/// Binds the unix socket with mode 0600, replacing a stale socket file (never another file).
+/// Its directory is trusted and its lock held, so no one else can be listening there.
+pub fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "API socket {shown}: exists and is not a socket; not replacing it"
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("API socket {shown}: cannot remove the old one: {e}"))?;
+    }
+    // Created under a tight umask so there is no moment when others may connect.
+    // SAFETY: umask only changes this process's file-creation mask; restored right after.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = tokio::net::UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    bound.map_err(|e| format!("API socket {shown}: {e}"))
+}

@@ -11,7 +11,7 @@
 //! connection proven (see [`super::admission`]).
 
 use super::admission::Standing;
-use super::ApiError;
+use super::error::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;

@@ -9,7 +9,7 @@
 //! would otherwise take an array as a struct's fields in order) or an object with a bad field,
 //! named by its path.
 
-use super::ApiError;
+use super::error::ApiError;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -127,8 +127,18 @@ pub fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::changes::PortChange;
     use axum::body::Body as HttpBody;
+
+    /// A change body as the APIs take them: known fields only, each checked by its type.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // read through Debug
+    struct PortChange {
+        #[serde(default)]
+        reservation: Option<teamster_core::units::Bandwidth>,
+        #[serde(default)]
+        shares: Option<teamster_core::ioc::Shares>,
+    }
 
     fn status_of(r: Result<PortChange, ApiError>) -> (u16, String) {
         match r {
