@@ -17,7 +17,7 @@
 mod netns;
 use netns::*;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -421,45 +421,10 @@ fn the_hook_touches_only_its_own_domains_ports() {
     fig.check();
 }
 
-/// Runs `f` on a thread inside network namespace `ns` (setns moves only that thread).
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-        // SAFETY: setns on a descriptor we hold open; it moves only this thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
-
 /// A raw packet socket on eth0 of the calling thread's namespace (every protocol), with the
 /// kernel's VLAN auxiliary data on, and its address to send to.
 fn packet_socket() -> (OwnedFd, libc::sockaddr_ll) {
-    let proto = (libc::ETH_P_ALL as u16).to_be();
-    // SAFETY: plain socket(2) call; the descriptor is owned below.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-    // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: a NUL-terminated name.
-    let ifindex = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
-    assert!(ifindex > 0, "no eth0");
-    // SAFETY: sockaddr_ll is plain old data; zeroed is valid.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = proto;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    // SAFETY: bind with a sockaddr_ll of the size passed.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_ll).cast(),
-            size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+    let (fd, addr) = raw::packet_socket("eth0");
     let on: libc::c_int = 1;
     // SAFETY: setsockopt with an int of the size passed.
     let rc = unsafe {
@@ -494,33 +459,14 @@ fn broadcasts(src: [u8; 6], label: &str, n: usize) -> Vec<Vec<u8>> {
 
 /// Sends `frames` out of eth0 in namespace `ns`, 10 ms apart.
 fn send_from(ns: &str, frames: Vec<Vec<u8>>) {
-    in_netns(ns, move || {
-        let (fd, addr) = packet_socket();
-        for f in &frames {
-            // SAFETY: sendto with a buffer and address we own, of the lengths passed.
-            let n = unsafe {
-                libc::sendto(
-                    fd.as_raw_fd(),
-                    f.as_ptr().cast(),
-                    f.len(),
-                    0,
-                    (&addr as *const libc::sockaddr_ll).cast(),
-                    size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(n, f.len() as isize, "sendto: {}", std::io::Error::last_os_error());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    })
-    .join()
-    .unwrap();
+    raw::send_on(ns, "eth0", frames, Duration::from_millis(10));
 }
 
 /// Counts the frames carrying `label` that arrive at eth0 in namespace `ns`, until `stop`:
 /// (untagged, tagged). A tag the kernel took off on the way in is in the auxiliary data.
 fn watch(ns: &str, label: &'static str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(usize, usize)> {
     let (ready_tx, ready) = mpsc::channel();
-    let watcher = in_netns(ns, move || {
+    let watcher = raw::in_netns(ns, move || {
         let (fd, _) = packet_socket();
         let timeout = libc::timeval {
             tv_sec: 0,
