@@ -12,7 +12,7 @@ use netns::*;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How many of each kind are sent.
 const EACH: usize = 5;
@@ -101,26 +101,6 @@ fn seen_from(src: [u8; 6], at: &[(&str, &str)], act: impl FnOnce()) -> Vec<Vec<V
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     watchers.into_iter().map(|w| w.join().unwrap()).collect()
-}
-
-/// The drops for `reason` of the port or uplink (`kind` "ports" or "uplinks") named `name`,
-/// once at least `want` (or the last seen after 5 s).
-fn drops(status_path: &std::path::Path, kind: &str, name: &str, reason: &str, want: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = status(status_path);
-        let n = s[kind]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .and_then(|p| p["counters"]["drops"][reason].as_u64())
-            .unwrap_or(0);
-        if n >= want || Instant::now() > deadline {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The switch on the shared topology, its group `vms` (port-ID over both uplinks) with

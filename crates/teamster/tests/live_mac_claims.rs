@@ -15,20 +15,6 @@ use std::time::Duration;
 
 const PINGS: usize = 10;
 
-/// An ARP reply "10.77.0.100 is at `mac`", broadcast, from `mac`: what a VM given the gateway's
-/// MAC sends to be found there.
-fn announce(mac: [u8; 6]) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[10, 77, 0, 100]);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&[10, 77, 0, 255]);
-    f.resize(60, 0);
-    f
-}
-
 fn text(mac: [u8; 6]) -> String {
     mac.map(|b| format!("{b:02x}")).join(":")
 }
@@ -61,7 +47,7 @@ fn pings_answered(gateway: [u8; 6], hostile: bool) -> usize {
             send_on(
                 "tmt-vm2",
                 "eth1",
-                vec![announce(gateway); HOSTILE_FRAMES],
+                vec![raw::arp_reply_from(gateway); HOSTILE_FRAMES],
                 Duration::from_millis(50),
             );
         })

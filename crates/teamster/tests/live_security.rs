@@ -12,51 +12,9 @@ use netns::*;
 use netns::raw::{mac_of, send_from, watch};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const FORGED_FRAMES: usize = 10;
 const PINGS: usize = 5;
-
-/// An ARP reply "10.77.0.100 is at `mac`", broadcast, from `mac`: what a VM impersonating the
-/// remote host sends.
-fn forged_arp(mac: [u8; 6]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[10, 77, 0, 100]);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&[10, 77, 0, 255]);
-    f.resize(60, 0);
-    f
-}
-
-/// Port `port`'s drops for `reason` in the status file, once at least `want` (or the last seen
-/// when the deadline passes).
-fn drops(status_path: &std::path::Path, port: &str, reason: &str, want: u64) -> u64 {
-    interface_drops(status_path, "ports", port, reason, want)
-}
-
-/// The drops for `reason` of the port or uplink (`kind` "ports" or "uplinks") named `name` in
-/// the status file, once at least `want` (or the last seen when the deadline passes).
-fn interface_drops(status_path: &std::path::Path, kind: &str, name: &str, reason: &str, want: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = status(status_path);
-        let n = s[kind]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .and_then(|p| p["counters"]["drops"][reason].as_u64())
-            .unwrap_or(0);
-        if n >= want || Instant::now() > deadline {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// What the attack did: VM2's pings answered, frames for the remote host seen at VM1, and VM1's
 /// `forged_transmit` drops.
@@ -78,11 +36,11 @@ fn attack(security: &str) -> Outcome {
 
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = watch("tmt-vm1", remote, stop.clone());
-    send_from("tmt-vm1", vec![forged_arp(remote); FORGED_FRAMES]);
+    send_from("tmt-vm1", vec![raw::arp_reply_from(remote); FORGED_FRAMES]);
     let answered = received(&ping("tmt-vm2", "10.77.0.100", &PINGS.to_string(), "0.2"));
     stop.store(true, Ordering::Relaxed);
     let stolen = watcher.join().unwrap();
-    let forged_drops = drops(&status_path, "vm1", "forged_transmit", FORGED_FRAMES as u64);
+    let forged_drops = drops(&status_path, "ports", "vm1", "forged_transmit", FORGED_FRAMES as u64);
     if security.is_empty() {
         // VM1 itself is not cut off by its dropped frames.
         assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "2", "0.2")), 2);

@@ -738,3 +738,24 @@ pub fn port_drops(status: &serde_json::Value, name: &str) -> u64 {
 pub fn reaches_remote(ns: &str) -> bool {
     received(&ping(ns, "10.77.0.100", "10", "0.2")) > 0
 }
+
+/// The drops for `reason` of the port or uplink (`kind` "ports" or "uplinks") named `name` in
+/// the status file, once at least `want` (the file is written every second), or the last seen
+/// after 5 s.
+pub fn drops(status_path: &Path, kind: &str, name: &str, reason: &str, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = status(status_path);
+        let n = s[kind]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["counters"]["drops"][reason].as_u64())
+            .unwrap_or(0);
+        if n >= want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

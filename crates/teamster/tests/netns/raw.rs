@@ -153,3 +153,18 @@ pub fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
     }
     mac
 }
+
+/// An ARP reply "10.77.0.100 is at `mac`", broadcast, from `mac`: what a VM claiming the remote
+/// host's (the gateway's) address sends.
+pub fn arp_reply_from(mac: [u8; 6]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[10, 77, 0, 100]);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&[10, 77, 0, 255]);
+    f.resize(60, 0);
+    f
+}
