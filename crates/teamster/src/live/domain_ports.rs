@@ -176,7 +176,7 @@ pub fn same_interface(saved: &SavedPort, links: &HashMap<String, SeenLink>) -> R
             p.interface, then.ifindex, then.mac, now.ifindex, now.mac
         )),
         None => {
-            let vm = p.mac.as_deref().and_then(|m| m.parse::<MacAddr>().ok());
+            let vm = mac_of(p);
             let tap = vm.map(|MacAddr(m)| MacAddr([0xfe, m[1], m[2], m[3], m[4], m[5]]));
             match tap == Some(now.mac) {
                 true => Ok(()),
