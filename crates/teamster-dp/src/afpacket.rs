@@ -1,4 +1,4 @@
-//! AF_PACKET with batched receive and transmit: the first [`Backend`].
+//! AF_PACKET with batched receive and transmit: the first [`Device`].
 //!
 //! Receive: `recvmmsg` reads up to [`RX_BATCH`] frames per call into buffers kept between calls,
 //! each big enough for a 64 KiB super-frame. A frame is readable the moment the kernel queues
@@ -41,7 +41,7 @@
 use crate::pool::FramePool;
 use crate::receive::{deliver, AuxData};
 use crate::sockopt::{check, set_opt, take_error};
-use crate::{vnet, Backend, RxDrops, TxTotals};
+use crate::{vnet, Device, Frame, RxDrops, TxTotals};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use teamster_core::offload::Offload;
@@ -94,16 +94,16 @@ pub struct AfPacket {
     rx_iov: Vec<libc::iovec>,
     rx_msgs: Vec<libc::mmsghdr>,
     tx: Vec<TxFrame>,
-    /// Buffers of frames sent or dropped, until [`Backend::recycle`] hands them back.
+    /// Buffers of frames sent or dropped, until [`Device::recycle`] hands them back.
     spent: Vec<Vec<u8>>,
     /// sendmmsg's headers and vectors, reused by every flush.
     iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
-    /// Frames dropped on transmit since the last [`Backend::flush`] reported them.
+    /// Frames dropped on transmit since the last [`Device::flush`] reported them.
     tx_dropped: u64,
-    /// Frames and bytes the kernel accepted since [`Backend::take_sent`] last reported them.
+    /// Frames and bytes the kernel accepted since [`Device::take_sent`] last reported them.
     sent: TxTotals,
-    /// Receive-side drops since [`Backend::take_rx_drops`] last reported them.
+    /// Receive-side drops since [`Device::take_rx_drops`] last reported them.
     rx_drops: RxDrops,
     name: String,
     ifindex: i32,
@@ -116,7 +116,7 @@ unsafe impl Send for AfPacket {}
 
 impl AfPacket {
     /// Frames sent per sendmmsg call at most.
-    pub const TX_BATCH: usize = 64;
+    pub const TX_BATCH: usize = crate::device::TX_BATCH;
     /// Frames held while the device is busy; beyond this the oldest are dropped (and counted).
     pub const TX_PENDING_MAX: usize = 4096;
     /// The send buffer asked for: room for the device queue (1000 frames on veth) to fill
@@ -390,16 +390,46 @@ impl AfPacket {
     }
 }
 
-impl Backend for AfPacket {
+impl Device for AfPacket {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn ifindex(&self) -> i32 {
+        AfPacket::ifindex(self)
+    }
+
+    fn take_error(&self) -> Option<io::Error> {
+        AfPacket::take_error(self)
+    }
+
+    fn describe(&self) -> String {
+        "af_packet".to_string()
+    }
+
+    fn open_queues(&self, group: &mut Option<u32>, want: usize) -> Result<Vec<AfPacket>, String> {
+        let group = match *group {
+            Some(g) => g,
+            None => *group.insert(self.start_fanout().map_err(|e| e.to_string())?),
+        };
+        (1..want)
+            .map(|_| AfPacket::open_queue(&self.name, group).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    fn steer(&self, program: &[libc::sock_filter]) -> Result<(), String> {
+        AfPacket::steer(self, program).map_err(|e| e.to_string())
+    }
+
+    fn steering_handle(&self) -> io::Result<OwnedFd> {
+        AfPacket::steering_handle(self)
     }
 
     fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
-    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Frame)) -> usize {
         let mut frames = 0;
         loop {
             // The kernel rewrites these three on return; the pointers set at open stand.
@@ -456,10 +486,10 @@ impl Backend for AfPacket {
     }
 
     fn send(&mut self, frame: &[u8], offload: Offload) {
-        self.send_owned(frame.to_vec(), offload);
+        self.send_owned(Frame::new(frame.to_vec(), offload));
     }
 
-    fn send_owned(&mut self, frame: Vec<u8>, offload: Offload) {
+    fn send_owned(&mut self, Frame { bytes: frame, offload }: Frame) {
         self.tx.push(TxFrame {
             vnet: vnet::build(&offload, &frame),
             segments: offload.segments(&frame) as u32,

@@ -1,4 +1,4 @@
-//! AF_XDP: a [`Backend`] whose frames move through memory shared with the kernel.
+//! AF_XDP: a [`Device`] whose frames move through memory shared with the kernel.
 //!
 //! Model. One AF_XDP socket is bound to receive queue 0 of the interface, with a UMEM of
 //! [`RX_FRAMES`] + [`TX_FRAMES`] frames of [`FRAME`] bytes: receive frames first, then transmit.
@@ -15,12 +15,12 @@
 //! The kernel tries zero-copy first and falls back to copy mode where the driver cannot (veth
 //! and any driver without AF_XDP support); [`AfXdp::mode`] says which, and in which XDP mode
 //! (native or generic) the program runs. Transmit in copy mode happens in `sendto`, at most 32
-//! frames per call, so [`Backend::flush`] kicks until the kernel has taken every queued frame or
-//! stops making progress (the device is busy: frames stay queued, [`Backend::tx_pending`] says
+//! frames per call, so [`Device::flush`] kicks until the kernel has taken every queued frame or
+//! stops making progress (the device is busy: frames stay queued, [`Device::tx_pending`] says
 //! so); with `XDP_USE_NEED_WAKEUP` the kernel says when a kick is needed at all, and a zero-copy
 //! driver's fill ring is woken the same way.
 //!
-//! It takes no offload requests ([`Backend::takes_offloads`] is false): the data plane finishes
+//! It takes no offload requests ([`Device::takes_offloads`] is false): the data plane finishes
 //! checksums and cuts super-frames before handing frames over (a partial checksum that still
 //! comes is finished in the UMEM, a super-frame refused and counted), and every frame it
 //! receives is reported complete ([`Offload::NONE`]). Native XDP on veth turns GSO off on the
@@ -56,7 +56,7 @@ pub use open::check_interface;
 pub use prog::AttachMode;
 
 use crate::pool::FramePool;
-use crate::{Backend, RxDrops, TxTotals};
+use crate::{Device, Frame, RxDrops, TxTotals};
 use open::get_opt;
 use prog::XdpAttach;
 use rings::{Mmap, Ring};
@@ -293,7 +293,29 @@ impl AfXdp {
     }
 }
 
-impl Backend for AfXdp {
+impl Device for AfXdp {
+    fn ifindex(&self) -> i32 {
+        AfXdp::ifindex(self)
+    }
+
+    fn take_error(&self) -> Option<io::Error> {
+        AfXdp::take_error(self)
+    }
+
+    /// AF_XDP's socket polls writable whenever its transmit ring is under half full, which
+    /// says nothing of a device that is down: a caller waiting on it would spin.
+    fn pollout_means_room(&self) -> bool {
+        false
+    }
+
+    fn describe(&self) -> String {
+        self.mode()
+    }
+
+    fn noteworthy(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -302,7 +324,7 @@ impl Backend for AfXdp {
         self.fd.as_raw_fd()
     }
 
-    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Frame)) -> usize {
         let mut frames = 0;
         let rx_end = u64::from(RX_FRAMES) * FRAME as u64;
         loop {
@@ -325,7 +347,7 @@ impl Backend for AfXdp {
                     // wait in a queue.
                     let mut buf = pool.take(len);
                     buf.extend_from_slice(frame);
-                    sink(buf, Offload::NONE);
+                    sink(Frame::complete(buf));
                     frames += 1;
                 } else {
                     // Not readable as one frame: counted as cut, and not handed on.
@@ -355,10 +377,10 @@ impl Backend for AfXdp {
         self.queue(frame, offload);
     }
 
-    fn send_owned(&mut self, frame: Vec<u8>, offload: Offload) {
-        self.send(&frame, offload);
+    fn send_owned(&mut self, frame: Frame) {
+        self.send(&frame.bytes, frame.offload);
         // Copied into the UMEM: the buffer goes back to the caller's pool at once.
-        self.spent.push(frame);
+        self.spent.push(frame.bytes);
     }
 
     fn recycle(&mut self, sink: &mut dyn FnMut(Vec<u8>)) {

@@ -10,15 +10,15 @@
 //! the default: it pins 16 MiB per interface, and VLAN tags that travel beside the frame (a
 //! NIC's rx-vlan-offload) are lost to it (see [`crate::afxdp`]).
 //!
-//! [`Link`] holds whichever opened and forwards each [`Backend`] call with a `match`, so the
+//! [`Link`] holds whichever opened and forwards each [`Device`] call with a `match`, so the
 //! poll loop calls no function through a pointer per frame.
 
 use crate::afpacket::AfPacket;
 use crate::afxdp::{self, AfXdp};
 use crate::pool::FramePool;
-use crate::{Backend, RxDrops, TxTotals};
+use crate::{Device, Frame, RxDrops, TxTotals};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use teamster_core::offload::Offload;
 
 /// The backend a port or uplink asks for.
@@ -54,11 +54,7 @@ pub enum Link {
     Xdp(AfXdp),
 }
 
-/// What [`open`] opened, and, for `auto`, why AF_XDP was not used.
-pub struct Opened {
-    pub link: Link,
-    pub note: Option<String>,
-}
+pub use crate::platform::Opened;
 
 /// Opens `name` as `choice` asks (see the module documentation for `auto`'s fallback).
 pub fn open(name: &str, choice: BackendChoice) -> io::Result<Opened> {
@@ -91,41 +87,16 @@ pub fn open(name: &str, choice: BackendChoice) -> io::Result<Opened> {
 impl Link {
     /// Frames sent per batch: a caller with its own queue hands over at most this many before
     /// the backend is flushed.
-    pub const TX_BATCH: usize = AfPacket::TX_BATCH;
+    pub const TX_BATCH: usize = crate::device::TX_BATCH;
 
-    /// The interface index the backend is bound to (resolved once, at open).
-    pub fn ifindex(&self) -> i32 {
+    fn inner(&self) -> &dyn Device {
         match self {
-            Link::Packet(b) => b.ifindex(),
-            Link::Xdp(b) => b.ifindex(),
+            Link::Packet(b) => b,
+            Link::Xdp(b) => b,
         }
     }
 
-    /// Reads and clears the socket's pending error (its interface went down or away).
-    pub fn take_error(&self) -> Option<io::Error> {
-        match self {
-            Link::Packet(b) => b.take_error(),
-            Link::Xdp(b) => b.take_error(),
-        }
-    }
-
-    /// Whether POLLOUT on [`Backend::raw_fd`] means the device can take frames again. True for
-    /// AF_PACKET (room in the socket's send buffer). Not for AF_XDP: its socket polls writable
-    /// whenever the transmit ring is under half full, which says nothing of a device that is
-    /// down, so a caller waiting on it would spin; it retries on its own timer instead.
-    pub fn pollout_means_room(&self) -> bool {
-        matches!(self, Link::Packet(_))
-    }
-
-    /// Which backend this is, and for AF_XDP its XDP and copy modes, for logs and status.
-    pub fn describe(&self) -> String {
-        match self {
-            Link::Packet(_) => "af_packet".to_string(),
-            Link::Xdp(b) => b.mode(),
-        }
-    }
-
-    fn inner(&mut self) -> &mut dyn Backend {
+    fn inner_mut(&mut self) -> &mut dyn Device {
         match self {
             Link::Packet(b) => b,
             Link::Xdp(b) => b,
@@ -133,22 +104,56 @@ impl Link {
     }
 }
 
-impl Backend for Link {
+/// Each call goes to whichever backend is open. The calls on a frame's path (`recv_batch`,
+/// `send_owned`, `flush`) `match` rather than call through a pointer.
+impl Device for Link {
     fn name(&self) -> &str {
-        match self {
-            Link::Packet(b) => b.name(),
-            Link::Xdp(b) => b.name(),
-        }
+        self.inner().name()
     }
 
     fn raw_fd(&self) -> RawFd {
+        self.inner().raw_fd()
+    }
+
+    fn ifindex(&self) -> i32 {
+        self.inner().ifindex()
+    }
+
+    fn take_error(&self) -> Option<io::Error> {
+        self.inner().take_error()
+    }
+
+    fn pollout_means_room(&self) -> bool {
+        self.inner().pollout_means_room()
+    }
+
+    fn describe(&self) -> String {
+        self.inner().describe()
+    }
+
+    fn noteworthy(&self) -> bool {
+        self.inner().noteworthy()
+    }
+
+    fn open_queues(&self, group: &mut Option<u32>, want: usize) -> Result<Vec<Link>, String> {
         match self {
-            Link::Packet(b) => b.raw_fd(),
-            Link::Xdp(b) => b.raw_fd(),
+            Link::Packet(b) => Ok(b.open_queues(group, want)?.into_iter().map(Link::Packet).collect()),
+            Link::Xdp(_) => Err("af_xdp receives on one queue: set backend = \"af_packet\"".to_string()),
         }
     }
 
-    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Vec<u8>, Offload)) -> usize {
+    fn steer(&self, program: &[libc::sock_filter]) -> Result<(), String> {
+        match self {
+            Link::Packet(b) => Device::steer(b, program),
+            Link::Xdp(_) => Ok(()),
+        }
+    }
+
+    fn steering_handle(&self) -> io::Result<OwnedFd> {
+        self.inner().steering_handle()
+    }
+
+    fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Frame)) -> usize {
         match self {
             Link::Packet(b) => b.recv_batch(pool, sink),
             Link::Xdp(b) => b.recv_batch(pool, sink),
@@ -162,22 +167,19 @@ impl Backend for Link {
         }
     }
 
-    fn send_owned(&mut self, frame: Vec<u8>, offload: Offload) {
+    fn send_owned(&mut self, frame: Frame) {
         match self {
-            Link::Packet(b) => b.send_owned(frame, offload),
-            Link::Xdp(b) => b.send_owned(frame, offload),
+            Link::Packet(b) => b.send_owned(frame),
+            Link::Xdp(b) => b.send_owned(frame),
         }
     }
 
     fn recycle(&mut self, sink: &mut dyn FnMut(Vec<u8>)) {
-        self.inner().recycle(sink)
+        self.inner_mut().recycle(sink)
     }
 
     fn takes_offloads(&self) -> bool {
-        match self {
-            Link::Packet(b) => b.takes_offloads(),
-            Link::Xdp(b) => b.takes_offloads(),
-        }
+        self.inner().takes_offloads()
     }
 
     fn flush(&mut self) -> usize {
@@ -188,22 +190,19 @@ impl Backend for Link {
     }
 
     fn tx_pending(&self) -> usize {
-        match self {
-            Link::Packet(b) => b.tx_pending(),
-            Link::Xdp(b) => b.tx_pending(),
-        }
+        self.inner().tx_pending()
     }
 
     fn ring_drops(&mut self) -> u64 {
-        self.inner().ring_drops()
+        self.inner_mut().ring_drops()
     }
 
     fn take_sent(&mut self) -> TxTotals {
-        self.inner().take_sent()
+        self.inner_mut().take_sent()
     }
 
     fn take_rx_drops(&mut self) -> RxDrops {
-        self.inner().take_rx_drops()
+        self.inner_mut().take_rx_drops()
     }
 }
 

@@ -1,4 +1,4 @@
-//! The live switch's poll loop: one [`Backend`] per VM port and uplink, the `teamster-core`
+//! The live switch's poll loop: one [`Device`] per VM port and uplink, the `teamster-core`
 //! [`Switch`] deciding where each frame goes, one NetIOC [`Scheduler`] and [`Pacer`] per uplink,
 //! and netlink for carrier changes.
 //!
@@ -48,6 +48,7 @@
 //! `tx_error` and `detached` on the interface that could not send it.
 
 mod attach;
+mod egress;
 mod fit;
 mod handoff;
 mod ingress;
@@ -58,6 +59,7 @@ mod ports;
 mod publish;
 mod rx_queues;
 mod rx_rounds;
+mod switching;
 mod thread_load;
 mod uplinks;
 
@@ -66,26 +68,22 @@ pub use publish::{PortState, Published, UplinkState};
 pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering, MAX_RX_QUEUES};
 
 use crate::pool::{self, FramePool, Spill};
-use fit::{fit, Refused};
 use handoff::Doorbell;
 use port_worker::{Gone, PortWorker, Returned, Upstream};
 
 use crate::backend::{BackendChoice, Link};
-use crate::netlink::LinkWatch;
 use crate::pacer::Pacer;
-use crate::Backend;
+use crate::platform::{Kernel, LinkSource, Platform};
+use crate::{Device, Frame};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use teamster_core::ioc::{Enqueued, Ioc, NodeId, QueueLimit, ReservationCap, Tree};
-use teamster_core::offload::Offload;
-use teamster_core::switch::{
-    Counters, Egress, Forward, Ingress, Location, MacNote, MacNoteKind, SecurityPolicy, Switch, SwitchConfig, TagEdit,
-};
+use switching::Scratch;
+use teamster_core::ioc::{Ioc, NodeId, QueueLimit, ReservationCap, Tree};
+use teamster_core::switch::{Counters, Egress, Location, MacNote, MacNoteKind, SecurityPolicy, Switch, SwitchConfig};
 use teamster_core::teaming::{Effect, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
-use teamster_core::wire::mark_congestion;
 use teamster_core::Instant;
 
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
@@ -224,11 +222,11 @@ impl ExtraDrops {
 // One per port: the bytes a detached or away port wastes are nothing beside a pointer chase per
 // batch for the ports this thread serves.
 #[allow(clippy::large_enum_variant)]
-enum PortIo {
+enum PortIo<D> {
     /// Its interface is missing.
     Detached,
     /// The switching worker does its I/O.
-    Here(Link),
+    Here(D),
     /// A port worker does its I/O; what the switching worker needs of the socket is copied
     /// here.
     Away {
@@ -245,9 +243,9 @@ enum PortIo {
 }
 
 /// A VM port: attached while its interface exists.
-pub struct Port {
+pub struct Port<D: Device = Link> {
     pub plan: PortPlan,
-    io: PortIo,
+    io: PortIo<D>,
     mtu: usize,
     pub extra: ExtraDrops,
     /// Frames from this port marked ECN Congestion Experienced in the switch's receive queue
@@ -261,10 +259,10 @@ pub struct Port {
     /// The port worker its socket is given to (whose tally holds its counts).
     home: Option<usize>,
     /// Frames for it held while its socket moves between workers.
-    held: VecDeque<(Vec<u8>, Offload)>,
+    held: VecDeque<Frame>,
 }
 
-impl Port {
+impl<D: Device> Port<D> {
     /// Whether the slot holds a port (false once it was removed).
     pub fn present(&self) -> bool {
         self.vacant_since.is_none()
@@ -303,7 +301,7 @@ impl Port {
     }
 
     /// Its socket, if the switching worker does its I/O.
-    fn here(&mut self) -> Option<&mut Link> {
+    fn here(&mut self) -> Option<&mut D> {
         match &mut self.io {
             PortIo::Here(link) => Some(link),
             _ => None,
@@ -312,10 +310,10 @@ impl Port {
 }
 
 /// An uplink: attached while its interface exists.
-pub struct Uplink {
+pub struct Uplink<D: Device = Link> {
     pub plan: UplinkPlan,
     /// None while detached (its interface went away after start).
-    backend: Option<Link>,
+    backend: Option<D>,
     mtu: usize,
     pacer: Pacer,
     pub extra: ExtraDrops,
@@ -328,12 +326,12 @@ pub struct Uplink {
     /// The last attach failure reported.
     attach_error: Option<String>,
     /// Its receive queues past its own socket (see the `rx_queues` submodule).
-    rx: rx_queues::UplinkRx,
+    rx: rx_queues::UplinkRx<D>,
     /// The fanout group its own socket leads, once it has receive queues.
     fanout: Option<u32>,
 }
 
-impl Uplink {
+impl<D: Device> Uplink<D> {
     /// Whether the uplink's interface is attached.
     pub fn attached(&self) -> bool {
         self.backend.is_some()
@@ -341,17 +339,32 @@ impl Uplink {
 
     /// The backend in use while attached (`af_packet`, or AF_XDP with its modes).
     pub fn backend(&self) -> Option<String> {
-        self.backend.as_ref().map(Link::describe)
+        self.backend.as_ref().map(D::describe)
     }
 }
 
 /// How to attach, beyond the plan.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct AttachOptions {
     /// The netlink socket's receive buffer, in bytes (None: the system's default). Tests make
     /// it tiny to force an overrun.
     pub netlink_rcvbuf: Option<usize>,
+    /// Told of each event as it happens (the daemon logs them); the data plane itself prints
+    /// nothing.
+    pub events: Option<EventSink>,
 }
+
+impl std::fmt::Debug for AttachOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachOptions")
+            .field("netlink_rcvbuf", &self.netlink_rcvbuf)
+            .field("events", &self.events.as_ref().map(|_| "sink"))
+            .finish()
+    }
+}
+
+/// Where events go as they happen, beside the ring of recent ones ([`Datapath::events`]).
+pub type EventSink = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// What a descriptor in the poll set belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,27 +400,28 @@ pub struct Move {
 }
 
 /// The control plane's part of each turn of the loop.
-pub trait Control {
+pub trait Control<P: Platform = Kernel> {
     /// Called once per turn, between packets: may [`Datapath::reconfigure`] or read state.
-    fn turn(&mut self, dp: &mut Datapath, now: Instant);
+    fn turn(&mut self, dp: &mut Datapath<P>, now: Instant);
 }
 
 /// No control plane.
-impl Control for () {
-    fn turn(&mut self, _: &mut Datapath, _: Instant) {}
+impl<P: Platform> Control<P> for () {
+    fn turn(&mut self, _: &mut Datapath<P>, _: Instant) {}
 }
 
-/// The running data plane.
-pub struct Datapath {
+/// The running data plane, on platform `P` (Linux unless a test says otherwise).
+pub struct Datapath<P: Platform = Kernel> {
+    /// What opens interfaces, reads their state and keeps the time.
+    platform: P,
     switch: Switch,
     /// NetIOC: the tree, each uplink's scheduler, each port's shared limit bucket; frames wait
     /// there with their offload requests.
-    ioc: Ioc<(Vec<u8>, Offload)>,
-    ports: Vec<Port>,
+    ioc: Ioc<Frame>,
+    ports: Vec<Port<P::Device>>,
     index: HashMap<PortId, usize>,
-    uplinks: Vec<Uplink>,
-    links: LinkWatch,
-    started: std::time::Instant,
+    uplinks: Vec<Uplink<P::Device>>,
+    links: P::Links,
     /// The most recent moves ([`MOVES_KEPT`]), and how many there were since start by reason.
     moves: VecDeque<Move>,
     moves_by_reason: std::collections::BTreeMap<String, u64>,
@@ -427,13 +441,13 @@ pub struct Datapath {
     /// Until when the loop polls without sleeping (the last turn with frames, plus `busy_poll`).
     busy_until: Instant,
     /// The port workers (none with one data-plane thread); port `i` goes to `i % len`.
-    workers: Vec<PortWorker>,
+    workers: Vec<PortWorker<P>>,
     /// Rung by port workers when they hand this thread frames while it sleeps.
     bell: Arc<Doorbell>,
     /// Ports whose socket a port worker closed.
     gone: Receiver<Gone>,
     /// Sockets port workers handed back (ports moving between workers).
-    returned: Receiver<Returned>,
+    returned: Receiver<Returned<P::Device>>,
     /// Attaches so far (each attach to a port worker carries the next).
     generation: u64,
     /// Each interface's receive queue, ports then uplinks.
@@ -444,7 +458,7 @@ pub struct Datapath {
     /// Sockets to close, closed by a thread of their own: closing a packet socket waits for an
     /// RCU grace period in the kernel (`synchronize_net`, 10-25 ms measured here), which would
     /// stall every other port's traffic if this thread did it.
-    closer: std::sync::mpsc::Sender<Link>,
+    closer: std::sync::mpsc::Sender<P::Device>,
     /// The uplinks' receive queues, the most recent moves of their filters, and when their
     /// next round is due.
     rx: RxPlan,
@@ -458,6 +472,11 @@ pub struct Datapath {
     /// (this one first, then the port workers'), read at each receive-queue round.
     load: thread_load::ThreadLoad,
     meters: Vec<thread_load::Meter>,
+    /// What a turn reuses: frames in flight between its steps, sockets that polled in error.
+    scratch: Scratch,
+    errored: Vec<Slot>,
+    /// Told of each event as it happens.
+    sink: Option<EventSink>,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -470,211 +489,30 @@ pub struct LinkNews {
     pub lost: bool,
 }
 
-/// Whether events are logged as JSON lines (journald and log shippers), not text.
-static JSON_LOG: AtomicBool = AtomicBool::new(false);
-
-/// Logs events as JSON lines (`{"t_s", "seq", "kind", "message"}`, the API's event fields) from
-/// now on, or as text.
-pub fn set_json_log(on: bool) {
-    JSON_LOG.store(on, Ordering::Relaxed);
-}
-
 /// Interface names kept between two looks of the control plane; past it, news is lost (and
 /// says so) rather than growing without bound when a local user creates interfaces in a loop.
 pub const NEWS_KEPT: usize = 1024;
 
-/// A frame the switch decided to send, in its own buffer, waiting for the end of the receive
-/// pass.
-struct Pending {
-    /// The port it came from (None: an uplink).
-    from: Option<PortId>,
-    to: Egress,
-    frame: Vec<u8>,
-    offload: Offload,
-}
-
-/// What a turn of the loop reuses from turn to turn.
-#[derive(Default)]
-struct Scratch {
-    /// Frames read this round, with the receive queue (ports then uplinks) they go to.
-    received: Vec<(usize, Vec<u8>, Offload)>,
-    pending: Vec<Pending>,
-    forwards: Vec<Forward>,
-    /// Places a frame could not be edited for (counted as `bad_offload` there).
-    refused: Vec<Egress>,
-    /// Frames taken from each receive queue this turn.
-    taken: Vec<usize>,
-    /// The receive queues whose interfaces are read this round.
-    readable: Vec<usize>,
-}
-
-/// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
-/// stops while the device is busy: frames then wait in the scheduler, where NetIOC decides whose
-/// are dropped if the wait grows, rather than in the kernel's FIFO.
-fn pace_one(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
-    u.pacer.refill(now);
-    let Some(backend) = u.backend.as_mut() else {
-        // No device: what the scheduler releases is dropped, not kept for one that may never
-        // return (the team has already moved the ports away).
-        while ioc.dequeue(i, now).is_some() {
-            u.extra.detached += 1;
-        }
-        return;
-    };
-    // Frames move from the scheduler to the device's transmit batch while the pacer allows and
-    // the device is not holding a full batch it could not send; the backend sends each full
-    // batch with one call, and the rest at the end of the loop's turn ([`flush_uplink`]), so a
-    // burst of arrivals costs one sendmmsg per 64 frames, not one per frame.
-    while u.pacer.may_send() && backend.tx_pending() < Link::TX_BATCH {
-        let Some((_, len, (frame, offload))) = ioc.dequeue(i, now) else {
-            break;
-        };
-        backend.send_owned(frame, offload);
-        u.pacer.charge(len as usize);
-    }
-}
-
-/// Paces uplink `i` and sends its whole transmit batch, again while the device takes every
-/// batch in full: the end of a turn, after which the loop may sleep.
-fn flush_uplink(u: &mut Uplink, i: usize, ioc: &mut Ioc<(Vec<u8>, Offload)>, now: Instant) {
-    loop {
-        pace_one(u, i, ioc, now);
-        let Some(backend) = u.backend.as_mut() else {
-            return;
-        };
-        let before = backend.tx_pending();
-        u.extra.tx_error += backend.flush() as u64;
-        if before == 0 || backend.tx_pending() > 0 || !u.pacer.may_send() {
-            return;
-        }
-    }
-}
-
-/// Passes one received frame (in a pooled buffer) through the switch, counted at its wire
-/// length, and queues it for each place it goes: the buffer itself where it goes one place
-/// with its tags as they are (most unicast frames: no copy), else a copy per place, edited,
-/// its offload request moved by the tag the switch added or removed (or, into a tunnel, done
-/// first). Where an edit cannot be made, the place is added to `refused` (a `bad_offload`).
-#[allow(clippy::too_many_arguments)]
-fn switch_frame(
-    switch: &mut Switch,
-    from: Ingress,
-    (frame, offload): (Vec<u8>, Offload),
-    now: Instant,
-    pool: &mut FramePool,
-    pending: &mut Vec<Pending>,
-    forwards: &mut Vec<Forward>,
-    refused: &mut Vec<Egress>,
-) {
-    let port = match from {
-        Ingress::Port(p) => Some(p),
-        Ingress::Uplink(_) => None,
-    };
-    // A VXLAN frame from a sender on this host (a veth's peer) may come with its UDP checksum
-    // left to the device: finish it, so that the VTEP can check it like any other.
-    let (mut frame, mut offload) = (frame, offload);
-    if port.is_none()
-        && offload.csum.is_some()
-        && offload.gso.is_none()
-        && teamster_core::offload::vxlan::is_vxlan(&frame)
-    {
-        offload.finish_checksum(&mut frame);
-    }
-    let extra_wire = offload.wire_len(&frame) - frame.len();
-    forwards.clear();
-    switch.forward(from, &frame, extra_wire, now, forwards);
-    // One place with no tag change (most unicast frames): the buffer itself goes, its source
-    // MAC replaced in place if the switch says so.
-    if let [f] = forwards[..] {
-        if f.edit == TagEdit::Keep {
-            let mut frame = frame;
-            if let (Some(mac), Some(src)) = (f.source, frame.get_mut(6..12)) {
-                src.copy_from_slice(&mac.0);
-            }
-            pending.push(Pending {
-                from: port,
-                to: f.to,
-                frame,
-                offload,
-            });
-            return;
-        }
-    }
-    // Into a tunnel, a frame with an offload request is completed once (cut at the sender's
-    // segment size, checksummed: a packet socket's device cannot do that inside VXLAN), and
-    // its pieces wrapped for each remote VTEP it goes to; whether they fit the uplink's MTU is
-    // the fitting's to say.
-    let mut pieces: Option<Option<Vec<Vec<u8>>>> = None;
-    for f in forwards.iter() {
-        match f.edit {
-            TagEdit::Encap(t) if !offload.is_none() => {
-                let max_ip = u16::MAX as usize - teamster_core::offload::vxlan::overhead(false);
-                let done = pieces
-                    .get_or_insert_with(|| teamster_core::offload::vxlan::complete_inner(&frame, offload, max_ip));
-                let Some(done) = done else {
-                    refused.push(f.to);
-                    continue;
-                };
-                for piece in done {
-                    let mut buf = pool.take(piece.len() + teamster_core::offload::vxlan::overhead(false));
-                    if t.wrap_into(piece, &mut buf) {
-                        pending.push(Pending {
-                            from: port,
-                            to: f.to,
-                            frame: buf,
-                            offload: Offload::NONE,
-                        });
-                    } else {
-                        pool.give(buf);
-                        refused.push(f.to);
-                    }
-                }
-            }
-            // Out of a tunnel: the outer request (the UDP checksum) goes with the outer headers;
-            // a super-frame of VXLAN frames cannot be opened as one.
-            TagEdit::Strip(_) if offload.gso.is_some() => refused.push(f.to),
-            _ => {
-                let delta = f.edit.len_delta();
-                let mut buf = pool.take((frame.len() as isize + delta) as usize);
-                f.apply_into(&frame, &mut buf);
-                let offload = match f.edit {
-                    TagEdit::Strip(_) => Offload::NONE,
-                    _ => offload.shifted(delta),
-                };
-                pending.push(Pending {
-                    from: port,
-                    to: f.to,
-                    frame: buf,
-                    offload,
-                });
-            }
-        }
-    }
-    pool.give(frame);
-}
-
-/// Counts a frame that could not be fitted to its egress interface, on that interface.
-fn count_refusal(extra: &mut ExtraDrops, fitted: Result<(), Refused>) {
-    match fitted {
-        Ok(()) => {}
-        Err(Refused::TooBig) => extra.oversize += 1,
-        Err(Refused::Offload) => extra.bad_offload += 1,
-    }
-}
-
 impl Datapath {
-    /// Attaches to every interface of `plan`. On error, whatever was opened is closed again.
+    /// Attaches to every interface of `plan` on this host. On error, whatever was opened is
+    /// closed again.
     pub fn attach(plan: DatapathPlan) -> Result<Datapath, String> {
         Datapath::attach_with(plan, AttachOptions::default())
     }
 
+    /// [`Datapath::attach`], with `options`.
+    pub fn attach_with(plan: DatapathPlan, options: AttachOptions) -> Result<Datapath, String> {
+        Datapath::attach_on(Kernel::new(), plan, options)
+    }
+}
+
+impl<P: Platform> Datapath<P> {
     /// Attaches to every interface of `plan`: every uplink must be there (an error names the
     /// one that is not, or whose index, MTU or carrier cannot be read); a port whose interface
     /// is missing starts detached, with a warning, and attaches when the interface appears.
     /// On error, whatever was opened is closed again.
-    pub fn attach_with(plan: DatapathPlan, options: AttachOptions) -> Result<Datapath, String> {
-        let started = std::time::Instant::now();
-        let now = Instant::ZERO;
+    pub fn attach_on(platform: P, plan: DatapathPlan, options: AttachOptions) -> Result<Datapath<P>, String> {
+        let now = platform.now();
         if !(1..=MAX_RX_QUEUES).contains(&plan.rx.queues) {
             return Err(format!("rx.queues = {}: expected 1 to {MAX_RX_QUEUES}", plan.rx.queues));
         }
@@ -685,13 +523,14 @@ impl Datapath {
             ));
         }
         // Subscribe before reading carriers, so a change in between is not missed.
-        let links =
-            LinkWatch::open_with_rcvbuf(options.netlink_rcvbuf).map_err(|e| format!("netlink link watch: {e}"))?;
+        let links = platform
+            .watch(options.netlink_rcvbuf)
+            .map_err(|e| format!("netlink link watch: {e}"))?;
         let mut switch = Switch::with_config(plan.team, plan.switch);
         let mut ports = Vec::new();
         for p in plan.ports {
             crate::iface::check_name(&p.interface).map_err(|e| format!("port {}: {e}", p.name))?;
-            switch.set_mac_takeover(p.id, p.mac_takeover, Instant::ZERO);
+            switch.set_mac_takeover(p.id, p.mac_takeover, now);
             ports.push(Port {
                 plan: p,
                 io: PortIo::Detached,
@@ -725,15 +564,15 @@ impl Datapath {
         let mut uplinks = Vec::new();
         let mut notes = Vec::new();
         for (i, u) in plan.uplinks.into_iter().enumerate() {
-            let (opened, mtu, carrier) =
-                attach::open_uplink(&u.interface, u.backend).map_err(|e| format!("uplink {}: {e}", u.name))?;
+            let (opened, mtu, carrier) = attach::open_uplink(&platform, &u.interface, u.backend)
+                .map_err(|e| format!("uplink {}: {e}", u.name))?;
             notes.push(attach::backend_note(
                 &format!("uplink {}", u.name),
                 &u.interface,
                 &opened,
             ));
             let backend = opened.link;
-            switch.set_uplink_mac(UplinkId(i), crate::iface::mac(&u.interface).ok());
+            switch.set_uplink_mac(UplinkId(i), platform.mac(&u.interface).ok());
             if !(carrier && u.admin_up) {
                 let _ = switch.team_mut().set_link(UplinkId(i), LinkState::Down, now);
             }
@@ -760,6 +599,7 @@ impl Datapath {
             gone: gone_tx,
             returned: returned_tx,
             spill: spill.clone(),
+            platform: platform.clone(),
         };
         // Port workers even for a switch that starts without ports: ports come and go.
         let port_workers = plan.workers - 1;
@@ -771,12 +611,13 @@ impl Datapath {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("cannot start a port worker thread: {e}"))?;
         let (n_ports, n_uplinks) = (ports.len(), uplinks.len());
-        let (closer, closing) = std::sync::mpsc::channel::<Link>();
+        let (closer, closing) = std::sync::mpsc::channel::<P::Device>();
         std::thread::Builder::new()
             .name("teamster-close".into())
             .spawn(move || closing.into_iter().for_each(drop))
             .map_err(|e| format!("cannot start the socket-closing thread: {e}"))?;
         let mut dp = Datapath {
+            platform,
             pollfds: Vec::new(),
             pollmap: Vec::new(),
             pollfds_stale: true,
@@ -787,7 +628,6 @@ impl Datapath {
             index,
             uplinks,
             links,
-            started,
             moves: VecDeque::new(),
             moves_by_reason: Default::default(),
             events: VecDeque::new(),
@@ -811,6 +651,9 @@ impl Datapath {
             steerer: rx_rounds::Steerer::spawn().map_err(|e| format!("cannot start the steering thread: {e}"))?,
             load: Default::default(),
             meters: Vec::new(),
+            scratch: Scratch::default(),
+            errored: Vec::new(),
+            sink: options.events.clone(),
         };
         dp.meters = vec![Default::default(); dp.workers.len() + 1];
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
@@ -829,9 +672,9 @@ impl Datapath {
         Ok(dp)
     }
 
-    /// Time since attach, on the engine's clock.
+    /// Time since the platform started, on the engine's clock.
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(self.started.elapsed().as_nanos() as u64)
+        self.platform.now()
     }
 
     /// The core switch (team, MAC table, counters).
@@ -859,11 +702,11 @@ impl Datapath {
         self.ioc.budget(u)
     }
 
-    pub fn ports(&self) -> &[Port] {
+    pub fn ports(&self) -> &[Port<P::Device>] {
         &self.ports
     }
 
-    pub fn uplinks(&self) -> &[Uplink] {
+    pub fn uplinks(&self) -> &[Uplink<P::Device>] {
         &self.uplinks
     }
 
@@ -887,26 +730,22 @@ impl Datapath {
         self.switch.port_counters(p)
     }
 
-    /// Records an event, and logs it on stderr (a line of text, or of JSON: see
-    /// [`set_json_log`]).
+    /// Records an event in the ring of recent ones, and tells the sink (see
+    /// [`AttachOptions::events`]).
     pub fn event(&mut self, now: Instant, kind: &'static str, message: String) {
-        if JSON_LOG.load(Ordering::Relaxed) {
-            let line = serde_json::json!({
-                "t_s": now.as_secs_f64(), "seq": self.next_seq, "kind": kind, "message": message,
-            });
-            eprintln!("{line}");
-        } else {
-            eprintln!("{:>9.3} s  {kind}: {message}", now.as_secs_f64());
-        }
         if self.events.len() == EVENTS_KEPT {
             self.events.pop_front();
         }
-        self.events.push_back(Event {
+        let event = Event {
             seq: self.next_seq,
             at: now,
             kind,
             message,
-        });
+        };
+        if let Some(sink) = &self.sink {
+            sink(&event);
+        }
+        self.events.push_back(event);
         self.next_seq += 1;
     }
 
@@ -923,16 +762,26 @@ impl Datapath {
     }
 
     /// Runs until `stop` is set, giving `control` a turn each time round.
-    pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control) {
-        let mut scratch = Scratch::default();
-        let mut errored: Vec<Slot> = Vec::new();
+    pub fn run(&mut self, stop: &AtomicBool, control: &mut dyn Control<P>) {
         while !stop.load(Ordering::Relaxed) {
-            self.wait(&mut errored);
-            let woke = std::time::Instant::now();
-            let now = self.now();
-            for slot in errored.drain(..) {
-                self.socket_error(slot, now);
-            }
+            self.turn(control);
+        }
+    }
+
+    /// One turn of the loop (see the module documentation): waits for work or the next timer
+    /// (at most 10 ms), then receives, switches, sends, runs the timers, counts, and gives
+    /// `control` its turn.
+    pub fn turn(&mut self, control: &mut dyn Control<P>) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut errored = std::mem::take(&mut self.errored);
+        self.wait(&mut errored);
+        let woke = std::time::Instant::now();
+        let now = self.now();
+        for slot in errored.drain(..) {
+            self.socket_error(slot, now);
+        }
+        self.errored = errored;
+        {
             let drained = self.links.drain();
             for msg in &drained.msgs {
                 self.link_msg(msg, now);
@@ -963,6 +812,7 @@ impl Datapath {
             self.recycle();
             self.count_devices();
             self.rx_round(now);
+            self.scratch = scratch;
             control.turn(self, now);
             self.load.add(woke.elapsed(), received as u64);
         }
@@ -982,7 +832,7 @@ impl Datapath {
     }
 
     /// Closes `link` off this thread (see `closer`); here if that thread is gone.
-    fn close(&self, link: Link) {
+    fn close(&self, link: P::Device) {
         if let Err(back) = self.closer.send(link) {
             drop(back.0);
         }
@@ -1007,8 +857,8 @@ impl Datapath {
             if matches!(p.io, PortIo::Away { generation: g, .. } if g == generation) {
                 p.io = PortIo::Detached;
                 p.extra.detached += p.held.len() as u64;
-                for (frame, _) in p.held.drain(..) {
-                    self.pool.give(frame);
+                for frame in p.held.drain(..) {
+                    self.pool.give(frame.into_bytes());
                 }
                 self.pollfds_stale = true;
                 let what = format!(
@@ -1113,7 +963,7 @@ impl Datapath {
         while let Some(effect) = self.switch.poll_effect() {
             match effect {
                 Effect::Transmit { uplink, frame } => match self.uplinks[uplink.0].backend.as_mut() {
-                    Some(b) => b.send_owned(frame, Offload::NONE),
+                    Some(b) => b.send_owned(Frame::complete(frame)),
                     None => self.uplinks[uplink.0].extra.detached += 1,
                 },
                 Effect::PortMoved(m) => {
@@ -1241,141 +1091,7 @@ impl Datapath {
         let took = took.elapsed().as_micros();
         self.event(now, "config", format!("configuration changed (applied in {took} us)"));
     }
-
-    /// Sends frames to ports at once and queues frames for uplinks in their schedulers, each
-    /// fitted to its egress interface first (MTU, offloads, pacing).
-    fn dispatch(&mut self, pending: &mut Vec<Pending>, now: Instant) {
-        for Pending {
-            from,
-            to,
-            frame,
-            offload,
-        } in pending.drain(..)
-        {
-            match to {
-                Egress::Port(q) => {
-                    let Some(&i) = self.index.get(&q) else { continue };
-                    let port = &mut self.ports[i];
-                    match &mut port.io {
-                        PortIo::Detached => {
-                            port.extra.detached += 1;
-                            self.pool.give(frame);
-                        }
-                        PortIo::Here(backend) => {
-                            let to = fit::Egress {
-                                mtu: port.mtu,
-                                takes_offloads: backend.takes_offloads(),
-                                max_wire: None,
-                            };
-                            let fitted = fit(frame, offload, to, &mut |f, o| backend.send_owned(f, o));
-                            count_refusal(&mut port.extra, fitted);
-                        }
-                        PortIo::Away {
-                            moving_to: Some(_),
-                            takes_offloads,
-                            ..
-                        } => {
-                            let to = fit::Egress {
-                                mtu: port.mtu,
-                                takes_offloads: *takes_offloads,
-                                max_wire: None,
-                            };
-                            let held = &mut port.held;
-                            let mut full = 0;
-                            let fitted = fit(frame, offload, to, &mut |frame, offload| {
-                                if held.len() < port_moves::HELD_MAX {
-                                    held.push_back((frame, offload));
-                                } else {
-                                    full += 1;
-                                    self.pool.give(frame);
-                                }
-                            });
-                            count_refusal(&mut port.extra, fitted);
-                            port.extra.handoff_full += full;
-                        }
-                        PortIo::Away {
-                            worker, takes_offloads, ..
-                        } => {
-                            let to = fit::Egress {
-                                mtu: port.mtu,
-                                takes_offloads: *takes_offloads,
-                                max_wire: None,
-                            };
-                            let lane = &self.workers[*worker].lane;
-                            let mut full = 0;
-                            let fitted = fit(frame, offload, to, &mut |frame, offload| {
-                                if let Err(frame) = lane.hand(i, frame, offload) {
-                                    full += 1;
-                                    self.pool.give(frame);
-                                }
-                            });
-                            count_refusal(&mut port.extra, fitted);
-                            port.extra.handoff_full += full;
-                        }
-                    }
-                }
-                Egress::Uplink(u) => {
-                    let from = from.and_then(|p| self.index.get(&p).copied());
-                    let leaf = from.map(|i| self.ports[i].plan.leaf);
-                    let up = &mut self.uplinks[u.0];
-                    let ioc = &mut self.ioc;
-                    let to = fit::Egress {
-                        mtu: up.mtu,
-                        takes_offloads: up.backend.as_ref().is_some_and(|b| b.takes_offloads()),
-                        max_wire: Some(up.pacer.burst() as usize),
-                    };
-                    let mut full = 0;
-                    let fitted = fit(frame, offload, to, &mut |piece, o| match leaf {
-                        Some(leaf) => {
-                            let wire = o.wire_len(&piece) as u32;
-                            let mark = |(f, _): &mut (Vec<u8>, Offload)| mark_congestion(f);
-                            match ioc.enqueue_marking(u.0, leaf, wire, (piece, o), now, mark) {
-                                Ok(Enqueued::Plain) => {}
-                                Ok(Enqueued::Marked) => up.ecn_marked += 1,
-                                Err(_) => full += 1,
-                            }
-                            // Move what the pacer allows to the device's batch at once, so the
-                            // queue fills only when the uplink itself is the bottleneck.
-                            pace_one(up, u.0, ioc, now);
-                        }
-                        None => match up.backend.as_mut() {
-                            Some(b) => b.send_owned(piece, o),
-                            None => up.extra.detached += 1,
-                        },
-                    });
-                    // Too big for the uplink: the uplink's drop. A full NetIOC queue: the
-                    // sending port's (the queue is its own).
-                    count_refusal(&mut up.extra, fitted);
-                    if let Some(i) = from {
-                        self.ports[i].extra.queue_full += full;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Sends what is ready: each uplink's scheduler what its pacer allows, each port's batch,
-    /// and wakes the port workers for what was handed to them.
-    fn send_now(&mut self, now: Instant) {
-        self.pace(now);
-        for p in &mut self.ports {
-            if let Some(b) = p.here() {
-                p.extra.tx_error += b.flush() as u64;
-            }
-        }
-        // Only those with frames waiting: an idle worker (its VMs' filters packed onto
-        // another's queue) sleeps.
-        for w in &self.workers {
-            if !w.lane.to_ports.is_empty() {
-                w.lane.bell.ring();
-            }
-        }
-    }
-
-    /// Lets each uplink's scheduler send what its pacer allows, and sends it.
-    fn pace(&mut self, now: Instant) {
-        for (i, u) in self.uplinks.iter_mut().enumerate() {
-            flush_uplink(u, i, &mut self.ioc, now);
-        }
-    }
 }
+
+#[cfg(test)]
+mod tests;

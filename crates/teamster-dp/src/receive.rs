@@ -12,7 +12,7 @@
 //! software only where it does not.
 
 use crate::vnet;
-use teamster_core::offload::{Offload, OffloadError};
+use teamster_core::offload::OffloadError;
 
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
@@ -32,14 +32,14 @@ pub fn deliver(
     mut frame: Vec<u8>,
     vnet_hdr: &[u8; vnet::LEN],
     aux: AuxData,
-    sink: &mut dyn FnMut(Vec<u8>, Offload),
+    sink: &mut dyn FnMut(crate::Frame),
 ) -> Result<(), (OffloadError, Vec<u8>)> {
     let offload = match vnet::parse(vnet_hdr, &frame) {
         Ok(o) => o,
         Err(e) => return Err((e, frame)),
     };
     if aux.status & TP_STATUS_VLAN_VALID == 0 || frame.len() < 12 {
-        sink(frame, offload);
+        sink(crate::Frame::new(frame, offload));
         return Ok(());
     }
     let tpid = if aux.status & TP_STATUS_VLAN_TPID_VALID != 0 {
@@ -50,14 +50,14 @@ pub fn deliver(
     let [t0, t1] = tpid.to_be_bytes();
     let [v0, v1] = aux.vlan_tci.to_be_bytes();
     frame.splice(12..12, [t0, t1, v0, v1]);
-    sink(frame, offload.shifted(4));
+    sink(crate::Frame::new(frame, offload.shifted(4)));
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use teamster_core::offload::PartialChecksum;
+    use teamster_core::offload::{Offload, PartialChecksum};
 
     /// An IPv4 UDP frame with 8 bytes of payload.
     fn udp4() -> Vec<u8> {
@@ -70,7 +70,7 @@ mod tests {
 
     fn got(data: &[u8], h: [u8; vnet::LEN], aux: AuxData) -> Result<(Vec<u8>, Offload), OffloadError> {
         let mut out = None;
-        deliver(data.to_vec(), &h, aux, &mut |f, o| out = Some((f, o))).map_err(|(e, _)| e)?;
+        deliver(data.to_vec(), &h, aux, &mut |f| out = Some((f.bytes, f.offload))).map_err(|(e, _)| e)?;
         Ok(out.expect("delivered"))
     }
 

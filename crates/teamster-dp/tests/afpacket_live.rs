@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use teamster_core::offload::{Gso, GsoKind, Offload, PartialChecksum};
 use teamster_dp::afpacket::AfPacket;
 use teamster_dp::pool::FramePool;
-use teamster_dp::Backend;
+use teamster_dp::Device;
 
 struct Veth(&'static str);
 
@@ -83,12 +83,14 @@ fn frames_cross_a_veth_pair_with_their_vlan_tags() {
     let (mut got, mut echoed) = (Vec::new(), 0);
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < sent.len() && Instant::now() < deadline {
-        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+        b.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+            let f = f.bytes;
             if f.len() >= 14 && f[12..14] != [0x86, 0xdd] && f[12..14] != [0x08, 0x06] {
                 got.push(f);
             }
         });
-        a.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+        a.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+            let f = f.bytes;
             if f.len() >= 14 && (f[12..14] == [0x88, 0xb5] || f[16..18] == [0x88, 0xb5]) {
                 echoed += 1;
             }
@@ -160,7 +162,8 @@ fn a_super_frame_crosses_a_veth_pair_whole_with_its_offload_request() {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.is_empty() && Instant::now() < deadline {
-        b.recv_batch(&mut FramePool::default(), &mut |g: Vec<u8>, go| {
+        b.recv_batch(&mut FramePool::default(), &mut |g: teamster_dp::Frame| {
+            let (g, go) = (g.bytes, g.offload);
             if g.len() > 14 && g[12..14] == [0x08, 0x00] {
                 got.push((g, go));
             }
@@ -201,7 +204,8 @@ fn a_receive_call_takes_one_turn_of_frames_and_leaves_the_rest() {
     std::thread::sleep(Duration::from_millis(50));
     while order.len() < sent && Instant::now() < deadline {
         let mut got = 0;
-        b.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+        b.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+            let f = f.bytes;
             if ours(&f) {
                 order.push(f[14]);
                 got += 1;
@@ -268,7 +272,8 @@ fn a_fanout_group_steers_each_frame_to_one_queue_by_its_filter() {
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.iter().map(Vec::len).sum::<usize>() < 15 && Instant::now() < deadline {
         for (q, sock) in queues.iter_mut().enumerate() {
-            sock.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+            sock.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+                let f = f.bytes;
                 if f.len() >= 14 && f[12..14] == [0x88, 0xb5] {
                     got[q].push(f[5]);
                 }

@@ -9,7 +9,7 @@ use teamster_core::offload::Offload;
 use teamster_dp::afpacket::AfPacket;
 use teamster_dp::afxdp::{AfXdp, AttachMode};
 use teamster_dp::pool::FramePool;
-use teamster_dp::{Backend, RxDrops, TxTotals};
+use teamster_dp::{Device, RxDrops, TxTotals};
 
 /// A veth pair `a`/`b` (both up), deleted by name on drop; `extra` goes on `ip link add`.
 struct Veth(&'static str);
@@ -90,12 +90,13 @@ fn ours(f: &[u8]) -> bool {
 }
 
 /// Receives on `rx` (kicking `tx`) until `want` of our frames arrived or 3 s passed.
-fn collect(rx: &mut dyn Backend, tx: &mut dyn Backend, want: usize) -> Vec<Vec<u8>> {
+fn collect(rx: &mut dyn Device, tx: &mut dyn Device, want: usize) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < want && Instant::now() < deadline {
         tx.flush();
-        rx.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+        rx.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+            let f = f.bytes;
             if ours(&f) {
                 got.push(f);
             }
@@ -235,7 +236,8 @@ fn checksums_left_to_offload_are_completed() {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
     while got.len() < 20 && Instant::now() < deadline {
-        x.recv_batch(&mut FramePool::default(), &mut |f: Vec<u8>, _| {
+        x.recv_batch(&mut FramePool::default(), &mut |f: teamster_dp::Frame| {
+            let f = f.bytes;
             if f.len() > 42 && f[12..14] == [0x08, 0x00] && f[23] == 17 {
                 got.push(f);
             }

@@ -175,6 +175,7 @@ fn a_netlink_overrun_still_fails_the_dead_uplink_over() {
         plan(),
         AttachOptions {
             netlink_rcvbuf: Some(1),
+            ..AttachOptions::default()
         },
     )
     .unwrap();

@@ -216,7 +216,7 @@ fn main() -> ExitCode {
             controller,
             api,
         } => {
-            teamster_dp::datapath::set_json_log(log_format == "json");
+            live::event_log::set_json(log_format == "json");
             if let Some(c) = &controller {
                 live::controller_config::set_endpoint(c);
             }

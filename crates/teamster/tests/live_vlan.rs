@@ -10,7 +10,7 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId};
 use std::time::{Duration, Instant};
 use teamster_core::offload::Offload;
 use teamster_dp::afpacket::AfPacket;
-use teamster_dp::Backend;
+use teamster_dp::Device;
 
 const VM_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const VM_IP: [u8; 4] = [10, 77, 0, 1];
@@ -135,7 +135,7 @@ fn a_vlan_port_group_is_tagged_on_the_uplink_and_untagged_to_the_vm() {
     let mut pool = teamster_dp::pool::FramePool::default();
     while !pinger.is_finished() && Instant::now() < deadline {
         let mut replies = Vec::new();
-        network.recv_batch(&mut pool, &mut |frame, _| replies.extend(answer(&frame)));
+        network.recv_batch(&mut pool, &mut |frame| replies.extend(answer(&frame.bytes)));
         for r in replies {
             network.send(&r, Offload::NONE);
             answered += 1;

@@ -23,35 +23,43 @@
 
 use super::port_worker::Command;
 use super::{Datapath, Instant, PortIo, Slot};
-use crate::backend::{self, BackendChoice, Link, Opened};
-use crate::iface;
+use crate::backend::BackendChoice;
 use crate::netlink::LinkMsg;
-use crate::Backend;
+use crate::platform::{Opened, Platform};
+use crate::Device;
 use std::io;
 use teamster_core::teaming::UplinkId;
 use teamster_core::units::Bandwidth;
 
-/// Opens an uplink's interface: its backend, MTU and whether it can carry traffic now.
-pub(super) fn open_uplink(interface: &str, choice: BackendChoice) -> io::Result<(Opened, usize, bool)> {
-    let backend = backend::open(interface, choice)?;
-    let mtu = iface::mtu(interface)?;
-    let up = iface::link_up(interface)?;
-    Ok((backend, mtu, up))
+/// Opens an uplink's interface: its device, MTU and whether it can carry traffic now.
+pub(super) fn open_uplink<P: Platform>(
+    platform: &P,
+    interface: &str,
+    choice: BackendChoice,
+) -> io::Result<(Opened<P::Device>, usize, bool)> {
+    let device = platform.open(interface, choice)?;
+    let mtu = platform.mtu(interface)?;
+    let up = platform.link_up(interface)?;
+    Ok((device, mtu, up))
 }
 
-/// Opens a port's interface: its backend and MTU.
-fn open_port(interface: &str, choice: BackendChoice) -> io::Result<(Opened, usize)> {
-    let backend = backend::open(interface, choice)?;
-    Ok((backend, iface::mtu(interface)?))
+/// Opens a port's interface: its device and MTU.
+fn open_port<P: Platform>(
+    platform: &P,
+    interface: &str,
+    choice: BackendChoice,
+) -> io::Result<(Opened<P::Device>, usize)> {
+    let device = platform.open(interface, choice)?;
+    Ok((device, platform.mtu(interface)?))
 }
 
-/// What to log about the backend `who` got on `interface`: which AF_XDP modes, or why `auto`
+/// What to log about the device `who` got on `interface`: which AF_XDP modes, or why `auto`
 /// fell back; nothing for plain AF_PACKET.
-pub(super) fn backend_note(who: &str, interface: &str, opened: &Opened) -> Option<String> {
-    match (&opened.note, &opened.link) {
-        (Some(note), _) => Some(format!("{who}: {note}")),
-        (None, backend::Link::Xdp(_)) => Some(format!("{who}: {interface} on {}", opened.link.describe())),
-        (None, backend::Link::Packet(_)) => None,
+pub(super) fn backend_note<D: Device>(who: &str, interface: &str, opened: &Opened<D>) -> Option<String> {
+    match &opened.note {
+        Some(note) => Some(format!("{who}: {note}")),
+        None if opened.link.noteworthy() => Some(format!("{who}: {interface} on {}", opened.link.describe())),
+        None => None,
     }
 }
 
@@ -66,12 +74,12 @@ fn failure_to_log(last: &mut Option<String>, who: &str, e: &io::Error) -> Option
     what
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Attaches port `i` at start: a missing interface leaves it detached with a warning; any
     /// other failure is an error naming the port and interface.
     pub(super) fn attach_port_at_start(&mut self, i: usize, now: Instant) -> Result<(), String> {
         let p = &self.ports[i].plan;
-        match open_port(&p.interface, p.backend) {
+        match open_port(&self.platform, &p.interface, p.backend) {
             Ok((opened, mtu)) => {
                 let note = backend_note(&format!("port {}", p.name), &p.interface, &opened);
                 self.ports[i].mtu = mtu;
@@ -99,7 +107,7 @@ impl Datapath {
     /// Tries to attach detached port `i`; a failure other than "not there" is logged once.
     pub(super) fn attach_port(&mut self, i: usize, now: Instant) {
         let (name, interface) = (self.ports[i].plan.name.clone(), self.ports[i].plan.interface.clone());
-        match open_port(&interface, self.ports[i].plan.backend) {
+        match open_port(&self.platform, &interface, self.ports[i].plan.backend) {
             Ok((opened, mtu)) => {
                 let backend = opened.link;
                 let what = format!(
@@ -144,8 +152,8 @@ impl Datapath {
                 self.workers[worker].command(Command::Detach { port: i });
                 let p = &mut self.ports[i];
                 p.extra.detached += p.held.len() as u64;
-                for (frame, _) in p.held.drain(..) {
-                    self.pool.give(frame);
+                for frame in p.held.drain(..) {
+                    self.pool.give(frame.into_bytes());
                 }
             }
         }
@@ -160,7 +168,7 @@ impl Datapath {
 
     /// Gives port `i` its newly opened socket: to the port worker whose share it is, if there
     /// are any (see [`super::port_worker`]), else to this thread.
-    fn place_port(&mut self, i: usize, link: Link) {
+    fn place_port(&mut self, i: usize, link: P::Device) {
         self.pollfds_stale = true;
         match self.ports[i].home.or(self.port_worker_of(i)) {
             Some(worker) => self.give(i, worker, Box::new(link)),
@@ -175,7 +183,7 @@ impl Datapath {
             self.uplinks[u].plan.name.clone(),
             self.uplinks[u].plan.interface.clone(),
         );
-        match open_uplink(&interface, self.uplinks[u].plan.backend) {
+        match open_uplink(&self.platform, &interface, self.uplinks[u].plan.backend) {
             Ok((opened, mtu, up)) => {
                 let backend = opened.link;
                 let what = format!(
@@ -187,7 +195,8 @@ impl Datapath {
                 self.uplinks[u].backend = Some(backend);
                 self.uplinks[u].fanout = None;
                 self.uplinks[u].mtu = mtu;
-                self.switch.set_uplink_mac(UplinkId(u), iface::mac(&interface).ok());
+                self.switch
+                    .set_uplink_mac(UplinkId(u), self.platform.mac(&interface).ok());
                 self.uplinks[u].attach_error = None;
                 self.pollfds_stale = true;
                 self.event(now, "attach", what);
@@ -269,7 +278,7 @@ impl Datapath {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !iface::is_index(&self.ports[i].plan.interface, b.ifindex()) {
+                if err.is_none() || !self.platform.is_index(&self.ports[i].plan.interface, b.ifindex()) {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }
@@ -279,13 +288,16 @@ impl Datapath {
                     return;
                 };
                 let err = b.take_error();
-                if err.is_none() || !iface::is_index(&self.uplinks[u].plan.interface, b.ifindex()) {
+                if err.is_none() || !self.platform.is_index(&self.uplinks[u].plan.interface, b.ifindex()) {
                     self.detach_uplink(u, "interface gone", now);
                     self.attach_uplink(u, now);
                 }
             }
             Slot::Queue(u) => {
-                if self.uplinks[u].rx.local_error(&self.uplinks[u].plan.interface) {
+                if self.uplinks[u]
+                    .rx
+                    .local_error(&self.uplinks[u].plan.interface, &self.platform)
+                {
                     self.detach_uplink(u, "a receive queue's socket failed", now);
                     self.attach_uplink(u, now);
                 }
@@ -360,11 +372,11 @@ impl Datapath {
         for u in 0..self.uplinks.len() {
             let iface = self.uplinks[u].plan.interface.clone();
             match self.uplinks[u].backend.as_ref().map(|b| b.ifindex()) {
-                Some(ifindex) if iface::is_index(&iface, ifindex) => {
-                    let up = iface::link_up(&iface).unwrap_or(false);
+                Some(ifindex) if self.platform.is_index(&iface, ifindex) => {
+                    let up = self.platform.link_up(&iface).unwrap_or(false);
                     self.set_carrier(u, up, now);
                     if up && self.uplinks[u].plan.follows_link_speed {
-                        if let Some(mbps) = iface::speed_mbps(&iface) {
+                        if let Some(mbps) = self.platform.speed_mbps(&iface) {
                             self.set_uplink_speed(u, Bandwidth::from_mbps(mbps), now);
                         }
                     }
@@ -380,7 +392,7 @@ impl Datapath {
             match self.ports[i].ifindex() {
                 None if !self.ports[i].present() => {}
                 None => self.attach_port(i, now),
-                Some(ifindex) if all && !iface::is_index(&self.ports[i].plan.interface, ifindex) => {
+                Some(ifindex) if all && !self.platform.is_index(&self.ports[i].plan.interface, ifindex) => {
                     self.detach_port(i, "interface gone", now);
                     self.attach_port(i, now);
                 }

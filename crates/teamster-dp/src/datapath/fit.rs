@@ -16,6 +16,7 @@
 //!   handed to the kernel to be refused later as a `tx_error`), or with a request that cannot
 //!   be completed in software ([`Refused::Offload`], counted as `bad_offload`).
 
+use crate::Frame;
 use teamster_core::offload::{segment_tcp, Gso, GsoKind, Offload};
 use teamster_core::wire::network_layer;
 
@@ -45,12 +46,11 @@ fn frame_limit(frame: &[u8], mtu: usize) -> usize {
 
 /// Fits a frame with its offload request to the egress interface and hands each resulting
 /// frame to `out` (see the module documentation for the rules).
-pub(super) fn fit(
-    mut frame: Vec<u8>,
-    mut offload: Offload,
-    to: Egress,
-    out: &mut dyn FnMut(Vec<u8>, Offload),
-) -> Result<(), Refused> {
+pub(super) fn fit(frame: Frame, to: Egress, out: &mut dyn FnMut(Frame)) -> Result<(), Refused> {
+    let Frame {
+        bytes: mut frame,
+        mut offload,
+    } = frame;
     let limit = frame_limit(&frame, to.mtu);
     if let (Some(g), Some(hdr)) = (offload.gso, offload.header_len(&frame)) {
         if frame.len() <= hdr + usize::from(g.size) {
@@ -60,13 +60,13 @@ pub(super) fn fit(
             let wire_ok = to.max_wire.is_none_or(|m| offload.wire_len(&frame) <= m);
             if to.takes_offloads && wire_ok && limit > hdr + 8 {
                 let size = g.size.min((limit - hdr).min(usize::from(u16::MAX)) as u16);
-                out(
+                out(Frame::new(
                     frame,
                     Offload {
                         gso: Some(Gso { size, ..g }),
                         ..offload
                     },
-                );
+                ));
                 return Ok(());
             }
             if !matches!(g.kind, GsoKind::TcpV4 | GsoKind::TcpV6) {
@@ -78,7 +78,7 @@ pub(super) fn fit(
             let ip_mtu = to.mtu.min(hdr - l3 + usize::from(g.size));
             return match segment_tcp(&frame, ip_mtu) {
                 Some(pieces) if pieces.iter().all(|p| p.len() <= limit) => {
-                    pieces.into_iter().for_each(|p| out(p, Offload::NONE));
+                    pieces.into_iter().for_each(|p| out(Frame::complete(p)));
                     Ok(())
                 }
                 _ => Err(Refused::TooBig),
@@ -90,7 +90,7 @@ pub(super) fn fit(
         // if it is TCP (each piece's checksum computed in full).
         return match segment_tcp(&frame, to.mtu) {
             Some(pieces) if pieces.iter().all(|p| p.len() <= limit) => {
-                pieces.into_iter().for_each(|p| out(p, Offload::NONE));
+                pieces.into_iter().for_each(|p| out(Frame::complete(p)));
                 Ok(())
             }
             _ => Err(Refused::TooBig),
@@ -99,7 +99,7 @@ pub(super) fn fit(
     if !to.takes_offloads && !offload.finish_checksum(&mut frame) {
         return Err(Refused::Offload);
     }
-    out(frame, offload);
+    out(Frame::new(frame, offload));
     Ok(())
 }
 
@@ -139,7 +139,7 @@ mod tests {
 
     fn fit_with(f: Vec<u8>, o: Offload, to: Egress) -> Result<Vec<(Vec<u8>, Offload)>, Refused> {
         let mut out = Vec::new();
-        fit(f, o, to, &mut |p, o| out.push((p, o)))?;
+        fit(Frame::new(f, o), to, &mut |p| out.push((p.bytes, p.offload)))?;
         Ok(out)
     }
 

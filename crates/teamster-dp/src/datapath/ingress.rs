@@ -16,11 +16,13 @@
 //!
 //! Frames dropped here are counted as `backlog` on the interface they arrived on.
 
-use super::{port_worker, switch_frame, Datapath, PortIo, Scratch, Slot, MAX_PORTS};
+use super::switching::Scratch;
+use super::{port_worker, Datapath, PortIo, Slot, MAX_PORTS};
 use crate::ingress_queue::IngressQueue;
-use crate::{Backend, RX_TURN};
+use crate::platform::Platform;
+use crate::Frame;
+use crate::{Device, RX_TURN};
 use core::time::Duration;
-use teamster_core::offload::Offload;
 use teamster_core::teaming::UplinkId;
 use teamster_core::wire::mark_congestion;
 use teamster_core::{switch::Ingress, Instant};
@@ -37,14 +39,14 @@ pub const READS_PER_ROUND: usize = 2;
 pub const ROUNDS: usize = 4;
 
 /// A receive queue of frames with their offload requests.
-pub(super) type Queue = IngressQueue<(Vec<u8>, Offload)>;
+pub(super) type Queue = IngressQueue<Frame>;
 
 /// A new, empty receive queue (it allocates nothing until its first frame).
 pub(super) fn queue() -> Queue {
     IngressQueue::new(INGRESS_MEMORY, INGRESS_FRAMES)
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// The receive half of a turn, in [`ROUNDS`] rounds: each reads the sockets with frames
     /// (every socket in the first round; in the others those a zero-timeout poll finds
     /// readable), switches the new flows' frames of every interface and sends them, with
@@ -122,9 +124,9 @@ impl Datapath {
                 if q.len() + read >= room || q.memory() + cost >= memory {
                     break;
                 }
-                let n = backend.recv_batch(&mut self.pool, &mut |f, o| {
-                    cost += f.capacity() as u64;
-                    scratch.received.push((slot, f, o))
+                let n = backend.recv_batch(&mut self.pool, &mut |f| {
+                    cost += f.bytes.capacity() as u64;
+                    scratch.received.push((slot, f))
                 });
 
                 read += n;
@@ -135,8 +137,8 @@ impl Datapath {
             received += read;
             if slot >= ports && self.rx.queues > 1 {
                 let rx = &mut self.uplinks[slot - ports].rx;
-                for (_, f, _) in &scratch.received[start..] {
-                    rx.count(0, f);
+                for (_, f) in &scratch.received[start..] {
+                    rx.count(0, &f.bytes);
                 }
                 // The uplink's queues this thread reads (NetQueue's queue 1), as far.
                 received += rx.read_local(slot, &mut self.pool, &mut scratch.received);
@@ -145,24 +147,24 @@ impl Datapath {
         for w in 0..self.workers.len() {
             received += self.take_handed(w, port_worker::HANDOFF_FRAMES / ROUNDS, &mut scratch.received);
         }
-        for (slot, frame, offload) in scratch.received.drain(..) {
-            self.enqueue_received(slot, frame, offload, now);
+        for (slot, frame) in scratch.received.drain(..) {
+            self.enqueue_received(slot, frame, now);
         }
         received
     }
 
     /// Puts a frame received on interface `slot` (ports, then uplinks) in its receive queue.
-    pub(super) fn enqueue_received(&mut self, slot: usize, frame: Vec<u8>, offload: Offload, now: Instant) {
+    pub(super) fn enqueue_received(&mut self, slot: usize, frame: Frame, now: Instant) {
         let q = &mut self.ingress[slot];
-        let flow = q.flow_of(&frame);
-        let size = (frame.len() as u32, frame.capacity() as u32);
+        let flow = q.flow_of(&frame.bytes);
+        let size = (frame.bytes.len() as u32, frame.bytes.capacity() as u32);
         let pool = &mut self.pool;
-        q.enqueue(flow, (frame, offload), size, now, &mut |(f, _)| pool.give(f));
+        q.enqueue(flow, frame, size, now, &mut |f| pool.give(f.into_bytes()));
     }
 
     /// Takes up to `max` frames port worker `w` handed over into `into`, each with the
     /// interface it goes to (ports, then uplinks); returns how many.
-    pub(super) fn take_handed(&mut self, w: usize, max: usize, into: &mut Vec<(usize, Vec<u8>, Offload)>) -> usize {
+    pub(super) fn take_handed(&mut self, w: usize, max: usize, into: &mut Vec<(usize, Frame)>) -> usize {
         let ports = self.ports.len();
         let mut taken = 0;
         for _ in 0..max {
@@ -175,13 +177,14 @@ impl Datapath {
                 self.ports.get(slot).is_some_and(|p| p.present()).then_some(slot)
             } else {
                 // An uplink's receive queue's, unless that queue has since closed.
-                self.take_queue_frame(slot, h.generation, &h.frame).map(|u| ports + u)
+                self.take_queue_frame(slot, h.generation, &h.frame.bytes)
+                    .map(|u| ports + u)
             };
             let Some(to) = to else {
-                self.pool.give(h.frame);
+                self.pool.give(h.frame.into_bytes());
                 continue;
             };
-            into.push((to, h.frame, h.offload));
+            into.push((to, h.frame));
             taken += 1;
         }
         taken
@@ -202,8 +205,8 @@ impl Datapath {
             };
             while scratch.taken[slot] < upto.unwrap_or(RX_TURN) {
                 let pool = &mut self.pool;
-                let mark = &mut |(f, _): &mut (Vec<u8>, Offload)| mark_congestion(f);
-                let drop = &mut |(f, _): (Vec<u8>, Offload)| pool.give(f);
+                let mark = &mut |f: &mut Frame| mark_congestion(&mut f.bytes);
+                let drop = &mut |f: Frame| pool.give(f.into_bytes());
                 let q = &mut self.ingress[slot];
                 let next = match upto {
                     None => q.dequeue_new(now, mark, drop),
@@ -211,18 +214,7 @@ impl Datapath {
                 };
                 let Some(frame) = next else { break };
                 scratch.taken[slot] += 1;
-                let (pending, forwards) = (&mut scratch.pending, &mut scratch.forwards);
-                let refused = &mut scratch.refused;
-                switch_frame(
-                    &mut self.switch,
-                    from,
-                    frame,
-                    now,
-                    &mut self.pool,
-                    pending,
-                    forwards,
-                    refused,
-                );
+                scratch.switch_frame(&mut self.switch, &mut self.pool, from, frame, now);
             }
         }
         for to in scratch.refused.drain(..) {

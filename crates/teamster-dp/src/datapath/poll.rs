@@ -20,10 +20,11 @@
 //! their queues once more (see the `handoff` submodule).
 
 use super::{Datapath, PortIo, Slot, MAX_WAIT_MS};
-use crate::Backend;
+use crate::platform::{LinkSource, Platform};
+use crate::Device;
 use core::time::Duration;
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Sleeps until a frame, a link change, or the next timer (at most 10 ms); puts in `errored`
     /// every socket that reported an error (its interface went down or away), for the caller to
     /// deal with before it polls again.
@@ -72,7 +73,9 @@ impl Datapath {
         let spin_until = self.busy_until.min(deadline);
         let mut n = 0;
         let mut t = now;
-        while n == 0 && t < spin_until {
+        // Bounded by the wall clock too, whatever the platform's clock does.
+        let spinning = std::time::Instant::now();
+        while n == 0 && t < spin_until && spinning.elapsed() < self.busy_poll {
             if self.handed_waiting() {
                 return;
             }

@@ -18,8 +18,8 @@
 
 use super::port_worker::{Command, Returned};
 use super::{Datapath, PortIo};
-use crate::backend::Link;
-use crate::Backend;
+use crate::platform::Platform;
+use crate::Device;
 use std::collections::HashMap;
 use teamster_core::switch::Egress;
 use teamster_core::teaming::PortId;
@@ -28,7 +28,7 @@ use teamster_core::Instant;
 /// Frames held for a port while its socket moves between workers.
 pub const HELD_MAX: usize = 1024;
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Moves port `i`'s socket to thread `to` (0: the switching worker; `k`: port worker
     /// `k - 1`), at once from the switching worker, else by asking its worker to hand it back.
     fn move_port(&mut self, i: usize, to: usize) {
@@ -60,7 +60,7 @@ impl Datapath {
     }
 
     /// Gives port `i`'s socket to port worker `worker` (a new generation).
-    pub(super) fn give(&mut self, i: usize, worker: usize, link: Box<Link>) {
+    pub(super) fn give(&mut self, i: usize, worker: usize, link: Box<P::Device>) {
         self.generation += 1;
         self.pollfds_stale = true;
         let p = &mut self.ports[i];
@@ -112,14 +112,14 @@ impl Datapath {
             // VM's frames stay in order.
             let mut earlier = Vec::new();
             self.take_handed(old, usize::MAX, &mut earlier);
-            for (slot, frame, offload) in earlier {
-                self.enqueue_received(slot, frame, offload, now);
+            for (slot, frame) in earlier {
+                self.enqueue_received(slot, frame, now);
             }
             let held = std::mem::take(&mut self.ports[port].held);
             if to == 0 {
                 let mut link = *link;
-                for (frame, offload) in held {
-                    link.send_owned(frame, offload);
+                for frame in held {
+                    link.send_owned(frame);
                 }
                 let p = &mut self.ports[port];
                 (p.io, p.home) = (PortIo::Here(link), None);
@@ -128,10 +128,10 @@ impl Datapath {
                 self.give(port, to - 1, link);
                 let lane = &self.workers[to - 1].lane;
                 let mut full = 0;
-                for (frame, offload) in held {
-                    if let Err(frame) = lane.hand(port, frame, offload) {
+                for frame in held {
+                    if let Err(frame) = lane.hand(port, frame) {
                         full += 1;
-                        self.pool.give(frame);
+                        self.pool.give(frame.into_bytes());
                     }
                 }
                 lane.bell.ring();

@@ -36,16 +36,15 @@
 //! worker can tell frames of a queue it has since closed or renumbered.
 
 use super::handoff::Doorbell;
-use crate::backend::Link;
+use crate::platform::Platform;
 use crate::pool::{FramePool, Spill};
-use crate::Backend;
+use crate::{Device, Frame};
 use crossbeam_queue::ArrayQueue;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use teamster_core::offload::Offload;
 
 /// Frames each handoff queue holds, each way: 4 ms of 1500-byte frames at 10 Gbit/s.
 pub(super) const HANDOFF_FRAMES: usize = 4096;
@@ -62,8 +61,7 @@ const MAX_WAIT: Duration = Duration::from_millis(10);
 /// its offload request, and the generation of the socket that received it.
 pub(super) struct Handed {
     pub port: u32,
-    pub frame: Vec<u8>,
-    pub offload: Offload,
+    pub frame: Frame,
     pub generation: u64,
 }
 
@@ -117,7 +115,7 @@ impl PortTally {
 
     /// Sends what `link` holds, takes back the buffers it is done with, and counts what it
     /// sent, failed to send and dropped on receive.
-    fn flush_and_count(&self, link: &mut Link, pool: &mut FramePool) {
+    fn flush_and_count<D: Device>(&self, link: &mut D, pool: &mut FramePool) {
         add(&self.tx_error, link.flush() as u64);
         link.recycle(&mut |b| pool.give(b));
         let sent = link.take_sent();
@@ -129,7 +127,7 @@ impl PortTally {
     }
 
     /// Takes a closing socket's counts: what it sent, and what it still held (`detached`).
-    fn close(&self, mut link: Link) {
+    fn close<D: Device>(&self, mut link: D) {
         let sent = link.take_sent();
         add(&self.sent_packets, sent.packets);
         add(&self.sent_bytes, sent.bytes);
@@ -138,12 +136,12 @@ impl PortTally {
 }
 
 /// What the switching worker asks of a port worker.
-pub(super) enum Command {
+pub(super) enum Command<D> {
     /// Do port `port`'s I/O on this socket, opened on `interface`.
     Attach {
         port: usize,
         generation: u64,
-        link: Box<Link>,
+        link: Box<D>,
         interface: String,
     },
     /// Close port `port`'s socket.
@@ -153,10 +151,10 @@ pub(super) enum Command {
 }
 
 /// A socket a worker handed back ([`Command::Release`]).
-pub(super) struct Returned {
+pub(super) struct Returned<D> {
     pub port: usize,
     pub generation: u64,
-    pub link: Box<Link>,
+    pub link: Box<D>,
 }
 
 /// A port whose socket a worker closed because its interface is gone.
@@ -185,11 +183,10 @@ pub(super) struct Lane {
 
 impl Lane {
     /// Hands the worker a frame for port `port`; gives the frame back if the queue is full.
-    pub fn hand(&self, port: usize, frame: Vec<u8>, offload: Offload) -> Result<(), Vec<u8>> {
+    pub fn hand(&self, port: usize, frame: Frame) -> Result<(), Frame> {
         let h = Handed {
             port: port as u32,
             frame,
-            offload,
             generation: 0,
         };
         self.to_ports.push(h).map_err(|h| h.frame)
@@ -197,23 +194,36 @@ impl Lane {
 }
 
 /// The switching worker's handle on a port worker thread; dropping it stops the thread.
-pub(super) struct PortWorker {
+pub(super) struct PortWorker<P: Platform> {
     pub lane: Arc<Lane>,
-    commands: Sender<Command>,
+    commands: Sender<Command<P::Device>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// How a port worker reaches the switching worker.
-#[derive(Clone)]
-pub(super) struct Upstream {
+pub(super) struct Upstream<P: Platform> {
     /// The switching worker's bell.
     pub bell: Arc<Doorbell>,
     pub gone: Sender<Gone>,
-    pub returned: Sender<Returned>,
+    pub returned: Sender<Returned<P::Device>>,
     pub spill: Arc<Spill>,
+    /// What tells whether an interface still has a socket's index.
+    pub platform: P,
 }
 
-impl PortWorker {
+impl<P: Platform> Clone for Upstream<P> {
+    fn clone(&self) -> Self {
+        Upstream {
+            bell: self.bell.clone(),
+            gone: self.gone.clone(),
+            returned: self.returned.clone(),
+            spill: self.spill.clone(),
+            platform: self.platform.clone(),
+        }
+    }
+}
+
+impl<P: Platform> PortWorker<P> {
     /// Starts port worker `index` for a switch of `ports` ports now and at most `slots` ports
     /// and receive queues ever (the tallies are allocated for all of them: they are shared
     /// without a lock, so they cannot grow).
@@ -221,9 +231,9 @@ impl PortWorker {
         index: usize,
         ports: usize,
         slots: usize,
-        upstream: Upstream,
+        upstream: Upstream<P>,
         busy_poll: Duration,
-    ) -> io::Result<PortWorker> {
+    ) -> io::Result<PortWorker<P>> {
         let lane = Arc::new(Lane {
             to_ports: ArrayQueue::new(HANDOFF_FRAMES),
             from_ports: ArrayQueue::new(HANDOFF_FRAMES),
@@ -240,7 +250,7 @@ impl PortWorker {
             upstream: upstream.clone(),
             ports: (0..ports).map(|_| None).collect(),
             attached: Vec::new(),
-            pool: FramePool::sharing(upstream.spill),
+            pool: FramePool::sharing(upstream.spill.clone()),
             pollfds: Vec::new(),
             pollmap: Vec::new(),
             busy_poll,
@@ -258,7 +268,7 @@ impl PortWorker {
     }
 
     /// Passes `command` to the worker and wakes it.
-    pub fn command(&self, command: Command) {
+    pub fn command(&self, command: Command<P::Device>) {
         // The worker lives as long as this handle; a send fails only if it panicked, and then
         // the socket in the command is closed here.
         let _ = self.commands.send(command);
@@ -267,7 +277,7 @@ impl PortWorker {
     }
 }
 
-impl Drop for PortWorker {
+impl<P: Platform> Drop for PortWorker<P> {
     fn drop(&mut self) {
         self.lane.stop.store(true, Ordering::Relaxed);
         self.lane.bell.ring();
@@ -278,18 +288,18 @@ impl Drop for PortWorker {
 }
 
 /// A port's socket while this worker has it.
-struct Attached {
-    link: Link,
+struct Attached<D> {
+    link: D,
     generation: u64,
     interface: String,
 }
 
 /// The port worker thread's state.
-struct Run {
+struct Run<P: Platform> {
     lane: Arc<Lane>,
-    inbox: Receiver<Command>,
-    upstream: Upstream,
-    ports: Vec<Option<Attached>>,
+    inbox: Receiver<Command<P::Device>>,
+    upstream: Upstream<P>,
+    ports: Vec<Option<Attached<P::Device>>>,
     /// The slots of `ports` holding a socket, in order.
     attached: Vec<usize>,
     pool: FramePool,
@@ -301,7 +311,7 @@ struct Run {
     next_ring_drops: Instant,
 }
 
-impl Run {
+impl<P: Platform> Run<P> {
     fn run(&mut self) {
         self.rebuild_pollfds();
         while !self.lane.stop.load(Ordering::Relaxed) {
@@ -350,18 +360,17 @@ impl Run {
             let generation = a.generation;
             // Refused by a full queue (rare: no allocation otherwise), back to the pool after.
             let mut full = Vec::new();
-            received += a.link.recv_batch(pool, &mut |frame, offload| {
+            received += a.link.recv_batch(pool, &mut |frame| {
                 let h = Handed {
                     port: port as u32,
                     frame,
-                    offload,
                     generation,
                 };
                 match lane.from_ports.push(h) {
                     Ok(()) => handed += 1,
                     Err(h) => {
                         add(&tally.handoff_full, 1);
-                        full.push(h.frame);
+                        full.push(h.frame.into_bytes());
                     }
                 }
             });
@@ -396,22 +405,22 @@ impl Run {
     fn send_handed(&mut self) {
         while let Some(h) = self.lane.to_ports.pop() {
             let port = h.port as usize;
-            let here = |ports: &[Option<Attached>]| ports.get(port).is_some_and(Option::is_some);
+            let here = |ports: &[Option<Attached<P::Device>>]| ports.get(port).is_some_and(Option::is_some);
             if !here(&self.ports) {
                 self.take_commands();
             }
             match self.ports.get_mut(port).and_then(Option::as_mut) {
-                Some(a) => a.link.send_owned(h.frame, h.offload),
+                Some(a) => a.link.send_owned(h.frame),
                 None => {
                     add(&self.lane.tallies[port].detached, 1);
-                    self.pool.give(h.frame);
+                    self.pool.give(h.frame.into_bytes());
                 }
             }
         }
     }
 
     /// Carries out one command from the switching worker.
-    fn apply(&mut self, command: Command) {
+    fn apply(&mut self, command: Command<P::Device>) {
         match command {
             Command::Release { port } => {
                 // Everything handed for it before the command was sent is in the queue now.
@@ -543,7 +552,7 @@ impl Run {
         for port in errored {
             let Some(a) = self.ports[port].as_ref() else { continue };
             let explained = a.link.take_error().is_some();
-            if explained && crate::iface::is_index(&a.interface, a.link.ifindex()) {
+            if explained && self.upstream.platform.is_index(&a.interface, a.link.ifindex()) {
                 continue;
             }
             let a = self.ports[port].take().expect("attached");

@@ -22,6 +22,8 @@
 
 use super::{ingress, Datapath, ExtraDrops, Port, PortIo, PortPlan, MAX_PORTS};
 use crate::backend::BackendChoice;
+use crate::platform::Platform;
+use crate::Device;
 use std::collections::{HashMap, HashSet};
 use teamster_core::ioc::{NodeId, Tree};
 use teamster_core::switch::SecurityPolicy;
@@ -47,7 +49,7 @@ pub struct PortWant {
     pub mac_takeover: bool,
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Adds the ports of `want` the switch does not have, gives the others their leaves in
     /// `tree`, and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
     /// whether [`Datapath::retire_ports`] removed some). A port the core switch still refuses
@@ -82,8 +84,8 @@ impl Datapath {
                 .filter_map(|p| Some((*old_leaves.get(&p.plan.name)?, p.plan.leaf)))
                 .collect();
             let gone = self.ioc.reshape(tree, &leaves, |old| map.get(&old).copied(), now);
-            for (frame, _) in gone {
-                self.pool.give(frame);
+            for frame in gone {
+                self.pool.give(frame.into_bytes());
             }
         } else {
             self.ioc.replace_tree(tree, now);
@@ -163,7 +165,7 @@ impl Datapath {
     }
 
     /// The ports present (not the empty slots of removed ones).
-    pub(super) fn present_ports(&self) -> impl Iterator<Item = &Port> {
+    pub(super) fn present_ports(&self) -> impl Iterator<Item = &Port<P::Device>> {
         self.ports.iter().filter(|p| p.present())
     }
 
@@ -254,9 +256,9 @@ impl Datapath {
     }
 }
 
-impl Port {
+impl<D: Device> Port<D> {
     /// An empty slot.
-    fn empty() -> Port {
+    fn empty() -> Self {
         Port {
             plan: PortPlan {
                 id: PortId(0),

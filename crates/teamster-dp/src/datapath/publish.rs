@@ -9,6 +9,7 @@
 //! a data-plane thread, and nothing is shared, so nothing is locked.
 
 use super::{Datapath, Event, ExtraDrops, Move, PortPlan, UplinkPlan};
+use crate::platform::Platform;
 use teamster_core::ioc::Tree;
 use teamster_core::switch::Counters;
 use teamster_core::teaming::{Team, UplinkId};
@@ -82,7 +83,7 @@ pub struct Published {
     pub rx_moves: std::collections::BTreeMap<&'static str, u64>,
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Copies what the control plane shows, with at most `moves` moves and `events` events
     /// (the most recent).
     pub fn publish(&self, now: Instant, moves: usize, events: usize) -> Published {

@@ -35,9 +35,9 @@
 //! counted as `detached` on the uplink. A queue's counts run from its uplink's attach.
 
 use super::{Datapath, MAX_PORTS, MAX_UPLINKS};
-use crate::afpacket::AfPacket;
-use crate::backend::Link;
+use crate::platform::Platform;
 use crate::steer;
+use crate::{Device, Frame};
 use std::collections::VecDeque;
 use teamster_core::rx::netqueue::{NetQueue, Placement};
 use teamster_core::rx::RssConfig;
@@ -158,8 +158,7 @@ pub struct RxState {
 }
 
 /// One uplink's receive queues.
-#[derive(Default)]
-pub(super) struct UplinkRx {
+pub(super) struct UplinkRx<D> {
     /// Its key, for life: its queues' slots in the port workers (see [`slot`]).
     pub key: usize,
     /// The generation of each queue's socket while attached (index 0 unused: the uplink's own).
@@ -177,13 +176,32 @@ pub(super) struct UplinkRx {
     /// The filters the installed program steers (NetQueue).
     pub(super) steered: Vec<(MacAddr, u16)>,
     /// The queues the switching worker reads itself, with their sockets.
-    local: Vec<(usize, Link)>,
+    local: Vec<(usize, D)>,
     pub(super) note: Option<String>,
 }
 
-impl UplinkRx {
+// By hand: a derive would ask that the device type have a default.
+impl<D> Default for UplinkRx<D> {
+    fn default() -> Self {
+        UplinkRx {
+            key: 0,
+            generations: Vec::new(),
+            frames: Vec::new(),
+            frames_then: Vec::new(),
+            drops: Vec::new(),
+            drops_then: Vec::new(),
+            pps: Vec::new(),
+            netqueue: None,
+            steered: Vec::new(),
+            local: Vec::new(),
+            note: None,
+        }
+    }
+}
+
+impl<D: Device> UplinkRx<D> {
     /// An uplink's receive queues, before its first attach, under receive key `key`.
-    pub(super) fn keyed(key: usize) -> UplinkRx {
+    pub(super) fn keyed(key: usize) -> Self {
         UplinkRx {
             key,
             ..UplinkRx::default()
@@ -192,13 +210,13 @@ impl UplinkRx {
 
     /// The descriptors of the queues the switching worker reads.
     pub(super) fn local_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
-        self.local.iter().map(|(_, l)| crate::Backend::raw_fd(l))
+        self.local.iter().map(|(_, l)| l.raw_fd())
     }
 
     /// Whether a queue the switching worker reads failed for good (its interface gone);
     /// reads, and so clears, each one's error.
-    pub(super) fn local_error(&self, interface: &str) -> bool {
-        (self.local.iter()).any(|(_, l)| l.take_error().is_some() && !crate::iface::is_index(interface, l.ifindex()))
+    pub(super) fn local_error(&self, interface: &str, platform: &impl Platform) -> bool {
+        (self.local.iter()).any(|(_, l)| l.take_error().is_some() && !platform.is_index(interface, l.ifindex()))
     }
 
     /// Reads the queues the switching worker reads into `into`, as frames of ingress slot
@@ -207,16 +225,16 @@ impl UplinkRx {
         &mut self,
         slot: usize,
         pool: &mut crate::pool::FramePool,
-        into: &mut Vec<(usize, Vec<u8>, teamster_core::offload::Offload)>,
+        into: &mut Vec<(usize, Frame)>,
     ) -> usize {
         let mut read = 0;
         for i in 0..self.local.len() {
             let start = into.len();
             let (q, link) = &mut self.local[i];
             let q = *q;
-            read += crate::Backend::recv_batch(link, pool, &mut |f, o| into.push((slot, f, o)));
-            for (_, f, _) in &into[start..] {
-                self.count(q, f);
+            read += link.recv_batch(pool, &mut |f| into.push((slot, f)));
+            for (_, f) in &into[start..] {
+                self.count(q, &f.bytes);
             }
         }
         read
@@ -241,7 +259,7 @@ impl UplinkRx {
     pub(super) fn local_ring_drops(&mut self) -> u64 {
         let mut all = 0;
         for (q, link) in &mut self.local {
-            let n = crate::Backend::ring_drops(link);
+            let n = link.ring_drops();
             if let Some(d) = self.drops.get_mut(*q) {
                 *d += n;
             }
@@ -262,7 +280,7 @@ impl UplinkRx {
     }
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Opens uplink `u`'s receive queues past its own socket and steers frames to them; on any
     /// failure it receives on its own socket alone, and says why.
     pub(super) fn attach_queues(&mut self, u: usize, now: Instant) {
@@ -288,8 +306,7 @@ impl Datapath {
         let up = &mut self.uplinks[u];
         let opened = match &up.backend {
             _ if self.workers.is_empty() => Err("one data-plane thread reads every queue: workers = 1".to_string()),
-            Some(Link::Packet(b)) => open_group(b, &mut up.fanout, &interface, want),
-            Some(Link::Xdp(_)) => Err("af_xdp receives on one queue: set backend = \"af_packet\"".to_string()),
+            Some(b) => b.open_queues(&mut up.fanout, want),
             None => return,
         };
         let sockets = match opened {
@@ -303,14 +320,14 @@ impl Datapath {
             self.generation += 1;
             generations.push(Some(self.generation));
             let Some(worker) = self.queue_thread(q).checked_sub(1) else {
-                self.uplinks[u].rx.local.push((q, Link::Packet(link)));
+                self.uplinks[u].rx.local.push((q, link));
                 self.pollfds_stale = true;
                 continue;
             };
             self.workers[worker].command(super::port_worker::Command::Attach {
                 port: slot(key, q),
                 generation: self.generation,
-                link: Box::new(Link::Packet(link)),
+                link: Box::new(link),
                 interface: interface.clone(),
             });
         }
@@ -379,8 +396,8 @@ impl Datapath {
             (Steering::NetQueue(_), _) => steer::mac_program(&self.uplinks[u].rx.steered),
         };
         match &self.uplinks[u].backend {
-            Some(Link::Packet(b)) => b.steer(&program).map_err(|e| e.to_string()),
-            _ => Ok(()),
+            Some(b) => b.steer(&program),
+            None => Ok(()),
         }
     }
 
@@ -459,18 +476,6 @@ impl Datapath {
         let skip = self.rx_events.len().saturating_sub(n);
         self.rx_events.iter().skip(skip).cloned().collect()
     }
-}
-
-/// Makes `own` the first member of a fanout group on `interface` (a new one, unless it leads
-/// `group` already) and opens `want - 1` more members, in queue order.
-fn open_group(own: &AfPacket, group: &mut Option<u32>, interface: &str, want: usize) -> Result<Vec<AfPacket>, String> {
-    let group = match *group {
-        Some(g) => g,
-        None => *group.insert(own.start_fanout().map_err(|e| e.to_string())?),
-    };
-    (1..want)
-        .map(|_| AfPacket::open_queue(interface, group).map_err(|e| e.to_string()))
-        .collect()
 }
 
 /// Kept so a queue's events are bounded even when never read.

@@ -8,8 +8,9 @@
 use super::rx_queues::{queue_thread, RxEvent, Steering, FILTERS_PER_PORT, ROUND, RX_EVENTS_KEPT};
 use super::Datapath;
 use crate::afpacket;
-use crate::backend::Link;
+use crate::platform::Platform;
 use crate::steer;
+use crate::Device;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::mpsc::{Receiver, Sender};
@@ -49,7 +50,7 @@ impl Steerer {
     }
 }
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Each data-plane thread's capacity (this one first), frames per second at full load, as
     /// measured since the last round (see `thread_load`); None until measured.
     /// A thread on whose uplink receive queues the kernel dropped frames since the last round
@@ -187,7 +188,7 @@ impl Datapath {
         if steered == up.rx.steered || up.rx.generations.len() <= 1 {
             return;
         }
-        let Some(Link::Packet(b)) = &up.backend else { return };
+        let Some(b) = &up.backend else { return };
         let job = match b.steering_handle() {
             Ok(fd) => SteerJob {
                 fd,

@@ -17,11 +17,12 @@
 
 use super::{ingress, Datapath, ExtraDrops, Uplink, UplinkPlan, MAX_UPLINKS};
 use crate::pacer::Pacer;
+use crate::platform::Platform;
 use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{FailoverOrder, LinkState, PortGroupSpec, UplinkId, UplinkSpec};
 use teamster_core::Instant;
 
-impl Datapath {
+impl<P: Platform> Datapath<P> {
     /// Appends the uplinks of `want` the switch does not have (by name), each down, unused and
     /// detached (see [`Datapath::attach_added`]); returns their names. Refused past
     /// [`MAX_UPLINKS`] (the checks refuse such a file first).
@@ -137,11 +138,11 @@ impl Datapath {
                     .filter(|&i| self.ports[i].present())
                     .map(|i| (self.ports[i].plan.leaf, i))
                     .collect();
-                for (leaf, (frame, _)) in waiting {
+                for (leaf, frame) in waiting {
                     if let Some(&i) = by_leaf.get(&leaf) {
                         self.ports[i].extra.detached += 1;
                     }
-                    self.pool.give(frame);
+                    self.pool.give(frame.into_bytes());
                 }
             }
             // Received frames not yet switched go with it (their buffers are freed).

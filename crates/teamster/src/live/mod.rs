@@ -14,6 +14,7 @@ pub mod controller_config;
 pub mod daemon;
 mod dir_walk;
 pub mod domain_ports;
+pub mod event_log;
 mod glob;
 pub mod heap;
 pub mod lacp_view;
