@@ -51,6 +51,7 @@ mod attach;
 mod egress;
 mod fit;
 mod handoff;
+mod history;
 mod ingress;
 mod poll;
 mod port_moves;
@@ -63,6 +64,7 @@ mod switching;
 mod thread_load;
 mod uplinks;
 
+pub use history::{Event, EventSink, Move, MOVES_KEPT};
 pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
 pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering, MAX_RX_QUEUES};
@@ -75,6 +77,7 @@ use crate::backend::{BackendChoice, Link};
 use crate::pacer::Pacer;
 use crate::platform::{Kernel, LinkSource, Platform};
 use crate::{Device, Frame};
+use history::History;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -91,10 +94,6 @@ const MAX_WAIT_MS: i32 = 10;
 /// How long the loop polls without sleeping after a turn that received frames, by default (see
 /// the `poll` submodule).
 pub const DEFAULT_BUSY_POLL: core::time::Duration = core::time::Duration::from_micros(50);
-/// Events kept (the most recent).
-const EVENTS_KEPT: usize = 1000;
-/// Port moves kept (the most recent; their counts by reason are kept for ever).
-pub const MOVES_KEPT: usize = 1000;
 /// How often the uplinks' carrier is re-read, and missing interfaces looked for, whatever
 /// netlink says.
 const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
@@ -363,9 +362,6 @@ impl std::fmt::Debug for AttachOptions {
     }
 }
 
-/// Where events go as they happen, beside the ring of recent ones ([`Datapath::events`]).
-pub type EventSink = Arc<dyn Fn(&Event) + Send + Sync>;
-
 /// What a descriptor in the poll set belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -376,27 +372,6 @@ enum Slot {
     Links,
     /// The switching worker's doorbell: a port worker handed it frames.
     Bell,
-}
-
-/// Something that happened, for logs and the control plane.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    /// Increases by one per event since start.
-    pub seq: u64,
-    pub at: Instant,
-    /// `start`, `link`, `attach`, `move` or `config`.
-    pub kind: &'static str,
-    pub message: String,
-}
-
-/// A port's move between uplinks, by name.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Move {
-    pub at: Instant,
-    pub port: String,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub reason: String,
 }
 
 /// The control plane's part of each turn of the loop.
@@ -422,11 +397,8 @@ pub struct Datapath<P: Platform = Kernel> {
     index: HashMap<PortId, usize>,
     uplinks: Vec<Uplink<P::Device>>,
     links: P::Links,
-    /// The most recent moves ([`MOVES_KEPT`]), and how many there were since start by reason.
-    moves: VecDeque<Move>,
-    moves_by_reason: std::collections::BTreeMap<String, u64>,
-    events: VecDeque<Event>,
-    next_seq: u64,
+    /// The most recent events and port moves.
+    history: History,
     failovers: u64,
     /// Every descriptor the loop waits on (attached ports and uplinks, netlink), and whose each
     /// is; rebuilt when an interface is attached or detached.
@@ -475,8 +447,6 @@ pub struct Datapath<P: Platform = Kernel> {
     /// What a turn reuses: frames in flight between its steps, sockets that polled in error.
     scratch: Scratch,
     errored: Vec<Slot>,
-    /// Told of each event as it happens.
-    sink: Option<EventSink>,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -628,10 +598,7 @@ impl<P: Platform> Datapath<P> {
             index,
             uplinks,
             links,
-            moves: VecDeque::new(),
-            moves_by_reason: Default::default(),
-            events: VecDeque::new(),
-            next_seq: 0,
+            history: History::new(options.events.clone()),
             failovers: 0,
             pool: FramePool::sharing(spill),
             busy_poll: plan.busy_poll,
@@ -653,7 +620,6 @@ impl<P: Platform> Datapath<P> {
             meters: Vec::new(),
             scratch: Scratch::default(),
             errored: Vec::new(),
-            sink: options.events.clone(),
         };
         dp.meters = vec![Default::default(); dp.workers.len() + 1];
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
@@ -712,12 +678,12 @@ impl<P: Platform> Datapath<P> {
 
     /// The most recent port moves (up to [`MOVES_KEPT`]), oldest first.
     pub fn moves(&self) -> impl DoubleEndedIterator<Item = &Move> + ExactSizeIterator {
-        self.moves.iter()
+        self.history.moves()
     }
 
     /// The most recent events (up to 1,000), oldest first.
     pub fn events(&self) -> impl DoubleEndedIterator<Item = &Event> + ExactSizeIterator {
-        self.events.iter()
+        self.history.events()
     }
 
     /// Times an uplink in use went out of use (carrier lost or set administratively down).
@@ -733,20 +699,7 @@ impl<P: Platform> Datapath<P> {
     /// Records an event in the ring of recent ones, and tells the sink (see
     /// [`AttachOptions::events`]).
     pub fn event(&mut self, now: Instant, kind: &'static str, message: String) {
-        if self.events.len() == EVENTS_KEPT {
-            self.events.pop_front();
-        }
-        let event = Event {
-            seq: self.next_seq,
-            at: now,
-            kind,
-            message,
-        };
-        if let Some(sink) = &self.sink {
-            sink(&event);
-        }
-        self.events.push_back(event);
-        self.next_seq += 1;
+        self.history.record(now, kind, message);
     }
 
     /// Tells the team whether uplink `u` may be used: carrier up and administratively up.
@@ -986,12 +939,7 @@ impl<P: Platform> Datapath<P> {
                         record.to.as_deref().unwrap_or("none"),
                         record.reason
                     );
-                    let reason = record.reason.split(':').next().unwrap_or_default().to_string();
-                    *self.moves_by_reason.entry(reason).or_default() += 1;
-                    if self.moves.len() == MOVES_KEPT {
-                        self.moves.pop_front();
-                    }
-                    self.moves.push_back(record);
+                    self.history.record_move(record);
                     self.event(now, "move", what);
                 }
             }

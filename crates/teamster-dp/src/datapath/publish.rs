@@ -121,21 +121,16 @@ impl<P: Platform> Datapath<P> {
                 rx: self.rx_state(i),
             })
             .collect();
-        let skip = self.events.len().saturating_sub(events);
+        let (recent_events, recent_moves) = self.history.recent(events, moves);
         Published {
             at: now,
             team: self.switch.team().clone(),
             tree: self.ioc.tree().clone(),
             ports,
             uplinks,
-            moves: self
-                .moves
-                .iter()
-                .skip(self.moves.len().saturating_sub(moves))
-                .cloned()
-                .collect(),
-            moves_by_reason: self.moves_by_reason.clone(),
-            events: self.events.iter().skip(skip).cloned().collect(),
+            moves: recent_moves,
+            moves_by_reason: self.history.moves_by_reason().clone(),
+            events: recent_events,
             failovers: self.failovers,
             vtep: self.switch.vtep().map(|v| (v.local(), self.switch.vtep_neighbors())),
             rx_events: self.recent_rx_events(events),
