@@ -40,7 +40,7 @@ enum Command {
     },
     /// Run the switch on real interfaces (needs CAP_NET_RAW and CAP_NET_ADMIN).
     Run {
-        /// The switch configuration (TOML): uplinks, port groups, ports, NetIOC (see the README).
+        /// The switch configuration (TOML): uplinks, port groups, ports, NetIOC (see docs/configuration.md).
         config: PathBuf,
         /// Rewrite this JSON file every second with counters, link states and moves (its
         /// directory must be writable by no one but root and the daemon's user).
@@ -56,7 +56,7 @@ enum Command {
         log_format: String,
         /// The cluster controller this host belongs to: http://127.0.0.1:PORT or its unix
         /// socket, for a `[controller]` section that names neither (it gives the host's name
-        /// and the VMs' interfaces; see the README).
+        /// and the VMs' interfaces; see docs/cluster.md).
         #[arg(long)]
         controller: Option<String>,
         #[command(flatten)]
@@ -304,7 +304,7 @@ struct Locks {
     _socket: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
-/// Takes the locks (see the README): `<config>.lock` beside the configuration, and
+/// Takes the locks (see docs/live-switch.md): `<config>.lock` beside the configuration, and
 /// `<socket>.lock` beside the API socket (whose directory is made here, 0755, if missing).
 fn lock(places: &mut Places, config: &Path) -> Result<Locks, String> {
     let mut name = places.config_name.clone();
