@@ -16,7 +16,8 @@ esac
 dir=$profile
 [ "$profile" = dev ] && dir=debug
 command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --quiet
-cargo build --profile "$profile" -p teamster
+# The switch, and the simulator beside it (`teamster simulate` runs it; the switch does not link it).
+cargo build --profile "$profile" -p teamster -p teamster-sim
 rm -rf target/assets
 "target/$dir/teamster" generate target/assets
 deb=$(cargo deb -p teamster --no-build --profile "$profile" --quiet | tail -1)
@@ -24,7 +25,7 @@ deb=$(cargo deb -p teamster --no-build --profile "$profile" --quiet | tail -1)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$deb" "$root"
-for f in usr/bin/teamster lib/systemd/system/teamster.service usr/share/teamster/libvirt/qemu \
+for f in usr/bin/teamster usr/bin/teamster-sim lib/systemd/system/teamster.service usr/share/teamster/libvirt/qemu \
   usr/share/man/man1/teamster.1.gz usr/share/man/man1/teamster-run.1.gz usr/share/man/man1/teamster-ctl-port-add.1.gz \
   usr/share/bash-completion/completions/teamster usr/share/zsh/vendor-completions/_teamster \
   usr/share/fish/vendor_completions.d/teamster.fish usr/share/doc/teamster/examples/switch.toml \
@@ -32,8 +33,11 @@ for f in usr/bin/teamster lib/systemd/system/teamster.service usr/share/teamster
   usr/share/teamster/prometheus/teamster-alerts.yml; do
   [ -s "$root/$f" ] || { echo "build-deb: $f missing from the package" >&2; exit 1; }
 done
-[ -x "$root/usr/bin/teamster" ] && [ -x "$root/usr/share/teamster/libvirt/qemu" ]
+[ -x "$root/usr/bin/teamster" ] && [ -x "$root/usr/bin/teamster-sim" ] && [ -x "$root/usr/share/teamster/libvirt/qemu" ]
 "$root/usr/bin/teamster" --version >/dev/null
+# `teamster simulate` finds the simulator beside itself, as installed.
+"$root/usr/bin/teamster" simulate --version | grep -q '^teamster-sim ' || {
+  echo "build-deb: teamster simulate does not run the packaged teamster-sim" >&2; exit 1; }
 dpkg-deb -f "$deb" Depends | grep -q iproute2
 # The unit as systemd reads it, running the package's own binary.
 if command -v systemd-analyze >/dev/null 2>&1; then

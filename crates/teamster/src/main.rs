@@ -1,8 +1,7 @@
 //! `teamster`: the command-line entry point.
 //!
-//! `teamster simulate SCENARIO` runs a scenario in the simulator, prints each expectation and
-//! whether it held, and writes the run's folder (CSV series, moves, SVG plot, summary.json).
-//! Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input.
+//! `teamster simulate ARGS...` runs the simulator, the `teamster-sim` binary installed beside
+//! this one, with the same arguments and exit status (the daemon does not link the simulator).
 //! `teamster ioc allocate FILE` and `teamster ioc admit FILE` script Network I/O Control
 //! (see [`ioc_cmd`]).
 
@@ -10,9 +9,9 @@ use teamster::{api, bench_cmd, controller, ctl, ioc_cmd, libvirt_hook, live, rss
 
 use clap::{Parser, Subcommand};
 use live::safe_file::TrustedDir;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use teamster_sim::run::gbps;
 
 #[derive(Parser)]
 #[command(
@@ -27,16 +26,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a scenario in the simulator and check its expectations.
+    /// Run a scenario in the simulator and check its expectations (runs `teamster-sim`).
+    #[command(
+        long_about = "Run a scenario in the simulator and check its expectations: print each \
+expectation and whether it held, and write the run's folder (CSV series, moves, SVG plot, \
+report.html, summary.json).\n\n\
+This runs the simulator's own binary, `teamster-sim`, installed beside `teamster` (the switch does \
+not link the simulator), with the same arguments: SCENARIO (a TOML file, e.g. \
+scenarios/lbt-specweb.toml), --out DIR (the run's folder; default out/<scenario name>) and --json \
+(the summary as JSON). `teamster simulate --help` prints the simulator's own help.\n\n\
+Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input; 127 if \
+`teamster-sim` is not beside `teamster` (126 if it cannot be run).",
+        disable_help_flag = true
+    )]
     Simulate {
-        /// The scenario file (TOML), e.g. scenarios/lbt-specweb.toml.
-        scenario: PathBuf,
-        /// The run's output folder [default: out/<scenario name>].
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Print the summary as JSON instead of text.
-        #[arg(long)]
-        json: bool,
+        /// The simulator's arguments: SCENARIO [--out DIR] [--json].
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+        args: Vec<OsString>,
     },
     /// Run the switch on real interfaces (needs CAP_NET_RAW and CAP_NET_ADMIN).
     Run {
@@ -207,7 +213,7 @@ fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     match cli.command {
-        Command::Simulate { scenario, out, json } => simulate(scenario, out, json),
+        Command::Simulate { args } => simulate(args),
         Command::Run {
             config,
             status_file,
@@ -584,163 +590,22 @@ fn generate(dir: &std::path::Path) -> ExitCode {
     }
 }
 
-/// Runs one scenario and reports it; see the module documentation for the exit status.
-fn simulate(scenario: PathBuf, out: Option<PathBuf>, json: bool) -> ExitCode {
-    let stem = scenario
-        .file_stem()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_else(|| "run".into());
-    let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
-    let outcome = match teamster_sim::simulate(&scenario, &out) {
-        Ok(o) => o,
+/// Runs the simulator, `teamster-sim` beside this binary, with `args`: this process becomes it
+/// (its output, its exit status). Returns only if it cannot be run, naming its path.
+fn simulate(args: Vec<OsString>) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let sim = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name("teamster-sim"),
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
+            eprintln!("error: teamster simulate: cannot tell where this binary is: {e}");
+            return ExitCode::from(126);
         }
     };
-    if json {
-        match serde_json::to_string_pretty(&outcome.summary) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    } else {
-        print_text(&outcome);
-    }
-    if outcome.all_held() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
-fn print_text(o: &teamster_sim::Outcome) {
-    let f = &o.info;
-    println!("scenario {} ({} mode): {}", f.name, f.mode, f.description.trim());
-    if !o.summary.variants.is_empty() {
-        print_variants(o);
-    } else {
-        let step = f.step_s.map_or(String::new(), |s| format!(" in steps of {s} s"));
-        println!(
-            "  {} uplinks, {} ports, {:.0} s{step}, seed {}",
-            f.uplinks, f.ports, f.duration_s, f.seed
-        );
-    }
-    if o.run.packets > 0 {
-        println!(
-            "  simulated {} packets in {:.2} s of wall time: {:.2} M packets per wall second",
-            o.run.packets,
-            f.wall_s,
-            o.run.packets as f64 / f.wall_s.max(1e-9) / 1e6
-        );
-    }
-    for (i, l) in o.run.latencies.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
-        let (p50, n) = teamster_sim::expect::latency(&o.run, i, 50.0, 0.0, f64::INFINITY);
-        let (p99, _) = teamster_sim::expect::latency(&o.run, i, 99.0, 0.0, f64::INFINITY);
-        println!(
-            "  {}: {n} TCP_RR transactions, p50 {p50:.1} µs, p99 {p99:.1} µs over the run",
-            o.run.ports[i],
-            n = l.len().min(n)
-        );
-    }
-    // The timeline: events and moves in time order (an event before the moves it caused).
-    let mut lines: Vec<(f64, u8, String)> = o
-        .run
-        .events
-        .iter()
-        .map(|(t, e)| (*t, 0, format!("event: {e}")))
-        .collect();
-    for m in &o.run.moves {
-        let (from, to) = (m.from.as_deref().unwrap_or("none"), m.to.as_deref().unwrap_or("none"));
-        lines.push((m.t_s, 1, format!("move: {} {from} -> {to} ({})", m.port, m.reason)));
-    }
-    lines.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let decimals = if f.duration_s < 10.0 { 3 } else { 1 };
-    const SHOWN: usize = 40;
-    for (t, _, line) in lines.iter().take(SHOWN) {
-        println!("  {t:>7.decimals$} s  {line}");
-    }
-    if lines.len() > SHOWN {
-        println!("  ... and {} more (moves.csv, summary.json)", lines.len() - SHOWN);
-    }
-    if !o.run.cluster.is_empty() {
-        println!("  cluster: time, reservations that cannot be kept, migrations, faults, refusals so far");
-        for c in o.run.cluster.iter().take(SHOWN) {
-            println!(
-                "  {:>7.decimals$} s  {:>5} broken  {:>5} migrations  {:>4} faults  {:>4} refusals",
-                c.t_s, c.violated, c.migrations, c.faults, c.refusals
-            );
-        }
-    }
-    if let Some(last) = o.run.rows.last().filter(|_| o.summary.variants.is_empty()) {
-        let mut per: Vec<String> = o
-            .run
-            .uplinks
-            .iter()
-            .zip(&last.uplink_tx)
-            .take(8)
-            .map(|(n, v)| format!("{n} {}", gbps(*v)))
-            .collect();
-        if o.run.uplinks.len() > 8 {
-            per.push(format!("{} more uplinks", o.run.uplinks.len() - 8));
-        }
-        println!(
-            "  at the end: {}; delivered {}",
-            per.join(", "),
-            gbps(last.total_delivered())
-        );
-    }
-    for t in &o.summary.teams {
-        let members: Vec<String> = t.member_queues.iter().map(u32::to_string).collect();
-        println!(
-            "port group {}: {}, {}; VMQs offered {} (members' receive queues {})",
-            t.group,
-            t.policy,
-            t.mode,
-            t.vmq_queues,
-            members.join(" + ")
-        );
-    }
-    println!("expectations:");
-    for v in &o.summary.expectations {
-        println!(
-            "  [{}] {}: {}",
-            if v.held { "held" } else { "FAILED" },
-            v.name,
-            v.detail
-        );
-    }
-    let held = o.summary.expectations.iter().filter(|v| v.held).count();
-    println!(
-        "{held} of {} expectations held; output in {}",
-        o.summary.expectations.len(),
-        o.out_dir.display()
+    let e = std::process::Command::new(&sim).args(args).exec();
+    eprintln!(
+        "error: teamster simulate runs the simulator, {}: {e} (it is installed beside teamster; from the source tree: cargo run -p teamster-sim -- SCENARIO)",
+        sim.display()
     );
-}
-
-/// Receive mode: each variant's figures over the measured window, one line each.
-fn print_variants(o: &teamster_sim::Outcome) {
-    let f = &o.info;
-    println!("  {:.0} ms per variant, seed {}", f.duration_s * 1e3, f.seed);
-    let width = o
-        .summary
-        .variants
-        .iter()
-        .map(|(n, _)| n.len())
-        .max()
-        .unwrap_or(0)
-        .max(7);
-    println!(
-        "  {:width$}  {:>6}  {:>10}  {:>11}  {:>10}  {:>6}  {:>6}  {:>8}",
-        "variant", "Gbps", "host cores", "guest cores", "cores/Gbps", "queues", "drops", "ping us"
-    );
-    for (name, m) in &o.summary.variants {
-        let ping = m.ping_us.map_or("-".to_string(), |p| format!("{p:.1}"));
-        println!(
-            "  {name:width$}  {:>6.2}  {:>10.2}  {:>11.2}  {:>10.3}  {:>6}  {:>6}  {ping:>8}",
-            m.throughput_gbps, m.host_cpu, m.guest_cpu, m.cpu_per_gbps, m.queues_used, m.drops
-        );
-    }
+    let missing = e.kind() == std::io::ErrorKind::NotFound;
+    ExitCode::from(if missing { 127 } else { 126 })
 }

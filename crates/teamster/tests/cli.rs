@@ -1,6 +1,6 @@
-//! The `teamster` binary: `simulate` output, `--json` shape and exit statuses.
+//! The `teamster` binary: `run --check`, and `simulate` running the simulator beside it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn teamster(args: &[&str]) -> Output {
@@ -8,131 +8,6 @@ fn teamster(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-#[test]
-fn simulate_json_has_the_documented_shape() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let o = teamster(&[
-        "simulate",
-        &scenario("lbt-specweb.toml"),
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["scenario"], "lbt-specweb");
-    let exps = v["expectations"].as_array().unwrap();
-    assert_eq!(exps.len(), 7);
-    for e in exps {
-        assert!(e["name"].is_string() && e["detail"].is_string());
-        assert_eq!(e["held"], true, "{e}");
-    }
-    let moves = v["moves"].as_array().unwrap();
-    assert_eq!(moves.len(), 2);
-    for m in moves {
-        assert!(m["t_s"].is_number());
-        assert_eq!(
-            (m["from"].as_str(), m["to"].as_str()),
-            (Some("uplink1"), Some("uplink2"))
-        );
-        assert!(m["port"].as_str().unwrap().starts_with("vm"));
-    }
-    let csv = PathBuf::from(v["series_csv"].as_str().unwrap());
-    assert_eq!(csv, out.join("series.csv"));
-    let header = std::fs::read_to_string(&csv)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .to_string();
-    assert!(header.starts_with("t_s,uplink1_tx_bps,uplink1_rx_bps,uplink2_tx_bps,uplink2_rx_bps,vm1_offered_tx_bps"));
-    assert!(out.join("throughput.svg").is_file() && out.join("moves.csv").is_file());
-    // report.html: self-contained (chart code and data inline, nothing fetched), with the run's
-    // uplinks and both moves in its data.
-    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(
-        html.contains("const TeamsterCharts")
-            && !html.contains("/*DATA*/")
-            && !html.contains("/*CHARTS*/")
-            && !html.contains("/*STYLE*/")
-    );
-    assert!(!html.contains("src=\"http") && !html.contains("fetch("));
-    let data = html
-        .split("const D = ")
-        .nth(1)
-        .and_then(|d| d.split(";\nconst C").next())
-        .unwrap();
-    let data: serde_json::Value = serde_json::from_str(data).unwrap();
-    assert_eq!(data["uplinks"], serde_json::json!(["uplink1", "uplink2"]));
-    assert_eq!(data["moves"].as_array().unwrap().len(), 2);
-    assert!(data["history"].as_array().unwrap().len() > 100);
-}
-
-#[test]
-fn simulate_text_prints_each_expectation() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = teamster(&[
-        "simulate",
-        &scenario("lbt-static.toml"),
-        "--out",
-        dir.path().join("s").to_str().unwrap(),
-    ]);
-    assert!(o.status.success());
-    let text = String::from_utf8(o.stdout).unwrap();
-    assert!(
-        text.contains("[held] the static policy delivers at most one uplink's capacity"),
-        "{text}"
-    );
-    assert!(text.contains("3 of 3 expectations held"), "{text}");
-}
-
-#[test]
-fn a_failed_expectation_exits_1_and_bad_input_exits_2_writing_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    // The static scenario, expected to move ports: it will not.
-    let text = std::fs::read_to_string(scenario("lbt-static.toml"))
-        .unwrap()
-        .replace("max = 0", "max = 9")
-        .replace("min = 0", "min = 1");
-    let failing = dir.path().join("failing.toml");
-    std::fs::write(&failing, text).unwrap();
-    let o = teamster(&[
-        "simulate",
-        failing.to_str().unwrap(),
-        "--out",
-        dir.path().join("f").to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("[FAILED] between 1 and 9 moves"));
-
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(&bad, "name = \"x\"\nduration_s = -1\n").unwrap();
-    let out = dir.path().join("never");
-    let o = teamster(&["simulate", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("bad.toml") && err.contains("uplinks"), "{err}");
-    assert!(!out.exists());
-
-    let o = teamster(&["simulate", "/nonexistent/scenario.toml"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/scenario.toml: cannot read"));
-
-    let o = teamster(&["simulate"]);
-    assert_eq!(o.status.code(), Some(2), "clap: missing argument");
-    let o = teamster(&["simulate", "x.toml", "--frobnicate"]);
-    assert_eq!(o.status.code(), Some(2));
 }
 
 /// `teamster run CONFIG --check ARGS`: checks only, attaches nothing, needs no root.
@@ -272,28 +147,6 @@ fn nix_is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// `teamster simulate | head` ends quietly when `head` closes the pipe: no panic, no exit 101.
-#[test]
-fn simulate_into_a_closed_pipe_ends_quietly() {
-    use std::io::Read;
-    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/lbt-baseline.toml");
-    let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args(["simulate", scenario, "--out"])
-        .arg(out.path().join("o"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Close the pipe before the summary is written, as `head` does once it has its lines.
-    drop(child.stdout.take());
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let status = child.wait().unwrap();
-    assert!(!err.contains("panicked"), "{err}");
-    assert_ne!(status.code(), Some(101), "{err}");
-}
-
 /// `teamster run --controller` fills the endpoint of the file's `[controller]` section; a file
 /// without one is refused, naming the file.
 #[test]
@@ -327,4 +180,42 @@ fn run_controller_needs_a_controller_section() {
     let o = run(&["--controller", "http://10.0.0.1:9190"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(2) && err.contains("controller.url"), "{err}");
+}
+
+/// `teamster simulate ARGS...` runs `teamster-sim` from beside the `teamster` binary, with the
+/// arguments as given and its exit status as teamster's; without it, the error names the path
+/// it looked for.
+#[test]
+fn simulate_runs_the_simulator_beside_the_binary() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let exe = dir.path().join("teamster");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_teamster"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_teamster"), &exe).unwrap();
+    }
+    let run = |args: &[&str]| {
+        // A file just written may be held open by a process another test forked in between
+        // (until that one's exec closes it): "Text file busy" then, for a moment.
+        for _ in 0..100 {
+            let o = Command::new(&exe).args(args).output().unwrap();
+            if !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
+                return o;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("teamster-sim stayed busy");
+    };
+    let sim = dir.path().join("teamster-sim");
+    let o = run(&["simulate", "x.toml"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(127), "{err}");
+    assert!(err.contains(&format!("{}: No such file", sim.display())), "{err}");
+    // A stand-in simulator that prints its arguments and exits 3.
+    std::fs::write(&sim, "#!/bin/sh\nprintf '%s|' \"$@\"\nexit 3\n").unwrap();
+    chmod(&sim, 0o755);
+    let o = run(&["simulate", "s.toml", "--json", "--out", "a b"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "s.toml|--json|--out|a b|");
+    // Its help is the simulator's own.
+    let o = run(&["simulate", "--help"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "--help|");
 }
