@@ -222,11 +222,11 @@ fn main() -> ExitCode {
             controller,
             api,
         } => {
-            live::event_log::set_json(log_format == "json");
             if let Some(c) = &controller {
                 live::controller_config::set_endpoint(c);
             }
-            run_switch(config, status_file, check, controller.is_some(), api)
+            let events = live::event_log::stderr(log_format == "json");
+            run_switch(config, status_file, check, controller.is_some(), api, events)
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Controller(args) => controller::run(args),
@@ -377,6 +377,7 @@ fn run_switch(
     check_only: bool,
     controller: bool,
     api_args: ApiArgs,
+    events: teamster_dp::datapath::EventSink,
 ) -> ExitCode {
     let api_config = match api_args.config() {
         Ok(c) => c,
@@ -491,7 +492,7 @@ fn run_switch(
         notes: restored,
         done: tokio::sync::oneshot::channel().0,
     });
-    let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link)) {
+    let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link), events) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");

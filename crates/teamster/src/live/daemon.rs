@@ -16,7 +16,9 @@ use teamster_core::teaming::{GroupId, PortGroupSpec};
 use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
 use teamster_dp::backend::BackendChoice;
-use teamster_dp::datapath::{AttachOptions, Control, Datapath, DatapathPlan, LinkNews, PortPlan, PortWant, UplinkPlan};
+use teamster_dp::datapath::{
+    AttachOptions, Control, Datapath, DatapathPlan, EventSink, LinkNews, PortPlan, PortWant, UplinkPlan,
+};
 
 /// How often the loop publishes a snapshot.
 const SNAPSHOT_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
@@ -145,10 +147,11 @@ impl Daemon {
         plan: SwitchPlan,
         status_file: Option<StatusFile>,
         link: Option<ControlLink>,
+        events: EventSink,
     ) -> Result<Daemon, String> {
         let (dp_plan, file) = datapath_plan(plan);
         let options = AttachOptions {
-            events: Some(super::event_log::stderr()),
+            events: Some(events),
             ..AttachOptions::default()
         };
         let dp = Datapath::attach_with(dp_plan, options)?;

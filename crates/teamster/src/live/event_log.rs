@@ -5,17 +5,8 @@
 //! daemon. Text: `   12.345 s  kind: message`. JSON (`--log-format json`, for journald and
 //! log shippers): `{"t_s", "seq", "kind", "message"}`, the API's event fields.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use teamster_dp::datapath::{Event, EventSink};
-
-/// Whether events are logged as JSON lines; the process's one choice, made at start.
-static JSON: AtomicBool = AtomicBool::new(false);
-
-/// Logs events as JSON lines from now on, or as text.
-pub fn set_json(on: bool) {
-    JSON.store(on, Ordering::Relaxed);
-}
 
 /// One event's log line.
 pub fn line(e: &Event, json: bool) -> String {
@@ -29,9 +20,9 @@ pub fn line(e: &Event, json: bool) -> String {
     }
 }
 
-/// The sink that writes each event to stderr in the format chosen.
-pub fn stderr() -> EventSink {
-    Arc::new(|e: &Event| eprintln!("{}", line(e, JSON.load(Ordering::Relaxed))))
+/// The sink that writes each event to stderr, as JSON lines or as text.
+pub fn stderr(json: bool) -> EventSink {
+    Arc::new(move |e: &Event| eprintln!("{}", line(e, json)))
 }
 
 #[cfg(test)]
