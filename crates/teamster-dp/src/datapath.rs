@@ -61,7 +61,6 @@ mod rx_rounds;
 mod thread_load;
 mod uplinks;
 
-pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
 pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering, MAX_RX_QUEUES};
 
@@ -83,9 +82,9 @@ use teamster_core::offload::Offload;
 use teamster_core::switch::{
     Counters, Egress, Forward, Ingress, Location, MacNote, MacNoteKind, SecurityPolicy, Switch, SwitchConfig, TagEdit,
 };
-use teamster_core::teaming::{Effect, LinkState, PortGroupSpec, PortId, Team, UplinkId};
+use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
-use teamster_core::wire::mark_congestion;
+use teamster_core::wire::{mark_congestion, MacAddr};
 use teamster_core::Instant;
 
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
@@ -101,12 +100,22 @@ pub const MOVES_KEPT: usize = 1000;
 /// netlink says.
 const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
 
-/// A VM port to attach.
-#[derive(Debug, Clone)]
+/// A VM port as the configuration plans it, whatever made it (the file, the API, a port rule,
+/// the libvirt hook, the cluster controller, a reload): what [`Datapath::attach`] starts with
+/// and what [`Datapath::reconfigure`] compares, by `name`, with the ports it has (see the
+/// `ports` submodule). A running port keeps its plan, in [`Port::plan`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct PortPlan {
+    /// Its ID in the team: the plan's for a port the switch starts with; a port added to a
+    /// running switch is given the smallest free ID instead, and one running keeps its own.
     pub id: PortId,
+    /// What it is known by: unique among the switch's ports, and what a change matches it by.
     pub name: String,
     pub interface: String,
+    /// The MAC its VM uses.
+    pub mac: MacAddr,
+    /// Its port group (its index in the team).
+    pub group: GroupId,
     /// Its leaf in the NetIOC tree.
     pub leaf: NodeId,
     /// AF_PACKET, AF_XDP, or AF_XDP where it works.
@@ -1215,7 +1224,7 @@ impl Datapath {
     pub fn reconfigure(
         &mut self,
         tree: Tree,
-        ports: &[PortWant],
+        ports: &[PortPlan],
         groups: &[(PortGroupSpec, SecurityPolicy)],
         uplinks: &[UplinkPlan],
         now: Instant,
