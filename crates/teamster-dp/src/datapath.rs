@@ -103,7 +103,7 @@ const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
 /// A VM port as the configuration plans it, whatever made it (the file, the API, a port rule,
 /// the libvirt hook, the cluster controller, a reload): what [`Datapath::attach`] starts with
 /// and what [`Datapath::reconfigure`] compares, by `name`, with the ports it has (see the
-/// `ports` submodule). A running port keeps its plan, in [`Port::plan`].
+/// `ports` submodule). A running port holds the latest, under its own ID, in [`Port::plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PortPlan {
     /// Its ID in the team: the plan's for a port the switch starts with; a port added to a

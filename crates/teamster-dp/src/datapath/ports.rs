@@ -35,8 +35,8 @@ use teamster_core::Instant;
 pub const SLOT_QUARANTINE: core::time::Duration = core::time::Duration::from_millis(200);
 
 impl Datapath {
-    /// Adds the ports of `want` the switch does not have, gives the others their leaves in
-    /// `tree`, and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
+    /// Adds the ports of `want` the switch does not have, gives the others their plans in `want`
+    /// (their leaves in `tree` among them), and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
     /// whether [`Datapath::retire_ports`] removed some). A port the core switch still refuses
     /// (which a checked configuration never asks for) is left out, with an event saying why.
     pub(super) fn admit_ports(&mut self, tree: Tree, want: &[PortPlan], retired: bool, now: Instant) {
@@ -48,8 +48,12 @@ impl Datapath {
             if let Some(w) = wanted.get(port.plan.name.as_str()) {
                 reshaped |= port.plan.leaf != w.leaf;
                 old_leaves.insert(port.plan.name.clone(), port.plan.leaf);
-                port.plan.leaf = w.leaf;
-                port.plan.mac_takeover = w.mac_takeover;
+                // The new plan, under the port's own ID (its group's index, say, moves when a
+                // group before it goes).
+                port.plan = PortPlan {
+                    id: port.plan.id,
+                    ..PortPlan::clone(w)
+                };
                 self.switch.set_mac_takeover(port.plan.id, w.mac_takeover, now);
             }
         }
