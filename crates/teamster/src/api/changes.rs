@@ -621,6 +621,109 @@ mod tests {
 
     use crate::live::config::ONE_PORT as FILE;
 
+    /// Every road a port takes ends in the same planned port, made by one function
+    /// (`config::port_plan`): one VM on vnet0 in the file (as at start or a reload), added
+    /// through the API, set by the libvirt hook, matched by a port rule or assigned by the
+    /// cluster controller, is planned alike but for its name (the hook's and a rule's are the
+    /// switch's choice) and origin.
+    #[test]
+    fn every_road_plans_the_same_port() {
+        use crate::live::config::{check, port_from, Interfaces, PortRule, SwitchPlan};
+        use teamster_dp::datapath::PortPlan;
+        struct AllThere;
+        impl Interfaces for AllThere {
+            fn exists(&self, _: &str) -> bool {
+                true
+            }
+            fn speed_mbps(&self, _: &str) -> Option<u64> {
+                Some(10_000)
+            }
+        }
+        let planned = |f: &SwitchFile| -> (PortPlan, String) {
+            let SwitchPlan { datapath, .. } = check(f, &AllThere).unwrap();
+            let [p] = &datapath.ports[..] else {
+                panic!("one port: {:?}", datapath.ports)
+            };
+            let spec = &datapath.tree.node(p.leaf).spec;
+            let controls = format!("{} {} {:?}", spec.reservation, spec.shares.get(), spec.limit);
+            let unnamed = PortPlan {
+                name: String::new(),
+                ..p.clone()
+            };
+            (unnamed, controls)
+        };
+        let file = parse_file(FILE).unwrap();
+        let none = SwitchFile {
+            ports: Vec::new(),
+            ..file.clone()
+        };
+        let api: PortAdd = serde_json::from_str(
+            r#"{"name": "vm1", "interface": "vnet0", "group": "vms", "mac": "52:54:00:00:00:01", "limit": "2G"}"#,
+        )
+        .unwrap();
+        let hook: crate::api::domain_changes::DomainPorts = serde_json::from_str(
+            r#"{"ports": [{"interface": "vnet0", "group": "vms", "mac": "52:54:00:00:00:01", "limit": "2G"}]}"#,
+        )
+        .unwrap();
+        let rule = PortRule {
+            pattern: "vnet*".into(),
+            mac_prefix: None,
+            group: "vms".into(),
+            vm_mac: Default::default(),
+            pool: None,
+            class: None,
+            reservation: Bandwidth::ZERO,
+            shares: None,
+            limit: Some(Bandwidth::from_gbps(2)),
+            backend: Default::default(),
+        };
+        let assignment = crate::controller::view::Assignment {
+            vm: "vm1".into(),
+            mac: Some("52:54:00:00:00:01".into()),
+            group: None,
+            pool: "vm".into(),
+            reservation: Bandwidth::ZERO,
+            shares: Shares::NORMAL,
+            limit: Some(Bandwidth::from_gbps(2)),
+            moving_from: None,
+        };
+        let section = crate::live::controller_config::ControllerSection {
+            url: None,
+            socket: None,
+            token_file: None,
+            host: "h1".into(),
+            interface: "vnet0".into(),
+            group: "vms".into(),
+            derived: Vec::new(),
+            interval_ms: None,
+        };
+        let mut assigned = none.clone();
+        assigned
+            .ports
+            .push(crate::api::agent::port_of(&none, &section, &assignment).unwrap());
+        let mut matched = none.clone();
+        matched
+            .ports
+            .push(port_from(&rule, "vnet0", "52:54:00:00:00:01".parse().unwrap()));
+        let roads = [
+            ("the file", file.clone()),
+            ("the API", add_port(&none, &api).unwrap()),
+            (
+                "the hook",
+                crate::api::domain_changes::set_domain_ports(&none, "web", &hook.ports)
+                    .unwrap()
+                    .0,
+            ),
+            ("a port rule", matched),
+            ("the controller", assigned),
+        ];
+        let want = planned(&file);
+        assert_eq!(want.0.mac.to_string(), "52:54:00:00:00:01");
+        for (road, f) in roads {
+            assert_eq!(planned(&f), want, "{road}");
+        }
+    }
+
     /// Parses a body as the API does (axum's JSON extractor reports the field's path).
     fn port_change(json: &str) -> Result<PortChange, String> {
         let de = &mut serde_json::Deserializer::from_str(json);
