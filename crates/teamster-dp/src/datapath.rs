@@ -65,7 +65,6 @@ mod thread_load;
 mod uplinks;
 
 pub use history::{Event, EventSink, Move, MOVES_KEPT};
-pub use ports::PortWant;
 pub use publish::{PortState, Published, UplinkState};
 pub use rx_queues::{FilterState, QueueState, RxEvent, RxPlan, RxState, Steering, MAX_RX_QUEUES};
 
@@ -85,8 +84,9 @@ use std::sync::Arc;
 use switching::Scratch;
 use teamster_core::ioc::{Ioc, NodeId, QueueLimit, ReservationCap, Tree};
 use teamster_core::switch::{Counters, Egress, Location, MacNote, MacNoteKind, SecurityPolicy, Switch, SwitchConfig};
-use teamster_core::teaming::{Effect, LinkState, PortGroupSpec, PortId, Team, UplinkId};
+use teamster_core::teaming::{Effect, GroupId, LinkState, PortGroupSpec, PortId, Team, UplinkId};
 use teamster_core::units::Bandwidth;
+use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 
 /// The longest the loop sleeps, so timers, signals and control-plane changes are seen promptly.
@@ -98,12 +98,22 @@ pub const DEFAULT_BUSY_POLL: core::time::Duration = core::time::Duration::from_m
 /// netlink says.
 const RESYNC_EVERY: core::time::Duration = core::time::Duration::from_secs(1);
 
-/// A VM port to attach.
-#[derive(Debug, Clone)]
+/// A VM port as the configuration plans it, whatever made it (the file, the API, a port rule,
+/// the libvirt hook, the cluster controller, a reload): what [`Datapath::attach`] starts with
+/// and what [`Datapath::reconfigure`] compares, by `name`, with the ports it has (see the
+/// `ports` submodule). A running port holds the latest, under its own ID, in [`Port::plan`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct PortPlan {
+    /// Its ID in the team: the plan's for a port the switch starts with; a port added to a
+    /// running switch is given the smallest free ID instead, and one running keeps its own.
     pub id: PortId,
+    /// What it is known by: unique among the switch's ports, and what a change matches it by.
     pub name: String,
     pub interface: String,
+    /// The MAC its VM uses.
+    pub mac: MacAddr,
+    /// Its port group (its index in the team).
+    pub group: GroupId,
     /// Its leaf in the NetIOC tree.
     pub leaf: NodeId,
     /// AF_PACKET, AF_XDP, or AF_XDP where it works.
@@ -1013,7 +1023,7 @@ impl<P: Platform> Datapath<P> {
     pub fn reconfigure(
         &mut self,
         tree: Tree,
-        ports: &[PortWant],
+        ports: &[PortPlan],
         groups: &[(PortGroupSpec, SecurityPolicy)],
         uplinks: &[UplinkPlan],
         now: Instant,

@@ -114,6 +114,8 @@ fn plan() -> DatapathPlan {
             id: PortId(1),
             name: "vm1".into(),
             interface: "tmt-op1".into(),
+            mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            group: GroupId(0),
             leaf,
             backend: Default::default(),
             mac_takeover: false,

@@ -1,8 +1,9 @@
 //! Ports that come and go while the switch runs: a VM started, stopped or migrated, a port
 //! added or removed through the API, a tap matched by a port rule.
 //!
-//! Model. The control plane hands [`Datapath::reconfigure`] the ports it wants, each with its
-//! leaf in the new NetIOC tree; the data plane compares them by name with the ports it has.
+//! Model. The control plane hands [`Datapath::reconfigure`] the ports it wants, each a
+//! [`PortPlan`] with its leaf in the new NetIOC tree; the data plane compares them by name with
+//! the ports it has.
 //! A port that is gone (or whose interface, MAC, group or backend changed) is removed: its
 //! socket closed, its receive queue emptied, the core switch forgets it (MAC-table entries,
 //! flooding, counters), and the frames it had queued on the uplinks are dropped. A new port is
@@ -35,36 +36,26 @@ use teamster_core::Instant;
 /// turn of the loop (10 ms at most), so none of the old port's is left after this.
 pub const SLOT_QUARANTINE: core::time::Duration = core::time::Duration::from_millis(200);
 
-/// A port the control plane wants, with its place in the new NetIOC tree.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PortWant {
-    pub name: String,
-    pub interface: String,
-    pub mac: MacAddr,
-    pub group: GroupId,
-    pub leaf: NodeId,
-    pub backend: BackendChoice,
-    /// The operator's word: the port takes its MAC over from a host outside (see
-    /// `teamster_core::switch::claims`).
-    pub mac_takeover: bool,
-}
-
 impl<P: Platform> Datapath<P> {
-    /// Adds the ports of `want` the switch does not have, gives the others their leaves in
-    /// `tree`, and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
+    /// Adds the ports of `want` the switch does not have, gives the others their plans in `want`
+    /// (their leaves in `tree` among them), and switches NetIOC to `tree` (rebuilt if ports came or went, `retired` saying
     /// whether [`Datapath::retire_ports`] removed some). A port the core switch still refuses
     /// (which a checked configuration never asks for) is left out, with an event saying why.
-    pub(super) fn admit_ports(&mut self, tree: Tree, want: &[PortWant], retired: bool, now: Instant) {
+    pub(super) fn admit_ports(&mut self, tree: Tree, want: &[PortPlan], retired: bool, now: Instant) {
         // By name, so a change costs time linear in the ports (thousands of them included).
-        let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+        let wanted: HashMap<&str, &PortPlan> = want.iter().map(|w| (w.name.as_str(), w)).collect();
         let mut old_leaves: HashMap<String, NodeId> = HashMap::new();
         let mut reshaped = retired;
         for port in self.ports.iter_mut().filter(|p| p.present()) {
             if let Some(w) = wanted.get(port.plan.name.as_str()) {
                 reshaped |= port.plan.leaf != w.leaf;
                 old_leaves.insert(port.plan.name.clone(), port.plan.leaf);
-                port.plan.leaf = w.leaf;
-                port.plan.mac_takeover = w.mac_takeover;
+                // The new plan, under the port's own ID (its group's index, say, moves when a
+                // group before it goes).
+                port.plan = PortPlan {
+                    id: port.plan.id,
+                    ..PortPlan::clone(w)
+                };
                 self.switch.set_mac_takeover(port.plan.id, w.mac_takeover, now);
             }
         }
@@ -95,8 +86,8 @@ impl<P: Platform> Datapath<P> {
     /// Removes the ports `want` no longer has, or has on another interface, MAC, backend or
     /// port group (by name: `groups` are the wanted groups' names, which `want` indexes), so
     /// that every port left is one `want` keeps. Returns whether it removed any.
-    pub(super) fn retire_ports(&mut self, want: &[PortWant], groups: &[&str], now: Instant) -> bool {
-        let wanted: HashMap<&str, &PortWant> = want.iter().map(|w| (w.name.as_str(), w)).collect();
+    pub(super) fn retire_ports(&mut self, want: &[PortPlan], groups: &[&str], now: Instant) -> bool {
+        let wanted: HashMap<&str, &PortPlan> = want.iter().map(|w| (w.name.as_str(), w)).collect();
         let mut retired = false;
         for i in 0..self.ports.len() {
             if !self.ports[i].present() {
@@ -196,7 +187,7 @@ impl<P: Platform> Datapath<P> {
 
     /// Adds port `w` in a free slot with the smallest free ID, and attaches it if its interface
     /// is there.
-    fn add_port(&mut self, w: &PortWant, now: Instant) {
+    fn add_port(&mut self, w: &PortPlan, now: Instant) {
         let id = (1..)
             .map(PortId)
             .find(|id| !self.index.contains_key(id))
@@ -238,14 +229,7 @@ impl<P: Platform> Datapath<P> {
             self.workers[k].lane.tallies[i].take();
         }
         self.ports[i] = Port {
-            plan: PortPlan {
-                id,
-                name: w.name.clone(),
-                interface: w.interface.clone(),
-                leaf: w.leaf,
-                backend: w.backend,
-                mac_takeover: w.mac_takeover,
-            },
+            plan: PortPlan { id, ..w.clone() },
             vacant_since: None,
             ..Port::empty()
         };
@@ -264,6 +248,8 @@ impl<D: Device> Port<D> {
                 id: PortId(0),
                 name: String::new(),
                 interface: String::new(),
+                mac: MacAddr([0; 6]),
+                group: GroupId(0),
                 leaf: NodeId(0),
                 backend: BackendChoice::AfPacket,
                 mac_takeover: false,

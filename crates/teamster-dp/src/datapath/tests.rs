@@ -136,14 +136,16 @@ impl Rig {
             fake.add(name, props);
         }
         let (tree, leaves) = tree(&["vm1", "vm2"]);
-        let ports = [("vm1", "tap1"), ("vm2", "tap2")]
+        let ports = [("vm1", "tap1", VM1), ("vm2", "tap2", VM2)]
             .iter()
             .zip(&leaves)
             .enumerate()
-            .map(|(i, ((name, tap), &leaf))| PortPlan {
+            .map(|(i, ((name, tap, mac), &leaf))| PortPlan {
                 id: PortId(i as u32 + 1),
                 name: (*name).into(),
                 interface: (*tap).into(),
+                mac: *mac,
+                group: GroupId(0),
                 leaf,
                 backend: BackendChoice::AfPacket,
                 mac_takeover: false,
@@ -362,7 +364,9 @@ fn ports_come_and_go_mid_stream() {
     let want = [("vm2", "tap2", VM2), ("vm3", "tap3", vm3)]
         .iter()
         .zip(leaves)
-        .map(|((name, tap, mac), leaf)| PortWant {
+        .map(|((name, tap, mac), leaf)| PortPlan {
+            // Ignored for a port the switch has (it keeps its own) or adds (it gets a free one).
+            id: PortId(0),
             name: (*name).into(),
             interface: (*tap).into(),
             mac: *mac,

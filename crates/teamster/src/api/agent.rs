@@ -179,7 +179,7 @@ fn shape(f: &SwitchFile, s: &crate::live::snapshot::Snapshot, section: &Controll
 }
 
 /// The port of assignment `a`, as this host attaches it.
-fn port_of(f: &SwitchFile, section: &ControllerSection, a: &Assignment) -> Result<PortFile, String> {
+pub(super) fn port_of(f: &SwitchFile, section: &ControllerSection, a: &Assignment) -> Result<PortFile, String> {
     let mac = a
         .mac
         .clone()

@@ -256,48 +256,99 @@ impl TeamingChange {
     }
 }
 
-/// A port to add to the running switch (as a `[[ports]]` entry of `switch.toml`).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PortAdd {
-    /// Unique among ports, pools and traffic classes: 1-64 characters, no `/`.
-    pub name: String,
-    /// The host end of the VM's interface: a tap (`vnet3`) or a veth; it need not exist yet
-    /// (the port attaches when it appears).
-    pub interface: String,
-    /// Its port group.
-    pub group: String,
-    /// The MAC the VM uses on this port (unicast, not all-zero, not another port's).
-    pub mac: String,
-    /// Its network resource pool, or
-    #[serde(default)]
-    #[schema(nullable = false, required = false)]
-    pub pool: Option<String>,
-    /// its traffic class; neither: under the `vm` class.
-    #[serde(default)]
-    #[schema(nullable = false, required = false)]
-    pub class: Option<String>,
-    /// Minimum guaranteed send rate (default none).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = bandwidth_schema, required = false)]
-    pub reservation: Option<Bandwidth>,
-    /// Share of the excess (default normal, 50).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = shares_schema, required = false)]
-    pub shares: Option<Shares>,
-    /// Cap on the send rate (default none).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = bandwidth_schema, required = false)]
-    pub limit: Option<Bandwidth>,
-    /// af_packet (default), af_xdp or auto.
-    #[serde(default, deserialize_with = "some")]
-    #[schema(nullable = false, required = false)]
-    pub backend: Option<crate::live::config::BackendSetting>,
-    /// Take `mac` over from a host outside that uses it (default false: the port waits until
-    /// that host is quiet, its frames from the MAC dropped as `mac_conflict`).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(nullable = false, required = false)]
-    pub mac_takeover: Option<bool>,
+/// Declares a request body that makes a port, a `[[ports]]` entry of `switch.toml`: the
+/// body's own fields (`interface`, `group` and `mac` among them, each saying what it is to that
+/// body), then the fields every such body shares, declared here once (the NetIOC controls and
+/// the backend), then its own again after `then`; and `entry`, the `[[ports]]` entry the body
+/// makes. The bodies: [`PortAdd`] (`POST /api/v1/ports`) and each of the libvirt hook's
+/// [`DomainPort`](super::domain_changes::DomainPort)s (`PUT /api/v1/domains/{domain}/ports`).
+/// Each refuses fields it does not have, so the hook's cannot name its port or take a MAC over.
+macro_rules! port_body {
+    ($(#[$($meta:tt)*])* pub struct $name:ident { $($first:tt)* } then { $($last:tt)* }) => {
+        $(#[$($meta)*])*
+        #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($first)*
+            /// Its network resource pool, or
+            #[serde(default)]
+            #[schema(nullable = false, required = false)]
+            pub pool: Option<String>,
+            /// its traffic class; neither: under the `vm` class.
+            #[serde(default)]
+            #[schema(nullable = false, required = false)]
+            pub class: Option<String>,
+            /// Minimum guaranteed send rate (default none).
+            #[serde(default, deserialize_with = "crate::api::changes::some")]
+            #[schema(schema_with = crate::api::changes::bandwidth_schema, required = false)]
+            pub reservation: Option<teamster_core::units::Bandwidth>,
+            /// Share of the excess (default normal, 50).
+            #[serde(default, deserialize_with = "crate::api::changes::some")]
+            #[schema(schema_with = crate::api::changes::shares_schema, required = false)]
+            pub shares: Option<teamster_core::ioc::Shares>,
+            /// Cap on the send rate (default none).
+            #[serde(default, deserialize_with = "crate::api::changes::some")]
+            #[schema(schema_with = crate::api::changes::bandwidth_schema, required = false)]
+            pub limit: Option<teamster_core::units::Bandwidth>,
+            /// af_packet (default), af_xdp or auto.
+            #[serde(default, deserialize_with = "crate::api::changes::some")]
+            #[schema(nullable = false, required = false)]
+            pub backend: Option<crate::live::config::BackendSetting>,
+            $($last)*
+        }
+
+        impl $name {
+            /// The `[[ports]]` entry this body makes, named `name`, from `origin` (owned by
+            /// `owner`): its MAC as given, never taken over from a host outside (a body that
+            /// may say otherwise sets `mac_takeover` itself).
+            pub fn entry(
+                &self,
+                name: String,
+                origin: crate::live::config::PortOrigin,
+                owner: Option<String>,
+            ) -> crate::live::config::PortFile {
+                crate::live::config::PortFile {
+                    name,
+                    id: None,
+                    mac: Some(self.mac.clone()),
+                    group: self.group.clone(),
+                    pool: self.pool.clone(),
+                    class: self.class.clone(),
+                    reservation: self.reservation.unwrap_or_default(),
+                    shares: self.shares,
+                    limit: self.limit,
+                    interface: self.interface.clone(),
+                    backend: self.backend.unwrap_or_default(),
+                    origin,
+                    owner,
+                    mac_takeover: false,
+                }
+            }
+        }
+    };
+}
+pub(super) use port_body;
+
+port_body! {
+    /// A port to add to the running switch (as a `[[ports]]` entry of `switch.toml`).
+    pub struct PortAdd {
+        /// Unique among ports, pools and traffic classes: 1-64 characters, no `/`.
+        pub name: String,
+        /// The host end of the VM's interface: a tap (`vnet3`) or a veth; it need not exist yet
+        /// (the port attaches when it appears).
+        pub interface: String,
+        /// Its port group.
+        pub group: String,
+        /// The MAC the VM uses on this port (unicast, not all-zero, not another port's).
+        pub mac: String,
+    }
+    then {
+        /// Take `mac` over from a host outside that uses it (default false: the port waits until
+        /// that host is quiet, its frames from the MAC dropped as `mac_conflict`).
+        #[serde(default, deserialize_with = "some")]
+        #[schema(nullable = false, required = false)]
+        pub mac_takeover: Option<bool>,
+    }
 }
 
 /// A port group to add to the running switch (as a `[[port_groups]]` entry; its security
@@ -486,20 +537,8 @@ pub fn add_port(f: &SwitchFile, p: &PortAdd) -> Result<SwitchFile, ChangeError> 
     }
     let mut new = f.clone();
     new.ports.push(PortFile {
-        name: p.name.clone(),
-        id: None,
-        mac: Some(p.mac.clone()),
-        group: p.group.clone(),
-        pool: p.pool.clone(),
-        class: p.class.clone(),
-        reservation: p.reservation.unwrap_or_default(),
-        shares: p.shares,
-        limit: p.limit,
-        interface: p.interface.clone(),
-        backend: p.backend.unwrap_or_default(),
-        origin: PortOrigin::Api,
-        owner: None,
         mac_takeover: p.mac_takeover.unwrap_or(false),
+        ..p.entry(p.name.clone(), PortOrigin::Api, None)
     });
     Ok(new)
 }
@@ -581,6 +620,109 @@ mod tests {
     use crate::live::config::parse_file;
 
     use crate::live::config::ONE_PORT as FILE;
+
+    /// Every road a port takes ends in the same planned port, made by one function
+    /// (`config::port_plan`): one VM on vnet0 in the file (as at start or a reload), added
+    /// through the API, set by the libvirt hook, matched by a port rule or assigned by the
+    /// cluster controller, is planned alike but for its name (the hook's and a rule's are the
+    /// switch's choice) and origin.
+    #[test]
+    fn every_road_plans_the_same_port() {
+        use crate::live::config::{check, port_from, Interfaces, PortRule, SwitchPlan};
+        use teamster_dp::datapath::PortPlan;
+        struct AllThere;
+        impl Interfaces for AllThere {
+            fn exists(&self, _: &str) -> bool {
+                true
+            }
+            fn speed_mbps(&self, _: &str) -> Option<u64> {
+                Some(10_000)
+            }
+        }
+        let planned = |f: &SwitchFile| -> (PortPlan, String) {
+            let SwitchPlan { datapath, .. } = check(f, &AllThere).unwrap();
+            let [p] = &datapath.ports[..] else {
+                panic!("one port: {:?}", datapath.ports)
+            };
+            let spec = &datapath.tree.node(p.leaf).spec;
+            let controls = format!("{} {} {:?}", spec.reservation, spec.shares.get(), spec.limit);
+            let unnamed = PortPlan {
+                name: String::new(),
+                ..p.clone()
+            };
+            (unnamed, controls)
+        };
+        let file = parse_file(FILE).unwrap();
+        let none = SwitchFile {
+            ports: Vec::new(),
+            ..file.clone()
+        };
+        let api: PortAdd = serde_json::from_str(
+            r#"{"name": "vm1", "interface": "vnet0", "group": "vms", "mac": "52:54:00:00:00:01", "limit": "2G"}"#,
+        )
+        .unwrap();
+        let hook: crate::api::domain_changes::DomainPorts = serde_json::from_str(
+            r#"{"ports": [{"interface": "vnet0", "group": "vms", "mac": "52:54:00:00:00:01", "limit": "2G"}]}"#,
+        )
+        .unwrap();
+        let rule = PortRule {
+            pattern: "vnet*".into(),
+            mac_prefix: None,
+            group: "vms".into(),
+            vm_mac: Default::default(),
+            pool: None,
+            class: None,
+            reservation: Bandwidth::ZERO,
+            shares: None,
+            limit: Some(Bandwidth::from_gbps(2)),
+            backend: Default::default(),
+        };
+        let assignment = crate::controller::view::Assignment {
+            vm: "vm1".into(),
+            mac: Some("52:54:00:00:00:01".into()),
+            group: None,
+            pool: "vm".into(),
+            reservation: Bandwidth::ZERO,
+            shares: Shares::NORMAL,
+            limit: Some(Bandwidth::from_gbps(2)),
+            moving_from: None,
+        };
+        let section = crate::live::controller_config::ControllerSection {
+            url: None,
+            socket: None,
+            token_file: None,
+            host: "h1".into(),
+            interface: "vnet0".into(),
+            group: "vms".into(),
+            derived: Vec::new(),
+            interval_ms: None,
+        };
+        let mut assigned = none.clone();
+        assigned
+            .ports
+            .push(crate::api::agent::port_of(&none, &section, &assignment).unwrap());
+        let mut matched = none.clone();
+        matched
+            .ports
+            .push(port_from(&rule, "vnet0", "52:54:00:00:00:01".parse().unwrap()));
+        let roads = [
+            ("the file", file.clone()),
+            ("the API", add_port(&none, &api).unwrap()),
+            (
+                "the hook",
+                crate::api::domain_changes::set_domain_ports(&none, "web", &hook.ports)
+                    .unwrap()
+                    .0,
+            ),
+            ("a port rule", matched),
+            ("the controller", assigned),
+        ];
+        let want = planned(&file);
+        assert_eq!(want.0.mac.to_string(), "52:54:00:00:00:01");
+        for (road, f) in roads {
+            assert_eq!(planned(&f), want, "{road}");
+        }
+    }
 
     /// Parses a body as the API does (axum's JSON extractor reports the field's path).
     fn port_change(json: &str) -> Result<PortChange, String> {

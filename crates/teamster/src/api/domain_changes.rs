@@ -10,13 +10,11 @@
 //! is taken by a port that is not the domain's. No other port is ever touched: a MAC, interface
 //! or name another port has refuses the change whole, naming that port.
 
-use super::changes::{bandwidth_schema, shares_schema, some, ChangeError};
-use crate::live::config::{BackendSetting, PortFile, PortOrigin, SwitchFile};
+use super::changes::ChangeError;
+use crate::live::config::{PortFile, PortOrigin, SwitchFile};
 use crate::live::domain_ports::{hashed_name, plain_name};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
-use teamster_core::ioc::Shares;
-use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 use utoipa::ToSchema;
 
@@ -32,41 +30,18 @@ pub struct DomainPorts {
     pub ports: Vec<DomainPort>,
 }
 
-/// One of a domain's interfaces, as a port.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DomainPort {
-    /// The VM's tap (`<target dev=...>`).
-    pub interface: String,
-    /// Its port group.
-    pub group: String,
-    /// The VM's MAC on this interface: what identifies the port within its domain.
-    #[schema(pattern = r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$")]
-    pub mac: String,
-    /// Its network resource pool, or
-    #[serde(default)]
-    #[schema(nullable = false, required = false)]
-    pub pool: Option<String>,
-    /// its traffic class; neither: under the `vm` class.
-    #[serde(default)]
-    #[schema(nullable = false, required = false)]
-    pub class: Option<String>,
-    /// Minimum guaranteed send rate (default none).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = bandwidth_schema, required = false)]
-    pub reservation: Option<Bandwidth>,
-    /// Share of the excess (default normal, 50).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = shares_schema, required = false)]
-    pub shares: Option<Shares>,
-    /// Cap on the send rate (default none).
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = bandwidth_schema, required = false)]
-    pub limit: Option<Bandwidth>,
-    /// af_packet (default), af_xdp or auto.
-    #[serde(default, deserialize_with = "some")]
-    #[schema(nullable = false, required = false)]
-    pub backend: Option<BackendSetting>,
+super::changes::port_body! {
+    /// One of a domain's interfaces, as a port.
+    pub struct DomainPort {
+        /// The VM's tap (`<target dev=...>`).
+        pub interface: String,
+        /// Its port group.
+        pub group: String,
+        /// The VM's MAC on this interface: what identifies the port within its domain.
+        #[schema(pattern = r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$")]
+        pub mac: String,
+    }
+    then {}
 }
 
 /// Whether port `p` is domain `domain`'s.
@@ -89,22 +64,11 @@ pub(super) fn check_domain(domain: &str) -> Result<(), String> {
 
 /// The port `w` asks for, named `name`, owned by `domain`.
 fn port_of(domain: &str, name: String, w: &DomainPort) -> PortFile {
+    // A tenant's domain XML never takes a MAC from a host outside (SECURITY.md): `entry` gives
+    // no port that.
     PortFile {
-        name,
-        id: None,
         mac: Some(w.mac.to_ascii_lowercase()),
-        group: w.group.clone(),
-        pool: w.pool.clone(),
-        class: w.class.clone(),
-        reservation: w.reservation.unwrap_or_default(),
-        shares: w.shares,
-        limit: w.limit,
-        interface: w.interface.clone(),
-        backend: w.backend.unwrap_or_default(),
-        origin: PortOrigin::Libvirt,
-        owner: Some(domain.to_string()),
-        // A tenant's domain XML never takes a MAC from a host outside (SECURITY.md).
-        mac_takeover: false,
+        ..w.entry(name, PortOrigin::Libvirt, Some(domain.to_string()))
     }
 }
 
@@ -271,6 +235,15 @@ mod tests {
             Err(ChangeError::Invalid(_))
         ));
         assert!(matches!(remove_domain_ports(&f, "a\nb"), Err(ChangeError::Invalid(_))));
+        // The hook's entries share PortAdd's fields but not these: the switch names the port,
+        // and a domain never takes a MAC over.
+        for extra in [r#""name": "x""#, r#""mac_takeover": true"#] {
+            let body = format!(
+                r#"{{"ports": [{{"interface": "vnet7", "group": "vms", "mac": "52:54:00:aa:00:01", {extra}}}]}}"#
+            );
+            let e = serde_json::from_str::<DomainPorts>(&body).unwrap_err().to_string();
+            assert!(e.contains("unknown field"), "{e}");
+        }
         // Both names taken: refused, naming them.
         let mut g = f.clone();
         g.ports[0].name = "d-0".into();

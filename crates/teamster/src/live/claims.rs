@@ -154,16 +154,9 @@ pub fn names(plan: &SwitchPlan) -> Vec<String> {
 
 /// Every interface `plan` serves, with what serves it: its uplinks', then its ports'.
 pub fn interfaces(plan: &SwitchPlan) -> Vec<(&str, String)> {
-    let uplinks = plan
-        .uplinks
-        .iter()
-        .zip(&plan.file.uplinks)
-        .map(|((interface, _), u)| (interface.as_str(), format!("uplink {}", u.name)));
-    let ports = plan
-        .ports
-        .iter()
-        .zip(&plan.file.ports)
-        .map(|((_, interface, _), p)| (interface.as_str(), format!("port {}", p.name)));
+    let planned = &plan.datapath;
+    let uplinks = (planned.uplinks.iter()).map(|u| (u.interface.as_str(), format!("uplink {}", u.name)));
+    let ports = (planned.ports.iter()).map(|p| (p.interface.as_str(), format!("port {}", p.name)));
     uplinks.chain(ports).collect()
 }
 

@@ -50,11 +50,11 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use teamster_core::host::{self, ClassEntry, GroupEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
-use teamster_core::ioc::{NodeId, Tree};
+use teamster_core::host::{self, ClassEntry, GroupEntry, HostPort, HostSpec, LbtSection, PoolEntry, UplinkDesc};
 use teamster_core::switch::{MacLimits, SwitchConfig};
-use teamster_core::teaming::{PortId, Team};
 use teamster_core::units::Bandwidth;
+use teamster_dp::backend::BackendChoice;
+use teamster_dp::datapath::{DatapathPlan, PortPlan, UplinkPlan};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -258,24 +258,12 @@ group = "vms"
 limit = "2G"
 "#;
 
-/// A checked switch, ready to attach.
+/// A checked switch, ready to attach or to change to: what the data plane is to run (its ports
+/// and uplinks each by name, see [`port_plan`] and [`uplink_plan`]), and the file it was
+/// built from.
 pub struct SwitchPlan {
-    pub team: Team,
-    pub tree: Tree,
-    /// Per port (in file order): its ID, interface and NetIOC leaf.
-    pub ports: Vec<(PortId, String, NodeId)>,
-    /// Per uplink (in file order): its interface and capacity.
-    pub uplinks: Vec<(String, Bandwidth)>,
-    pub reservation_cap: teamster_core::ioc::ReservationCap,
-    /// MAC ageing and limits, and each port group's security policy.
-    pub switch: SwitchConfig,
-    /// How long the data plane polls without sleeping after frames.
-    pub busy_poll: core::time::Duration,
-    /// Data-plane threads.
-    pub workers: usize,
-    /// The uplinks' receive queues.
-    pub rx: teamster_dp::datapath::RxPlan,
-    /// The file this plan was built from (names, MACs, administrative states).
+    pub datapath: DatapathPlan,
+    /// The file this plan was built from (names, MACs, origins, administrative states).
     pub file: SwitchFile,
 }
 
@@ -461,7 +449,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
                 )
             })?,
         };
-        uplinks.push((u.interface.clone(), capacity));
+        uplinks.push(uplink_plan(u, capacity, &f.rx));
     }
     // The data plane holds at most this many ports (its port workers' counters are allocated
     // at start): a file over it would be saved by the API and then refused at the next start,
@@ -502,13 +490,10 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         HostSpec {
             lbt: &f.lbt,
             reservation_cap: f.reservation_cap,
-            uplinks: f
-                .uplinks
-                .iter()
-                .zip(&uplinks)
-                .map(|(u, (_, capacity))| UplinkDesc {
+            uplinks: (uplinks.iter())
+                .map(|u| UplinkDesc {
                     name: u.name.clone(),
-                    capacity: *capacity,
+                    capacity: u.capacity,
                 })
                 .collect(),
             port_groups: &groups,
@@ -520,29 +505,66 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         &mut |_, _| None,
     )?;
     check_rules(f, ifs, running)?;
-    let ports = built
-        .ports
-        .iter()
-        .zip(&f.ports)
-        .map(|(hp, pf)| (hp.id, pf.interface.clone(), hp.leaf))
-        .collect();
+    // Joined by name: the built host's port and the entry it was built from.
+    let entries: std::collections::HashMap<&str, &PortFile> = f.ports.iter().map(|p| (p.name.as_str(), p)).collect();
+    let ports = (built.ports.iter())
+        .map(|hp| match entries.get(hp.name.as_str()) {
+            Some(p) => Ok(port_plan(p, hp)),
+            None => Err(format!("port {}: built from no [[ports]] entry", hp.name)),
+        })
+        .collect::<Result<_, String>>()?;
     Ok(SwitchPlan {
-        team: built.team,
-        tree: built.tree,
-        reservation_cap: built.reservation_cap,
-        ports,
-        uplinks,
-        switch: SwitchConfig {
-            ageing,
-            mac_limits,
-            security: f.port_groups.iter().map(|g| g.security).collect(),
-            overlays: teamster_core::host::overlays(&f.port_groups),
+        datapath: DatapathPlan {
+            team: built.team,
+            tree: built.tree,
+            reservation_cap: built.reservation_cap,
+            ports,
+            uplinks,
+            switch: SwitchConfig {
+                ageing,
+                mac_limits,
+                security: f.port_groups.iter().map(|g| g.security).collect(),
+                overlays: teamster_core::host::overlays(&f.port_groups),
+            },
+            busy_poll,
+            workers,
+            rx,
         },
-        busy_poll,
-        workers,
-        rx,
         file: f.clone(),
     })
+}
+
+/// The port a `[[ports]]` entry plans, whichever road made the entry (the file or a reload of
+/// it, the API, a port rule, the libvirt hook, the cluster controller): its ID, MAC, group
+/// and NetIOC leaf as the checked host `built` them, the rest as the entry says.
+pub fn port_plan(p: &PortFile, built: &HostPort) -> PortPlan {
+    PortPlan {
+        id: built.id,
+        name: p.name.clone(),
+        interface: p.interface.clone(),
+        mac: built.mac,
+        group: built.group,
+        leaf: built.leaf,
+        backend: p.backend.choice(),
+        mac_takeover: p.mac_takeover,
+    }
+}
+
+/// The uplink an `[[uplinks]]` entry plans, at `capacity` (the file's, the one it runs at, or
+/// the interface's speed: see [`check_with`]).
+pub fn uplink_plan(u: &UplinkFile, capacity: Bandwidth, rx: &super::rx_config::RxSection) -> UplinkPlan {
+    UplinkPlan {
+        name: u.name.clone(),
+        interface: u.interface.clone(),
+        capacity,
+        follows_link_speed: u.capacity.is_none(),
+        admin_up: u.admin == AdminState::Up,
+        // Receive queues are sockets of one AF_PACKET fanout group.
+        backend: match u.backend.choice() {
+            BackendChoice::Auto if rx.queue_count() > 1 => BackendChoice::AfPacket,
+            choice => choice,
+        },
+    }
 }
 
 /// Checks `[[port_rules]]`: each on its own, then a port each would make, added to the file
@@ -718,16 +740,30 @@ group = "vms"
 
     #[test]
     fn a_good_file_builds_the_switch() {
-        let p = parse(GOOD, &Fake).unwrap();
+        let p = parse(GOOD, &Fake).unwrap().datapath;
+        let uplinks: Vec<_> = (p.uplinks.iter())
+            .map(|u| (u.name.as_str(), u.interface.as_str(), u.capacity, u.follows_link_speed))
+            .collect();
         assert_eq!(
-            p.uplinks,
+            uplinks,
             [
-                ("eth1".to_string(), Bandwidth::from_gbps(10)),
-                ("eth2".to_string(), Bandwidth::from_gbps(1))
+                ("uplink1", "eth1", Bandwidth::from_gbps(10), true),
+                ("uplink2", "eth2", Bandwidth::from_gbps(1), false)
             ]
         );
-        assert_eq!(p.ports.len(), 2);
-        assert_eq!(p.tree.node(p.ports[0].2).spec.reservation, Bandwidth::from_mbps(100));
+        let ports: Vec<_> = (p.ports.iter())
+            .map(|p| (p.name.as_str(), p.interface.as_str(), p.mac.to_string()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("vm1", "vnet0", "52:54:00:00:00:01".to_string()),
+                ("vm2", "vnet1", "52:54:00:00:00:02".to_string())
+            ]
+        );
+        let vm1 = &p.ports[0];
+        assert_eq!(p.tree.node(vm1.leaf).spec.reservation, Bandwidth::from_mbps(100));
+        assert_eq!(p.team.port_mac(vm1.id), Some(vm1.mac), "the team's port is the plan's");
     }
 
     /// A port may not take an uplink's own MAC (it would take the host's traffic there).
@@ -769,7 +805,7 @@ group = "vms"
         let no_ports = &GOOD[..GOOD.find("[[ports]]").unwrap()];
         let rule = "[[port_rules]]\nmatch = \"vnet*\"\ngroup = \"vms\"\nlimit = \"1G\"\n";
         let p = parse(&format!("{no_ports}{rule}"), &Fake).unwrap();
-        assert!(p.ports.is_empty());
+        assert!(p.datapath.ports.is_empty());
         assert_eq!(p.file.port_rules[0].pattern, "vnet*");
         assert!(render(&p.file).contains("match = \"vnet*\""));
         for (bad, want) in [
@@ -830,17 +866,17 @@ group = "vms"
     fn security_and_mac_limits_reach_the_switch() {
         use teamster_core::switch::{SecurityPolicy, Verdict};
         let p = parse(GOOD, &Fake).unwrap();
-        assert_eq!(p.switch.security, [SecurityPolicy::default()]);
-        assert_eq!(p.switch.mac_limits, MacLimits::default());
+        assert_eq!(p.datapath.switch.security, [SecurityPolicy::default()]);
+        assert_eq!(p.datapath.switch.mac_limits, MacLimits::default());
         let text = GOOD.replace(
             "policy = \"load-based\"",
             "policy = \"load-based\"\nsecurity = { forged_transmits = \"accept\", promiscuous = \"reject\" }",
         );
         let p = parse(&format!("mac_limit = 100\n{text}"), &Fake).unwrap();
-        let s = p.switch.security[0];
+        let s = p.datapath.switch.security[0];
         assert!(s.forged_transmits == Verdict::Accept && s.mac_changes == Verdict::Reject);
         assert_eq!(
-            p.switch.mac_limits,
+            p.datapath.switch.mac_limits,
             MacLimits {
                 total: 100,
                 per_port: 100
@@ -853,7 +889,10 @@ group = "vms"
             "policy = \"load-based\"\nsecurity = { link_local = [\"lldp\"] }",
         );
         let p = parse(&lldp, &Fake).unwrap();
-        assert_eq!(p.switch.security[0].link_local, teamster_core::switch::LinkLocal::LLDP);
+        assert_eq!(
+            p.datapath.switch.security[0].link_local,
+            teamster_core::switch::LinkLocal::LLDP
+        );
         assert!(
             render(&p.file).contains("link_local = [\"lldp\"]"),
             "{}",

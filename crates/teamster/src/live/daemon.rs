@@ -4,7 +4,7 @@
 //! [`super::snapshot_thread`], which builds the snapshots for the API and the status file
 //! (rewritten every second by [`super::status_writer`]) off the loop's thread.
 
-use super::config::{AdminState, SwitchFile, SwitchPlan};
+use super::config::{SwitchFile, SwitchPlan};
 use super::snapshot::Snapshot;
 use super::snapshot_thread::{SnapshotThread, Taken};
 use super::status_writer::{StatusFile, StatusWriter};
@@ -13,12 +13,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use teamster_core::switch::SecurityPolicy;
 use teamster_core::teaming::{GroupId, PortGroupSpec};
-use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
-use teamster_dp::backend::BackendChoice;
-use teamster_dp::datapath::{
-    AttachOptions, Control, Datapath, DatapathPlan, EventSink, LinkNews, PortPlan, PortWant, UplinkPlan,
-};
+use teamster_dp::datapath::{AttachOptions, Control, Datapath, EventSink, LinkNews};
 
 /// How often the loop publishes a snapshot.
 const SNAPSHOT_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
@@ -67,79 +63,6 @@ struct ControlPlane {
     watchdog: super::service::Watchdog,
 }
 
-/// The ports of a checked plan as the data plane is asked to have them.
-fn port_wants(plan: &SwitchPlan) -> Vec<PortWant> {
-    let specs: std::collections::HashMap<_, _> = plan.team.ports().map(|s| (s.id, s)).collect();
-    plan.ports
-        .iter()
-        .zip(&plan.file.ports)
-        .filter_map(|((id, interface, leaf), pf)| {
-            let spec = specs.get(id)?;
-            Some(PortWant {
-                name: pf.name.clone(),
-                interface: interface.clone(),
-                mac: spec.mac,
-                group: spec.group,
-                leaf: *leaf,
-                backend: pf.backend.choice(),
-                mac_takeover: pf.mac_takeover,
-            })
-        })
-        .collect()
-}
-
-/// The uplinks of a checked plan (interface and capacity of each) as the data plane is asked
-/// to have them, with names and settings from its file.
-fn uplink_plans(checked: &[(String, Bandwidth)], file: &SwitchFile) -> Vec<UplinkPlan> {
-    checked
-        .iter()
-        .zip(&file.uplinks)
-        .map(|((interface, capacity), uf)| UplinkPlan {
-            name: uf.name.clone(),
-            interface: interface.clone(),
-            capacity: *capacity,
-            follows_link_speed: uf.capacity.is_none(),
-            admin_up: uf.admin == AdminState::Up,
-            // Receive queues are sockets of one AF_PACKET fanout group.
-            backend: match uf.backend.choice() {
-                BackendChoice::Auto if file.rx.queue_count() > 1 => BackendChoice::AfPacket,
-                choice => choice,
-            },
-        })
-        .collect()
-}
-
-/// The data plane's part of a checked plan, with names from its file.
-fn datapath_plan(plan: SwitchPlan) -> (DatapathPlan, SwitchFile) {
-    let file = plan.file;
-    let ports = plan
-        .ports
-        .into_iter()
-        .zip(&file.ports)
-        .map(|((id, interface, leaf), pf)| PortPlan {
-            id,
-            name: pf.name.clone(),
-            interface,
-            leaf,
-            backend: pf.backend.choice(),
-            mac_takeover: pf.mac_takeover,
-        })
-        .collect();
-    let uplinks = uplink_plans(&plan.uplinks, &file);
-    let dp = DatapathPlan {
-        team: plan.team,
-        tree: plan.tree,
-        reservation_cap: plan.reservation_cap,
-        ports,
-        uplinks,
-        switch: plan.switch,
-        busy_poll: plan.busy_poll,
-        workers: plan.workers,
-        rx: plan.rx,
-    };
-    (dp, file)
-}
-
 impl Daemon {
     /// Attaches to every interface of `plan`. On error, whatever was opened is closed again.
     /// `link`, if given, connects the loop to the API.
@@ -149,12 +72,12 @@ impl Daemon {
         link: Option<ControlLink>,
         events: EventSink,
     ) -> Result<Daemon, String> {
-        let (dp_plan, file) = datapath_plan(plan);
+        let SwitchPlan { datapath, file } = plan;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()
         };
-        let dp = Datapath::attach_with(dp_plan, options)?;
+        let dp = Datapath::attach_with(datapath, options)?;
         let status = status_file
             .map(StatusWriter::start)
             .transpose()
@@ -265,17 +188,15 @@ impl Control for ControlPlane {
                 dp.event(now, "port", note);
             }
             if let Some(plan) = apply.plan {
-                let plan = *plan;
-                let groups: Vec<(PortGroupSpec, SecurityPolicy)> = (0..plan.file.port_groups.len())
+                let SwitchPlan { datapath: want, file } = *plan;
+                let groups: Vec<(PortGroupSpec, SecurityPolicy)> = (0..file.port_groups.len())
                     .filter_map(|g| {
-                        let security = plan.switch.security.get(g).copied().unwrap_or_default();
-                        Some((plan.team.group(GroupId(g))?.clone(), security))
+                        let security = want.switch.security.get(g).copied().unwrap_or_default();
+                        Some((want.team.group(GroupId(g))?.clone(), security))
                     })
                     .collect();
-                let uplinks = uplink_plans(&plan.uplinks, &plan.file);
-                let ports = port_wants(&plan);
-                dp.reconfigure(plan.tree, &ports, &groups, &uplinks, now);
-                self.file = Arc::new(plan.file);
+                dp.reconfigure(want.tree, &want.ports, &groups, &want.uplinks, now);
+                self.file = Arc::new(file);
             }
             let taken = self.take(dp, now, false, Some(apply.done));
             self.hand_over(taken);
@@ -319,7 +240,7 @@ mod tests {
     /// A data plane's state as `publish` would copy it at 3 s, from FILE's plan.
     fn published() -> (Published, SwitchFile) {
         let plan = super::super::config::parse(FILE, &AllThere).unwrap();
-        let (dp, file) = datapath_plan(plan);
+        let SwitchPlan { datapath: dp, file } = plan;
         let ports = dp
             .ports
             .iter()
