@@ -104,8 +104,9 @@ impl Link {
     }
 }
 
-/// Each call goes to whichever backend is open. The calls on a frame's path (`recv_batch`,
-/// `send_owned`, `flush`) `match` rather than call through a pointer.
+/// Each call goes to whichever backend is open. The calls made per frame or per batch
+/// (`recv_batch`, `send_owned`, `flush`, `tx_pending`, `takes_offloads`) `match` rather than
+/// call through a pointer.
 impl Device for Link {
     fn name(&self) -> &str {
         self.inner().name()
@@ -179,7 +180,10 @@ impl Device for Link {
     }
 
     fn takes_offloads(&self) -> bool {
-        self.inner().takes_offloads()
+        match self {
+            Link::Packet(b) => b.takes_offloads(),
+            Link::Xdp(b) => b.takes_offloads(),
+        }
     }
 
     fn flush(&mut self) -> usize {
@@ -190,7 +194,10 @@ impl Device for Link {
     }
 
     fn tx_pending(&self) -> usize {
-        self.inner().tx_pending()
+        match self {
+            Link::Packet(b) => b.tx_pending(),
+            Link::Xdp(b) => b.tx_pending(),
+        }
     }
 
     fn ring_drops(&mut self) -> u64 {

@@ -473,6 +473,14 @@ pub struct LinkNews {
 /// says so) rather than growing without bound when a local user creates interfaces in a loop.
 pub const NEWS_KEPT: usize = 1024;
 
+/// Runs a Linux data plane until `stop` is set (see [`Datapath::run`]). Not generic, so the
+/// whole loop is compiled, and optimised, with this crate, whatever the caller's profile: a
+/// generic call from the `teamster` crate would compile the loop there, unoptimised in a
+/// debug build, where the live tests run it.
+pub fn run_kernel(dp: &mut Datapath, stop: &AtomicBool, control: &mut dyn Control) {
+    dp.run(stop, control);
+}
+
 impl Datapath {
     /// Attaches to every interface of `plan` on this host. On error, whatever was opened is
     /// closed again.

@@ -9,7 +9,7 @@
 //!
 //! Implementations: [`crate::afpacket::AfPacket`] and [`crate::afxdp::AfXdp`] (behind
 //! [`crate::backend::Link`], which the kernel [`crate::platform::Kernel`] opens), and
-//! [`crate::fake::FakeDevice`], in memory, for tests without root. The optional methods
+//! `teamster_dp::fake::FakeDevice`, in memory, for tests without root. The optional methods
 //! (receive queues, steering) have defaults that refuse, so a device that has no such thing
 //! needs no code for it.
 

@@ -74,13 +74,14 @@ pub struct FakeInterface {
 }
 
 impl FakeInterface {
-    /// A 1500-byte-MTU interface with MAC `mac`, no speed, complete frames only.
+    /// A 1500-byte-MTU interface with MAC `mac`, no speed, taking offloads as an AF_PACKET
+    /// socket does (the default backend's).
     pub fn with_mac(mac: MacAddr) -> FakeInterface {
         FakeInterface {
             mtu: 1500,
             mac,
             speed_mbps: None,
-            takes_offloads: false,
+            takes_offloads: true,
         }
     }
 }
@@ -209,10 +210,15 @@ impl FakePlatform {
         }
     }
 
-    /// Puts `frame` on `name`'s wire, towards the data plane.
+    /// Puts `frame` on `name`'s wire, towards the data plane. A device that takes no offloads
+    /// receives complete frames only: a request on such an interface is the test's mistake.
     pub fn inject(&self, name: &str, frame: Frame) {
         let mut w = self.world();
         let i = w.interfaces.get_mut(name).expect("inject on an interface that exists");
+        assert!(
+            i.props.takes_offloads || frame.offload.is_none(),
+            "{name} takes no offloads: inject complete frames"
+        );
         i.rx.push_back(frame);
         i.readable.set();
     }
@@ -255,6 +261,7 @@ impl Platform for FakePlatform {
             world: self.world.clone(),
             queued: VecDeque::new(),
             sent: TxTotals::default(),
+            spent: Vec::new(),
         };
         let note = (choice == BackendChoice::Auto).then(|| "af_xdp unavailable (fake); using the fake".to_string());
         Ok(Opened { link: device, note })
@@ -323,6 +330,8 @@ pub struct FakeDevice {
     world: Arc<Mutex<World>>,
     queued: VecDeque<Frame>,
     sent: TxTotals,
+    /// Buffers of frames sent (their bytes copied onto the wire), for the caller's pool.
+    spent: Vec<Vec<u8>>,
 }
 
 impl FakeDevice {
@@ -351,6 +360,15 @@ impl Device for FakeDevice {
 
     fn describe(&self) -> String {
         "fake".to_string()
+    }
+
+    /// Its eventfd polls writable always: that says nothing of room (as AF_XDP's socket).
+    fn pollout_means_room(&self) -> bool {
+        false
+    }
+
+    fn recycle(&mut self, sink: &mut dyn FnMut(Vec<u8>)) {
+        self.spent.drain(..).for_each(sink);
     }
 
     fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Frame)) -> usize {
@@ -387,23 +405,21 @@ impl Device for FakeDevice {
     }
 
     fn flush(&mut self) -> usize {
-        let queued = &mut self.queued;
+        let (queued, spent) = (&mut self.queued, &mut self.spent);
         let mut sent = TxTotals::default();
-        let taken = self
-            .world
-            .lock()
-            .expect("fake world")
-            .interfaces
-            .get_mut(&self.name)
-            .filter(|i| i.index == self.index)
-            .map(|i| {
-                let n = i.tx_room.map_or(queued.len(), |room| room.min(queued.len()));
-                for f in queued.drain(..n) {
-                    sent.packets += f.offload.segments(&f.bytes) as u64;
-                    sent.bytes += f.wire_len() as u64;
-                    i.wire.push(f);
-                }
-            });
+        let mut world = self.world.lock().expect("fake world");
+        let here = world.interfaces.get_mut(&self.name).filter(|i| i.index == self.index);
+        let taken = here.map(|i| {
+            let n = i.tx_room.map_or(queued.len(), |room| room.min(queued.len()));
+            for f in queued.drain(..n) {
+                sent.packets += f.offload.segments(&f.bytes) as u64;
+                sent.bytes += f.wire_len() as u64;
+                // The wire gets a copy; the buffer goes back to the caller, as a kernel's does.
+                i.wire.push(Frame::new(f.bytes.clone(), f.offload));
+                spent.push(f.bytes);
+            }
+        });
+        drop(world);
         self.sent.packets += sent.packets;
         self.sent.bytes += sent.bytes;
         match taken {

@@ -10,7 +10,7 @@
 //! - the engine's clock ([`Platform::now`]), so a test can move time itself.
 //!
 //! [`Kernel`] is Linux: AF_PACKET or AF_XDP sockets, sysfs, rtnetlink, the monotonic clock.
-//! [`crate::fake::FakePlatform`] is memory: interfaces a test creates, takes down and deletes,
+//! `teamster_dp::fake::FakePlatform` (the `fake` feature, and this crate's tests) is memory: interfaces a test creates, takes down and deletes,
 //! frames it injects and collects, a clock it advances. A data plane that executes somewhere
 //! else entirely (a kernel fast path programmed through maps) is not a platform: it replaces
 //! the turn, not what is under it; see `ARCHITECTURE.md`.

@@ -106,7 +106,7 @@ impl Daemon {
 
     /// Runs until `stop` is set; writes the status file a last time.
     pub fn run(&mut self, stop: &Arc<AtomicBool>) {
-        self.dp.run(stop, &mut self.plane);
+        teamster_dp::datapath::run_kernel(&mut self.dp, stop, &mut self.plane);
         let status = self.plane.snapshots.take().and_then(SnapshotThread::stop);
         if let Some(w) = status {
             self.dp.collect_ring_drops();
