@@ -1082,3 +1082,55 @@ group = "vms"
         }
     }
 }
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    struct AllThere;
+
+    impl Interfaces for AllThere {
+        fn exists(&self, _: &str) -> bool {
+            true
+        }
+        fn speed_mbps(&self, _: &str) -> Option<u64> {
+            Some(10_000)
+        }
+    }
+
+    /// Each planned port carries its own entry's interface, MAC and controls, whatever the
+    /// ports around it: three ports, then the middle one gone (a join by position would give the
+    /// third the second's interface and MAC).
+    #[test]
+    fn each_planned_port_is_its_own_entry_by_name() {
+        let mut text = ONE_PORT.replace("limit = \"2G\"\n", "limit = \"1G\"\n");
+        for (n, limit) in [(2, "2G"), (3, "3G")] {
+            text.push_str(&format!(
+                "[[ports]]\nname = \"vm{n}\"\ninterface = \"vnet{n}\"\nmac = \"52:54:00:00:00:0{n}\"\n\
+                 group = \"vms\"\nlimit = \"{limit}\"\n"
+            ));
+        }
+        let mut file = parse_file(&text).unwrap();
+        let check_all = |f: &SwitchFile| {
+            let plan = check(f, &AllThere).unwrap();
+            for p in &plan.datapath.ports {
+                let n: u32 = p.name.trim_start_matches("vm").parse().unwrap();
+                assert_eq!(
+                    p.interface,
+                    if n == 1 {
+                        "vnet0".to_string()
+                    } else {
+                        format!("vnet{n}")
+                    }
+                );
+                assert_eq!(p.mac.to_string(), format!("52:54:00:00:00:0{n}"));
+                let limit = plan.datapath.tree.node(p.leaf).spec.limit;
+                assert_eq!(limit, Some(Bandwidth::from_gbps(u64::from(n))), "{}", p.name);
+            }
+            plan.datapath.ports.len()
+        };
+        assert_eq!(check_all(&file), 3);
+        file.ports.remove(1);
+        assert_eq!(check_all(&file), 2);
+    }
+}
