@@ -121,6 +121,22 @@ fn uplink_plans(rate: Bandwidth) -> Vec<UplinkPlan> {
         .to_vec()
 }
 
+/// Planned ports in group 0, each `(name, tap, MAC)` on its leaf, numbered from `first`.
+fn plans(ports: &[(&str, &str, MacAddr)], leaves: &[NodeId], first: u32) -> Vec<PortPlan> {
+    (ports.iter().zip(leaves).enumerate())
+        .map(|(i, (&(name, tap, mac), &leaf))| PortPlan {
+            id: PortId(first + i as u32),
+            name: name.into(),
+            interface: tap.into(),
+            mac,
+            group: GroupId(0),
+            leaf,
+            backend: BackendChoice::AfPacket,
+            mac_takeover: false,
+        })
+        .collect()
+}
+
 impl Rig {
     /// The rig with `workers` data-plane threads, every device taking offloads (AF_PACKET's),
     /// no busy polling.
@@ -142,21 +158,7 @@ impl Rig {
             fake.add(name, FakeInterface::with_mac(MacAddr(mac)));
         }
         let (tree, leaves) = tree(&["vm1", "vm2"]);
-        let ports = [("vm1", "tap1", VM1), ("vm2", "tap2", VM2)]
-            .iter()
-            .zip(&leaves)
-            .enumerate()
-            .map(|(i, ((name, tap, mac), &leaf))| PortPlan {
-                id: PortId(i as u32 + 1),
-                name: (*name).into(),
-                interface: (*tap).into(),
-                mac: *mac,
-                group: GroupId(0),
-                leaf,
-                backend: BackendChoice::AfPacket,
-                mac_takeover: false,
-            })
-            .collect();
+        let ports = plans(&[("vm1", "tap1", VM1), ("vm2", "tap2", VM2)], &leaves, 1);
         let plan = DatapathPlan {
             team: team(rate, &[(PortId(1), VM1), (PortId(2), VM2)]),
             tree,
@@ -430,21 +432,8 @@ fn ports_come_and_go_mid_stream() {
         .add("tap3", FakeInterface::with_mac(MacAddr([0xfe, 0, 0, 0, 0, 3])));
     let vm3 = MacAddr([2, 0, 0, 0, 0, 3]);
     let (tree, leaves) = tree(&["vm2", "vm3"]);
-    let want = [("vm2", "tap2", VM2), ("vm3", "tap3", vm3)]
-        .iter()
-        .zip(leaves)
-        .map(|((name, tap, mac), leaf)| PortPlan {
-            // Ignored for a port the switch has (it keeps its own) or adds (it gets a free one).
-            id: PortId(0),
-            name: (*name).into(),
-            interface: (*tap).into(),
-            mac: *mac,
-            group: GroupId(0),
-            leaf,
-            backend: BackendChoice::AfPacket,
-            mac_takeover: false,
-        })
-        .collect::<Vec<_>>();
+    // The IDs are ignored: a port the switch has keeps its own, one it adds gets a free one.
+    let want = plans(&[("vm2", "tap2", VM2), ("vm3", "tap3", vm3)], &leaves, 0);
     let now = rig.dp.now();
     rig.dp.reconfigure(
         tree,

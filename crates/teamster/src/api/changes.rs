@@ -628,17 +628,8 @@ mod tests {
     /// switch's choice) and origin.
     #[test]
     fn every_road_plans_the_same_port() {
-        use crate::live::config::{check, port_from, Interfaces, PortRule, SwitchPlan};
+        use crate::live::config::{check, port_from, AllThere, PortRule, SwitchPlan};
         use teamster_dp::datapath::PortPlan;
-        struct AllThere;
-        impl Interfaces for AllThere {
-            fn exists(&self, _: &str) -> bool {
-                true
-            }
-            fn speed_mbps(&self, _: &str) -> Option<u64> {
-                Some(10_000)
-            }
-        }
         let planned = |f: &SwitchFile| -> (PortPlan, String) {
             let SwitchPlan { datapath, .. } = check(f, &AllThere).unwrap();
             let [p] = &datapath.ports[..] else {

@@ -1083,20 +1083,23 @@ group = "vms"
     }
 }
 
+/// Every interface exists and reports 10 Gbit/s, for tests.
+#[cfg(test)]
+pub(crate) struct AllThere;
+
+#[cfg(test)]
+impl Interfaces for AllThere {
+    fn exists(&self, _: &str) -> bool {
+        true
+    }
+    fn speed_mbps(&self, _: &str) -> Option<u64> {
+        Some(10_000)
+    }
+}
+
 #[cfg(test)]
 mod plan_tests {
     use super::*;
-
-    struct AllThere;
-
-    impl Interfaces for AllThere {
-        fn exists(&self, _: &str) -> bool {
-            true
-        }
-        fn speed_mbps(&self, _: &str) -> Option<u64> {
-            Some(10_000)
-        }
-    }
 
     /// Each planned port carries its own entry's interface, MAC and controls, whatever the
     /// ports around it: three ports, then the middle one gone (a join by position would give the

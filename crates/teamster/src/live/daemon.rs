@@ -223,19 +223,7 @@ mod tests {
     use super::*;
     use teamster_dp::datapath::{PortState, Published, UplinkState};
 
-    /// Every interface exists and reports 10 Gbit/s.
-    struct AllThere;
-
-    impl super::super::config::Interfaces for AllThere {
-        fn exists(&self, _: &str) -> bool {
-            true
-        }
-        fn speed_mbps(&self, _: &str) -> Option<u64> {
-            Some(10_000)
-        }
-    }
-
-    use super::super::config::ONE_PORT as FILE;
+    use super::super::config::{AllThere, ONE_PORT as FILE};
 
     /// A data plane's state as `publish` would copy it at 3 s, from FILE's plan.
     fn published() -> (Published, SwitchFile) {
