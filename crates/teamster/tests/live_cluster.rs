@@ -297,8 +297,14 @@ fn figure_2_live_at_a_hundredth_of_the_scale() {
         let (daemon, status) = start_with(&hdir, &host_toml(h, &csock), extra);
         hosts.push((daemon, status));
     }
+    // Asked while the hosts start: a refusal is shown (to find out why one was once seen on a
+    // loaded machine) and asked again, rather than failing the wait.
     await_that("both hosts registered", || {
-        must_ctl(&csock, &["cluster"]).contains("host2")
+        let (code, out, err) = ctl(&csock, &["cluster"]);
+        if code != 0 {
+            eprintln!("ctl cluster while the hosts start: exit {code}: {err}");
+        }
+        code == 0 && out.contains("host2")
     });
     for i in 1..=3u32 {
         let vm = format!("c{i}");
