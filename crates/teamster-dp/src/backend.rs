@@ -10,8 +10,9 @@
 //! the default: it pins 16 MiB per interface, and VLAN tags that travel beside the frame (a
 //! NIC's rx-vlan-offload) are lost to it (see [`crate::afxdp`]).
 //!
-//! [`Link`] holds whichever opened and forwards each [`Device`] call with a `match`, so the
-//! poll loop calls no function through a pointer per frame.
+//! [`Link`] holds whichever opened and forwards each [`Device`] call to it; the calls made per
+//! frame or per batch go by a `match`, so the poll loop calls no function through a pointer per
+//! frame.
 
 use crate::afpacket::AfPacket;
 use crate::afxdp::{self, AfXdp};
@@ -85,10 +86,6 @@ pub fn open(name: &str, choice: BackendChoice) -> io::Result<Opened> {
 }
 
 impl Link {
-    /// Frames sent per batch: a caller with its own queue hands over at most this many before
-    /// the backend is flushed.
-    pub const TX_BATCH: usize = crate::device::TX_BATCH;
-
     fn inner(&self) -> &dyn Device {
         match self {
             Link::Packet(b) => b,
@@ -144,10 +141,7 @@ impl Device for Link {
     }
 
     fn steer(&self, program: &[libc::sock_filter]) -> Result<(), String> {
-        match self {
-            Link::Packet(b) => Device::steer(b, program),
-            Link::Xdp(_) => Ok(()),
-        }
+        self.inner().steer(program)
     }
 
     fn steering_handle(&self) -> io::Result<OwnedFd> {

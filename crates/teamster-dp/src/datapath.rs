@@ -363,15 +363,6 @@ pub struct AttachOptions {
     pub events: Option<EventSink>,
 }
 
-impl std::fmt::Debug for AttachOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttachOptions")
-            .field("netlink_rcvbuf", &self.netlink_rcvbuf)
-            .field("events", &self.events.as_ref().map(|_| "sink"))
-            .finish()
-    }
-}
-
 /// What a descriptor in the poll set belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -752,41 +743,39 @@ impl<P: Platform> Datapath<P> {
             self.socket_error(slot, now);
         }
         self.errored = errored;
-        {
-            let drained = self.links.drain();
-            for msg in &drained.msgs {
-                self.link_msg(msg, now);
-            }
-            if drained.overrun {
-                self.news.lost = true;
-                self.event(
-                    now,
-                    "link",
-                    "netlink overrun: link messages were lost; re-reading every interface".to_string(),
-                );
-                self.resync(now, true);
-            } else if now >= self.next_resync {
-                self.resync(now, false);
-            }
-            self.take_gone(now);
-            self.take_returned(now);
-            let (received, now) = self.receive_and_switch(now, &mut scratch);
-            if received > 0 {
-                self.busy_until = now + self.busy_poll;
-            }
-            self.dispatch(&mut scratch.pending, now);
-            if now >= self.switch.poll_at() {
-                self.switch.handle_timeout(now);
-            }
-            self.effects(now);
-            self.send_now(now);
-            self.recycle();
-            self.count_devices();
-            self.rx_round(now);
-            self.scratch = scratch;
-            control.turn(self, now);
-            self.load.add(woke.elapsed(), received as u64);
+        let drained = self.links.drain();
+        for msg in &drained.msgs {
+            self.link_msg(msg, now);
         }
+        if drained.overrun {
+            self.news.lost = true;
+            self.event(
+                now,
+                "link",
+                "netlink overrun: link messages were lost; re-reading every interface".to_string(),
+            );
+            self.resync(now, true);
+        } else if now >= self.next_resync {
+            self.resync(now, false);
+        }
+        self.take_gone(now);
+        self.take_returned(now);
+        let (received, now) = self.receive_and_switch(now, &mut scratch);
+        if received > 0 {
+            self.busy_until = now + self.busy_poll;
+        }
+        self.dispatch(&mut scratch.pending, now);
+        if now >= self.switch.poll_at() {
+            self.switch.handle_timeout(now);
+        }
+        self.effects(now);
+        self.send_now(now);
+        self.recycle();
+        self.count_devices();
+        self.rx_round(now);
+        self.scratch = scratch;
+        control.turn(self, now);
+        self.load.add(woke.elapsed(), received as u64);
     }
 
     /// Keeps the name a netlink message announces, for [`Datapath::take_link_news`].

@@ -21,46 +21,19 @@
 
 use crate::backend::BackendChoice;
 use crate::device::{Device, RxDrops, TxTotals, RX_TURN};
+use crate::flag::Flag;
 use crate::netlink::{Drained, LinkMsg};
 use crate::platform::{LinkSource, Opened, Platform};
 use crate::pool::FramePool;
 use crate::Frame;
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use teamster_core::offload::Offload;
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
-
-/// A readable-while-set flag a poll can wait on (an eventfd).
-#[derive(Debug)]
-struct Flag(OwnedFd);
-
-impl Flag {
-    fn new() -> io::Result<Flag> {
-        // SAFETY: eventfd takes no pointers; the descriptor it returns is owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new descriptor nobody else owns.
-        Ok(Flag(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    fn set(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a local u64 to our own non-blocking eventfd.
-        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    fn clear(&self) {
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a local u64 from our own non-blocking eventfd.
-        unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-    }
-}
 
 /// A new interface's properties.
 #[derive(Debug, Clone, Copy)]
@@ -228,11 +201,6 @@ impl FakePlatform {
         (self.world().interfaces.get_mut(name)).map_or_else(Vec::new, |i| std::mem::take(&mut i.wire))
     }
 
-    /// Frames waiting to be received on `name`.
-    pub fn waiting(&self, name: &str) -> usize {
-        self.world().interfaces.get(name).map_or(0, |i| i.rx.len())
-    }
-
     /// Moves the clock on by `by`.
     pub fn advance(&self, by: core::time::Duration) {
         self.clock.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
@@ -254,11 +222,13 @@ impl Platform for FakePlatform {
             ));
         }
         let device = FakeDevice {
-            name: interface.to_string(),
-            index: i.index,
+            bound: Bound {
+                name: interface.to_string(),
+                index: i.index,
+                world: self.world.clone(),
+            },
             takes_offloads: i.props.takes_offloads,
             readable: i.readable.clone(),
-            world: self.world.clone(),
             queued: VecDeque::new(),
             sent: TxTotals::default(),
             spent: Vec::new(),
@@ -308,7 +278,7 @@ pub struct FakeLinks {
 
 impl LinkSource for FakeLinks {
     fn raw_fd(&self) -> RawFd {
-        self.watcher.lock().expect("watcher").readable.0.as_raw_fd()
+        self.watcher.lock().expect("watcher").readable.raw_fd()
     }
 
     fn drain(&mut self) -> Drained {
@@ -323,20 +293,25 @@ impl LinkSource for FakeLinks {
 
 /// A fake interface opened by the data plane (see the module documentation).
 pub struct FakeDevice {
-    name: String,
-    index: i32,
+    bound: Bound,
     takes_offloads: bool,
     readable: Arc<Flag>,
-    world: Arc<Mutex<World>>,
     queued: VecDeque<Frame>,
     sent: TxTotals,
     /// Buffers of frames sent (their bytes copied onto the wire), for the caller's pool.
     spent: Vec<Vec<u8>>,
 }
 
-impl FakeDevice {
-    /// Runs `f` on its interface, if the name still has the index it was opened on.
-    fn with_interface<T>(&self, f: impl FnOnce(&mut Interface) -> T) -> Option<T> {
+/// The interface a device was opened on: its name, and the index it had then.
+struct Bound {
+    name: String,
+    index: i32,
+    world: Arc<Mutex<World>>,
+}
+
+impl Bound {
+    /// Runs `f` on the interface, if the name still has the index the device was opened on.
+    fn with<T>(&self, f: impl FnOnce(&mut Interface) -> T) -> Option<T> {
         let mut w = self.world.lock().expect("fake world");
         w.interfaces
             .get_mut(&self.name)
@@ -347,15 +322,15 @@ impl FakeDevice {
 
 impl Device for FakeDevice {
     fn name(&self) -> &str {
-        &self.name
+        &self.bound.name
     }
 
     fn raw_fd(&self) -> RawFd {
-        self.readable.0.as_raw_fd()
+        self.readable.raw_fd()
     }
 
     fn ifindex(&self) -> i32 {
-        self.index
+        self.bound.index
     }
 
     fn describe(&self) -> String {
@@ -372,8 +347,8 @@ impl Device for FakeDevice {
     }
 
     fn recv_batch(&mut self, pool: &mut FramePool, sink: &mut dyn FnMut(Frame)) -> usize {
-        let got: Vec<Frame> = self
-            .with_interface(|i| {
+        let got: Vec<Frame> = (self.bound)
+            .with(|i| {
                 let n = i.rx.len().min(RX_TURN);
                 let got = i.rx.drain(..n).collect();
                 if i.rx.is_empty() {
@@ -405,11 +380,8 @@ impl Device for FakeDevice {
     }
 
     fn flush(&mut self) -> usize {
-        let (queued, spent) = (&mut self.queued, &mut self.spent);
-        let mut sent = TxTotals::default();
-        let mut world = self.world.lock().expect("fake world");
-        let here = world.interfaces.get_mut(&self.name).filter(|i| i.index == self.index);
-        let taken = here.map(|i| {
+        let (queued, spent, sent) = (&mut self.queued, &mut self.spent, &mut self.sent);
+        let taken = self.bound.with(|i| {
             let n = i.tx_room.map_or(queued.len(), |room| room.min(queued.len()));
             for f in queued.drain(..n) {
                 sent.packets += f.offload.segments(&f.bytes) as u64;
@@ -419,9 +391,6 @@ impl Device for FakeDevice {
                 spent.push(f.bytes);
             }
         });
-        drop(world);
-        self.sent.packets += sent.packets;
-        self.sent.bytes += sent.bytes;
         match taken {
             Some(()) => 0,
             // Gone: the kernel refuses every send.

@@ -26,6 +26,7 @@ pub mod datapath;
 pub mod device;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+mod flag;
 pub mod frame;
 pub mod iface;
 pub mod ingress_queue;

@@ -13,34 +13,29 @@
 //! store is fenced before its load (`SeqCst`), so at least one of them sees the other: either
 //! the consumer finds the frame, or the producer finds it asleep and wakes it.
 
+use crate::flag::Flag;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 /// Wakes a thread sleeping in `ppoll`, at most one system call per sleep.
 #[derive(Debug)]
 pub(super) struct Doorbell {
-    fd: OwnedFd,
+    flag: Flag,
     asleep: AtomicBool,
 }
 
 impl Doorbell {
     pub fn new() -> io::Result<Doorbell> {
-        // SAFETY: eventfd takes no pointers; the descriptor it returns is owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Doorbell {
-            // SAFETY: `fd` is a new descriptor nobody else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            flag: Flag::new()?,
             asleep: AtomicBool::new(false),
         })
     }
 
     /// The descriptor to poll for reading.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.flag.raw_fd()
     }
 
     /// The owner is about to sleep: from here on a producer rings. The owner must look at its
@@ -53,18 +48,14 @@ impl Doorbell {
     /// The owner is awake again: it empties the eventfd and producers stop ringing.
     pub fn disarm(&self) {
         self.asleep.store(false, Ordering::Relaxed);
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a local u64; the descriptor is ours and non-blocking.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        self.flag.clear();
     }
 
     /// Wakes the owner if it is asleep or about to be: call after pushing into its queue.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.asleep.load(Ordering::Relaxed) && self.asleep.swap(false, Ordering::AcqRel) {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a local u64 to our own eventfd.
-            unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            self.flag.set();
         }
     }
 }
