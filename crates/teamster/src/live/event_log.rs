@@ -3,18 +3,16 @@
 //! The data plane records events and publishes each to a sink
 //! ([`teamster_dp::datapath::AttachOptions::events`]); this module is that sink for the
 //! daemon. Text: `   12.345 s  kind: message`. JSON (`--log-format json`, for journald and
-//! log shippers): `{"t_s", "seq", "kind", "message"}`, the API's event fields.
+//! log shippers): the API's [`EventView`], `{"seq", "t_s", "kind", "message"}`.
 
+use super::snapshot::EventView;
 use std::sync::Arc;
 use teamster_dp::datapath::{Event, EventSink};
 
 /// One event's log line.
 pub fn line(e: &Event, json: bool) -> String {
     if json {
-        serde_json::json!({
-            "t_s": e.at.as_secs_f64(), "seq": e.seq, "kind": e.kind, "message": e.message,
-        })
-        .to_string()
+        serde_json::to_string(&EventView::from(e)).expect("an event serialises")
     } else {
         format!("{:>9.3} s  {}: {}", e.at.as_secs_f64(), e.kind, e.message)
     }

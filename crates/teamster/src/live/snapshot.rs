@@ -249,3 +249,14 @@ pub struct EventView {
     pub kind: String,
     pub message: String,
 }
+
+impl From<&teamster_dp::datapath::Event> for EventView {
+    fn from(e: &teamster_dp::datapath::Event) -> EventView {
+        EventView {
+            seq: e.seq,
+            t_s: e.at.as_secs_f64(),
+            kind: e.kind.to_string(),
+            message: e.message.clone(),
+        }
+    }
+}

@@ -226,17 +226,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 })
                 .collect(),
         }),
-        events: dp
-            .events
-            .iter()
-            .skip(skip)
-            .map(|e| EventView {
-                seq: e.seq,
-                t_s: e.at.as_secs_f64(),
-                kind: e.kind.to_string(),
-                message: e.message.clone(),
-            })
-            .collect(),
+        events: dp.events.iter().skip(skip).map(EventView::from).collect(),
     }
 }
 
