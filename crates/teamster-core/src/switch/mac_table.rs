@@ -156,6 +156,15 @@ impl MacTable {
             })
     }
 
+    /// Every entry not expired at `now`: VLAN (or overlay segment), MAC, where, and whether
+    /// it is static; in no particular order.
+    pub fn entries(&self, now: Instant) -> impl Iterator<Item = (Option<u16>, MacAddr, Location, bool)> + '_ {
+        self.entries.iter().filter_map(move |((vlan, mac), e)| match e.seen {
+            Some(t) if now - t >= self.ageing => None,
+            seen => Some((*vlan, *mac, e.at, seen.is_none())),
+        })
+    }
+
     /// The port `mac` is configured on in `vlan`, if it is a static entry.
     pub fn static_port(&self, vlan: Option<u16>, mac: MacAddr) -> Option<PortId> {
         match self.entries.get(&(vlan, mac))? {

@@ -50,6 +50,7 @@ mod counters;
 mod mac_table;
 mod overlay;
 pub mod security;
+mod view;
 
 #[cfg(test)]
 mod claims_tests;
@@ -69,6 +70,7 @@ pub use counters::{Counters, DropReason};
 pub use mac_table::{Learned, Location, MacLimits, MacTable};
 pub use overlay::MAX_SEGMENTS;
 pub use security::{LinkLocal, LinkLocalProtocol, SecurityPolicy, Verdict};
+pub use view::{EntryAt, MacEntry, PortSwitching};
 
 use security::{PortGuard, Source};
 

@@ -1,0 +1,703 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Teamster's kernel fast path: one tc program, attached (tcx ingress) to every VM port and uplink
+ * of the switch, that switches each frame as the engine (teamster-core's Switch) would, from the
+ * tables the engine writes (switch.h), and executes the decision with bpf_redirect,
+ * bpf_redirect_peer and bpf_clone_redirect.
+ *
+ * The model, in the engine's words (core::switch): a VM port is an access port of its group's
+ * VLAN; an uplink is a trunk. From a port, a frame is checked against its group's security
+ * policy (forged transmits), its source learned (bounded per port and in all), then sent to the
+ * port its destination is known behind, out of the uplink the team chooses for the port (and
+ * flow), or flooded to the domain's ports that take it and to the port's uplink. From an uplink:
+ * never to another uplink; our own frames reflected back dropped; a known destination delivered,
+ * anything else flooded to the ports that take it from that uplink (their receive uplink).
+ *
+ * What the engine keeps: every decision that changes its state beyond the MAC table (a guest
+ * changing its MAC, a port's claim on its MAC, LACPDUs, link-local frames a group asks for,
+ * frames this parser cannot decide exactly) is punted: the frame goes to user space whole, with
+ * where it came from, and the engine switches it there.
+ *
+ * The program records its decision on the last frame per CPU (`verdict`): the differential test
+ * runs it under BPF_PROG_TEST_RUN beside the engine and compares the two, frame by frame.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "switch.h"
+#include "parse.h"
+
+_Static_assert(MAX_SLOTS == 1024, "mark_of masks with 1023");
+_Static_assert(MAX_GROUP_UPLINKS == 8, "select_uplink masks with 7");
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct iface);
+} ifaces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct slot_info);
+} slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096 + 1);
+	__type(key, __u32);
+	__type(value, struct domain);
+} domains SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, struct group);
+} groups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+/* The MAC table. Sized at load time (the configured total plus room for the ports' static
+ * entries); the limits are enforced with the counts in `learned`, not by the map's size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384 + MAX_SLOTS);
+	__type(key, struct fdb_key);
+	__type(value, struct fdb_entry);
+} fdb SEC(".maps");
+
+/* Learned entries per slot, and in all at index MAX_SLOTS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS + 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} learned SEC(".maps");
+
+/* Our uplinks' own MACs: a frame from one of them on an uplink is our own, reflected. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, struct fdb_key);
+	__type(value, __u32);
+} own_macs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct verdict);
+} verdict SEC(".maps");
+
+/* Per CPU, by slot: the verdict's seq when the slot was last made an output (so a copy is
+ * never listed twice, without a search of the outputs). */
+struct marks {
+	__u64 seq[MAX_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct marks);
+} marks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} punts SEC(".maps");
+
+#define LEARN_KNOWN 0
+#define LEARN_ADDED 1
+#define LEARN_REFUSED 2
+
+static __always_inline int is_group(const __u8 *mac)
+{
+	return mac[0] & 1;
+}
+
+static __always_inline int is_zero(const __u8 *mac)
+{
+	return !(mac[0] | mac[1] | mac[2] | mac[3] | mac[4] | mac[5]);
+}
+
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+static __always_inline struct fdb_key fdb_key(__u16 domain, const __u8 *mac)
+{
+	struct fdb_key k = { .domain = domain };
+	__builtin_memcpy(k.mac, mac, 6);
+	return k;
+}
+
+static __always_inline void count_add(__u32 index, __s64 by)
+{
+	__u64 *n = bpf_map_lookup_elem(&learned, &index);
+	if (n)
+		__sync_fetch_and_add(n, by);
+}
+
+static __always_inline __u64 count_of(__u32 index)
+{
+	__u64 *n = bpf_map_lookup_elem(&learned, &index);
+	return n ? *n : 0;
+}
+
+/* A learned entry at `slot` left the table: its counts go down. */
+static __always_inline void forget(__u32 slot, int behind_port)
+{
+	count_add(MAX_SLOTS, -1);
+	if (behind_port && slot < MAX_SLOTS)
+		count_add(slot, -1);
+}
+
+static __always_inline int slot_is_port(__u32 slot)
+{
+	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
+	if (!s || !s->ifindex)
+		return 0;
+	__u32 ifindex = s->ifindex;
+	struct iface *i = bpf_map_lookup_elem(&ifaces, &ifindex);
+	return i && i->kind == KIND_PORT;
+}
+
+/* Where `mac` lives in `domain`, if known and not expired (core MacTable::lookup): a slot, or
+ * NO_SLOT. `statik` says whether it is a configured port MAC. */
+static __always_inline __u32 lookup(const struct config *c, __u16 domain, const __u8 *mac, __u64 now, int *statik)
+{
+	struct fdb_key k = fdb_key(domain, mac);
+	struct fdb_entry *e = bpf_map_lookup_elem(&fdb, &k);
+	*statik = 0;
+	if (!e)
+		return NO_SLOT;
+	if (e->flags & FDB_STATIC) {
+		*statik = 1;
+		return e->slot;
+	}
+	if (now - e->seen >= c->ageing_ns)
+		return NO_SLOT;
+	return e->slot;
+}
+
+/* Records that `mac` was heard at `slot` within the limits (core MacTable::learn): a static
+ * entry is never overwritten, group and zero addresses never learned; an entry that moves is
+ * forgotten first, and a move into a port at its limit leaves it forgotten. */
+static __always_inline int learn(const struct config *c, __u16 domain, const __u8 *mac, __u32 slot, int at_port,
+				 __u64 now)
+{
+	if (is_group(mac) || is_zero(mac))
+		return LEARN_KNOWN;
+	struct fdb_key k = fdb_key(domain, mac);
+	struct fdb_entry *e = bpf_map_lookup_elem(&fdb, &k);
+	if (e) {
+		if (e->flags & FDB_STATIC)
+			return LEARN_KNOWN;
+		if (e->slot == slot) {
+			e->seen = now;
+			return LEARN_KNOWN;
+		}
+		__u32 old = e->slot;
+		if (bpf_map_delete_elem(&fdb, &k) == 0)
+			forget(old, slot_is_port(old));
+	}
+	if (at_port && count_of(slot) >= c->limit_per_port)
+		return LEARN_REFUSED;
+	if (count_of(MAX_SLOTS) >= c->limit_total)
+		return LEARN_REFUSED;
+	struct fdb_entry n = { .seen = now, .slot = slot };
+	if (bpf_map_update_elem(&fdb, &k, &n, BPF_NOEXIST))
+		return LEARN_REFUSED;
+	count_add(MAX_SLOTS, 1);
+	if (at_port)
+		count_add(slot, 1);
+	return LEARN_ADDED;
+}
+
+static __always_inline struct stats *stats_of(__u32 slot)
+{
+	return bpf_map_lookup_elem(&stats, &slot);
+}
+
+static __always_inline int dropped(struct verdict *v, __u32 slot, __u16 why)
+{
+	struct stats *s = stats_of(slot);
+	if (s && why < DROP_REASONS)
+		s->drops[why]++;
+	v->drop = why;
+	return TC_ACT_SHOT;
+}
+
+/* Hands the frame to user space whole, with where it came from, and drops it here. */
+static __always_inline int punted(struct __sk_buff *skb, struct verdict *v, __u32 slot, __u8 why)
+{
+	struct stats *s = stats_of(slot);
+	if (s)
+		s->punted++;
+	v->punt = why;
+	struct punt_meta m = {
+		.ifindex = skb->ifindex,
+		.len = skb->len,
+		.reason = why,
+		.vlan_tci = skb->vlan_tci,
+		.vlan_proto = bpf_ntohs(skb->vlan_proto),
+		.vlan_present = skb->vlan_present,
+	};
+	__u64 len = skb->len;
+	if (len <= 0xff00)
+		bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+	else if (s)
+		s->drops[0]++; /* too long to hand over: counted, never silent */
+	return TC_ACT_SHOT;
+}
+
+/* The program's working state for one frame. */
+struct turn {
+	struct __sk_buff *skb;
+	struct verdict *v;
+	struct marks *marks;
+};
+
+/* The mark of `slot` (< MAX_SLOTS): masked in a way clang cannot fold away, so the verifier
+ * sees the bound on the register that indexes. */
+static __always_inline __u64 *mark_of(const struct turn *t, __u32 slot)
+{
+	__u64 i = slot;
+	asm volatile("%0 &= 1023" : "+r"(i));
+	return &t->marks->seq[i];
+}
+
+static __always_inline void add_out(struct turn *t, __u32 slot, __u8 edit, __u16 vid, __u8 rewrite)
+{
+	struct verdict *v = t->v;
+	__u32 n = v->count;
+	if (n >= MAX_OUTPUTS)
+		return;
+	v->outs[n].slot = slot;
+	v->outs[n].edit = edit;
+	v->outs[n].vid = vid;
+	v->outs[n].rewrite = rewrite;
+	v->count = n + 1;
+	if (slot < MAX_SLOTS)
+		*mark_of(t, slot) = v->seq;
+}
+
+static __always_inline int listed(const struct turn *t, __u32 slot)
+{
+	return slot < MAX_SLOTS && *mark_of(t, slot) == t->v->seq;
+}
+
+/* A walk over a domain's ports (bpf_loop's context): which of them a frame goes to. */
+#define WALK_FLOOD 0       /* from port `sender`: the others that take `dst` */
+#define WALK_RECEIVERS 1   /* from an uplink (bit `bit`): those that take it from there */
+#define WALK_PROMISCUOUS 2 /* the promiscuous ones, but `sender` and those already listed */
+struct walk {
+	struct turn *t;
+	struct domain *d;
+	__u64 bit;
+	__u32 sender;
+	__u8 mode;
+	__u8 group_dst;
+	__u8 unknown;      /* WALK_RECEIVERS: the destination is not known anywhere */
+	__u8 edit;
+};
+
+static long walk_member(__u64 i, void *ctx)
+{
+	struct walk *w = ctx;
+	struct domain *d = w->d;
+	if (i >= MAX_DOMAIN_PORTS || i >= d->count)
+		return 1;
+	const struct member *m = &d->members[i];
+	int takes;
+	switch (w->mode) {
+	case WALK_FLOOD:
+		takes = m->slot != w->sender && (w->group_dst || (m->flags & PORT_MAC_CHANGES_OK));
+		break;
+	case WALK_RECEIVERS:
+		takes = ((m->flags & PORT_PROMISCUOUS) ||
+			 (w->unknown && (w->group_dst || (m->flags & PORT_MAC_CHANGES_OK)))) &&
+			(m->rx_uplinks & w->bit);
+		break;
+	default:
+		takes = (m->flags & PORT_PROMISCUOUS) && m->slot != w->sender && !listed(w->t, m->slot);
+	}
+	if (takes)
+		add_out(w->t, m->slot, w->edit, 0, 0);
+	return 0;
+}
+
+static __always_inline void walk(struct turn *t, struct domain *d, __u8 mode, __u32 sender, __u8 edit, __u8 group_dst,
+				 __u8 unknown, __u64 bit)
+{
+	struct walk w = {
+		.t = t, .d = d, .bit = bit, .sender = sender, .mode = mode,
+		.group_dst = group_dst, .unknown = unknown, .edit = edit,
+	};
+	bpf_loop(MAX_DOMAIN_PORTS, walk_member, &w, 0);
+}
+
+/* core::teaming::hash. */
+static __always_inline __u64 mix(__u64 z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static __always_inline __u32 ip_hash(const struct key *k, int l4)
+{
+	__u32 a = k->src_fold ^ k->dst_fold;
+	if (l4 && k->has_ports)
+		a ^= ((__u32)k->sport << 16) | k->dport;
+	a ^= a >> 16;
+	a ^= a >> 8;
+	return a;
+}
+
+/* core PolicyView::fallback: the live active uplink rendezvous hashing on `key` picks, else the
+ * first live standby. A slot or NO_SLOT. */
+static __always_inline __u32 fallback(const struct group *g, __u64 key)
+{
+	__u32 best = NO_SLOT, best_id = 0;
+	__u64 best_score = 0;
+	for (int i = 0; i < MAX_GROUP_UPLINKS; i++) {
+		if (i >= g->active_count)
+			break;
+		const struct group_uplink *u = &g->active[i];
+		if (!u->up)
+			continue;
+		__u64 score = mix(key ^ (u->salt * 0x9e3779b97f4a7c15ULL));
+		if (best == NO_SLOT || score > best_score || (score == best_score && u->id < best_id)) {
+			best = u->slot;
+			best_id = u->id;
+			best_score = score;
+		}
+	}
+	if (best != NO_SLOT)
+		return best;
+	for (int i = 0; i < MAX_GROUP_UPLINKS; i++) {
+		if (i >= g->standby_count)
+			break;
+		if (g->standby[i].up)
+			return g->standby[i].slot;
+	}
+	return NO_SLOT;
+}
+
+/* The uplink (slot) for a frame of port `p` (core Team::select_frame). */
+static __always_inline __u32 select_uplink(const struct iface *p, const struct key *k)
+{
+	__u32 gi = p->group;
+	struct group *g = bpf_map_lookup_elem(&groups, &gi);
+	if (!g || g->policy == POLICY_PORT || !k->has_ip)
+		return p->uplink;
+	__u32 h = ip_hash(k, g->policy == POLICY_IP_L3L4);
+	__u32 n = g->active_count;
+	if (n == 0 || n > MAX_GROUP_UPLINKS)
+		return p->uplink;
+	__u64 i = h % n;
+	asm volatile("%0 &= 7" : "+r"(i)); /* (i < n <= 8 already; the verifier needs to see it) */
+	if (g->active[i].up)
+		return g->active[i].slot;
+	return fallback(g, h);
+}
+
+static __always_inline struct iface *iface_of_slot(__u32 slot)
+{
+	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
+	if (!s || !s->ifindex)
+		return 0;
+	__u32 ifindex = s->ifindex;
+	return bpf_map_lookup_elem(&ifaces, &ifindex);
+}
+
+/* core Switch::spread_to: a spreading policy's frame on a member other than the port's own
+ * leaves with that member's MAC, or on the port's own member if that MAC is unknown. */
+static __always_inline void to_uplink(struct turn *t, const struct iface *p, __u32 u)
+{
+	__u8 edit = p->domain == DOMAIN_UNTAGGED ? EDIT_KEEP : EDIT_PUSH;
+	__u16 vid = p->domain == DOMAIN_UNTAGGED ? 0 : p->domain;
+	if (!(p->flags & PORT_REWRITES) || p->uplink == u)
+		return add_out(t, u, edit, vid, 0);
+	struct iface *up = iface_of_slot(u);
+	if (up && (up->flags & UPLINK_HAS_MAC))
+		return add_out(t, u, edit, vid, 1);
+	add_out(t, p->uplink != NO_SLOT ? p->uplink : u, edit, vid, 0);
+}
+
+/* core::wire::link_control: MAC control (any tags), 802.1D's reserved group addresses,
+ * Cisco's PVST+ and CDP/VTP/DTP. */
+static __always_inline int link_control(const struct key *k)
+{
+	const __u8 *d = k->dst;
+	if (k->nl_found && k->nl_type == ETH_P_MAC_CONTROL_)
+		return 1;
+	if (d[0] == 0x01 && d[1] == 0x80 && d[2] == 0xc2 && d[3] == 0 && d[4] == 0 && d[5] <= 0x0f)
+		return 1;
+	return d[0] == 0x01 && d[1] == 0x00 && d[2] == 0x0c && d[3] == 0xcc && d[4] == 0xcc &&
+	       (d[5] == 0xcc || d[5] == 0xcd);
+}
+
+static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, struct verdict *v, const struct config *c,
+				     const struct iface *p, const struct frame *f, __u64 now)
+{
+	__u32 slot = p->slot;
+	if (p->flags & PORT_PUNT)
+		return punted(skb, v, slot, PUNT_PORT_UNSETTLED);
+	struct key k = {};
+	int r = parse(skb, f, &k);
+	/* core: slow protocols first, then link control, then what the parser found. */
+	if (k.at12 == ETH_P_SLOW_)
+		return dropped(v, slot, DROP_SLOW_PROTOCOL);
+	if (link_control(&k))
+		return dropped(v, slot, DROP_LINK_CONTROL);
+	if (r > 0)
+		return dropped(v, slot, DROP_MALFORMED);
+	if (r < 0)
+		return punted(skb, v, slot, -r);
+	if (k.tags)
+		return dropped(v, slot, DROP_TAGGED_ON_ACCESS_PORT);
+
+	/* core Switch::admit_source. */
+	__u16 dom = p->domain;
+	int learns;
+	if (mac_eq(k.src, p->mac)) {
+		if (p->flags & PORT_CHANGED)
+			return punted(skb, v, slot, PUNT_MAC_CHANGE); /* back to its configured MAC */
+		learns = 0;
+	} else if ((p->flags & PORT_CHANGED) && mac_eq(k.src, p->changed)) {
+		learns = 1;
+	} else if (p->flags & PORT_FORGED_OK) {
+		learns = p->flags & PORT_MAC_CHANGES_OK;
+	} else if ((p->flags & PORT_MAC_CHANGES_OK) && !is_group(k.src) && !is_zero(k.src)) {
+		int statik;
+		lookup(c, dom, k.src, now, &statik);
+		if (statik)
+			return dropped(v, slot, DROP_FORGED_TRANSMIT); /* another port's configured MAC */
+		return punted(skb, v, slot, PUNT_MAC_CHANGE);
+	} else {
+		return dropped(v, slot, DROP_FORGED_TRANSMIT);
+	}
+	if (learns) {
+		v->learned = learn(c, dom, k.src, slot, 1, now);
+		if (v->learned == LEARN_REFUSED) {
+			struct stats *s = stats_of(slot);
+			if (s)
+				s->mac_limit++;
+		}
+	}
+
+	int statik;
+	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
+	struct domain *d = bpf_map_lookup_elem(&domains, &(__u32){ dom });
+	__u32 u = NO_SLOT;
+	if (known != NO_SLOT) {
+		if (known == slot)
+			return dropped(v, slot, DROP_HAIRPIN);
+		if (slot_is_port(known)) {
+			add_out(t, known, EDIT_KEEP, 0, 0);
+		} else {
+			u = select_uplink(p, &k);
+			if (u == NO_SLOT)
+				return dropped(v, slot, DROP_NO_UPLINK);
+		}
+	} else {
+		if (d)
+			walk(t, d, WALK_FLOOD, slot, EDIT_KEEP, is_group(k.dst), 0, 0);
+		/* A spreading policy's group frames go on the port's own member, with its own MAC. */
+		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(p, &k);
+	}
+	if (d)
+		walk(t, d, WALK_PROMISCUOUS, slot, EDIT_KEEP, 0, 0, 0);
+	/* The uplink's output last: execute() edits the frame for it after the ports' copies left. */
+	if (u != NO_SLOT)
+		to_uplink(t, p, u);
+	return TC_ACT_OK;
+}
+
+static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, struct verdict *v, const struct config *c,
+				       const struct iface *up, const struct frame *f, __u64 now)
+{
+	__u32 slot = up->slot;
+	struct key k = {};
+	int r = parse(skb, f, &k);
+	if (k.at12 == ETH_P_SLOW_) {
+		static const __u8 slow[6] = { 0x01, 0x80, 0xc2, 0x00, 0x00, 0x02 };
+		if (mac_eq(k.dst, slow))
+			return punted(skb, v, slot, PUNT_SLOW_PROTOCOL);
+		return dropped(v, slot, DROP_SLOW_PROTOCOL);
+	}
+	if (link_control(&k)) {
+		if (c->link_local)
+			return punted(skb, v, slot, PUNT_LINK_LOCAL);
+		return dropped(v, slot, DROP_LINK_CONTROL);
+	}
+	if (up->flags & UPLINK_DISCARDS)
+		return dropped(v, slot, DROP_NOT_RECEIVE_UPLINK);
+	if (r > 0)
+		return dropped(v, slot, DROP_MALFORMED);
+	if (r < 0)
+		return punted(skb, v, slot, -r);
+	__u16 dom = k.tags ? k.vlan : DOMAIN_UNTAGGED;
+	struct domain *d = bpf_map_lookup_elem(&domains, &(__u32){ dom });
+	if (!d)
+		return dropped(v, slot, DROP_UNKNOWN_VLAN);
+	struct fdb_key own = fdb_key(0, k.src);
+	if (bpf_map_lookup_elem(&own_macs, &own))
+		return dropped(v, slot, DROP_REFLECTION);
+	int statik;
+	__u32 at = lookup(c, dom, k.src, now, &statik);
+	if (at != NO_SLOT && slot_is_port(at)) {
+		if (statik)
+			return punted(skb, v, slot, PUNT_CLAIM); /* a port's configured MAC: the engine's claims */
+		return dropped(v, slot, DROP_REFLECTION);
+	}
+	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
+	__u8 edit = k.tags ? EDIT_POP : EDIT_KEEP;
+	__u64 bit = up->id < 64 ? 1ULL << up->id : 0;
+	int to_port = known != NO_SLOT && slot_is_port(known);
+	if (to_port)
+		add_out(t, known, edit, 0, 0);
+	else
+		walk(t, d, WALK_RECEIVERS, NO_SLOT, edit, is_group(k.dst), known == NO_SLOT, bit);
+	v->learned = learn(c, dom, k.src, slot, 0, now);
+	if (v->learned == LEARN_REFUSED) {
+		struct stats *s = stats_of(slot);
+		if (s)
+			s->mac_limit++;
+	}
+	if (v->count == 0)
+		return dropped(v, slot, DROP_NOT_RECEIVE_UPLINK);
+	if (to_port)
+		walk(t, d, WALK_PROMISCUOUS, NO_SLOT, edit, 0, 0, 0);
+	return TC_ACT_OK;
+}
+
+static __always_inline __u32 ifindex_of_slot(__u32 slot)
+{
+	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
+	return s ? s->ifindex : 0;
+}
+
+static __always_inline void count_tx(__u32 slot, __u32 len)
+{
+	struct stats *s = stats_of(slot);
+	if (s) {
+		s->tx_packets++;
+		s->tx_bytes += len;
+	}
+}
+
+/* bpf_loop's context for the copies: every output but the last. */
+struct copies {
+	struct __sk_buff *skb;
+	struct verdict *v;
+	__u32 last;
+};
+
+static long copy_one(__u64 i, void *ctx)
+{
+	struct copies *c = ctx;
+	if (i >= c->last || i >= MAX_OUTPUTS)
+		return 1;
+	__u32 slot = c->v->outs[i].slot;
+	__u32 ifindex = ifindex_of_slot(slot);
+	if (ifindex && bpf_clone_redirect(c->skb, ifindex, 0) == 0)
+		count_tx(slot, c->skb->len);
+	return 0;
+}
+
+/* Sends the frame where the verdict says: every output but the last a clone, the last the
+ * frame itself. Only the last can be an uplink's from a port (the only output that pushes a
+ * tag or rewrites the source), so the frame is edited once, after the copies left; from an
+ * uplink every output pops the same tag, taken off first. */
+static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, const struct iface *in)
+{
+	__u32 n = v->count;
+	if (n == 0 || n > MAX_OUTPUTS)
+		return TC_ACT_SHOT;
+	if (v->outs[0].edit == EDIT_POP)
+		bpf_skb_vlan_pop(skb);
+	struct copies c = { .skb = skb, .v = v, .last = n - 1 };
+	if (n > 1)
+		bpf_loop(MAX_OUTPUTS, copy_one, &c, 0);
+	__u32 i = n - 1;
+	if (i >= MAX_OUTPUTS)
+		return TC_ACT_SHOT;
+	struct out o = v->outs[i];
+	__u32 ifindex = ifindex_of_slot(o.slot);
+	struct iface *to = bpf_map_lookup_elem(&ifaces, &ifindex);
+	if (!to)
+		return TC_ACT_SHOT;
+	if (o.edit == EDIT_PUSH)
+		bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q_), o.vid);
+	if (o.rewrite)
+		bpf_skb_store_bytes(skb, 6, to->mac, 6, 0);
+	if (to->kind == KIND_UPLINK && in->kind == KIND_PORT)
+		skb->priority = in->priority;
+	count_tx(o.slot, skb->len);
+	if (to->kind == KIND_PORT && (to->flags & PORT_PEER) && n == 1)
+		return bpf_redirect_peer(ifindex, 0);
+	return bpf_redirect(ifindex, 0);
+}
+
+SEC("classifier")
+int teamster_switch(struct __sk_buff *skb)
+{
+	__u32 zero = 0, ifindex = skb->ifindex;
+	struct verdict *v = bpf_map_lookup_elem(&verdict, &zero);
+	struct config *c = bpf_map_lookup_elem(&config, &zero);
+	struct marks *mk = bpf_map_lookup_elem(&marks, &zero);
+	if (!v || !c || !mk)
+		return TC_ACT_SHOT;
+	struct turn t = { .skb = skb, .v = v, .marks = mk };
+	v->seq++;
+	v->drop = 0;
+	v->punt = 0;
+	v->learned = 0;
+	v->count = 0;
+	struct iface *in = bpf_map_lookup_elem(&ifaces, &ifindex);
+	if (!in)
+		return TC_ACT_OK; /* not ours (an interface being attached or detached) */
+	struct frame f = { .len = skb->len };
+	if (skb->vlan_present) {
+		f.shift = 4;
+		f.meta_proto = bpf_ntohs(skb->vlan_proto);
+		f.meta_tci = skb->vlan_tci;
+		f.len += 4;
+	}
+	struct stats *s = stats_of(in->slot);
+	if (s) {
+		s->rx_packets++;
+		s->rx_bytes += f.len;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	int r = in->kind == KIND_PORT ? from_port(&t, skb, v, c, in, &f, now) : from_uplink(&t, skb, v, c, in, &f, now);
+	if (r != TC_ACT_OK)
+		return r;
+	return execute(skb, v, in);
+}

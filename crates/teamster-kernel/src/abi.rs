@@ -1,0 +1,209 @@
+//! The tables' layout, as `bpf/switch.h` declares it: every struct here is that file's, field
+//! for field (`#[repr(C)]`, padding explicit), and the size checks below hold them together.
+//! Only this module knows the byte layout; [`crate::tables`] speaks in the engine's terms.
+
+pub const MAX_SLOTS: usize = 1024;
+pub const MAX_DOMAIN_PORTS: usize = 256;
+pub const MAX_GROUPS: usize = 256;
+pub const MAX_GROUP_UPLINKS: usize = 8;
+pub const MAX_OUTPUTS: usize = MAX_DOMAIN_PORTS * 2 + 2;
+pub const DOMAIN_UNTAGGED: u16 = 0xffff;
+pub const NO_SLOT: u32 = u32::MAX;
+/// Uplink IDs a flood list's bitmask can name.
+pub const MAX_UPLINK_ID: usize = 64;
+
+pub const KIND_PORT: u8 = 1;
+pub const KIND_UPLINK: u8 = 2;
+
+pub const PORT_PEER: u16 = 1 << 0;
+pub const PORT_FORGED_OK: u16 = 1 << 1;
+pub const PORT_MAC_CHANGES_OK: u16 = 1 << 2;
+pub const PORT_PROMISCUOUS: u16 = 1 << 3;
+pub const PORT_PUNT: u16 = 1 << 4;
+pub const PORT_REWRITES: u16 = 1 << 5;
+pub const PORT_CHANGED: u16 = 1 << 6;
+pub const UPLINK_HAS_MAC: u16 = 1 << 0;
+pub const UPLINK_DISCARDS: u16 = 1 << 1;
+
+pub const POLICY_PORT: u8 = 0;
+pub const POLICY_IP_L3: u8 = 1;
+pub const POLICY_IP_L3L4: u8 = 2;
+
+pub const EDIT_KEEP: u8 = 0;
+pub const EDIT_PUSH: u8 = 1;
+pub const EDIT_POP: u8 = 2;
+
+pub const FDB_STATIC: u32 = 1;
+pub const DROP_REASONS: usize = 16;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Iface {
+    pub slot: u32,
+    pub id: u32,
+    pub kind: u8,
+    pub pad0: u8,
+    pub flags: u16,
+    pub domain: u16,
+    pub mac: [u8; 6],
+    pub changed: [u8; 6],
+    pub group: u32,
+    pub uplink: u32,
+    pub priority: u32,
+    pub pad1: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub ifindex: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Member {
+    pub ifindex: u32,
+    pub slot: u32,
+    pub rx_uplinks: u64,
+    pub flags: u16,
+    pub pad0: u16,
+    pub pad1: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Domain {
+    pub count: u32,
+    pub pad: u32,
+    pub members: [Member; MAX_DOMAIN_PORTS],
+}
+
+impl Default for Domain {
+    fn default() -> Domain {
+        Domain {
+            count: 0,
+            pad: 0,
+            members: [Member::default(); MAX_DOMAIN_PORTS],
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupUplink {
+    pub salt: u64,
+    pub slot: u32,
+    pub id: u32,
+    pub up: u8,
+    pub pad: [u8; 7],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Group {
+    pub policy: u8,
+    pub active_count: u8,
+    pub standby_count: u8,
+    pub pad: [u8; 5],
+    pub active: [GroupUplink; MAX_GROUP_UPLINKS],
+    pub standby: [GroupUplink; MAX_GROUP_UPLINKS],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Config {
+    pub ageing_ns: u64,
+    pub limit_total: u64,
+    pub limit_per_port: u64,
+    pub link_local: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FdbKey {
+    pub domain: u16,
+    pub mac: [u8; 6],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FdbEntry {
+    pub seen: u64,
+    pub slot: u32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Out {
+    pub slot: u32,
+    pub edit: u8,
+    pub rewrite: u8,
+    pub vid: u16,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict {
+    pub seq: u64,
+    pub drop: u16,
+    pub punt: u8,
+    pub learned: u8,
+    pub count: u32,
+    pub outs: [Out; MAX_OUTPUTS],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub mac_limit: u64,
+    pub punted: u64,
+    pub drops: [u64; DROP_REASONS],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PuntMeta {
+    pub ifindex: u32,
+    pub len: u32,
+    pub reason: u16,
+    pub vlan_tci: u16,
+    pub vlan_proto: u16,
+    pub vlan_present: u16,
+}
+
+// SAFETY: each is plain old data: #[repr(C)], integers and arrays of them, padding explicit (no
+// uninitialised bytes), valid for any bit pattern.
+unsafe impl aya::Pod for Iface {}
+unsafe impl aya::Pod for SlotInfo {}
+unsafe impl aya::Pod for Domain {}
+unsafe impl aya::Pod for Group {}
+unsafe impl aya::Pod for Config {}
+unsafe impl aya::Pod for FdbKey {}
+unsafe impl aya::Pod for FdbEntry {}
+unsafe impl aya::Pod for Verdict {}
+unsafe impl aya::Pod for Stats {}
+
+// The sizes clang gives switch.h's structs (x86-64 and BPF agree: natural alignment only).
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<Iface>() == 44);
+    assert!(size_of::<SlotInfo>() == 8);
+    assert!(size_of::<Member>() == 24);
+    assert!(size_of::<Domain>() == 6152);
+    assert!(size_of::<GroupUplink>() == 24);
+    assert!(size_of::<Group>() == 392);
+    assert!(size_of::<Config>() == 32);
+    assert!(size_of::<FdbKey>() == 8);
+    assert!(size_of::<FdbEntry>() == 16);
+    assert!(size_of::<Out>() == 8);
+    assert!(size_of::<Verdict>() == 4128);
+    assert!(size_of::<Stats>() == 176);
+    assert!(size_of::<PuntMeta>() == 16);
+};

@@ -1,0 +1,316 @@
+//! The loaded program and its maps: [`FastPath::load`] loads the committed object
+//! (`bpf/switch.bpf.o`), [`FastPath::write`] brings the maps to a [`Tables`] (writing only what
+//! changed, so a failover is one or two map updates), [`FastPath::attach`] puts the program on an
+//! interface's tcx ingress, and [`FastPath::run`] runs it on one frame under BPF_PROG_TEST_RUN
+//! (the differential test's way in).
+
+use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Group, Iface, SlotInfo, Stats, Verdict};
+use crate::tables::Tables;
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
+use aya::programs::tc::{TcAttachOptions, TcAttachType};
+use aya::programs::{LinkOrder, SchedClassifier, TestRun, TestRunOptions};
+use aya::{Ebpf, EbpfLoader};
+use std::collections::BTreeSet;
+
+/// The program, built from `bpf/switch.bpf.c` by `bpf/build.sh` (see there).
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/switch.bpf.o");
+const PROGRAM: &str = "teamster_switch";
+
+/// What went wrong, with what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("loading the kernel path's BPF object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("the kernel refused the switch program: {0}")]
+    Program(#[source] Box<aya::programs::ProgramError>),
+    #[error("the kernel path's map `{map}`: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("attaching the switch program to {iface} (tcx ingress): {source}")]
+    Attach {
+        iface: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |e| Error::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> &'a mut aya::maps::Map {
+    ebpf.map_mut(name).expect("the object declares every map")
+}
+
+/// The loaded fast path; see the module documentation.
+pub struct FastPath {
+    ebpf: Ebpf,
+    /// What the maps hold now (the last [`FastPath::write`]).
+    written: Tables,
+}
+
+impl FastPath {
+    /// Loads the program and creates its maps, the MAC table sized for `total_macs` learned
+    /// addresses beside the ports' configured ones. Needs CAP_BPF (root).
+    pub fn load(total_macs: usize) -> Result<FastPath, Error> {
+        let fdb = u32::try_from(total_macs + abi::MAX_SLOTS).unwrap_or(u32::MAX);
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("fdb", fdb)
+            .load(OBJECT)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(PROGRAM)
+            .expect("the object has the switch program")
+            .try_into()
+            .map_err(|e| Error::Program(Box::new(e)))?;
+        prog.load().map_err(|e| Error::Program(Box::new(e)))?;
+        Ok(FastPath {
+            ebpf,
+            written: Tables::default(),
+        })
+    }
+
+    fn prog(&self) -> &SchedClassifier {
+        self.ebpf
+            .program(PROGRAM)
+            .expect("loaded")
+            .try_into()
+            .expect("a tc program")
+    }
+
+    /// Attaches the program to `iface`'s tcx ingress, ahead of anything there.
+    pub fn attach(&mut self, iface: &str) -> Result<(), Error> {
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .expect("loaded")
+            .try_into()
+            .expect("a tc program");
+        prog.attach_with_options(
+            iface,
+            TcAttachType::Ingress,
+            TcAttachOptions::TcxOrder(LinkOrder::first()),
+        )
+        .map(drop)
+        .map_err(|e| Error::Attach {
+            iface: iface.into(),
+            source: Box::new(e),
+        })
+    }
+
+    /// Brings the maps from what they hold to `t`: entries that changed are written, those gone
+    /// removed (with the MAC-table entries of freed slots). Configuration first, then what
+    /// frames are sent to, then what refers to it, so no frame is switched to a half-written
+    /// entry.
+    pub fn write(&mut self, t: &Tables) -> Result<(), Error> {
+        {
+            let mut m: Array<&mut MapData, Config> =
+                Array::try_from(map(&mut self.ebpf, "config")).map_err(map_err("config"))?;
+            m.set(0, t.config, 0).map_err(map_err("config"))?;
+        }
+        {
+            let mut m: Array<&mut MapData, SlotInfo> =
+                Array::try_from(map(&mut self.ebpf, "slots")).map_err(map_err("slots"))?;
+            for (slot, info) in &t.slots {
+                if self.written.slots.get(slot) != Some(info) {
+                    m.set(*slot, *info, 0).map_err(map_err("slots"))?;
+                }
+            }
+        }
+        {
+            let mut m: Array<&mut MapData, Group> =
+                Array::try_from(map(&mut self.ebpf, "groups")).map_err(map_err("groups"))?;
+            for (i, g) in t.groups.iter().enumerate() {
+                if self.written.groups.get(i) != Some(g) {
+                    m.set(i as u32, *g, 0).map_err(map_err("groups"))?;
+                }
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, u32, Domain> =
+                HashMap::try_from(map(&mut self.ebpf, "domains")).map_err(map_err("domains"))?;
+            for (d, v) in &t.domains {
+                if self.written.domains.get(d) != Some(v) {
+                    m.insert(u32::from(*d), **v, 0).map_err(map_err("domains"))?;
+                }
+            }
+            for d in self.written.domains.keys().filter(|d| !t.domains.contains_key(d)) {
+                m.remove(&u32::from(*d)).map_err(map_err("domains"))?;
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, FdbKey, u32> =
+                HashMap::try_from(map(&mut self.ebpf, "own_macs")).map_err(map_err("own_macs"))?;
+            for mac in &t.own_macs {
+                m.insert(FdbKey { domain: 0, mac: *mac }, 1, 0)
+                    .map_err(map_err("own_macs"))?;
+            }
+            for mac in self.written.own_macs.difference(&t.own_macs) {
+                m.remove(&FdbKey { domain: 0, mac: *mac })
+                    .map_err(map_err("own_macs"))?;
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, u32, Iface> =
+                HashMap::try_from(map(&mut self.ebpf, "ifaces")).map_err(map_err("ifaces"))?;
+            for (ifindex, i) in &t.ifaces {
+                if self.written.ifaces.get(ifindex) != Some(i) {
+                    m.insert(*ifindex, *i, 0).map_err(map_err("ifaces"))?;
+                }
+            }
+            for ifindex in self.written.ifaces.keys().filter(|i| !t.ifaces.contains_key(i)) {
+                m.remove(ifindex).map_err(map_err("ifaces"))?;
+            }
+        }
+        self.write_statics(t)?;
+        {
+            let mut m: Array<&mut MapData, SlotInfo> =
+                Array::try_from(map(&mut self.ebpf, "slots")).map_err(map_err("slots"))?;
+            for slot in self.written.slots.keys().filter(|s| !t.slots.contains_key(s)) {
+                m.set(*slot, SlotInfo::default(), 0).map_err(map_err("slots"))?;
+            }
+        }
+        self.written = t.clone();
+        Ok(())
+    }
+
+    /// Puts the configured port MACs in the MAC table (over a learned entry for the same
+    /// address, whose count goes), and takes out those gone and every entry of a freed slot.
+    fn write_statics(&mut self, t: &Tables) -> Result<(), Error> {
+        let freed: BTreeSet<u32> = t.freed.iter().copied().collect();
+        let old = self.written.statics.clone();
+        let entries = self.fdb()?;
+        let mut fdb: HashMap<&mut MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(self.ebpf.map_mut("fdb").expect("declared")).map_err(map_err("fdb"))?;
+        let mut forgotten = Vec::new();
+        for (k, e) in &entries {
+            let learned = e.flags & abi::FDB_STATIC == 0;
+            let stale_static = !learned && !t.statics.contains_key(k);
+            let shadowed = learned && t.statics.contains_key(k);
+            if freed.contains(&e.slot) || stale_static || shadowed {
+                fdb.remove(k).map_err(map_err("fdb"))?;
+                if learned {
+                    forgotten.push(e.slot);
+                }
+            }
+        }
+        for (k, slot) in &t.statics {
+            if old.get(k) != Some(slot) || !entries.iter().any(|(e, _)| e == k) {
+                let e = FdbEntry {
+                    seen: 0,
+                    slot: *slot,
+                    flags: abi::FDB_STATIC,
+                };
+                fdb.insert(*k, e, 0).map_err(map_err("fdb"))?;
+            }
+        }
+        let mut counts: Array<&mut MapData, u64> =
+            Array::try_from(self.ebpf.map_mut("learned").expect("declared")).map_err(map_err("learned"))?;
+        for slot in forgotten {
+            let total = counts.get(&(abi::MAX_SLOTS as u32), 0).map_err(map_err("learned"))?;
+            counts
+                .set(abi::MAX_SLOTS as u32, total.saturating_sub(1), 0)
+                .map_err(map_err("learned"))?;
+            let n = counts.get(&slot, 0).map_err(map_err("learned"))?;
+            counts.set(slot, n.saturating_sub(1), 0).map_err(map_err("learned"))?;
+        }
+        for slot in &freed {
+            counts.set(*slot, 0, 0).map_err(map_err("learned"))?;
+        }
+        Ok(())
+    }
+
+    /// Every MAC-table entry, learned and configured.
+    pub fn fdb(&self) -> Result<Vec<(FdbKey, FdbEntry)>, Error> {
+        let m: HashMap<&MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(self.ebpf.map("fdb").expect("declared")).map_err(map_err("fdb"))?;
+        m.iter().collect::<Result<_, _>>().map_err(map_err("fdb"))
+    }
+
+    /// Replaces the learned MAC-table entries with `learned` (each seen now) and sets the
+    /// counts to match: for a test that makes the table the engine's again.
+    pub fn set_learned(&mut self, learned: &[(FdbKey, u32, bool)]) -> Result<(), Error> {
+        let entries = self.fdb()?;
+        let now = monotonic_ns();
+        let mut fdb: HashMap<&mut MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(self.ebpf.map_mut("fdb").expect("declared")).map_err(map_err("fdb"))?;
+        for (k, e) in &entries {
+            if e.flags & abi::FDB_STATIC == 0 {
+                fdb.remove(k).map_err(map_err("fdb"))?;
+            }
+        }
+        let mut per_slot = vec![0u64; abi::MAX_SLOTS + 1];
+        for (k, slot, behind_port) in learned {
+            let e = FdbEntry {
+                seen: now,
+                slot: *slot,
+                flags: 0,
+            };
+            fdb.insert(*k, e, 0).map_err(map_err("fdb"))?;
+            per_slot[abi::MAX_SLOTS] += 1;
+            if *behind_port {
+                per_slot[*slot as usize] += 1;
+            }
+        }
+        let mut counts: Array<&mut MapData, u64> =
+            Array::try_from(self.ebpf.map_mut("learned").expect("declared")).map_err(map_err("learned"))?;
+        for (i, n) in per_slot.into_iter().enumerate() {
+            counts.set(i as u32, n, 0).map_err(map_err("learned"))?;
+        }
+        Ok(())
+    }
+
+    /// Runs the program once on `frame` as if it arrived on `ifindex`, and returns its verdict
+    /// (BPF_PROG_TEST_RUN on the calling CPU, which the caller pins to `cpu`).
+    pub fn run(&self, ifindex: u32, frame: &[u8], cpu: usize) -> Result<(u32, Verdict), Error> {
+        // struct __sk_buff: only ifindex (at byte 40) set; the kernel takes the rest from the frame.
+        let mut ctx = [0u8; 192];
+        ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
+        let mut out = vec![0u8; frame.len() + 64];
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(&ctx),
+            ..TestRunOptions::default()
+        };
+        let r = self.prog().test_run(opts).map_err(|e| Error::Program(Box::new(e)))?;
+        let m: PerCpuArray<&MapData, Verdict> =
+            PerCpuArray::try_from(self.ebpf.map("verdict").expect("declared")).map_err(map_err("verdict"))?;
+        let v: PerCpuValues<Verdict> = m.get(&0, 0).map_err(map_err("verdict"))?;
+        Ok((r.return_value, v[cpu]))
+    }
+
+    /// The counters of `slot`, summed over CPUs.
+    pub fn stats(&self, slot: u32) -> Result<Stats, Error> {
+        let m: PerCpuArray<&MapData, Stats> =
+            PerCpuArray::try_from(self.ebpf.map("stats").expect("declared")).map_err(map_err("stats"))?;
+        let per_cpu = m.get(&slot, 0).map_err(map_err("stats"))?;
+        let mut sum = Stats::default();
+        for s in per_cpu.iter() {
+            sum.rx_packets += s.rx_packets;
+            sum.rx_bytes += s.rx_bytes;
+            sum.tx_packets += s.tx_packets;
+            sum.tx_bytes += s.tx_bytes;
+            sum.mac_limit += s.mac_limit;
+            sum.punted += s.punted;
+            for (a, b) in sum.drops.iter_mut().zip(s.drops) {
+                *a += b;
+            }
+        }
+        Ok(sum)
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns()'s clock.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

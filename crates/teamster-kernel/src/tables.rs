@@ -1,0 +1,326 @@
+//! The engine's decisions as the fast path's tables: [`Tables::build`] reads a
+//! [`Switch`] (its ports' security and claims, its team's uplink choices and receive uplinks,
+//! its MAC table's configured entries) and the interfaces that carry its ports and uplinks, and
+//! gives what `bpf/switch.h`'s maps must hold for the program to switch as the engine does.
+//! Pure: no kernel here, so every rule is unit-tested.
+//!
+//! What the program cannot do is refused here, by name ([`Unsupported`]), before anything is
+//! attached: overlay groups, the per-flow policies with state of their own (address hash,
+//! Dynamic), uplink IDs past 63, more than [`abi::MAX_DOMAIN_PORTS`] ports in one VLAN, and so on.
+
+use crate::abi::{self, Config, Domain, FdbKey, Group, GroupUplink, Iface, Member, SlotInfo};
+use std::collections::{BTreeMap, BTreeSet};
+use teamster_core::switch::{EntryAt, Switch};
+use teamster_core::teaming::{uplink_salt, GroupId, Policy, PortId, UplinkId};
+use teamster_core::wire::MacAddr;
+use teamster_core::Instant;
+
+/// How the engine's port or uplink is reached: its interface, and for a port whether it is a
+/// veth whose peer lives in another namespace (frames for it can skip its host side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    pub ifindex: u32,
+    pub peer: bool,
+}
+
+/// The interfaces of the switch's ports and uplinks. A port without one (its tap is not there
+/// yet) is left out of the tables: nothing can be sent to it.
+#[derive(Debug, Clone, Default)]
+pub struct Interfaces {
+    pub ports: BTreeMap<PortId, Binding>,
+    pub uplinks: BTreeMap<UplinkId, Binding>,
+}
+
+/// Slots, by ifindex: stable while an interface stays (the MAC table's entries name slots), the
+/// lowest free one for a new interface.
+#[derive(Debug, Clone, Default)]
+pub struct Slots {
+    by_ifindex: BTreeMap<u32, u32>,
+}
+
+impl Slots {
+    /// The slot of `ifindex`, given one if it has none.
+    fn slot(&mut self, ifindex: u32) -> Result<u32, Unsupported> {
+        if let Some(s) = self.by_ifindex.get(&ifindex) {
+            return Ok(*s);
+        }
+        let used: BTreeSet<u32> = self.by_ifindex.values().copied().collect();
+        let free = (0..abi::MAX_SLOTS as u32)
+            .find(|s| !used.contains(s))
+            .ok_or(Unsupported::Interfaces(abi::MAX_SLOTS))?;
+        self.by_ifindex.insert(ifindex, free);
+        Ok(free)
+    }
+
+    /// Frees the slots of interfaces not in `present`, returning them (their MAC-table entries
+    /// must go too).
+    fn keep_only(&mut self, present: &BTreeSet<u32>) -> Vec<u32> {
+        let gone: Vec<u32> = self
+            .by_ifindex
+            .iter()
+            .filter(|(i, _)| !present.contains(i))
+            .map(|(_, s)| *s)
+            .collect();
+        self.by_ifindex.retain(|i, _| present.contains(i));
+        gone
+    }
+
+    /// The slot `ifindex` has, if any.
+    pub fn of(&self, ifindex: u32) -> Option<u32> {
+        self.by_ifindex.get(&ifindex).copied()
+    }
+}
+
+/// Something the engine does that the fast path does not: the switch stays on the user-space
+/// data plane, and this says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error("port group `{0}` is an overlay (VXLAN) segment, which the kernel path does not carry")]
+    Overlay(String),
+    #[error("port group `{group}` uses teaming policy `{policy}`, which keeps per-flow state the kernel path does not have (it runs port-id, source-mac, hyperv-port, load-based, ip-hash and ip-hash-l4)")]
+    Policy { group: String, policy: String },
+    #[error("more than {0} interfaces")]
+    Interfaces(usize),
+    #[error("uplink {0} has an ID past {max}: the kernel path's flood lists name uplinks 0..{max}", max = abi::MAX_UPLINK_ID - 1)]
+    UplinkId(usize),
+    #[error("port group `{0}` has more than {max} active (or standby) uplinks", max = abi::MAX_GROUP_UPLINKS)]
+    GroupUplinks(String),
+    #[error("more than {0} port groups")]
+    Groups(usize),
+    #[error("VLAN {0} has more than {max} ports", max = abi::MAX_DOMAIN_PORTS)]
+    DomainFull(String),
+}
+
+/// What the fast path's maps hold; see the module documentation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    pub config: Config,
+    /// By ifindex.
+    pub ifaces: BTreeMap<u32, Iface>,
+    /// By slot.
+    pub slots: BTreeMap<u32, SlotInfo>,
+    /// By domain (VLAN, or [`abi::DOMAIN_UNTAGGED`]).
+    pub domains: BTreeMap<u16, Box<Domain>>,
+    /// By group index.
+    pub groups: Vec<Group>,
+    /// The uplinks' own MACs.
+    pub own_macs: BTreeSet<[u8; 6]>,
+    /// The configured port MACs: static MAC-table entries, to a slot.
+    pub statics: BTreeMap<FdbKey, u32>,
+    /// Slots freed since the last build (their learned entries must be flushed).
+    pub freed: Vec<u32>,
+}
+
+/// The fast path's domain for a VLAN (or none).
+pub fn domain(vlan: Option<u16>) -> u16 {
+    vlan.unwrap_or(abi::DOMAIN_UNTAGGED)
+}
+
+fn fdb_key(vlan: Option<u16>, mac: MacAddr) -> FdbKey {
+    FdbKey {
+        domain: domain(vlan),
+        mac: mac.0,
+    }
+}
+
+/// The program's policy for a group's teaming policy, if it can run it.
+fn policy_code(p: Policy) -> Option<u8> {
+    if p == Policy::IP_HASH {
+        Some(abi::POLICY_IP_L3)
+    } else if p == Policy::IP_HASH_L4 {
+        Some(abi::POLICY_IP_L3L4)
+    } else if [
+        Policy::PORT_ID,
+        Policy::SOURCE_MAC,
+        Policy::HYPERV_PORT,
+        Policy::LOAD_BASED,
+    ]
+    .contains(&p)
+    {
+        Some(abi::POLICY_PORT)
+    } else {
+        None
+    }
+}
+
+impl Tables {
+    /// The tables for `switch` over `ifs`, with MAC-table limits and ageing from the switch; see
+    /// the module documentation. `slots` carries slot numbers from one build to the next.
+    pub fn build(switch: &Switch, ifs: &Interfaces, slots: &mut Slots, now: Instant) -> Result<Tables, Unsupported> {
+        let team = switch.team();
+        let mut t = Tables::default();
+        let present: BTreeSet<u32> = ifs
+            .ports
+            .values()
+            .chain(ifs.uplinks.values())
+            .map(|b| b.ifindex)
+            .collect();
+        t.freed = slots.keep_only(&present);
+        let limits = switch.mac_table().limits();
+        t.config = Config {
+            ageing_ns: u64::try_from(switch.mac_table().ageing().as_nanos()).unwrap_or(u64::MAX),
+            limit_total: limits.total as u64,
+            limit_per_port: limits.per_port as u64,
+            link_local: u32::from(switch.asks_link_local()),
+            pad: 0,
+        };
+
+        let mut uplink_slot = BTreeMap::new();
+        for u in (0..team.uplink_count()).map(UplinkId) {
+            if let Some(mac) = switch.uplink_mac(u) {
+                t.own_macs.insert(mac.0);
+            }
+            let Some(b) = ifs.uplinks.get(&u) else { continue };
+            if u.0 >= abi::MAX_UPLINK_ID {
+                return Err(Unsupported::UplinkId(u.0));
+            }
+            let slot = slots.slot(b.ifindex)?;
+            uplink_slot.insert(u, slot);
+            let outside = team.lacp().member(u).is_some_and(|m| !m.attached()) && !team.uplink_usable(u);
+            let mac = switch.uplink_mac(u);
+            let mut flags = 0;
+            if mac.is_some() {
+                flags |= abi::UPLINK_HAS_MAC;
+            }
+            if outside {
+                flags |= abi::UPLINK_DISCARDS;
+            }
+            t.ifaces.insert(
+                b.ifindex,
+                Iface {
+                    slot,
+                    id: u.0 as u32,
+                    kind: abi::KIND_UPLINK,
+                    flags,
+                    domain: abi::DOMAIN_UNTAGGED,
+                    mac: mac.map_or([0; 6], |m| m.0),
+                    uplink: abi::NO_SLOT,
+                    ..Iface::default()
+                },
+            );
+            t.slots.insert(
+                slot,
+                SlotInfo {
+                    ifindex: b.ifindex,
+                    pad: 0,
+                },
+            );
+        }
+        let slot_of = |u: Option<UplinkId>| u.and_then(|u| uplink_slot.get(&u).copied()).unwrap_or(abi::NO_SLOT);
+
+        if team.group_count() > abi::MAX_GROUPS {
+            return Err(Unsupported::Groups(abi::MAX_GROUPS));
+        }
+        for g in (0..team.group_count()).map(GroupId) {
+            let spec = team.group(g).expect("counted");
+            let policy = policy_code(spec.policy).ok_or_else(|| Unsupported::Policy {
+                group: spec.name.clone(),
+                policy: spec.policy.name().into(),
+            })?;
+            let (active, standby) = (&spec.order.active, &spec.order.standby);
+            if active.len() > abi::MAX_GROUP_UPLINKS || standby.len() > abi::MAX_GROUP_UPLINKS {
+                return Err(Unsupported::GroupUplinks(spec.name.clone()));
+            }
+            let entry = |u: &UplinkId| GroupUplink {
+                salt: team.uplink(*u).map_or(0, |s| uplink_salt(&s.name)),
+                slot: slot_of(Some(*u)),
+                id: u.0 as u32,
+                // An uplink without an interface cannot carry anything: as if it were down.
+                up: u8::from(team.uplink_usable(*u) && uplink_slot.contains_key(u)),
+                pad: [0; 7],
+            };
+            let mut group = Group {
+                policy,
+                active_count: active.len() as u8,
+                standby_count: standby.len() as u8,
+                ..Group::default()
+            };
+            for (i, u) in active.iter().enumerate() {
+                group.active[i] = entry(u);
+            }
+            for (i, u) in standby.iter().enumerate() {
+                group.standby[i] = entry(u);
+            }
+            t.groups.push(group);
+        }
+
+        for spec in team.ports() {
+            let p = spec.id;
+            let Some(b) = ifs.ports.get(&p) else { continue };
+            let sw = switch.port_switching(p).expect("a port of the team is the switch's");
+            if sw.overlay {
+                let g = team.group(spec.group).map_or_else(String::new, |g| g.name.clone());
+                return Err(Unsupported::Overlay(g));
+            }
+            let slot = slots.slot(b.ifindex)?;
+            let mut flags = 0;
+            let set = |on: bool, bit: u16| if on { bit } else { 0 };
+            flags |= set(b.peer, abi::PORT_PEER);
+            flags |= set(sw.policy.forged_transmits.accepts(), abi::PORT_FORGED_OK);
+            flags |= set(sw.policy.mac_changes.accepts(), abi::PORT_MAC_CHANGES_OK);
+            flags |= set(sw.policy.promiscuous.accepts(), abi::PORT_PROMISCUOUS);
+            flags |= set(!sw.owned, abi::PORT_PUNT);
+            flags |= set(team.rewrites_source(p), abi::PORT_REWRITES);
+            flags |= set(sw.changed.is_some(), abi::PORT_CHANGED);
+            let dom = domain(sw.vlan);
+            t.ifaces.insert(
+                b.ifindex,
+                Iface {
+                    slot,
+                    id: p.0,
+                    kind: abi::KIND_PORT,
+                    flags,
+                    domain: dom,
+                    mac: sw.mac.0,
+                    changed: sw.changed.map_or([0; 6], |m| m.0),
+                    group: spec.group.0 as u32,
+                    uplink: slot_of(team.port_uplink(p)),
+                    ..Iface::default()
+                },
+            );
+            t.slots.insert(
+                slot,
+                SlotInfo {
+                    ifindex: b.ifindex,
+                    pad: 0,
+                },
+            );
+            let d = t.domains.entry(dom).or_default();
+            let n = d.count as usize;
+            if n >= abi::MAX_DOMAIN_PORTS {
+                return Err(Unsupported::DomainFull(
+                    sw.vlan.map_or("(untagged)".into(), |v| v.to_string()),
+                ));
+            }
+            let rx_uplinks = uplink_slot
+                .keys()
+                .filter(|u| team.takes_flood(p, **u))
+                .fold(0u64, |bits, u| bits | 1 << u.0);
+            d.members[n] = Member {
+                ifindex: b.ifindex,
+                slot,
+                rx_uplinks,
+                flags,
+                ..Member::default()
+            };
+            d.count += 1;
+        }
+
+        let port_slot: BTreeMap<PortId, u32> = ifs
+            .ports
+            .iter()
+            .filter_map(|(p, b)| Some((*p, slots.of(b.ifindex)?)))
+            .collect();
+        for e in switch.mac_entries(now).into_iter().filter(|e| e.fixed) {
+            if let EntryAt::Port(p) = e.at {
+                if let Some(slot) = port_slot.get(&p) {
+                    t.statics.insert(fdb_key(e.vlan, e.mac), *slot);
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests;
