@@ -129,9 +129,20 @@ impl AfPacket {
         AfPacket::open_muted(name, false)
     }
 
+    /// A socket on `name` that sends and never receives: bound with protocol 0, it is not on
+    /// the kernel's receive path at all (the kernel fast path switches the interface's frames).
+    pub fn open_send_only(name: &str) -> io::Result<AfPacket> {
+        AfPacket::open_as(name, false, 0)
+    }
+
     /// [`AfPacket::open`], with a filter that drops every frame until it is taken off when
     /// `muted` (a receive queue socket takes no frame before it has joined its group).
     fn open_muted(name: &str, muted: bool) -> io::Result<AfPacket> {
+        AfPacket::open_as(name, muted, libc::ETH_P_ALL as u16)
+    }
+
+    /// [`AfPacket::open_muted`], bound to ether type `protocol` (0: receives nothing).
+    fn open_as(name: &str, muted: bool, protocol: u16) -> io::Result<AfPacket> {
         let ifindex = crate::iface::index(name)?;
         // Protocol 0: the socket receives nothing until it is bound to the interface below. A
         // socket opened with ETH_P_ALL would queue frames from every interface in the meantime,
@@ -239,7 +250,7 @@ impl AfPacket {
         // SAFETY: sockaddr_ll is plain data; zeroed is valid and the fields are set below.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        addr.sll_protocol = protocol.to_be();
         addr.sll_ifindex = ifindex;
         // SAFETY: `addr` is a valid sockaddr_ll of the size passed.
         let r = unsafe {

@@ -53,6 +53,8 @@ impl BackendChoice {
 pub enum Link {
     Packet(AfPacket),
     Xdp(AfXdp),
+    /// Switched by the kernel fast path; only what it hands to user space is received.
+    Punted(crate::fast_path::Punted),
 }
 
 pub use crate::platform::Opened;
@@ -90,6 +92,7 @@ impl Link {
         match self {
             Link::Packet(b) => b,
             Link::Xdp(b) => b,
+            Link::Punted(b) => b,
         }
     }
 
@@ -97,6 +100,7 @@ impl Link {
         match self {
             Link::Packet(b) => b,
             Link::Xdp(b) => b,
+            Link::Punted(b) => b,
         }
     }
 }
@@ -137,6 +141,9 @@ impl Device for Link {
         match self {
             Link::Packet(b) => Ok(b.open_queues(group, want)?.into_iter().map(Link::Packet).collect()),
             Link::Xdp(_) => Err("af_xdp receives on one queue: set backend = \"af_packet\"".to_string()),
+            Link::Punted(_) => {
+                Err("the kernel fast path receives in the kernel: no receive queues to open".to_string())
+            }
         }
     }
 
@@ -152,6 +159,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.recv_batch(pool, sink),
             Link::Xdp(b) => b.recv_batch(pool, sink),
+            Link::Punted(b) => b.recv_batch(pool, sink),
         }
     }
 
@@ -159,6 +167,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.send(frame, offload),
             Link::Xdp(b) => b.send(frame, offload),
+            Link::Punted(b) => b.send(frame, offload),
         }
     }
 
@@ -166,6 +175,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.send_owned(frame),
             Link::Xdp(b) => b.send_owned(frame),
+            Link::Punted(b) => b.send_owned(frame),
         }
     }
 
@@ -177,6 +187,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.takes_offloads(),
             Link::Xdp(b) => b.takes_offloads(),
+            Link::Punted(b) => b.takes_offloads(),
         }
     }
 
@@ -184,6 +195,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.flush(),
             Link::Xdp(b) => b.flush(),
+            Link::Punted(b) => b.flush(),
         }
     }
 
@@ -191,6 +203,7 @@ impl Device for Link {
         match self {
             Link::Packet(b) => b.tx_pending(),
             Link::Xdp(b) => b.tx_pending(),
+            Link::Punted(b) => b.tx_pending(),
         }
     }
 

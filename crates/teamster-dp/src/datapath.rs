@@ -448,6 +448,8 @@ pub struct Datapath<P: Platform = Kernel> {
     /// What a turn reuses: frames in flight between its steps, sockets that polled in error.
     scratch: Scratch,
     errored: Vec<Slot>,
+    /// The kernel fast path's last failure to sync, reported once until it changes.
+    fast_path_error: Option<String>,
 }
 
 /// Interfaces that appeared, changed or went, by name, for the control plane's port rules.
@@ -629,6 +631,7 @@ impl<P: Platform> Datapath<P> {
             meters: Vec::new(),
             scratch: Scratch::default(),
             errored: Vec::new(),
+            fast_path_error: None,
         };
         dp.meters = vec![Default::default(); dp.workers.len() + 1];
         let summary = format!("switching {} ports on {} uplinks", dp.ports.len(), dp.uplinks.len());
@@ -775,7 +778,37 @@ impl<P: Platform> Datapath<P> {
         self.rx_round(now);
         self.scratch = scratch;
         control.turn(self, now);
+        self.sync_fast_path(now);
         self.load.add(woke.elapsed(), received as u64);
+    }
+
+    /// With a kernel fast path, brings its tables to the switch's state (what this turn
+    /// changed: a failover, a port moved, a port added) and takes its counts.
+    fn sync_fast_path(&mut self, now: Instant) {
+        let Some(fast) = self.platform.fast_path() else { return };
+        let bound = crate::fast_path::Bound {
+            ports: self
+                .ports
+                .iter()
+                .filter(|p| p.present() && p.attached())
+                .map(|p| (p.plan.id, p.plan.interface.as_str()))
+                .collect(),
+            uplinks: self
+                .uplinks
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u.attached())
+                .map(|(i, u)| (UplinkId(i), u.plan.interface.as_str()))
+                .collect(),
+        };
+        if let Err(e) = fast.sync(&mut self.switch, &bound, now) {
+            if self.fast_path_error.as_deref() != Some(e.as_str()) {
+                self.history.record(now, "fast_path", e.clone());
+                self.fast_path_error = Some(e);
+            }
+        } else {
+            self.fast_path_error = None;
+        }
     }
 
     /// Keeps the name a netlink message announces, for [`Datapath::take_link_news`].

@@ -112,6 +112,46 @@ pub fn speed_mbps(name: &str) -> Option<u64> {
         .map(|v| v as u64)
 }
 
+/// The interface's driver (`veth`, `tun`, `ixgbe`...), as ethtool's ETHTOOL_GDRVINFO reports it.
+pub fn driver(name: &str) -> io::Result<String> {
+    check_name(name)?;
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GDRVINFO: u32 = 0x3;
+    // struct ethtool_drvinfo: cmd, then driver[32] and the rest we do not read.
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&ETHTOOL_GDRVINFO.to_ne_bytes());
+    // SAFETY: ifreq is plain data; zeroed is valid, and the name and data pointer are set below.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = info.as_mut_ptr().cast();
+    // SAFETY: a plain datagram socket, closed by OwnedFd.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is ours.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: `req` names the interface and points at `info`, which outlives the call and is
+    // as large as the kernel writes.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&fd), SIOCETHTOOL, &mut req) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{name}: ETHTOOL_GDRVINFO: {e}")));
+    }
+    let driver = &info[4..36];
+    let end = driver.iter().position(|b| *b == 0).unwrap_or(driver.len());
+    Ok(String::from_utf8_lossy(&driver[..end]).into_owned())
+}
+
+/// The index of the interface's link (for a veth, its peer's index, in the peer's namespace).
+pub fn iflink(name: &str) -> io::Result<u32> {
+    read(name, "iflink")?
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: iflink: {e}")))
+}
+
 /// Whether the interface can carry traffic now: carrier, and operationally up (or unknown).
 pub fn link_up(name: &str) -> io::Result<bool> {
     let path = sysfs_path(name, "carrier")?;

@@ -26,6 +26,7 @@ pub mod datapath;
 pub mod device;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod fast_path;
 mod flag;
 pub mod frame;
 pub mod iface;

@@ -69,12 +69,27 @@ pub trait Platform: Clone + Send + Sync + 'static {
     fn watch(&self, rcvbuf: Option<usize>) -> io::Result<Self::Links>;
     /// The engine's clock: time since the platform was made.
     fn now(&self) -> Instant;
+
+    /// The kernel fast path that switches the interfaces this platform opens, if any (see
+    /// [`crate::fast_path`]).
+    fn fast_path(&self) -> Option<&dyn crate::fast_path::FastPath> {
+        None
+    }
 }
 
 /// Linux (see the module documentation).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Kernel {
     started: std::time::Instant,
+    /// The kernel fast path, where the switch runs on it.
+    fast: Option<std::sync::Arc<dyn crate::fast_path::FastPath>>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fast = self.fast.as_ref().map(|p| p.describe());
+        f.debug_struct("Kernel").field("fast_path", &fast).finish()
+    }
 }
 
 impl Kernel {
@@ -82,6 +97,15 @@ impl Kernel {
     pub fn new() -> Kernel {
         Kernel {
             started: std::time::Instant::now(),
+            fast: None,
+        }
+    }
+
+    /// Linux, with `fast` switching every interface opened (see [`crate::fast_path`]).
+    pub fn with_fast_path(fast: std::sync::Arc<dyn crate::fast_path::FastPath>) -> Kernel {
+        Kernel {
+            fast: Some(fast),
+            ..Kernel::new()
         }
     }
 }
@@ -97,7 +121,13 @@ impl Platform for Kernel {
     type Links = LinkWatch;
 
     fn open(&self, interface: &str, choice: BackendChoice) -> io::Result<Opened> {
-        backend::open(interface, choice)
+        match &self.fast {
+            Some(fast) => Ok(Opened {
+                link: Link::Punted(crate::fast_path::Punted::open(interface, fast.clone())?),
+                note: None,
+            }),
+            None => backend::open(interface, choice),
+        }
     }
 
     fn mtu(&self, interface: &str) -> io::Result<usize> {
@@ -126,5 +156,9 @@ impl Platform for Kernel {
 
     fn now(&self) -> Instant {
         Instant::from_nanos(self.started.elapsed().as_nanos() as u64)
+    }
+
+    fn fast_path(&self) -> Option<&dyn crate::fast_path::FastPath> {
+        self.fast.as_deref()
     }
 }

@@ -86,6 +86,15 @@ struct {
 	__type(value, __u64);
 } learned SEC(".maps");
 
+/* When each port last sent a frame out of an uplink (ns), by slot: its frames coming back are
+ * told from a host outside's by it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sent_out SEC(".maps");
+
 /* Our uplinks' own MACs: a frame from one of them on an uplink is our own, reflected. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -539,6 +548,28 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 	return TC_ACT_OK;
 }
 
+/* core Switch::heard_on_uplink, as far as it needs no state of the engine's: a frame from port
+ * `at`'s configured MAC is our own come back if it is a RARP (our announcement), if the port
+ * does not own its MAC, or if the port sent out within the reflection window, unless it is for
+ * another port settled here (which our port would have reached directly). Otherwise a host
+ * outside may be using the MAC: the engine decides. */
+static __always_inline int reflected(const struct config *c, const struct key *k, __u16 dom, __u32 at, __u64 now)
+{
+	struct iface *p = iface_of_slot(at);
+	if (!p || (p->flags & PORT_PUNT) || k->ether_type == ETH_P_RARP_)
+		return 1;
+	__u64 *sent = bpf_map_lookup_elem(&sent_out, &at);
+	int quiet = !sent || !*sent || now - *sent >= c->reflection_ns;
+	int to_settled = 0;
+	if (!is_group(k->dst)) {
+		int statik;
+		__u32 q = lookup(c, dom, k->dst, now, &statik);
+		struct iface *qi = statik && q != at ? iface_of_slot(q) : 0;
+		to_settled = qi && (qi->flags & PORT_SETTLED);
+	}
+	return !(quiet || to_settled);
+}
+
 static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, struct verdict *v, const struct config *c,
 				       const struct iface *up, const struct frame *f, __u64 now)
 {
@@ -572,8 +603,8 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 	int statik;
 	__u32 at = lookup(c, dom, k.src, now, &statik);
 	if (at != NO_SLOT && slot_is_port(at)) {
-		if (statik)
-			return punted(skb, v, slot, PUNT_CLAIM); /* a port's configured MAC: the engine's claims */
+		if (statik && !reflected(c, &k, dom, at, now))
+			return punted(skb, v, slot, PUNT_CLAIM); /* maybe a host outside: the engine's claims */
 		return dropped(v, slot, DROP_REFLECTION);
 	}
 	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
@@ -617,7 +648,21 @@ struct copies {
 	struct __sk_buff *skb;
 	struct verdict *v;
 	__u32 last;
+	__u8 from_uplink;
 };
+
+/* Counts a frame sent to `slot`, and for the team's meters a port's traffic to or from uplinks. */
+static __always_inline void count_out(__u32 slot, __u32 len, __u32 port_slot, int to_uplink, int from_uplink)
+{
+	count_tx(slot, len);
+	struct stats *s = stats_of(port_slot);
+	if (!s)
+		return;
+	if (to_uplink)
+		s->to_uplinks += len;
+	if (from_uplink)
+		s->from_uplinks += len;
+}
 
 static long copy_one(__u64 i, void *ctx)
 {
@@ -627,7 +672,7 @@ static long copy_one(__u64 i, void *ctx)
 	__u32 slot = c->v->outs[i].slot;
 	__u32 ifindex = ifindex_of_slot(slot);
 	if (ifindex && bpf_clone_redirect(c->skb, ifindex, 0) == 0)
-		count_tx(slot, c->skb->len);
+		count_out(slot, c->skb->len, slot, 0, c->from_uplink);
 	return 0;
 }
 
@@ -642,7 +687,7 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 		return TC_ACT_SHOT;
 	if (v->outs[0].edit == EDIT_POP)
 		bpf_skb_vlan_pop(skb);
-	struct copies c = { .skb = skb, .v = v, .last = n - 1 };
+	struct copies c = { .skb = skb, .v = v, .last = n - 1, .from_uplink = in->kind == KIND_UPLINK };
 	if (n > 1)
 		bpf_loop(MAX_OUTPUTS, copy_one, &c, 0);
 	__u32 i = n - 1;
@@ -659,7 +704,14 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 		bpf_skb_store_bytes(skb, 6, to->mac, 6, 0);
 	if (to->kind == KIND_UPLINK && in->kind == KIND_PORT)
 		skb->priority = in->priority;
-	count_tx(o.slot, skb->len);
+	if (to->kind == KIND_UPLINK) {
+		count_out(o.slot, skb->len, in->slot, 1, 0);
+		__u32 from = in->slot;
+		__u64 t = bpf_ktime_get_ns();
+		bpf_map_update_elem(&sent_out, &from, &t, BPF_ANY);
+	}
+	else
+		count_out(o.slot, skb->len, o.slot, 0, in->kind == KIND_UPLINK);
 	if (to->kind == KIND_PORT && (to->flags & PORT_PEER) && n == 1)
 		return bpf_redirect_peer(ifindex, 0);
 	return bpf_redirect(ifindex, 0);
@@ -690,13 +742,14 @@ int teamster_switch(struct __sk_buff *skb)
 		f.meta_tci = skb->vlan_tci;
 		f.len += 4;
 	}
+	__u64 now = bpf_ktime_get_ns();
+	int r = in->kind == KIND_PORT ? from_port(&t, skb, v, c, in, &f, now) : from_uplink(&t, skb, v, c, in, &f, now);
+	/* A punted frame is the engine's to count, as it switches it. */
 	struct stats *s = stats_of(in->slot);
-	if (s) {
+	if (s && !v->punt) {
 		s->rx_packets++;
 		s->rx_bytes += f.len;
 	}
-	__u64 now = bpf_ktime_get_ns();
-	int r = in->kind == KIND_PORT ? from_port(&t, skb, v, c, in, &f, now) : from_uplink(&t, skb, v, c, in, &f, now);
 	if (r != TC_ACT_OK)
 		return r;
 	return execute(skb, v, in);

@@ -33,6 +33,7 @@
 #define PORT_PUNT (1u << 4)         /* its claim on its MAC is not settled: user space decides */
 #define PORT_REWRITES (1u << 5)     /* its group spreads ports over members with their own MACs */
 #define PORT_CHANGED (1u << 6)      /* iface.changed holds the MAC its guest changed to */
+#define PORT_SETTLED (1u << 7)      /* attached for a reflection window: its MAC is its own here */
 /* iface.flags for an uplink */
 #define UPLINK_HAS_MAC (1u << 0)    /* iface.mac is the uplink's own MAC */
 #define UPLINK_DISCARDS (1u << 1)   /* an LACP member outside the bundle: takes nothing */
@@ -126,6 +127,7 @@ struct config {               /* `config`, key 0 */
 	__u64 ageing_ns;
 	__u64 limit_total;
 	__u64 limit_per_port;
+	__u64 reflection_ns;      /* how long a port's frame takes to come back (core REFLECTION_WINDOW) */
 	__u32 link_local;         /* some group asks for LLDP & co.: punt them from uplinks */
 	__u32 pad;
 };
@@ -167,6 +169,8 @@ struct stats {                /* per CPU, by slot */
 	__u64 tx_bytes;
 	__u64 mac_limit;
 	__u64 punted;
+	__u64 to_uplinks;         /* port: bytes it sent out of uplinks (the team's meters) */
+	__u64 from_uplinks;       /* port: bytes it received from uplinks */
 	__u64 drops[DROP_REASONS];
 };
 

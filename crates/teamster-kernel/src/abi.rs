@@ -22,6 +22,7 @@ pub const PORT_PROMISCUOUS: u16 = 1 << 3;
 pub const PORT_PUNT: u16 = 1 << 4;
 pub const PORT_REWRITES: u16 = 1 << 5;
 pub const PORT_CHANGED: u16 = 1 << 6;
+pub const PORT_SETTLED: u16 = 1 << 7;
 pub const UPLINK_HAS_MAC: u16 = 1 << 0;
 pub const UPLINK_DISCARDS: u16 = 1 << 1;
 
@@ -116,6 +117,7 @@ pub struct Config {
     pub ageing_ns: u64,
     pub limit_total: u64,
     pub limit_per_port: u64,
+    pub reflection_ns: u64,
     pub link_local: u32,
     pub pad: u32,
 }
@@ -164,6 +166,8 @@ pub struct Stats {
     pub tx_bytes: u64,
     pub mac_limit: u64,
     pub punted: u64,
+    pub to_uplinks: u64,
+    pub from_uplinks: u64,
     pub drops: [u64; DROP_REASONS],
 }
 
@@ -199,11 +203,11 @@ const _: () = {
     assert!(size_of::<Domain>() == 6152);
     assert!(size_of::<GroupUplink>() == 24);
     assert!(size_of::<Group>() == 392);
-    assert!(size_of::<Config>() == 32);
+    assert!(size_of::<Config>() == 40);
     assert!(size_of::<FdbKey>() == 8);
     assert!(size_of::<FdbEntry>() == 16);
     assert!(size_of::<Out>() == 8);
     assert!(size_of::<Verdict>() == 4128);
-    assert!(size_of::<Stats>() == 176);
+    assert!(size_of::<Stats>() == 192);
     assert!(size_of::<PuntMeta>() == 16);
 };

@@ -7,7 +7,7 @@
 use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Group, Iface, SlotInfo, Stats, Verdict};
 use crate::tables::Tables;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
-use aya::programs::tc::{TcAttachOptions, TcAttachType};
+use aya::programs::tc::{SchedClassifierLinkId, TcAttachOptions, TcAttachType};
 use aya::programs::{LinkOrder, SchedClassifier, TestRun, TestRunOptions};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::BTreeSet;
@@ -84,8 +84,26 @@ impl FastPath {
             .expect("a tc program")
     }
 
+    /// Takes the punt ring map out (for the reader that drains it).
+    pub fn take_punts(&mut self) -> Result<aya::maps::PerfEventArray<MapData>, Error> {
+        let map = self.ebpf.take_map("punts").expect("declared");
+        aya::maps::PerfEventArray::try_from(map).map_err(map_err("punts"))
+    }
+
+    /// Takes the program off an interface (a link [`FastPath::attach`] made).
+    pub fn detach(&mut self, link: SchedClassifierLinkId) {
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .expect("loaded")
+            .try_into()
+            .expect("a tc program");
+        // Already gone if the interface was deleted.
+        let _ = prog.detach(link);
+    }
+
     /// Attaches the program to `iface`'s tcx ingress, ahead of anything there.
-    pub fn attach(&mut self, iface: &str) -> Result<(), Error> {
+    pub fn attach(&mut self, iface: &str) -> Result<SchedClassifierLinkId, Error> {
         let prog: &mut SchedClassifier = self
             .ebpf
             .program_mut(PROGRAM)
@@ -97,7 +115,6 @@ impl FastPath {
             TcAttachType::Ingress,
             TcAttachOptions::TcxOrder(LinkOrder::first()),
         )
-        .map(drop)
         .map_err(|e| Error::Attach {
             iface: iface.into(),
             source: Box::new(e),
@@ -299,12 +316,24 @@ impl FastPath {
             sum.tx_bytes += s.tx_bytes;
             sum.mac_limit += s.mac_limit;
             sum.punted += s.punted;
+            sum.to_uplinks += s.to_uplinks;
+            sum.from_uplinks += s.from_uplinks;
             for (a, b) in sum.drops.iter_mut().zip(s.drops) {
                 *a += b;
             }
         }
         Ok(sum)
     }
+}
+
+/// The names of the programs on `interface`'s tcx ingress (the switch's is `teamster_switch`).
+pub fn tcx_ingress_programs(interface: &str) -> Result<Vec<String>, Error> {
+    let (_, infos) =
+        SchedClassifier::query_tcx(interface, TcAttachType::Ingress).map_err(|e| Error::Program(Box::new(e)))?;
+    Ok(infos
+        .iter()
+        .map(|i| i.name_as_str().unwrap_or("?").to_string())
+        .collect())
 }
 
 /// CLOCK_MONOTONIC in ns: bpf_ktime_get_ns()'s clock.

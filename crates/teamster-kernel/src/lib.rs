@@ -27,7 +27,9 @@
 
 pub mod abi;
 mod fastpath;
+mod kernel_path;
 pub mod tables;
 
-pub use fastpath::{monotonic_ns, Error, FastPath};
+pub use fastpath::{monotonic_ns, tcx_ingress_programs, Error, FastPath};
+pub use kernel_path::KernelPath;
 pub use tables::{Binding, Interfaces, Slots, Tables, Unsupported};

@@ -10,7 +10,7 @@
 
 use crate::abi::{self, Config, Domain, FdbKey, Group, GroupUplink, Iface, Member, SlotInfo};
 use std::collections::{BTreeMap, BTreeSet};
-use teamster_core::switch::{EntryAt, Switch};
+use teamster_core::switch::{EntryAt, Switch, REFLECTION_WINDOW};
 use teamster_core::teaming::{uplink_salt, GroupId, Policy, PortId, UplinkId};
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
@@ -161,6 +161,7 @@ impl Tables {
             ageing_ns: u64::try_from(switch.mac_table().ageing().as_nanos()).unwrap_or(u64::MAX),
             limit_total: limits.total as u64,
             limit_per_port: limits.per_port as u64,
+            reflection_ns: REFLECTION_WINDOW.as_nanos() as u64,
             link_local: u32::from(switch.asks_link_local()),
             pad: 0,
         };
@@ -262,6 +263,7 @@ impl Tables {
             flags |= set(!sw.owned, abi::PORT_PUNT);
             flags |= set(team.rewrites_source(p), abi::PORT_REWRITES);
             flags |= set(sw.changed.is_some(), abi::PORT_CHANGED);
+            flags |= set(sw.owned && now - sw.attached_at >= REFLECTION_WINDOW, abi::PORT_SETTLED);
             let dom = domain(sw.vlan);
             t.ifaces.insert(
                 b.ifindex,

@@ -134,6 +134,23 @@ impl Counters {
         self.drops[why.index()] += 1;
     }
 
+    /// Adds `n` frames dropped for `why` (counted by a data plane that switched them elsewhere).
+    pub fn add_drops(&mut self, why: DropReason, n: u64) {
+        self.drops[why.index()] += n;
+    }
+
+    /// Adds every count of `other` to these.
+    pub fn add(&mut self, other: &Counters) {
+        self.rx_packets += other.rx_packets;
+        self.rx_bytes += other.rx_bytes;
+        self.tx_packets += other.tx_packets;
+        self.tx_bytes += other.tx_bytes;
+        self.mac_limit += other.mac_limit;
+        for (a, b) in self.drops.iter_mut().zip(other.drops) {
+            *a += b;
+        }
+    }
+
     /// Frames dropped for `why`.
     pub fn drops(&self, why: DropReason) -> u64 {
         self.drops[why.index()]

@@ -22,6 +22,8 @@ pub struct PortSwitching {
     /// True if it owns its MAC (attached, no host outside contesting it): its frames need no
     /// decision about its claim.
     pub owned: bool,
+    /// When it was last attached.
+    pub attached_at: Instant,
 }
 
 /// One MAC-table entry.
@@ -54,6 +56,7 @@ impl Switch {
             changed: g.changed,
             policy: g.policy,
             owned: g.claim.state == super::Claim::Owned,
+            attached_at: g.claim.attached_at,
         })
     }
 
@@ -70,6 +73,23 @@ impl Switch {
     /// True if some port group is an overlay segment.
     pub fn has_overlays(&self) -> bool {
         self.segments.iter().any(Option::is_some)
+    }
+
+    /// Adds `delta` to the counters of the port or uplink `at`: what a data plane that switches
+    /// frames elsewhere (the kernel fast path) counted there.
+    pub fn add_counts(&mut self, at: super::Ingress, delta: &super::Counters) {
+        match at {
+            super::Ingress::Port(p) => {
+                if let Some(c) = self.ports.get_mut(&p) {
+                    c.add(delta);
+                }
+            }
+            super::Ingress::Uplink(u) => {
+                if let Some(c) = self.uplinks.get_mut(u.0) {
+                    c.add(delta);
+                }
+            }
+        }
     }
 
     /// Every MAC-table entry not expired at `now`, sorted.

@@ -372,6 +372,22 @@ impl Team {
         }
     }
 
+    /// Counts `bytes` of `port`'s traffic in direction `dir` at `now`, for a data plane that
+    /// counts ports and uplinks apart (the kernel fast path; [`Team::account`] takes both).
+    pub fn account_port(&mut self, port: PortId, dir: Direction, bytes: u64, now: Instant) {
+        if let Some(&i) = self.index.get(&port) {
+            self.ports[i].record(dir, bytes, now);
+        }
+    }
+
+    /// Counts `bytes` carried by `uplink` in direction `dir` at `now` (see
+    /// [`Team::account_port`]).
+    pub fn account_uplink(&mut self, uplink: UplinkId, dir: Direction, bytes: u64, now: Instant) {
+        if let Some(u) = self.uplinks.get_mut(uplink.0) {
+            u.record(dir, bytes, now);
+        }
+    }
+
     /// When [`Team::handle_timeout`] next has work: the earliest of the policies' timers.
     pub fn poll_at(&self) -> Option<Instant> {
         let stale = self.lacp_stale.then_some(Instant::ZERO);

@@ -185,6 +185,9 @@ pub struct Rig {
     ifs: Interfaces,
     slots: Slots,
     now: Instant,
+    /// CLOCK_MONOTONIC at the start: the engine's clock follows the kernel's, so the two agree
+    /// on time windows (a port's frames coming back within the reflection window).
+    started_ns: u64,
     mutation: Option<Mutation>,
     cov: Coverage,
 }
@@ -262,6 +265,7 @@ impl Rig {
             ifs,
             slots: Slots::default(),
             now: Instant::ZERO,
+            started_ns: teamster_kernel::monotonic_ns(),
             mutation: None,
             cov: Coverage::default(),
         };
@@ -369,7 +373,7 @@ impl Rig {
     /// Switches `frame` from `from` in both; Ok(None) if they agree, Ok(Some(reason)) if the
     /// program punted it (to a contract's reason), Err saying how they differ.
     pub fn compare(&mut self, from: Ingress, frame: &[u8]) -> Result<Option<u8>, String> {
-        self.now = self.now + Duration::from_millis(1);
+        self.now = Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns);
         let (before, limit_before) = self.counters(from);
         let unsettled = match from {
             Ingress::Port(p) => !self.switch.port_switching(p).expect("a port").owned,

@@ -7,6 +7,8 @@
 //! reservation_cap = 0.75       # optional
 //! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
 //!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
+//! datapath = "kernel"          # optional: "kernel" (the tcx fast path) or "userspace" (the
+//!                              # default for now); see `super::data_plane`
 //! workers = 2                  # optional: data-plane threads (1 to 64; default one per core,
 //!                              # at most 8, but 1 with two cores or fewer), see
 //!                              # `teamster_dp::datapath::default_workers`
@@ -64,6 +66,9 @@ pub struct SwitchFile {
     pub mac_limit_per_port: Option<u64>,
     pub reservation_cap: Option<f64>,
     pub busy_poll_us: Option<u64>,
+    /// Which data plane switches the frames (see [`super::data_plane`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<super::data_plane::DataPlane>,
     pub workers: Option<u64>,
     #[serde(default)]
     pub lbt: LbtSection,
@@ -404,6 +409,13 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         .map(|u| (u.name.clone(), u.backend == BackendSetting::AfXdp))
         .collect();
     let rx = super::rx_config::rx_plan(&f.rx, workers, &backends)?;
+    super::data_plane::check_file(f)?;
+    // The kernel path switches in the kernel: one thread handles what it hands up.
+    let workers = if f.datapath == Some(super::data_plane::DataPlane::Kernel) {
+        1
+    } else {
+        workers
+    };
     if let Some(c) = &f.controller {
         let groups: Vec<String> = f.port_groups.iter().map(|g| g.name.clone()).collect();
         let nodes: Vec<String> = (f.traffic_classes.iter().map(|c| c.class.clone()))

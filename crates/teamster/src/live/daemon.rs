@@ -73,11 +73,14 @@ impl Daemon {
         events: EventSink,
     ) -> Result<Daemon, String> {
         let SwitchPlan { datapath, file } = plan;
+        let (platform, which) = super::data_plane::platform(&file, &datapath)?;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()
         };
-        let dp = Datapath::attach_with(datapath, options)?;
+        let mut dp = Datapath::attach_on(platform, datapath, options)?;
+        let now = dp.now();
+        dp.event(now, "start", which);
         let status = status_file
             .map(StatusWriter::start)
             .transpose()

@@ -12,6 +12,7 @@ pub mod claims;
 pub mod config;
 pub mod controller_config;
 pub mod daemon;
+pub mod data_plane;
 mod dir_walk;
 pub mod domain_ports;
 pub mod event_log;

@@ -276,7 +276,11 @@ pub fn status(path: &Path) -> serde_json::Value {
         {
             return v;
         }
-        assert!(Instant::now() < deadline, "no status file");
+        if Instant::now() >= deadline {
+            let log = path.parent().map(|d| d.join("daemon.log"));
+            let log = log.and_then(|l| std::fs::read_to_string(l).ok()).unwrap_or_default();
+            panic!("no status file; the daemon said:\n{log}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -1,0 +1,317 @@
+//! The kernel path as the data plane sees it ([`teamster_dp::fast_path::FastPath`]): the
+//! program attached to each interface the switch opens, its tables synced from the switch after
+//! every turn, its counters folded into the switch's and the team's every
+//! [`KernelPath::COUNT_EVERY`], and a thread that reads what the program punts and queues each
+//! frame for the interface it came from.
+
+use crate::abi::{PuntMeta, Stats};
+use crate::fastpath::FastPath;
+use crate::tables::{Binding, Interfaces, Slots, Tables};
+use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
+use aya::maps::MapData;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use teamster_core::switch::{Counters, DropReason, Ingress, Switch};
+use teamster_core::teaming::Direction;
+use teamster_core::Instant;
+use teamster_dp::fast_path::{Bound, PuntQueue};
+
+/// Pages of each CPU's punt ring (4 KiB each): room for a burst of full-size frames.
+const PUNT_PAGES: usize = 64;
+
+type Queues = Arc<RwLock<HashMap<u32, Arc<PuntQueue>>>>;
+
+/// The loaded program and what the data plane needs of it; see the module documentation.
+pub struct KernelPath {
+    state: Mutex<State>,
+    queues: Queues,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Punted frames the rings had no room for (the kernel's count).
+    lost: Arc<AtomicU64>,
+}
+
+struct State {
+    fast: FastPath,
+    slots: Slots,
+    /// By interface name: its index and tcx link.
+    attached: BTreeMap<String, Attached>,
+    /// Each slot's counters when last folded into the switch's.
+    counted: HashMap<u32, Stats>,
+    next_count: Option<Instant>,
+}
+
+struct Attached {
+    ifindex: u32,
+    peer: bool,
+    link: aya::programs::tc::SchedClassifierLinkId,
+}
+
+impl KernelPath {
+    /// How often the kernel's counters are folded into the switch's (and LBT's meters).
+    pub const COUNT_EVERY: Duration = Duration::from_millis(100);
+
+    /// Loads the program with room for `total_macs` learned addresses and starts the punt
+    /// reader. An error says what the kernel refused.
+    pub fn load(total_macs: usize) -> Result<KernelPath, String> {
+        let mut fast = FastPath::load(total_macs).map_err(|e| e.to_string())?;
+        let perf = fast.take_punts().map_err(|e| e.to_string())?;
+        let queues: Queues = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicU64::new(0));
+        let buffers = open_rings(perf)?;
+        let reader = {
+            let (queues, stop, lost) = (queues.clone(), stop.clone(), lost.clone());
+            std::thread::Builder::new()
+                .name("teamster-punts".into())
+                .spawn(move || read_punts(buffers, &queues, &stop, &lost))
+                .map_err(|e| format!("cannot start the punt reader: {e}"))?
+        };
+        Ok(KernelPath {
+            state: Mutex::new(State {
+                fast,
+                slots: Slots::default(),
+                attached: BTreeMap::new(),
+                counted: HashMap::new(),
+                next_count: None,
+            }),
+            queues,
+            stop,
+            reader: Some(reader),
+            lost,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for KernelPath {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// Opens each online CPU's punt ring.
+fn open_rings(mut perf: PerfEventArray<MapData>) -> Result<Vec<PerfEventArrayBuffer<MapData>>, String> {
+    let cpus = aya::util::online_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
+    cpus.into_iter()
+        .map(|cpu| {
+            perf.open(cpu, Some(PUNT_PAGES))
+                .map_err(|e| format!("cannot open the punt ring of CPU {cpu}: {e}"))
+        })
+        .collect()
+}
+
+/// The punt reader: waits on every CPU's ring, and queues each frame, its VLAN tag put back
+/// where the kernel had taken it off, for the interface it came from.
+fn read_punts(mut rings: Vec<PerfEventArrayBuffer<MapData>>, queues: &Queues, stop: &AtomicBool, lost: &AtomicU64) {
+    let mut fds: Vec<libc::pollfd> = rings
+        .iter()
+        .map(|r| libc::pollfd {
+            fd: r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let mut frame = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: `fds` is a valid array of pollfd of the length passed.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+        if n <= 0 {
+            continue;
+        }
+        for ring in rings.iter_mut() {
+            ring.for_each(|e| match e {
+                PerfEvent::Lost { count } => {
+                    lost.fetch_add(count, Ordering::Relaxed);
+                }
+                PerfEvent::Sample { head, tail } => {
+                    frame.clear();
+                    frame.extend_from_slice(head);
+                    frame.extend_from_slice(tail);
+                    if let Some((ifindex, bytes)) = unpack(&frame) {
+                        let q = queues.read().unwrap_or_else(|e| e.into_inner()).get(&ifindex).cloned();
+                        if let Some(q) = q {
+                            q.push(bytes);
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// The interface and frame (as on the wire) of one punt sample: a [`PuntMeta`], then the frame
+/// as the kernel held it, then padding.
+fn unpack(sample: &[u8]) -> Option<(u32, Vec<u8>)> {
+    const META: usize = core::mem::size_of::<PuntMeta>();
+    let u16_at = |i: usize| u16::from_ne_bytes([sample[i], sample[i + 1]]);
+    let u32_at = |i: usize| u32::from_ne_bytes(sample[i..i + 4].try_into().expect("4 bytes"));
+    if sample.len() < META {
+        return None;
+    }
+    let (ifindex, len) = (u32_at(0), u32_at(4) as usize);
+    let (tci, proto, present) = (u16_at(10), u16_at(12), u16_at(14));
+    let data = sample.get(META..META + len)?;
+    let mut frame = Vec::with_capacity(len + 4);
+    if present != 0 && data.len() >= 12 {
+        frame.extend_from_slice(&data[..12]);
+        frame.extend_from_slice(&proto.to_be_bytes());
+        frame.extend_from_slice(&tci.to_be_bytes());
+        frame.extend_from_slice(&data[12..]);
+    } else {
+        frame.extend_from_slice(data);
+    }
+    Some((ifindex, frame))
+}
+
+/// True if `name` is a veth whose peer is in another network namespace: frames for it can be
+/// moved there directly (bpf_redirect_peer), skipping its host side. (A peer index that names no
+/// interface here is the peer's in its own namespace; one that happens to name another
+/// interface here only costs the shortcut.)
+fn peer_elsewhere(name: &str) -> bool {
+    use teamster_dp::iface;
+    if iface::driver(name).ok().as_deref() != Some("veth") {
+        return false;
+    }
+    let Ok(peer) = iface::iflink(name) else { return false };
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes into `buf`.
+    unsafe { libc::if_indextoname(peer, buf.as_mut_ptr()).is_null() }
+}
+
+fn ifindex(name: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a name"))?;
+    // SAFETY: a NUL-terminated string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        i => Ok(i),
+    }
+}
+
+impl teamster_dp::fast_path::FastPath for KernelPath {
+    fn attach(&self, interface: &str) -> io::Result<Arc<PuntQueue>> {
+        let index = ifindex(interface)?;
+        let queue = Arc::new(PuntQueue::new()?);
+        let mut st = self.state();
+        if let Some(old) = st.attached.remove(interface) {
+            st.fast.detach(old.link);
+        }
+        let link = st
+            .fast
+            .attach(interface)
+            .map_err(|e| io::Error::other(format!("{interface}: {e}")))?;
+        st.attached.insert(
+            interface.to_string(),
+            Attached {
+                ifindex: index,
+                peer: peer_elsewhere(interface),
+                link,
+            },
+        );
+        self.queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(index, queue.clone());
+        Ok(queue)
+    }
+
+    fn detach(&self, interface: &str) {
+        let mut st = self.state();
+        if let Some(a) = st.attached.remove(interface) {
+            st.fast.detach(a.link);
+            self.queues
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&a.ifindex);
+        }
+    }
+
+    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<(), String> {
+        let mut st = self.state();
+        let st = &mut *st;
+        let binding = |name: &str| {
+            st.attached.get(name).map(|a| Binding {
+                ifindex: a.ifindex,
+                peer: a.peer,
+            })
+        };
+        let ifs = Interfaces {
+            ports: bound
+                .ports
+                .iter()
+                .filter_map(|(p, n)| Some((*p, binding(n)?)))
+                .collect(),
+            uplinks: bound
+                .uplinks
+                .iter()
+                .filter_map(|(u, n)| Some((*u, binding(n)?)))
+                .collect(),
+        };
+        let tables = Tables::build(switch, &ifs, &mut st.slots, now).map_err(|e| e.to_string())?;
+        st.fast.write(&tables).map_err(|e| e.to_string())?;
+        if st.next_count.is_none_or(|t| now >= t) {
+            st.next_count = Some(now + Self::COUNT_EVERY);
+            let at: Vec<(Ingress, u32)> = ifs
+                .ports
+                .iter()
+                .map(|(p, b)| (Ingress::Port(*p), b.ifindex))
+                .chain(ifs.uplinks.iter().map(|(u, b)| (Ingress::Uplink(*u), b.ifindex)))
+                .filter_map(|(at, i)| Some((at, st.slots.of(i)?)))
+                .collect();
+            for (at, slot) in at {
+                let now_stats = st.fast.stats(slot).map_err(|e| e.to_string())?;
+                let before = st.counted.insert(slot, now_stats).unwrap_or_default();
+                fold(switch, at, &before, &now_stats, now);
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let lost = self.lost.load(Ordering::Relaxed);
+        format!(
+            "tcx program, {} interfaces, {lost} punts lost",
+            self.state().attached.len()
+        )
+    }
+}
+
+/// Adds what the kernel counted at `at` between `before` and `after` to the switch's counters
+/// and the team's meters.
+fn fold(switch: &mut Switch, at: Ingress, before: &Stats, after: &Stats, now: Instant) {
+    let d = |a: u64, b: u64| a.saturating_sub(b);
+    let mut c = Counters::default();
+    c.rx_packets = d(after.rx_packets, before.rx_packets);
+    c.rx_bytes = d(after.rx_bytes, before.rx_bytes);
+    c.tx_packets = d(after.tx_packets, before.tx_packets);
+    c.tx_bytes = d(after.tx_bytes, before.tx_bytes);
+    c.mac_limit = d(after.mac_limit, before.mac_limit);
+    for (i, why) in DropReason::ALL.iter().enumerate() {
+        let n = d(after.drops[i + 1], before.drops[i + 1]);
+        if n > 0 {
+            c.add_drops(*why, n);
+        }
+    }
+    switch.add_counts(at, &c);
+    let team = switch.team_mut();
+    match at {
+        Ingress::Port(p) => {
+            team.account_port(p, Direction::Tx, d(after.to_uplinks, before.to_uplinks), now);
+            team.account_port(p, Direction::Rx, d(after.from_uplinks, before.from_uplinks), now);
+        }
+        Ingress::Uplink(u) => {
+            team.account_uplink(u, Direction::Tx, c.tx_bytes, now);
+            team.account_uplink(u, Direction::Rx, c.rx_bytes, now);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Which data plane switches the frames: `datapath = "kernel" | "userspace"` in `switch.toml`.
+//!
+//! - `userspace` (the default for now): the poll loop of `teamster_dp::datapath` receives every
+//!   frame through packet sockets (AF_PACKET or AF_XDP) and switches it in this process.
+//! - `kernel`: the tcx program of `teamster-kernel` switches every frame in the kernel, from
+//!   tables the engine writes after each of its turns; only what changes the engine's state
+//!   (LACPDUs, a guest changing its MAC, a port's claim on its MAC, link-local frames a group
+//!   asks for, frames its parser cannot decide exactly) comes up to this process, which switches
+//!   it as the user-space path does. The API, `ctl`, metrics, the dashboard and the status file
+//!   read the same engine either way; the kernel's counters are added to the engine's every
+//!   100 ms, and feed Load-Based Teaming's meters.
+//!
+//! What the kernel path does not do yet, and so refuses by name when it is asked for (the
+//! switch does not start): NetIOC's controls (reservations, shares, limits: its HTB hierarchy is
+//! not built yet), overlays (VXLAN groups), the address-hash and Dynamic teaming policies, AF_XDP
+//! and receive-queue settings (the kernel path receives in the kernel), more than one data-plane
+//! thread. Nor does it pace an uplink to a configured capacity below its link speed.
+
+use super::config::SwitchFile;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use teamster_core::ioc::{Shares, Tree};
+use teamster_dp::datapath::DatapathPlan;
+use teamster_dp::platform::Kernel;
+
+/// `datapath` in `switch.toml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataPlane {
+    Kernel,
+    Userspace,
+}
+
+/// Checks what the file asks of a data plane it names, before anything is touched.
+pub fn check_file(f: &SwitchFile) -> Result<(), String> {
+    if f.datapath != Some(DataPlane::Kernel) {
+        return Ok(());
+    }
+    let refuse = |what: String| Err(format!("datapath = \"kernel\": {what}"));
+    if f.workers.is_some_and(|n| n != 1) {
+        return refuse(format!(
+            "workers = {}: the kernel path switches in the kernel, with one thread for what it hands up",
+            f.workers.unwrap_or(1)
+        ));
+    }
+    if !f.rx.is_default() {
+        return refuse("[rx]: the kernel path receives in the kernel, without receive queues of its own".into());
+    }
+    let xdp = super::config::BackendSetting::AfXdp;
+    if let Some(u) = f.uplinks.iter().find(|u| u.backend == xdp) {
+        return refuse(format!("uplink `{}` asks for backend = \"af_xdp\"", u.name));
+    }
+    if let Some(p) = f.ports.iter().find(|p| p.backend == xdp) {
+        return refuse(format!("port `{}` asks for backend = \"af_xdp\"", p.name));
+    }
+    Ok(())
+}
+
+/// The first node the file names (a port, a traffic class, a pool) with a NetIOC control in
+/// `tree` (a reservation, a limit, shares other than normal), if any: the kernel path does not
+/// enforce them yet. (The default tree's own classes are the same in every switch: they only
+/// matter once something competes under them.)
+fn controlled(f: &SwitchFile, tree: &Tree) -> Option<String> {
+    let named = |n: &str| {
+        f.ports.iter().any(|p| p.name == n)
+            || f.traffic_classes.iter().any(|c| c.class == n)
+            || f.pools.iter().any(|p| p.name == n)
+    };
+    tree.ids().map(|id| &tree.node(id).spec).find_map(|s| {
+        let set =
+            s.reservation != teamster_core::units::Bandwidth::ZERO || s.limit.is_some() || s.shares != Shares::NORMAL;
+        (set && named(&s.name)).then(|| s.name.clone())
+    })
+}
+
+/// The platform the switch runs on, and a line for the log saying which data plane and why.
+pub fn platform(f: &SwitchFile, plan: &DatapathPlan) -> Result<(Kernel, String), String> {
+    match f.datapath {
+        None => Ok((Kernel::new(), "data plane: userspace (the default)".into())),
+        Some(DataPlane::Userspace) => Ok((Kernel::new(), "data plane: userspace".into())),
+        Some(DataPlane::Kernel) => {
+            let refuse = |what: String| format!("datapath = \"kernel\": {what}");
+            if let Some(node) = controlled(f, &plan.tree) {
+                return Err(refuse(format!(
+                    "`{node}` has NetIOC controls (reservation, shares or limit), which the kernel path does not enforce yet; use datapath = \"userspace\""
+                )));
+            }
+            let switch = teamster_core::switch::Switch::with_config(plan.team.clone(), plan.switch.clone());
+            teamster_kernel::Tables::build(
+                &switch,
+                &teamster_kernel::Interfaces::default(),
+                &mut teamster_kernel::Slots::default(),
+                teamster_core::Instant::ZERO,
+            )
+            .map_err(|e| refuse(e.to_string()))?;
+            let path = teamster_kernel::KernelPath::load(plan.switch.mac_limits.total).map_err(refuse)?;
+            Ok((
+                Kernel::with_fast_path(Arc::new(path)),
+                "data plane: kernel (tcx fast path)".into(),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(extra: &str) -> SwitchFile {
+        let text = format!(
+            "datapath = \"kernel\"\n{extra}\n[[uplinks]]\nname = \"u1\"\ninterface = \"eth1\"\ncapacity = \"10G\"\n\
+             [[port_groups]]\nname = \"vms\"\npolicy = \"port-id\"\nactive = [\"u1\"]\n"
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn the_kernel_path_refuses_what_it_cannot_do_by_name() {
+        check_file(&file("")).unwrap();
+        check_file(&file("workers = 1")).unwrap();
+        let e = check_file(&file("workers = 2")).unwrap_err();
+        assert!(e.contains("workers = 2") && e.contains("kernel"), "{e}");
+        let e = check_file(&file("[rx]\nqueues = 2")).unwrap_err();
+        assert!(e.contains("[rx]"), "{e}");
+        let mut f = file("");
+        f.uplinks[0].backend = super::super::config::BackendSetting::AfXdp;
+        let e = check_file(&f).unwrap_err();
+        assert!(e.contains("uplink `u1`") && e.contains("af_xdp"), "{e}");
+    }
+
+    #[test]
+    fn the_setting_is_spelled_as_documented_and_anything_else_is_refused() {
+        let f: SwitchFile = toml::from_str("datapath = \"userspace\"\nuplinks = []\nport_groups = []\n").unwrap();
+        assert_eq!(f.datapath, Some(DataPlane::Userspace));
+        let e = toml::from_str::<SwitchFile>("datapath = \"ebpf\"\nuplinks = []\nport_groups = []\n").unwrap_err();
+        assert!(
+            e.to_string().contains("kernel") && e.to_string().contains("userspace"),
+            "{e}"
+        );
+    }
+}

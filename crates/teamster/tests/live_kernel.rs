@@ -1,0 +1,141 @@
+//! The switch on the kernel path (`datapath = "kernel"`) end to end in network namespaces:
+//! VM to VM and VM to the world through the tcx program, the counters the engine shows, no
+//! broadcast loop, a failover under traffic (the gap measured with 1 ms pings), and SIGTERM
+//! taking every program off. Topology and helpers: [`netns`].
+
+mod netns;
+use netns::*;
+use std::process::Command;
+use std::time::Duration;
+
+fn switch() -> String {
+    switch_toml(
+        "datapath = \"kernel\"",
+        "1G",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "",
+        "",
+        "",
+    )
+}
+
+/// The switch's programs on `dev`'s tcx ingress.
+fn tcx_programs(dev: &str) -> usize {
+    let names = teamster_kernel::tcx_ingress_programs(dev).unwrap_or_else(|e| panic!("{dev}: {e}"));
+    names.iter().filter(|n| n.starts_with("teamster")).count()
+}
+
+#[test]
+fn the_kernel_path_switches_fails_over_and_detaches() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, status_path) = start(dir.path(), &switch());
+
+    assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
+    assert_eq!(received(&ping("tmt-vm2", "10.77.0.100", "3", "0.2")), 3);
+    assert_eq!(received(&ping("tmt-vm1", "10.77.0.2", "3", "0.2")), 3);
+
+    // The engine counts what the kernel forwarded (folded in every 100 ms).
+    let mut counted = 0;
+    await_that("the kernel's counters in the status file", || {
+        let s = status(&status_path);
+        counted = s["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"]["rx_packets"].as_u64().unwrap_or(0))
+            .sum::<u64>();
+        counted >= 9
+    });
+    let s = status(&status_path);
+    let events = s.to_string();
+    assert!(events.contains("data plane: kernel"), "{events}");
+
+    // No broadcast loop.
+    Command::new("timeout")
+        .args([
+            "5",
+            "ip",
+            "netns",
+            "exec",
+            "tmt-vm1",
+            "ping",
+            "-b",
+            "-c",
+            "50",
+            "-i",
+            "0.01",
+            "10.77.0.255",
+        ])
+        .output()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let s = status(&status_path);
+    let uplink_rx: u64 = s["uplinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["counters"]["rx_packets"].as_u64().unwrap())
+        .sum();
+    assert!(
+        uplink_rx < 1000,
+        "frames multiplied: uplinks rx {uplink_rx}; {}",
+        counters_line(&s)
+    );
+
+    // Failover: vm1's uplink goes down under 1 ms pings; the gap is how many went unanswered.
+    let vm1_uplink_name = s["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["interface"] == "tmt-v1")
+        .unwrap()["uplink"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vm1_uplink = s["uplinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == vm1_uplink_name.as_str())
+        .unwrap()["interface"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pinger = std::thread::spawn(|| ping("tmt-vm1", "10.77.0.100", "2000", "0.001"));
+    std::thread::sleep(Duration::from_millis(700));
+    must(&["ip", "link", "set", &vm1_uplink, "down"]);
+    let pings = pinger.join().unwrap();
+    must(&["ip", "link", "set", &vm1_uplink, "up"]);
+    let seqs: Vec<u32> = pings
+        .split("icmp_seq=")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+        .collect();
+    let gap = seqs.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap_or(u32::MAX);
+    eprintln!(
+        "kernel path failover: {} of 2000 pings answered, longest run unanswered {gap} (1 ms apart)",
+        seqs.len()
+    );
+    assert!(seqs.len() > 1500, "{} of 2000 answered", seqs.len());
+    assert!(gap < 100, "traffic resumed only after {gap} pings (1 ms apart)");
+
+    // SIGTERM: every program off, the interfaces as they were.
+    for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
+        assert!(
+            tcx_programs(dev) > 0 || std::env::var_os("TEAMSTER_NO_IP_TCX").is_some(),
+            "{dev}: no tcx program while running"
+        );
+    }
+    stop_cleanly(&mut daemon);
+    for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
+        assert_eq!(tcx_programs(dev), 0, "{dev}: a program left attached");
+        let flags = std::fs::read_to_string(format!("/sys/class/net/{dev}/flags")).unwrap();
+        let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
+        assert_eq!(flags & 0x100, 0, "{dev} left promiscuous");
+    }
+}
