@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One harness for the live data plane: Teamster, the Open vSwitch peer (userspace datapath, bond
-# balance-slb) and a Linux bridge in the same topology (bench/live/run.sh, SWITCH=...), interleaved
-# over rounds, with offloads on and off.
+# One harness for the live data plane: Teamster with its kernel fast path (teamster-kernel: the
+# tcx BPF program switches the frames), Teamster with its user-space data plane (teamster), the
+# Open vSwitch peer (userspace datapath, bond balance-slb) and a Linux bridge in the same topology
+# (bench/live/run.sh, SWITCH=... DATAPATH=...), interleaved over rounds, with offloads on and off.
 #
 #   bench/live/compare.sh OUTDIR
 #
@@ -11,24 +12,35 @@
 # round runs the same list in reverse order, so no switch always goes first or last. Per run it
 # records the 1-minute load average at the start and the machine's busy and steal shares over the
 # whole run (/proc/stat). Then it writes OUTDIR/compare.json and OUTDIR/compare.md: min / median /
-# max across rounds per switch, offload and metric, and the same-round ratios Teamster/OVS and
-# Teamster/bridge (bench/live/compare_report.py; rerun it on OUTDIR to redo the tables).
+# max across rounds per switch, offload and metric, and the same-round ratios of each Teamster
+# (teamster-kernel, teamster) to OVS and to the bridge, with the targets judged on them
+# (bench/live/compare_report.py; rerun it on OUTDIR to redo the tables).
+#
+# Switch names (SWITCHES, FAILOVER) and what run.sh runs for each; each run's directory is
+# OUTDIR/rROUND/NAME-OFFLOAD-MODE and runs.jsonl and summary.json carry NAME:
+#   teamster-kernel  SWITCH=teamster DATAPATH=kernel    (one thread: WORKERS does not apply; it
+#                    does not pace to a capacity yet, so with UPLINK_RATE set the physical
+#                    switch's shapers hold its excess, as for OVS and the bridge)
+#   teamster         SWITCH=teamster DATAPATH=userspace (named, not left to the switch's default,
+#                    so the name stays true if the default changes)
+#   ovs              SWITCH=ovs
+#   bridge           SWITCH=bridge
 #
 # Parameters (environment; defaults in brackets):
-#   ROUNDS [3]  OFFLOAD ["on off"]  SWITCHES ["teamster ovs bridge"]
-#   FAILOVER ["teamster ovs"] (""= none; a bridge does not team)  FAILOVER_OFFLOAD [off]
+#   ROUNDS [3]  OFFLOAD ["on off"]  SWITCHES ["teamster-kernel teamster ovs bridge"]
+#   FAILOVER ["teamster-kernel teamster ovs"] (""= none; a bridge does not team)  FAILOVER_OFFLOAD [off]
 #   UPLINK_RATE [none]  DURATION [15]  RAMP [2]  PPS [1]  PPS_S [3]  IDLE_PINGS [500]
 #   FAIL_TOTAL [20]  FAIL_AT [6]  FAIL_HOLD [6]  UDP_RATE [20M]  WORKERS [switch default]
 #   WAIT_LOAD: if set (e.g. 1.5), first wait until the 1-minute load average is below it, polling
 #     every 30 s for at most WAIT_MAX_S [1200] s; the run then starts anyway and says so.
-#   TEAMSTER [target/release/teamster, built if missing]
+#   TEAMSTER [target/release/teamster, built if missing; teamster and teamster-kernel both run it]
 # Every run is bounded by `timeout`; Ctrl-C or TERM stops the current run (which removes all it
 # made) and the driver. A run that fails is recorded and reported, and the driver exits non-zero.
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 OFFLOADS=${OFFLOAD:-on off}
-SWITCHES=${SWITCHES:-teamster ovs bridge}
-FAILOVER=${FAILOVER-teamster ovs}
+SWITCHES=${SWITCHES:-teamster-kernel teamster ovs bridge}
+FAILOVER=${FAILOVER-teamster-kernel teamster ovs}
 FAILOVER_OFFLOAD=${FAILOVER_OFFLOAD:-off}
 UPLINK_RATE=${UPLINK_RATE:-none}
 DURATION=${DURATION:-15}
@@ -49,7 +61,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 TEAMSTER=${TEAMSTER:-$REPO/target/release/teamster}
 [ "$(id -u)" = 0 ] || { echo "compare.sh must run as root" >&2; exit 1; }
 for s in $SWITCHES $FAILOVER; do
-  case "$s" in teamster|ovs|bridge) ;; *) echo "unknown switch $s (teamster, ovs, bridge)" >&2; exit 2 ;; esac
+  case "$s" in teamster-kernel|teamster|ovs|bridge) ;; *) echo "unknown switch $s (teamster-kernel, teamster, ovs, bridge)" >&2; exit 2 ;; esac
 done
 for s in $FAILOVER; do [ "$s" != bridge ] || { echo "FAILOVER: a bridge does not team" >&2; exit 2; }; done
 for o in $OFFLOADS $FAILOVER_OFFLOAD; do
@@ -71,7 +83,8 @@ for t in "${tools[@]}"; do
   fi
   command -v "${t%%:*}" >/dev/null || { echo "${t%%:*} is still missing after installing ${t#*:}" >&2; exit 1; }
 done
-case " $SWITCHES $FAILOVER " in *" teamster "*)
+# Both Teamster entries run the same binary.
+case " $SWITCHES $FAILOVER " in *" teamster "*|*" teamster-kernel "*)
   [ -x "$TEAMSTER" ] || cargo build -q --release -p teamster --manifest-path "$REPO/Cargo.toml"
   [ -x "$TEAMSTER" ] || { echo "no teamster binary at $TEAMSTER" >&2; exit 1; } ;;
 esac
@@ -113,10 +126,16 @@ cat "$OUT/run-info.txt"
 : > "$OUT/runs.jsonl"
 
 failed=0
-# One run of run.sh: round, index in the round, switch, offload, mode.
+# One run of run.sh: round, index in the round, switch name (as above), offload, mode.
 one_run() {
-  local round=$1 idx=$2 sw=$3 off=$4 mode=$5 dir load st0 st1 t0 t1 rc limit
+  local round=$1 idx=$2 sw=$3 off=$4 mode=$5 dir load st0 st1 t0 t1 rc limit rsw dp
   dir=$OUT/r$round/$sw-$off-$mode
+  # The name to run.sh's SWITCH and DATAPATH (empty: not a Teamster, run.sh ignores it).
+  case "$sw" in
+    teamster-kernel) rsw=teamster; dp=kernel ;;
+    teamster) rsw=teamster; dp=userspace ;;
+    *) rsw=$sw; dp="" ;;
+  esac
   mkdir -p "$dir"
   if [ "$mode" = bond ]; then
     limit=$((DURATION + 4 * RAMP + IDLE_PINGS / 100 + (PPS == 1 ? 4 * (PPS_S + 5) : 0) + 120))
@@ -126,7 +145,7 @@ one_run() {
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   st0=$(head -1 /proc/stat); t0=$(date +%s.%N)
   echo "== round $round #$idx: $sw offload $off $mode (load $load)" >&2
-  timeout -k 30 "$limit" env SWITCH="$sw" OFFLOAD="$off" MODE="$mode" UPLINK_RATE="$UPLINK_RATE" \
+  timeout -k 30 "$limit" env SWITCH="$rsw" DATAPATH="$dp" OFFLOAD="$off" MODE="$mode" UPLINK_RATE="$UPLINK_RATE" \
     DURATION="$DURATION" RAMP="$RAMP" PPS="$PPS" PPS_S="$PPS_S" IDLE_PINGS="$IDLE_PINGS" \
     FAIL_TOTAL="$FAIL_TOTAL" FAIL_AT="$FAIL_AT" FAIL_HOLD="$FAIL_HOLD" UDP_RATE="$UDP_RATE" \
     WORKERS="$WORKERS" TEAMSTER="$TEAMSTER" "$HERE/run.sh" "$dir" > "$dir/run.log" 2>&1 &

@@ -8,7 +8,9 @@
 #                         pbr --veth--> tmb-peer1..4 (iperf3 -s)
 #
 # SWITCH picks what sits in the root namespace on the veths tmb-v1..4 and tmb-u0/u1:
-#   teamster  `teamster run` (policy POLICY, default load-based), both uplinks;
+#   teamster  `teamster run` (policy POLICY, default load-based), both uplinks; DATAPATH=kernel
+#             runs its kernel fast path (a tcx BPF program switches the frames), DATAPATH=userspace
+#             its user-space data plane;
 #   ovs       Open vSwitch, userspace datapath (bridge tmb-ovs, datapath_type=netdev, the VMs'
 #             veths as `system` ports, bond0 = tmb-u0 + tmb-u1 in balance-slb, rebalance every
 #             10 s), as the OVS peer runs it; ovsdb-server and ovs-vswitchd (--disable-system:
@@ -31,10 +33,13 @@
 #   compare       bond, then failover-udp (the default).
 #   soak          every VM's TCP stream for SOAK_S seconds (default 600), the switch process's
 #                 RSS every 30 s into OUTDIR/soak.json (teamster or ovs).
-# Writes OUTDIR/summary.json and prints it. CPU per Gbit: the switch process's user + system
-# time from /proc/PID/stat (teamster, ovs-vswitchd; none for the bridge, whose work is softirq
-# time in other processes' contexts) and the whole machine's busy time (host_cpu_s_per_gbit,
-# which includes iperf3 and anything else running).
+# Writes OUTDIR/summary.json and prints it; its "switch" is the run's name: teamster-kernel for
+# SWITCH=teamster DATAPATH=kernel, else SWITCH (bench/live/compare.sh files runs by that name).
+# CPU per Gbit: the switch process's user + system time from /proc/PID/stat (teamster,
+# ovs-vswitchd; none for the bridge, whose work is softirq time in other processes' contexts; for
+# teamster-kernel only the daemon's own work, the BPF program's being softirq time as the
+# bridge's) and the whole machine's busy time (host_cpu_s_per_gbit, which includes iperf3 and
+# anything else running).
 # OFFLOAD=off (default, as the OVS peer's harness sets them) turns checksum/TSO/GSO/GRO off on
 # every veth; OFFLOAD=on leaves them on, as a virtio-net guest has them (super-frames).
 # Runs as root; one run at a time (lock /run/lock/tmb-bench-live.lock); removes everything it
@@ -64,7 +69,16 @@ PPS=${PPS:-0}
 PPS_S=${PPS_S:-3}
 # WORKERS sets Teamster's data-plane threads (workers in switch.toml; default: one per core).
 WORKERS=${WORKERS:-}
+# DATAPATH sets Teamster's data plane (datapath in switch.toml: kernel or userspace; default the
+# switch's own default). The kernel path runs one thread: WORKERS is then ignored.
+DATAPATH=${DATAPATH:-}
+case "$DATAPATH" in ""|kernel|userspace) ;; *) echo "DATAPATH must be kernel or userspace, not $DATAPATH" >&2; exit 2 ;; esac
+[ "$DATAPATH" = kernel ] && WORKERS=
 SWITCH=${SWITCH:-teamster}
+# The run's name in summary.json and params.txt: which switch, and for Teamster which data plane
+# (DATAPATH left empty = the switch's default, user space for now: named teamster).
+LABEL=$SWITCH
+[ "$SWITCH" = teamster ] && [ "$DATAPATH" = kernel ] && LABEL=teamster-kernel
 OVS_DIR=${OVS_DIR:-/tmp/tmb-ovs}
 OVS_BOND_MODE=${OVS_BOND_MODE:-balance-slb}
 OVS_REBAL_MS=${OVS_REBAL_MS:-10000}
@@ -173,7 +187,7 @@ for j in 0 1; do
   [ "$UPLINK_RATE" = none ] || shape "up$j-p"
 done
 CONF=$OUT/switch.toml
-{ [ -n "$WORKERS" ] && echo "workers = $WORKERS"; cat <<TOML
+{ [ -n "$WORKERS" ] && echo "workers = $WORKERS"; [ -n "$DATAPATH" ] && echo "datapath = \"$DATAPATH\""; cat <<TOML
 [[uplinks]]
 name = "up0"
 interface = "tmb-u0"
@@ -227,7 +241,7 @@ case "$SWITCH" in
 esac
 sleep 1.5
 if [ -n "$SWPID" ] && ! [ -d "/proc/$SWPID" ]; then
-  echo "$SWITCH did not start:" >&2; cat "$OUT/teamster.log" "$OVS_DIR/ovs-vswitchd.log" 2>/dev/null >&2 || true; exit 1
+  echo "$LABEL did not start:" >&2; cat "$OUT/teamster.log" "$OVS_DIR/ovs-vswitchd.log" 2>/dev/null >&2 || true; exit 1
 fi
 # Every VM must reach its peer before anything is measured.
 for i in $(seq 1 "$NVM"); do
@@ -236,7 +250,7 @@ for i in $(seq 1 "$NVM"); do
     ip netns exec "tmb-vm$i" ping -c 1 -W 1 "$(peer_ip "$i")" >/dev/null 2>&1 && { ok=1; break; }
     sleep 0.5
   done
-  [ "$ok" = 1 ] || { echo "vm$i cannot reach peer$i through $SWITCH" >&2; exit 1; }
+  [ "$ok" = 1 ] || { echo "vm$i cannot reach peer$i through $LABEL" >&2; exit 1; }
 done
 # The switch process's CPU ticks (user + system, all threads; 0 for the bridge).
 cpu_ticks() {
@@ -253,7 +267,7 @@ start_servers() {   # seconds the servers may wait
 }
 { cat /proc/loadavg; } > "$OUT/loadavg-start.txt"
 {
-  echo "switch=$SWITCH mode=$MODE offload=$OFFLOAD uplink_rate=$UPLINK_RATE capacity=$CAPACITY policy=$POLICY workers=${WORKERS:-default} ovs_tso=$OVS_TSO ovs_bond=$OVS_BOND_MODE"
+  echo "switch=$SWITCH label=$LABEL mode=$MODE offload=$OFFLOAD uplink_rate=$UPLINK_RATE capacity=$CAPACITY policy=$POLICY workers=${WORKERS:-default} datapath=${DATAPATH:-default} ovs_tso=$OVS_TSO ovs_bond=$OVS_BOND_MODE"
   [ "$SWITCH" = ovs ] && ovs-vswitchd --version | head -1
   [ "$SWITCH" = teamster ] && echo "teamster $TEAMSTER ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "kernel $(uname -r), $(nproc) CPUs, iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
@@ -372,10 +386,10 @@ fi
 cp "$OUT/status.json" "$OUT/status-end.json" 2>/dev/null || true
 if [ "$SWITCH" = ovs ]; then cp "$OVS_DIR/ovs-vswitchd.log" "$OUT/" 2>/dev/null || true; fi
 
-python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" "$shaper_drops" "$stat0" "$stat1" "$SWITCH" "$OFFLOAD" "$MODE" "$CLK_TCK" "$OVS_TSO" "$fdb_counts" "$PPS_S" <<'PY'
+python3 - "$OUT" "$b0" "$b0e" "$b1" "$b1e" "$c0" "$c1" "$t0" "$t1" "$UPLINK_RATE" "$NVM" "up$busiest" "$t_fail" "$CAPACITY" "$shaper_drops" "$stat0" "$stat1" "$SWITCH" "$OFFLOAD" "$MODE" "$CLK_TCK" "$OVS_TSO" "$fdb_counts" "$PPS_S" "$LABEL" "$DATAPATH" <<'PY'
 import json, re, sys
 (out, b0, b0e, b1, b1e, c0, c1, t0, t1, rate, nvm, failed, t_fail, capacity, shaper, stat0, stat1,
- switch, offload, mode, clk_tck, ovs_tso, fdb_counts, pps_s) = sys.argv[1:]
+ switch, offload, mode, clk_tck, ovs_tso, fdb_counts, pps_s, label, datapath) = sys.argv[1:]
 clk_tck = float(clk_tck)
 nvm = int(nvm)
 bond = b0 != ""
@@ -483,7 +497,9 @@ def vals(d):
     v = [x for x in (d or {}).values() if x is not None]
     return v or None
 s = {
-    "switch": switch,
+    "switch": label,
+    # Teamster's data plane as asked in switch.toml (None: the switch's default, or not Teamster).
+    "datapath": (datapath or None) if switch == "teamster" else None,
     "mode": mode,
     "offload": offload,
     "ovs_userspace_tso": ovs_tso == "true" if switch == "ovs" else None,

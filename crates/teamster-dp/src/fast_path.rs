@@ -38,8 +38,10 @@ pub trait FastPath: Send + Sync + 'static {
     /// Puts the fast path on `interface`; what it hands to user space from there arrives in
     /// the returned queue. An error names what the interface or the kernel lacks.
     fn attach(&self, interface: &str) -> io::Result<Arc<PuntQueue>>;
-    /// Takes the fast path off `interface` (closed by the switch, or gone).
-    fn detach(&self, interface: &str);
+    /// Takes the fast path off `interface` if it is still the attachment that gave `queue`
+    /// (closed by the switch, or gone; the interface may have been attached again since, and
+    /// that attachment stays).
+    fn detach(&self, interface: &str, queue: &Arc<PuntQueue>);
     /// Brings the kernel's tables to `switch`'s state over `bound`, and adds what the kernel
     /// forwarded since the last call to the switch's counters and the team's meters.
     fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<(), String>;
@@ -114,7 +116,7 @@ impl Punted {
 
 impl Drop for Punted {
     fn drop(&mut self) {
-        self.fast.detach(self.tx.name());
+        self.fast.detach(self.tx.name(), &self.punts);
     }
 }
 

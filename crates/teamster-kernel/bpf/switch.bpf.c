@@ -237,7 +237,10 @@ static __always_inline int learn(const struct config *c, __u16 domain, const __u
 	if (count_of(MAX_SLOTS) >= c->limit_total)
 		return LEARN_REFUSED;
 	struct fdb_entry n = { .seen = now, .slot = slot };
-	if (bpf_map_update_elem(&fdb, &k, &n, BPF_NOEXIST))
+	long err = bpf_map_update_elem(&fdb, &k, &n, BPF_NOEXIST);
+	if (err == -17 /* EEXIST: another CPU learned it just now */)
+		return LEARN_KNOWN;
+	if (err)
 		return LEARN_REFUSED;
 	count_add(MAX_SLOTS, 1);
 	if (at_port)
@@ -593,6 +596,9 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 		return dropped(v, slot, DROP_MALFORMED);
 	if (r < 0)
 		return punted(skb, v, slot, -r);
+	/* An outer 0x9100 tag in the data: the kernel's vlan_pop takes only 802.1Q and 802.1ad. */
+	if (k.tags && !f->shift && k.at12 == ETH_P_QINQ_)
+		return punted(skb, v, slot, PUNT_PARSER);
 	__u16 dom = k.tags ? k.vlan : DOMAIN_UNTAGGED;
 	struct domain *d = bpf_map_lookup_elem(&domains, &(__u32){ dom });
 	if (!d)
@@ -676,6 +682,15 @@ static long copy_one(__u64 i, void *ctx)
 	return 0;
 }
 
+/* A frame the kernel would not let us edit: dropped, counted on its way in as "other". */
+static __always_inline int edit_failed(const struct iface *in)
+{
+	struct stats *s = stats_of(in->slot);
+	if (s)
+		s->drops[0]++;
+	return TC_ACT_SHOT;
+}
+
 /* Sends the frame where the verdict says: every output but the last a clone, the last the
  * frame itself. Only the last can be an uplink's from a port (the only output that pushes a
  * tag or rewrites the source), so the frame is edited once, after the copies left; from an
@@ -685,8 +700,9 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 	__u32 n = v->count;
 	if (n == 0 || n > MAX_OUTPUTS)
 		return TC_ACT_SHOT;
-	if (v->outs[0].edit == EDIT_POP)
-		bpf_skb_vlan_pop(skb);
+	/* An edit the kernel refuses (no memory) drops the frame, counted as "other". */
+	if (v->outs[0].edit == EDIT_POP && bpf_skb_vlan_pop(skb))
+		return edit_failed(in);
 	struct copies c = { .skb = skb, .v = v, .last = n - 1, .from_uplink = in->kind == KIND_UPLINK };
 	if (n > 1)
 		bpf_loop(MAX_OUTPUTS, copy_one, &c, 0);
@@ -698,10 +714,10 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 	struct iface *to = bpf_map_lookup_elem(&ifaces, &ifindex);
 	if (!to)
 		return TC_ACT_SHOT;
-	if (o.edit == EDIT_PUSH)
-		bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q_), o.vid);
-	if (o.rewrite)
-		bpf_skb_store_bytes(skb, 6, to->mac, 6, 0);
+	if (o.edit == EDIT_PUSH && bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q_), o.vid))
+		return edit_failed(in);
+	if (o.rewrite && bpf_skb_store_bytes(skb, 6, to->mac, 6, 0))
+		return edit_failed(in);
 	if (to->kind == KIND_UPLINK && in->kind == KIND_PORT)
 		skb->priority = in->priority;
 	if (to->kind == KIND_UPLINK) {
@@ -733,8 +749,23 @@ int teamster_switch(struct __sk_buff *skb)
 	v->learned = 0;
 	v->count = 0;
 	struct iface *in = bpf_map_lookup_elem(&ifaces, &ifindex);
-	if (!in)
-		return TC_ACT_OK; /* not ours (an interface being attached or detached) */
+	if (!in) {
+		/* Attached, not in the tables yet (until the engine's next turn): the engine switches it.
+		 * (Never to the host's stack.) */
+		v->punt = PUNT_NOT_YET;
+		__u64 len = skb->len;
+		struct punt_meta m = {
+			.ifindex = skb->ifindex,
+			.len = skb->len,
+			.reason = PUNT_NOT_YET,
+			.vlan_tci = skb->vlan_tci,
+			.vlan_proto = bpf_ntohs(skb->vlan_proto),
+			.vlan_present = skb->vlan_present,
+		};
+		if (len <= 0xff00)
+			bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+		return TC_ACT_SHOT;
+	}
 	struct frame f = { .len = skb->len };
 	if (skb->vlan_present) {
 		f.shift = 4;

@@ -70,6 +70,7 @@
 #define PUNT_CLAIM 5            /* an uplink frame from a port's configured MAC (claims) */
 #define PUNT_VXLAN 6            /* UDP to 4789: the engine parses the inner frame */
 #define PUNT_PARSER 7           /* a frame beyond what this parser decides exactly */
+#define PUNT_NOT_YET 8          /* from an interface attached but not in the tables yet */
 
 struct iface {                /* key: ifindex (u32) */
 	__u32 slot;
@@ -80,6 +81,7 @@ struct iface {                /* key: ifindex (u32) */
 	__u16 domain;             /* port: its broadcast domain */
 	__u8 mac[6];              /* port: its configured MAC; uplink: its own (UPLINK_HAS_MAC) */
 	__u8 changed[6];          /* port: the MAC its guest changed to (PORT_CHANGED) */
+	__u16 pad2;
 	__u32 group;              /* port: its group (index into `groups`) */
 	__u32 uplink;             /* port: the slot of its current uplink, or NO_SLOT */
 	__u32 priority;           /* port: skb->priority on the way out of an uplink (HTB class) */
@@ -171,7 +173,8 @@ struct stats {                /* per CPU, by slot */
 	__u64 punted;
 	__u64 to_uplinks;         /* port: bytes it sent out of uplinks (the team's meters) */
 	__u64 from_uplinks;       /* port: bytes it received from uplinks */
-	__u64 drops[DROP_REASONS];
+	__u64 drops[DROP_REASONS]; /* by DROP_ reason; [0]: other (an edit the kernel refused, a
+	                            * frame too long to hand to user space) */
 };
 
 struct punt_meta {            /* before each punted frame in the perf buffer */

@@ -48,6 +48,7 @@ pub struct Iface {
     pub domain: u16,
     pub mac: [u8; 6],
     pub changed: [u8; 6],
+    pub pad2: u16,
     pub group: u32,
     pub uplink: u32,
     pub priority: u32,

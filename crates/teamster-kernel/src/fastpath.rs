@@ -44,6 +44,15 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     }
 }
 
+/// A removal's result, a key already gone counting as done: writes are repeated after a
+/// failure part-way, and the program may have removed an entry meanwhile.
+fn gone_ok(r: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match r {
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        r => r,
+    }
+}
+
 fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> &'a mut aya::maps::Map {
     ebpf.map_mut(name).expect("the object declares every map")
 }
@@ -158,7 +167,7 @@ impl FastPath {
                 }
             }
             for d in self.written.domains.keys().filter(|d| !t.domains.contains_key(d)) {
-                m.remove(&u32::from(*d)).map_err(map_err("domains"))?;
+                gone_ok(m.remove(&u32::from(*d))).map_err(map_err("domains"))?;
             }
         }
         {
@@ -182,7 +191,7 @@ impl FastPath {
                 }
             }
             for ifindex in self.written.ifaces.keys().filter(|i| !t.ifaces.contains_key(i)) {
-                m.remove(ifindex).map_err(map_err("ifaces"))?;
+                gone_ok(m.remove(ifindex)).map_err(map_err("ifaces"))?;
             }
         }
         self.write_statics(t)?;
@@ -210,11 +219,9 @@ impl FastPath {
             let learned = e.flags & abi::FDB_STATIC == 0;
             let stale_static = !learned && !t.statics.contains_key(k);
             let shadowed = learned && t.statics.contains_key(k);
-            if freed.contains(&e.slot) || stale_static || shadowed {
-                fdb.remove(k).map_err(map_err("fdb"))?;
-                if learned {
-                    forgotten.push(e.slot);
-                }
+            // (Gone already if the program moved it meanwhile.)
+            if (freed.contains(&e.slot) || stale_static || shadowed) && fdb.remove(k).is_ok() && learned {
+                forgotten.push(e.slot);
             }
         }
         for (k, slot) in &t.statics {
@@ -240,6 +247,24 @@ impl FastPath {
         for slot in &freed {
             counts.set(*slot, 0, 0).map_err(map_err("learned"))?;
         }
+        let mut sent: Array<&mut MapData, u64> =
+            Array::try_from(map(&mut self.ebpf, "sent_out")).map_err(map_err("sent_out"))?;
+        for slot in &freed {
+            sent.set(*slot, 0, 0).map_err(map_err("sent_out"))?;
+        }
+        let mut stats: PerCpuArray<&mut MapData, Stats> =
+            PerCpuArray::try_from(map(&mut self.ebpf, "stats")).map_err(map_err("stats"))?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| Error::Map {
+            map: "stats",
+            source: Box::new(aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+                call: "nr_cpus",
+                io_error: e,
+            })),
+        })?;
+        for slot in &freed {
+            let zero = PerCpuValues::try_from(vec![Stats::default(); cpus]).expect("one per CPU");
+            stats.set(*slot, zero, 0).map_err(map_err("stats"))?;
+        }
         Ok(())
     }
 
@@ -250,35 +275,90 @@ impl FastPath {
         m.iter().collect::<Result<_, _>>().map_err(map_err("fdb"))
     }
 
-    /// Replaces the learned MAC-table entries with `learned` (each seen now) and sets the
-    /// counts to match: for a test that makes the table the engine's again.
-    pub fn set_learned(&mut self, learned: &[(FdbKey, u32, bool)]) -> Result<(), Error> {
-        let entries = self.fdb()?;
-        let now = monotonic_ns();
-        let mut fdb: HashMap<&mut MapData, FdbKey, FdbEntry> =
-            HashMap::try_from(self.ebpf.map_mut("fdb").expect("declared")).map_err(map_err("fdb"))?;
-        for (k, e) in &entries {
-            if e.flags & abi::FDB_STATIC == 0 {
-                fdb.remove(k).map_err(map_err("fdb"))?;
-            }
+    /// Writes a learned entry the engine made (an address it learned or moved while switching a
+    /// punted frame), heard at `seen` (the kernel's clock), and adjusts the counts. An address
+    /// configured on a port stays as it is.
+    pub fn put_learned(&mut self, key: FdbKey, slot: u32, seen: u64, behind_port: bool) -> Result<(), Error> {
+        let old = self.fdb_entry(&key)?;
+        if old.is_some_and(|e| e.flags & abi::FDB_STATIC != 0) {
+            return Ok(());
         }
+        let e = FdbEntry { seen, slot, flags: 0 };
+        let mut fdb: HashMap<&mut MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(map(&mut self.ebpf, "fdb")).map_err(map_err("fdb"))?;
+        fdb.insert(key, e, 0).map_err(map_err("fdb"))?;
+        if let Some(old) = old {
+            self.count(old.slot, -1, self.written_port(old.slot))?;
+        }
+        self.count(slot, 1, behind_port)
+    }
+
+    /// Removes the learned entry for `key`, if there is one, and adjusts the counts.
+    pub fn forget(&mut self, key: FdbKey) -> Result<(), Error> {
+        let Some(old) = self.fdb_entry(&key)? else {
+            return Ok(());
+        };
+        if old.flags & abi::FDB_STATIC != 0 {
+            return Ok(());
+        }
+        let mut fdb: HashMap<&mut MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(map(&mut self.ebpf, "fdb")).map_err(map_err("fdb"))?;
+        // Gone already if the program moved it meanwhile: nothing to do then.
+        if fdb.remove(&key).is_ok() {
+            self.count(old.slot, -1, self.written_port(old.slot))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the learned counts to what `entries` (a dump of the table) holds, which corrects any
+    /// drift between the program's counting and ours.
+    pub fn recount(&mut self, entries: &[(FdbKey, FdbEntry)]) -> Result<(), Error> {
         let mut per_slot = vec![0u64; abi::MAX_SLOTS + 1];
-        for (k, slot, behind_port) in learned {
-            let e = FdbEntry {
-                seen: now,
-                slot: *slot,
-                flags: 0,
-            };
-            fdb.insert(*k, e, 0).map_err(map_err("fdb"))?;
+        for (_, e) in entries.iter().filter(|(_, e)| e.flags & abi::FDB_STATIC == 0) {
             per_slot[abi::MAX_SLOTS] += 1;
-            if *behind_port {
-                per_slot[*slot as usize] += 1;
+            if (e.slot as usize) < abi::MAX_SLOTS && self.written_port(e.slot) {
+                per_slot[e.slot as usize] += 1;
             }
         }
         let mut counts: Array<&mut MapData, u64> =
-            Array::try_from(self.ebpf.map_mut("learned").expect("declared")).map_err(map_err("learned"))?;
+            Array::try_from(map(&mut self.ebpf, "learned")).map_err(map_err("learned"))?;
         for (i, n) in per_slot.into_iter().enumerate() {
             counts.set(i as u32, n, 0).map_err(map_err("learned"))?;
+        }
+        Ok(())
+    }
+
+    fn fdb_entry(&self, key: &FdbKey) -> Result<Option<FdbEntry>, Error> {
+        let fdb: HashMap<&MapData, FdbKey, FdbEntry> =
+            HashMap::try_from(self.ebpf.map("fdb").expect("declared")).map_err(map_err("fdb"))?;
+        match fdb.get(key, 0) {
+            Ok(e) => Ok(Some(e)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("fdb")(e)),
+        }
+    }
+
+    /// True if `slot` is a port's in the tables last written.
+    fn written_port(&self, slot: u32) -> bool {
+        let ifindex = self.written.slots.get(&slot).map(|s| s.ifindex);
+        ifindex
+            .and_then(|i| self.written.ifaces.get(&i))
+            .is_some_and(|i| i.kind == abi::KIND_PORT)
+    }
+
+    /// Adds `by` to the total count and, for a port, to `slot`'s.
+    fn count(&mut self, slot: u32, by: i64, behind_port: bool) -> Result<(), Error> {
+        let mut counts: Array<&mut MapData, u64> =
+            Array::try_from(map(&mut self.ebpf, "learned")).map_err(map_err("learned"))?;
+        let mut add = |i: u32| -> Result<(), Error> {
+            let n = counts.get(&i, 0).map_err(map_err("learned"))?;
+            counts
+                .set(i, n.saturating_add_signed(by), 0)
+                .map_err(map_err("learned"))
+        };
+        add(abi::MAX_SLOTS as u32)?;
+        if behind_port && (slot as usize) < abi::MAX_SLOTS {
+            add(slot)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 use crate::abi::{PuntMeta, Stats};
 use crate::fastpath::FastPath;
+use crate::mac_sync::{pull_learned, push_changes, Places};
 use crate::tables::{Binding, Interfaces, Slots, Tables};
 use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
 use aya::maps::MapData;
@@ -43,17 +44,30 @@ struct State {
     /// Each slot's counters when last folded into the switch's.
     counted: HashMap<u32, Stats>,
     next_count: Option<Instant>,
+    /// When the kernel's learned MAC entries are next copied into the engine's table.
+    next_mirror: Option<Instant>,
+    /// Slots freed by builds whose write has not succeeded yet (their entries still to flush).
+    freed: Vec<u32>,
 }
 
 struct Attached {
     ifindex: u32,
     peer: bool,
     link: aya::programs::tc::SchedClassifierLinkId,
+    /// What the attachment delivers to (and who may detach it).
+    queue: Arc<PuntQueue>,
 }
 
 impl KernelPath {
     /// How often the kernel's counters are folded into the switch's (and LBT's meters).
     pub const COUNT_EVERY: Duration = Duration::from_millis(100);
+
+    /// How long until the kernel's learned MAC entries are next copied into the engine's, after
+    /// a copy of `n`: 100 ms for a table of up to a thousand, longer for a larger one (each entry
+    /// costs two system calls to read), at most 2 s.
+    fn mirror_every(n: usize) -> Duration {
+        Duration::from_millis((100 * (1 + n / 1000) as u64).min(2000))
+    }
 
     /// Loads the program with room for `total_macs` learned addresses and starts the punt
     /// reader. An error says what the kernel refused.
@@ -78,6 +92,8 @@ impl KernelPath {
                 attached: BTreeMap::new(),
                 counted: HashMap::new(),
                 next_count: None,
+                next_mirror: None,
+                freed: Vec::new(),
             }),
             queues,
             stop,
@@ -205,29 +221,38 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         let mut st = self.state();
         if let Some(old) = st.attached.remove(interface) {
             st.fast.detach(old.link);
+            self.queues
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&old.ifindex);
         }
-        let link = st
-            .fast
-            .attach(interface)
-            .map_err(|e| io::Error::other(format!("{interface}: {e}")))?;
+        // The queue first: the program hands up what comes before the tables name the interface.
+        self.queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(index, queue.clone());
+        let link = st.fast.attach(interface).map_err(|e| {
+            self.queues.write().unwrap_or_else(|e| e.into_inner()).remove(&index);
+            io::Error::other(format!("{interface}: {e}"))
+        })?;
         st.attached.insert(
             interface.to_string(),
             Attached {
                 ifindex: index,
                 peer: peer_elsewhere(interface),
                 link,
+                queue: queue.clone(),
             },
         );
-        self.queues
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(index, queue.clone());
         Ok(queue)
     }
 
-    fn detach(&self, interface: &str) {
+    fn detach(&self, interface: &str, queue: &Arc<PuntQueue>) {
         let mut st = self.state();
-        if let Some(a) = st.attached.remove(interface) {
+        // Only the attachment the closing device made: the interface may have been attached
+        // again since (a tap deleted and re-created, a socket reopened), and that one stays.
+        if st.attached.get(interface).is_some_and(|a| Arc::ptr_eq(&a.queue, queue)) {
+            let a = st.attached.remove(interface).expect("looked up");
             st.fast.detach(a.link);
             self.queues
                 .write()
@@ -257,8 +282,19 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
                 .filter_map(|(u, n)| Some((*u, binding(n)?)))
                 .collect(),
         };
-        let tables = Tables::build(switch, &ifs, &mut st.slots, now).map_err(|e| e.to_string())?;
+        let mut tables = Tables::build(switch, &ifs, &mut st.slots, now).map_err(|e| e.to_string())?;
+        st.freed.append(&mut tables.freed);
+        tables.freed = st.freed.clone();
         st.fast.write(&tables).map_err(|e| e.to_string())?;
+        st.freed.clear();
+        // The MAC tables: the engine's changes down, the kernel's entries up.
+        let places = Places::new(&ifs, &st.slots);
+        let offset = crate::monotonic_ns() as i128 - now.as_nanos() as i128;
+        let overflowed = push_changes(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
+        if overflowed || st.next_mirror.is_none_or(|t| now >= t) {
+            let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
+            st.next_mirror = Some(now + Self::mirror_every(n));
+        }
         if st.next_count.is_none_or(|t| now >= t) {
             st.next_count = Some(now + Self::COUNT_EVERY);
             let at: Vec<(Ingress, u32)> = ifs

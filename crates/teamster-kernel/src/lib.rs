@@ -28,6 +28,7 @@
 pub mod abi;
 mod fastpath;
 mod kernel_path;
+pub mod mac_sync;
 pub mod tables;
 
 pub use fastpath::{monotonic_ns, tcx_ingress_programs, Error, FastPath};

@@ -32,10 +32,12 @@ pub struct Interfaces {
 }
 
 /// Slots, by ifindex: stable while an interface stays (the MAC table's entries name slots), the
-/// lowest free one for a new interface.
+/// lowest free one for a new interface, but never one freed by the build before (its MAC-table
+/// entries and counters are cleared by that build's write first).
 #[derive(Debug, Clone, Default)]
 pub struct Slots {
     by_ifindex: BTreeMap<u32, u32>,
+    cooling: BTreeSet<u32>,
 }
 
 impl Slots {
@@ -46,7 +48,7 @@ impl Slots {
         }
         let used: BTreeSet<u32> = self.by_ifindex.values().copied().collect();
         let free = (0..abi::MAX_SLOTS as u32)
-            .find(|s| !used.contains(s))
+            .find(|s| !used.contains(s) && !self.cooling.contains(s))
             .ok_or(Unsupported::Interfaces(abi::MAX_SLOTS))?;
         self.by_ifindex.insert(ifindex, free);
         Ok(free)
@@ -62,6 +64,7 @@ impl Slots {
             .map(|(_, s)| *s)
             .collect();
         self.by_ifindex.retain(|i, _| present.contains(i));
+        self.cooling = gone.iter().copied().collect();
         gone
     }
 

@@ -31,10 +31,10 @@ pub enum Location {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Entry {
-    at: Location,
+pub(super) struct Entry {
+    pub(super) at: Location,
     /// None: static.
-    seen: Option<Instant>,
+    pub(super) seen: Option<Instant>,
 }
 
 /// How many learned addresses the table holds at most.
@@ -75,14 +75,17 @@ pub enum Learned {
 /// (VLAN or none, MAC) -> location, bounded.
 #[derive(Debug, Clone)]
 pub struct MacTable {
-    entries: HashMap<(Option<u16>, MacAddr), Entry>,
+    pub(super) entries: HashMap<(Option<u16>, MacAddr), Entry>,
     ageing: Duration,
     limits: MacLimits,
     /// Learned entries held (expired ones included until swept).
-    learned: usize,
+    pub(super) learned: usize,
     /// Learned entries held behind each port (ports with none are absent).
     /// Learned entries behind each port and each remote VTEP (both bounded by `per_port`).
-    per_port: HashMap<Location, usize>,
+    pub(super) per_port: HashMap<Location, usize>,
+    /// Changes to learned entries, kept for a data plane that holds a copy of the table (see
+    /// [`super::mac_mirror`]); None unless asked for.
+    pub(super) journal: Option<super::mac_mirror::Journal>,
 }
 
 impl MacTable {
@@ -100,6 +103,7 @@ impl MacTable {
             limits,
             learned: 0,
             per_port: HashMap::new(),
+            journal: None,
         }
     }
 
@@ -114,6 +118,7 @@ impl MacTable {
         );
         if let Some(old) = old.filter(|e| e.seen.is_some()) {
             self.forget(old.at);
+            self.note(vlan, mac, None);
         }
     }
 
@@ -203,9 +208,13 @@ impl MacTable {
             self.forget(from);
         }
         if port_full || self.learned >= self.limits.total {
+            if old.is_some() {
+                self.note(vlan, mac, None);
+            }
             return Learned::Refused;
         }
         self.entries.insert(key, Entry { at, seen: Some(now) });
+        self.note(vlan, mac, Some((at, now)));
         self.learned += 1;
         if !matches!(at, Location::Remote(_)) {
             *self.per_port.entry(at).or_default() += 1;
@@ -224,6 +233,7 @@ impl MacTable {
             let at = e.at;
             self.entries.remove(&key);
             self.forget(at);
+            self.note(vlan, mac, None);
         }
     }
 
@@ -233,11 +243,18 @@ impl MacTable {
         let at = Location::Port(port);
         let before = self.entries.len();
         let mut learned = 0;
-        self.entries.retain(|_, e| {
+        let mut gone = Vec::new();
+        self.entries.retain(|k, e| {
             let behind = e.at == at;
             learned += usize::from(behind && e.seen.is_some());
+            if behind && e.seen.is_some() {
+                gone.push(*k);
+            }
             !behind
         });
+        for (vlan, mac) in gone {
+            self.note(vlan, mac, None);
+        }
         if before != self.entries.len() {
             self.learned -= learned;
             self.per_port.remove(&at);
@@ -249,7 +266,17 @@ impl MacTable {
     /// moved down one index.
     pub fn remove_uplink(&mut self, u: UplinkId) {
         let before = self.entries.len();
-        self.entries.retain(|_, e| e.at != Location::Remote(u));
+        let mut gone = Vec::new();
+        self.entries.retain(|k, e| {
+            let behind = e.at == Location::Remote(u);
+            if behind {
+                gone.push(*k);
+            }
+            !behind
+        });
+        for (vlan, mac) in gone {
+            self.note(vlan, mac, None);
+        }
         // Static entries are ports': every entry forgotten was learned.
         self.learned -= before - self.entries.len();
         for e in self.entries.values_mut() {
@@ -276,13 +303,16 @@ impl MacTable {
     /// mostly empty (after a flood), so memory follows what the table holds.
     pub fn expire(&mut self, now: Instant) {
         let ageing = self.ageing;
-        let (learned, per_port) = (&mut self.learned, &mut self.per_port);
-        self.entries.retain(|_, e| {
+        let (learned, per_port, journal) = (&mut self.learned, &mut self.per_port, &mut self.journal);
+        self.entries.retain(|(vlan, mac), e| {
             let keep = e.seen.is_none_or(|t| now - t < ageing);
             if !keep {
                 *learned -= 1;
                 if let Some(n) = per_port.get_mut(&e.at) {
                     *n -= 1;
+                }
+                if let Some(j) = journal.as_mut() {
+                    j.push(*vlan, *mac, None);
                 }
             }
             keep

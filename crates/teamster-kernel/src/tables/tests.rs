@@ -151,8 +151,28 @@ fn slots_stay_while_interfaces_stay_and_freed_ones_are_reported() {
     );
     let t2 = Tables::build(&s, &ifs, &mut slots, Instant::ZERO).unwrap();
     assert_eq!(t2.freed, [t1.ifaces[&12].slot]);
-    assert_eq!(t2.ifaces[&99].slot, t1.ifaces[&12].slot, "the lowest free slot");
-    for i in [11, 13, 20, 21] {
+    assert_ne!(
+        t2.ifaces[&99].slot, t1.ifaces[&12].slot,
+        "not a slot freed by the same build"
+    );
+    let t2b = Tables::build(&s, &ifs, &mut slots, Instant::ZERO).unwrap();
+    assert!(t2b.freed.is_empty());
+    // Port 1's comes back too: it takes the slot freed two builds ago, the lowest free.
+    ifs.ports.insert(
+        PortId(1),
+        Binding {
+            ifindex: 98,
+            peer: false,
+        },
+    );
+    let t2c = Tables::build(&s, &ifs, &mut slots, Instant::ZERO).unwrap();
+    assert_eq!(t2c.freed, [t1.ifaces[&11].slot]);
+    assert_eq!(
+        slots.of(98),
+        Some(t1.ifaces[&12].slot),
+        "the lowest free slot, a build later"
+    );
+    for i in [13, 20, 21] {
         assert_eq!(t1.ifaces[&i].slot, t2.ifaces[&i].slot);
     }
     // A port without an interface is not in the tables, nor in its domain's flood list.

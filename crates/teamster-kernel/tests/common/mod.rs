@@ -16,6 +16,7 @@ use teamster_core::teaming::{
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
+use teamster_kernel::mac_sync::{push_changes, Places};
 use teamster_kernel::{abi, Binding, FastPath, Interfaces, Slots, Tables};
 
 pub const PORTS: u32 = 8;
@@ -273,32 +274,18 @@ impl Rig {
         Some(rig)
     }
 
-    /// Writes the engine's state into the kernel's tables, as the daemon does after the engine
-    /// changes (and the engine's learned addresses, as after a punt).
+    /// Writes the engine's state into the kernel's tables and the engine's MAC-table changes
+    /// into the kernel's, as the daemon does after each turn (`teamster_kernel::KernelPath`).
     fn sync(&mut self) {
         let mut t = Tables::build(&self.switch, &self.ifs, &mut self.slots, self.now).expect("supported");
         if let Some(m) = &self.mutation {
             m(&mut t);
         }
         self.fast.write(&t).expect("tables written");
-        let learned: Vec<_> = self
-            .switch
-            .mac_entries(self.now)
-            .into_iter()
-            .filter(|e| !e.fixed)
-            .map(|e| {
-                let (slot, port) = self.slot(e.at);
-                (
-                    abi::FdbKey {
-                        domain: teamster_kernel::tables::domain(e.vlan),
-                        mac: e.mac.0,
-                    },
-                    slot,
-                    port,
-                )
-            })
-            .collect();
-        self.fast.set_learned(&learned).expect("learned entries written");
+        let places = Places::new(&self.ifs, &self.slots);
+        let overflowed = push_changes(&mut self.fast, &mut self.switch, &places, i128::from(self.started_ns))
+            .expect("the engine's MAC changes written");
+        assert!(!overflowed, "the engine's journal overflowed");
     }
 
     /// Changes the kernel's tables with `f` from now on (a mutant of the program's inputs).

@@ -625,8 +625,16 @@ fn stream_to(
 /// their extra lines (reservation, limit, id). One data-plane thread (the default on two cores)
 /// whatever the machine's cores, unless `head` sets `workers` (`live_counters`, `live_qos` and
 /// `linkstate_live` also run two).
+///
+/// TEAMSTER_TEST_DATAPATH=kernel (or userspace) runs the tests that use it on that data plane,
+/// unless `head` names one itself.
 pub fn switch_toml(head: &str, capacity: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> String {
     let workers = if head.contains("workers =") { "" } else { "workers = 1" };
+    let datapath = match std::env::var("TEAMSTER_TEST_DATAPATH") {
+        Ok(d) if !head.contains("datapath =") => format!("datapath = \"{d}\""),
+        _ => String::new(),
+    };
+    let workers = format!("{workers}\n{datapath}");
     format!(
         r#"{workers}
 {head}
