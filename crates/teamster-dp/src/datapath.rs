@@ -801,13 +801,30 @@ impl<P: Platform> Datapath<P> {
                 .map(|(i, u)| (UplinkId(i), u.plan.interface.as_str()))
                 .collect(),
         };
-        if let Err(e) = fast.sync(&mut self.switch, &bound, now) {
-            if self.fast_path_error.as_deref() != Some(e.as_str()) {
-                self.history.record(now, "fast_path", e.clone());
-                self.fast_path_error = Some(e);
+        match fast.sync(&mut self.switch, &bound, now) {
+            Err(e) => {
+                if self.fast_path_error.as_deref() != Some(e.as_str()) {
+                    self.history.record(now, "fast_path", e.clone());
+                    self.fast_path_error = Some(e);
+                }
             }
-        } else {
-            self.fast_path_error = None;
+            Ok(extra) => {
+                self.fast_path_error = None;
+                for (at, d) in extra {
+                    let to = match at {
+                        teamster_core::switch::Ingress::Port(p) => self
+                            .index
+                            .get(&p)
+                            .and_then(|i| self.ports.get_mut(*i))
+                            .map(|p| &mut p.extra),
+                        teamster_core::switch::Ingress::Uplink(u) => self.uplinks.get_mut(u.0).map(|u| &mut u.extra),
+                    };
+                    if let Some(to) = to {
+                        to.oversize += d.oversize;
+                        to.tx_error += d.tx_error;
+                    }
+                }
+            }
         }
     }
 

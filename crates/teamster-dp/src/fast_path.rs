@@ -12,6 +12,7 @@
 //! adds what the kernel forwarded to the switch's counters and the team's meters.
 
 use crate::afpacket::AfPacket;
+use crate::datapath::ExtraDrops;
 use crate::device::{Device, RxDrops, TxTotals};
 use crate::flag::Flag;
 use crate::pool::FramePool;
@@ -22,7 +23,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use teamster_core::offload::Offload;
-use teamster_core::switch::Switch;
+use teamster_core::switch::{Ingress, Switch};
 use teamster_core::teaming::{PortId, UplinkId};
 use teamster_core::Instant;
 
@@ -43,8 +44,10 @@ pub trait FastPath: Send + Sync + 'static {
     /// that attachment stays).
     fn detach(&self, interface: &str, queue: &Arc<PuntQueue>);
     /// Brings the kernel's tables to `switch`'s state over `bound`, and adds what the kernel
-    /// forwarded since the last call to the switch's counters and the team's meters.
-    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<(), String>;
+    /// forwarded since the last call to the switch's counters and the team's meters. Returns
+    /// the drops the kernel counted that are the data plane's own (oversize, tx_error), by
+    /// port or uplink, for the data plane to add to its counts.
+    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<Vec<(Ingress, ExtraDrops)>, String>;
     /// What it is, for the start-up log.
     fn describe(&self) -> String;
 }

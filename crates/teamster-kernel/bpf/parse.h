@@ -49,7 +49,7 @@ struct key {
 	__u8 has_ports;
 	__u16 sport;
 	__u16 dport;
-	__u16 pad;
+	__u16 hdr_end;           /* where a TCP or UDP header ends: what each segment of a super-frame repeats */
 	__u32 src_fold;          /* core::teaming::hash::ip_fold of each address */
 	__u32 dst_fold;
 };
@@ -127,6 +127,7 @@ static __always_inline int parse_transport(struct __sk_buff *skb, const struct f
 		k->sport = be16_at(t);
 		k->dport = be16_at(t + 2);
 		k->has_ports = 1;
+		k->hdr_end = at + (t[12] >> 4) * 4;
 		return 0;
 	case 17: { /* UDP */
 		if (avail < 8 || vload(skb, f, at, t, 8))
@@ -137,6 +138,7 @@ static __always_inline int parse_transport(struct __sk_buff *skb, const struct f
 		k->sport = be16_at(t);
 		k->dport = be16_at(t + 2);
 		k->has_ports = 1;
+		k->hdr_end = at + 8;
 		return k->dport == VXLAN_PORT_ ? PUNT_VXLAN : 0;
 	}
 	case 1: /* ICMP */

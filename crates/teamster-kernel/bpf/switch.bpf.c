@@ -117,6 +117,15 @@ struct {
 	__type(value, struct verdict);
 } verdict SEC(".maps");
 
+/* The IPv4 address each (VLAN, MAC) last gave in ARP on an uplink, as far as the engine was
+ * told: a note goes up only when it changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct fdb_key);
+	__type(value, __u32);
+} arp_seen SEC(".maps");
+
 /* Per CPU, by slot: the verdict's seq when the slot was last made an output (so a copy is
  * never listed twice, without a search of the outputs). */
 struct marks {
@@ -482,6 +491,7 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 		return punted(skb, v, slot, PUNT_PORT_UNSETTLED);
 	struct key k = {};
 	int r = parse(skb, f, &k);
+	v->hdr = k.hdr_end;
 	/* core: slow protocols first, then link control, then what the parser found. */
 	if (k.at12 == ETH_P_SLOW_)
 		return dropped(v, slot, DROP_SLOW_PROTOCOL);
@@ -573,12 +583,35 @@ static __always_inline int reflected(const struct config *c, const struct key *k
 	return !(quiet || to_settled);
 }
 
+/* Tells the engine an ARP sender's address on an uplink when it is new or changed (core
+ * Switch's ArpSenders, which its claims ask before a port takes a MAC a host outside used). */
+static __always_inline void note_arp(struct __sk_buff *skb, __u16 dom, const struct key *k)
+{
+	struct fdb_key key = fdb_key(dom, k->src);
+	__u32 *ip = bpf_map_lookup_elem(&arp_seen, &key);
+	if (ip && *ip == k->src_fold)
+		return;
+	__u32 sender = k->src_fold;
+	bpf_map_update_elem(&arp_seen, &key, &sender, BPF_ANY);
+	__u64 len = skb->len < NOTE_BYTES ? skb->len : NOTE_BYTES;
+	struct punt_meta m = {
+		.ifindex = skb->ifindex,
+		.len = len,
+		.reason = NOTE_ARP,
+		.vlan_tci = skb->vlan_tci,
+		.vlan_proto = bpf_ntohs(skb->vlan_proto),
+		.vlan_present = skb->vlan_present,
+	};
+	bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+}
+
 static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, struct verdict *v, const struct config *c,
 				       const struct iface *up, const struct frame *f, __u64 now)
 {
 	__u32 slot = up->slot;
 	struct key k = {};
 	int r = parse(skb, f, &k);
+	v->hdr = k.hdr_end;
 	if (k.at12 == ETH_P_SLOW_) {
 		static const __u8 slow[6] = { 0x01, 0x80, 0xc2, 0x00, 0x00, 0x02 };
 		if (mac_eq(k.dst, slow))
@@ -613,6 +646,8 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 			return punted(skb, v, slot, PUNT_CLAIM); /* maybe a host outside: the engine's claims */
 		return dropped(v, slot, DROP_REFLECTION);
 	}
+	if ((k.ether_type == ETH_P_ARP_ || k.ether_type == ETH_P_RARP_) && k.has_ip && k.src_fold && !is_group(k.src))
+		note_arp(skb, dom, &k);
 	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
 	__u8 edit = k.tags ? EDIT_POP : EDIT_KEEP;
 	__u64 bit = up->id < 64 ? 1ULL << up->id : 0;
@@ -640,12 +675,18 @@ static __always_inline __u32 ifindex_of_slot(__u32 slot)
 	return s ? s->ifindex : 0;
 }
 
-static __always_inline void count_tx(__u32 slot, __u32 len)
+/* The bytes `len` (a frame, or a super-frame's whole) stands for on a wire. */
+static __always_inline __u64 wire_bytes(const struct verdict *v, __u32 len)
+{
+	return len + (__u64)(v->segs - 1) * v->hdr;
+}
+
+static __always_inline void count_tx(const struct verdict *v, __u32 slot, __u32 len)
 {
 	struct stats *s = stats_of(slot);
 	if (s) {
-		s->tx_packets++;
-		s->tx_bytes += len;
+		s->tx_packets += v->segs;
+		s->tx_bytes += wire_bytes(v, len);
 	}
 }
 
@@ -658,16 +699,30 @@ struct copies {
 };
 
 /* Counts a frame sent to `slot`, and for the team's meters a port's traffic to or from uplinks. */
-static __always_inline void count_out(__u32 slot, __u32 len, __u32 port_slot, int to_uplink, int from_uplink)
+static __always_inline void count_out(const struct verdict *v, __u32 slot, __u32 len, __u32 port_slot, int to_uplink,
+				      int from_uplink)
 {
-	count_tx(slot, len);
+	count_tx(v, slot, len);
 	struct stats *s = stats_of(port_slot);
 	if (!s)
 		return;
 	if (to_uplink)
-		s->to_uplinks += len;
+		s->to_uplinks += wire_bytes(v, len);
 	if (from_uplink)
-		s->from_uplinks += len;
+		s->from_uplinks += wire_bytes(v, len);
+}
+
+/* True if the frame fits `ifindex`'s MTU (a super-frame is cut to it on the way, and fits);
+ * else counts it `oversize` on `slot`, as the engine's data plane does. */
+static __always_inline int fits(struct __sk_buff *skb, __u32 ifindex, __u32 slot)
+{
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, ifindex, &mtu, 0, 0) == 0)
+		return 1;
+	struct stats *s = stats_of(slot);
+	if (s)
+		s->oversize++;
+	return 0;
 }
 
 static long copy_one(__u64 i, void *ctx)
@@ -677,8 +732,15 @@ static long copy_one(__u64 i, void *ctx)
 		return 1;
 	__u32 slot = c->v->outs[i].slot;
 	__u32 ifindex = ifindex_of_slot(slot);
-	if (ifindex && bpf_clone_redirect(c->skb, ifindex, 0) == 0)
-		count_out(slot, c->skb->len, slot, 0, c->from_uplink);
+	if (!ifindex || !fits(c->skb, ifindex, slot))
+		return 0;
+	if (bpf_clone_redirect(c->skb, ifindex, 0) == 0) {
+		count_out(c->v, slot, c->skb->len, slot, 0, c->from_uplink);
+	} else {
+		struct stats *s = stats_of(slot);
+		if (s)
+			s->tx_error++;
+	}
 	return 0;
 }
 
@@ -720,14 +782,16 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 		return edit_failed(in);
 	if (to->kind == KIND_UPLINK && in->kind == KIND_PORT)
 		skb->priority = in->priority;
+	if (!fits(skb, ifindex, o.slot))
+		return TC_ACT_SHOT;
 	if (to->kind == KIND_UPLINK) {
-		count_out(o.slot, skb->len, in->slot, 1, 0);
+		count_out(v, o.slot, skb->len, in->slot, 1, 0);
 		__u32 from = in->slot;
 		__u64 t = bpf_ktime_get_ns();
 		bpf_map_update_elem(&sent_out, &from, &t, BPF_ANY);
 	}
 	else
-		count_out(o.slot, skb->len, o.slot, 0, in->kind == KIND_UPLINK);
+		count_out(v, o.slot, skb->len, o.slot, 0, in->kind == KIND_UPLINK);
 	if (to->kind == KIND_PORT && (to->flags & PORT_PEER) && n == 1)
 		return bpf_redirect_peer(ifindex, 0);
 	return bpf_redirect(ifindex, 0);
@@ -748,6 +812,8 @@ int teamster_switch(struct __sk_buff *skb)
 	v->punt = 0;
 	v->learned = 0;
 	v->count = 0;
+	v->segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	v->hdr = 0;
 	struct iface *in = bpf_map_lookup_elem(&ifaces, &ifindex);
 	if (!in) {
 		/* Attached, not in the tables yet (until the engine's next turn): the engine switches it.
@@ -779,7 +845,7 @@ int teamster_switch(struct __sk_buff *skb)
 	struct stats *s = stats_of(in->slot);
 	if (s && !v->punt) {
 		s->rx_packets++;
-		s->rx_bytes += f.len;
+		s->rx_bytes += wire_bytes(v, f.len);
 	}
 	if (r != TC_ACT_OK)
 		return r;

@@ -71,6 +71,10 @@
 #define PUNT_VXLAN 6            /* UDP to 4789: the engine parses the inner frame */
 #define PUNT_PARSER 7           /* a frame beyond what this parser decides exactly */
 #define PUNT_NOT_YET 8          /* from an interface attached but not in the tables yet */
+/* Not a punt: a copy of an ARP frame from an uplink whose sender gave a new address (the frame
+ * itself is switched here), for the engine's claims (core ArpSenders). */
+#define NOTE_ARP 9
+#define NOTE_BYTES 64             /* what of the frame a note carries */
 
 struct iface {                /* key: ifindex (u32) */
 	__u32 slot;
@@ -161,6 +165,10 @@ struct verdict {
 	__u8 punt;
 	__u8 learned;             /* 0 known, 1 added, 2 refused */
 	__u32 count;
+	/* A super-frame (GSO) is counted as the segments it becomes on a wire: `segs` of them, each
+	 * repeating the `hdr` bytes of headers. */
+	__u32 segs;
+	__u32 hdr;
 	struct out outs[MAX_OUTPUTS];
 };
 
@@ -173,8 +181,10 @@ struct stats {                /* per CPU, by slot */
 	__u64 punted;
 	__u64 to_uplinks;         /* port: bytes it sent out of uplinks (the team's meters) */
 	__u64 from_uplinks;       /* port: bytes it received from uplinks */
+	__u64 oversize;           /* to this interface: longer than its MTU (and not a super-frame) */
+	__u64 tx_error;           /* to this interface: the kernel refused a copy */
 	__u64 drops[DROP_REASONS]; /* by DROP_ reason; [0]: other (an edit the kernel refused, a
-	                            * frame too long to hand to user space) */
+	                            * frame too long to hand to user space): shown as tx_error */
 };
 
 struct punt_meta {            /* before each punted frame in the perf buffer */

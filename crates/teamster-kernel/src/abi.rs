@@ -155,6 +155,8 @@ pub struct Verdict {
     pub punt: u8,
     pub learned: u8,
     pub count: u32,
+    pub segs: u32,
+    pub hdr: u32,
     pub outs: [Out; MAX_OUTPUTS],
 }
 
@@ -169,6 +171,8 @@ pub struct Stats {
     pub punted: u64,
     pub to_uplinks: u64,
     pub from_uplinks: u64,
+    pub oversize: u64,
+    pub tx_error: u64,
     pub drops: [u64; DROP_REASONS],
 }
 
@@ -208,7 +212,7 @@ const _: () = {
     assert!(size_of::<FdbKey>() == 8);
     assert!(size_of::<FdbEntry>() == 16);
     assert!(size_of::<Out>() == 8);
-    assert!(size_of::<Verdict>() == 4128);
-    assert!(size_of::<Stats>() == 192);
+    assert!(size_of::<Verdict>() == 4136);
+    assert!(size_of::<Stats>() == 208);
     assert!(size_of::<PuntMeta>() == 16);
 };

@@ -398,6 +398,8 @@ impl FastPath {
             sum.punted += s.punted;
             sum.to_uplinks += s.to_uplinks;
             sum.from_uplinks += s.from_uplinks;
+            sum.oversize += s.oversize;
+            sum.tx_error += s.tx_error;
             for (a, b) in sum.drops.iter_mut().zip(s.drops) {
                 *a += b;
             }

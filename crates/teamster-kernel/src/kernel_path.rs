@@ -19,6 +19,7 @@ use std::time::Duration;
 use teamster_core::switch::{Counters, DropReason, Ingress, Switch};
 use teamster_core::teaming::Direction;
 use teamster_core::Instant;
+use teamster_dp::datapath::ExtraDrops;
 use teamster_dp::fast_path::{Bound, PuntQueue};
 
 /// Pages of each CPU's punt ring (4 KiB each): room for a burst of full-size frames.
@@ -26,10 +27,18 @@ const PUNT_PAGES: usize = 64;
 
 type Queues = Arc<RwLock<HashMap<u32, Arc<PuntQueue>>>>;
 
+/// ARP frames from the uplinks whose sender gave a new address, for the engine's claims.
+type Notes = Arc<Mutex<std::collections::VecDeque<Vec<u8>>>>;
+/// Notes kept at most between two turns.
+const NOTES_KEPT: usize = 1024;
+/// The program's reason for a note (switch.h NOTE_ARP).
+const NOTE_ARP: u16 = 9;
+
 /// The loaded program and what the data plane needs of it; see the module documentation.
 pub struct KernelPath {
     state: Mutex<State>,
     queues: Queues,
+    notes: Notes,
     stop: Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<()>>,
     /// Punted frames the rings had no room for (the kernel's count).
@@ -75,14 +84,15 @@ impl KernelPath {
         let mut fast = FastPath::load(total_macs).map_err(|e| e.to_string())?;
         let perf = fast.take_punts().map_err(|e| e.to_string())?;
         let queues: Queues = Arc::default();
+        let notes: Notes = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let lost = Arc::new(AtomicU64::new(0));
         let buffers = open_rings(perf)?;
         let reader = {
-            let (queues, stop, lost) = (queues.clone(), stop.clone(), lost.clone());
+            let (queues, notes, stop, lost) = (queues.clone(), notes.clone(), stop.clone(), lost.clone());
             std::thread::Builder::new()
                 .name("teamster-punts".into())
-                .spawn(move || read_punts(buffers, &queues, &stop, &lost))
+                .spawn(move || read_punts(buffers, &queues, &notes, &stop, &lost))
                 .map_err(|e| format!("cannot start the punt reader: {e}"))?
         };
         Ok(KernelPath {
@@ -96,6 +106,7 @@ impl KernelPath {
                 freed: Vec::new(),
             }),
             queues,
+            notes,
             stop,
             reader: Some(reader),
             lost,
@@ -129,7 +140,13 @@ fn open_rings(mut perf: PerfEventArray<MapData>) -> Result<Vec<PerfEventArrayBuf
 
 /// The punt reader: waits on every CPU's ring, and queues each frame, its VLAN tag put back
 /// where the kernel had taken it off, for the interface it came from.
-fn read_punts(mut rings: Vec<PerfEventArrayBuffer<MapData>>, queues: &Queues, stop: &AtomicBool, lost: &AtomicU64) {
+fn read_punts(
+    mut rings: Vec<PerfEventArrayBuffer<MapData>>,
+    queues: &Queues,
+    notes: &Notes,
+    stop: &AtomicBool,
+    lost: &AtomicU64,
+) {
     let mut fds: Vec<libc::pollfd> = rings
         .iter()
         .map(|r| libc::pollfd {
@@ -154,11 +171,20 @@ fn read_punts(mut rings: Vec<PerfEventArrayBuffer<MapData>>, queues: &Queues, st
                     frame.clear();
                     frame.extend_from_slice(head);
                     frame.extend_from_slice(tail);
-                    if let Some((ifindex, bytes)) = unpack(&frame) {
-                        let q = queues.read().unwrap_or_else(|e| e.into_inner()).get(&ifindex).cloned();
-                        if let Some(q) = q {
-                            q.push(bytes);
+                    match unpack(&frame) {
+                        Some((_, NOTE_ARP, bytes)) => {
+                            let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
+                            if n.len() < NOTES_KEPT {
+                                n.push_back(bytes);
+                            }
                         }
+                        Some((ifindex, _, bytes)) => {
+                            let q = queues.read().unwrap_or_else(|e| e.into_inner()).get(&ifindex).cloned();
+                            if let Some(q) = q {
+                                q.push(bytes);
+                            }
+                        }
+                        None => {}
                     }
                 }
             });
@@ -168,7 +194,7 @@ fn read_punts(mut rings: Vec<PerfEventArrayBuffer<MapData>>, queues: &Queues, st
 
 /// The interface and frame (as on the wire) of one punt sample: a [`PuntMeta`], then the frame
 /// as the kernel held it, then padding.
-fn unpack(sample: &[u8]) -> Option<(u32, Vec<u8>)> {
+fn unpack(sample: &[u8]) -> Option<(u32, u16, Vec<u8>)> {
     const META: usize = core::mem::size_of::<PuntMeta>();
     let u16_at = |i: usize| u16::from_ne_bytes([sample[i], sample[i + 1]]);
     let u32_at = |i: usize| u32::from_ne_bytes(sample[i..i + 4].try_into().expect("4 bytes"));
@@ -176,7 +202,7 @@ fn unpack(sample: &[u8]) -> Option<(u32, Vec<u8>)> {
         return None;
     }
     let (ifindex, len) = (u32_at(0), u32_at(4) as usize);
-    let (tci, proto, present) = (u16_at(10), u16_at(12), u16_at(14));
+    let (reason, tci, proto, present) = (u16_at(8), u16_at(10), u16_at(12), u16_at(14));
     let data = sample.get(META..META + len)?;
     let mut frame = Vec::with_capacity(len + 4);
     if present != 0 && data.len() >= 12 {
@@ -187,7 +213,7 @@ fn unpack(sample: &[u8]) -> Option<(u32, Vec<u8>)> {
     } else {
         frame.extend_from_slice(data);
     }
-    Some((ifindex, frame))
+    Some((ifindex, reason, frame))
 }
 
 /// True if `name` is a veth whose peer is in another network namespace: frames for it can be
@@ -261,7 +287,7 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         }
     }
 
-    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<(), String> {
+    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<Vec<(Ingress, ExtraDrops)>, String> {
         let mut st = self.state();
         let st = &mut *st;
         let binding = |name: &str| {
@@ -287,6 +313,11 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         tables.freed = st.freed.clone();
         st.fast.write(&tables).map_err(|e| e.to_string())?;
         st.freed.clear();
+        // What the program noted for the engine's claims (ARP senders on the uplinks).
+        let notes: Vec<Vec<u8>> = self.notes.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        for frame in notes {
+            switch.note_uplink_arp(&frame);
+        }
         // The MAC tables: the engine's changes down, the kernel's entries up.
         let places = Places::new(&ifs, &st.slots);
         let offset = crate::monotonic_ns() as i128 - now.as_nanos() as i128;
@@ -295,6 +326,7 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
             let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
             st.next_mirror = Some(now + Self::mirror_every(n));
         }
+        let mut extras = Vec::new();
         if st.next_count.is_none_or(|t| now >= t) {
             st.next_count = Some(now + Self::COUNT_EVERY);
             let at: Vec<(Ingress, u32)> = ifs
@@ -308,9 +340,18 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
                 let now_stats = st.fast.stats(slot).map_err(|e| e.to_string())?;
                 let before = st.counted.insert(slot, now_stats).unwrap_or_default();
                 fold(switch, at, &before, &now_stats, now);
+                let d = |a: u64, b: u64| a.saturating_sub(b);
+                let extra = ExtraDrops {
+                    oversize: d(now_stats.oversize, before.oversize),
+                    tx_error: d(now_stats.tx_error, before.tx_error) + d(now_stats.drops[0], before.drops[0]),
+                    ..ExtraDrops::default()
+                };
+                if extra.oversize + extra.tx_error > 0 {
+                    extras.push((at, extra));
+                }
             }
         }
-        Ok(())
+        Ok(extras)
     }
 
     fn describe(&self) -> String {

@@ -186,6 +186,17 @@ impl ArpSenders {
 }
 
 impl Switch {
+    /// Notes the ARP sender address in `frame`, an ARP frame heard on an uplink and switched
+    /// elsewhere (the kernel fast path hands the engine a copy), as [`Switch::forward`] notes
+    /// those it switches itself. Anything else is ignored.
+    pub fn note_uplink_arp(&mut self, frame: &[u8]) {
+        if let Ok(key) = crate::wire::parse(frame) {
+            if key.arp_op.is_some() {
+                self.arp_senders.note(&key);
+            }
+        }
+    }
+
     /// Port `p`'s interface is attached (a tap appeared): it takes its MAC unless a host
     /// outside uses it (see the module documentation), announcing it if it does.
     pub fn attach_port(&mut self, p: PortId, now: Instant) {

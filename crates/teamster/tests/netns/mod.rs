@@ -409,7 +409,13 @@ pub fn start_in(
     env: &[(&str, &str)],
 ) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
-    std::fs::write(&path, config).unwrap();
+    // TEAMSTER_TEST_DATAPATH=kernel (or userspace) runs every daemon the tests start on that data
+    // plane, unless its file names one itself.
+    let config = match std::env::var("TEAMSTER_TEST_DATAPATH") {
+        Ok(d) if !config.contains("datapath =") => format!("datapath = \"{d}\"\n{config}"),
+        _ => config.to_string(),
+    };
+    std::fs::write(&path, &config).unwrap();
     let status_path = dir.join("status.json");
     let _ = std::fs::remove_file(&status_path);
     let socket = dir.join("api.sock");
@@ -625,16 +631,8 @@ fn stream_to(
 /// their extra lines (reservation, limit, id). One data-plane thread (the default on two cores)
 /// whatever the machine's cores, unless `head` sets `workers` (`live_counters`, `live_qos` and
 /// `linkstate_live` also run two).
-///
-/// TEAMSTER_TEST_DATAPATH=kernel (or userspace) runs the tests that use it on that data plane,
-/// unless `head` names one itself.
 pub fn switch_toml(head: &str, capacity: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> String {
     let workers = if head.contains("workers =") { "" } else { "workers = 1" };
-    let datapath = match std::env::var("TEAMSTER_TEST_DATAPATH") {
-        Ok(d) if !head.contains("datapath =") => format!("datapath = \"{d}\""),
-        _ => String::new(),
-    };
-    let workers = format!("{workers}\n{datapath}");
     format!(
         r#"{workers}
 {head}
