@@ -5,8 +5,8 @@
 //! frame for the interface it came from.
 
 use crate::abi::{PuntMeta, Stats};
-use crate::fastpath::FastPath;
 use crate::mac_sync::{pull_learned, push_changes, Places};
+use crate::program::SwitchProgram;
 use crate::tables::{Binding, Interfaces, Slots, Tables};
 use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
 use aya::maps::MapData;
@@ -46,7 +46,7 @@ pub struct KernelPath {
 }
 
 struct State {
-    fast: FastPath,
+    fast: SwitchProgram,
     slots: Slots,
     /// By interface name: its index and tcx link.
     attached: BTreeMap<String, Attached>,
@@ -81,7 +81,7 @@ impl KernelPath {
     /// Loads the program with room for `total_macs` learned addresses and starts the punt
     /// reader. An error says what the kernel refused.
     pub fn load(total_macs: usize) -> Result<KernelPath, String> {
-        let mut fast = FastPath::load(total_macs).map_err(|e| e.to_string())?;
+        let mut fast = SwitchProgram::load(total_macs).map_err(|e| e.to_string())?;
         let perf = fast.take_punts().map_err(|e| e.to_string())?;
         let queues: Queues = Arc::default();
         let notes: Notes = Arc::default();

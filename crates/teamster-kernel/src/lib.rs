@@ -26,11 +26,11 @@
 //! tool read. (aya's Rust BPF programs would need a nightly toolchain and bpf-linker.)
 
 pub mod abi;
-mod fastpath;
 mod kernel_path;
 pub mod mac_sync;
+mod program;
 pub mod tables;
 
-pub use fastpath::{monotonic_ns, tcx_ingress_programs, Error, FastPath};
 pub use kernel_path::KernelPath;
+pub use program::{monotonic_ns, tcx_ingress_programs, Error, SwitchProgram};
 pub use tables::{Binding, Interfaces, Slots, Tables, Unsupported};

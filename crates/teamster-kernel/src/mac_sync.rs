@@ -5,7 +5,7 @@
 //! ns) minus the engine's.
 
 use crate::abi::{self, FdbKey};
-use crate::fastpath::{Error, FastPath};
+use crate::program::{Error, SwitchProgram};
 use crate::tables::{domain, Interfaces, Slots};
 use std::collections::HashMap;
 use teamster_core::switch::{Location, Switch};
@@ -45,7 +45,12 @@ fn kernel_time(at: Instant, offset_ns: i128) -> u64 {
 /// Writes the engine's changes since the last call into the kernel's table (an entry whose
 /// place has no interface is forgotten there). True if the engine's journal overflowed: the
 /// caller then copies the kernel's table back whole ([`pull_learned`]).
-pub fn push_changes(fast: &mut FastPath, switch: &mut Switch, places: &Places, offset_ns: i128) -> Result<bool, Error> {
+pub fn push_changes(
+    fast: &mut SwitchProgram,
+    switch: &mut Switch,
+    places: &Places,
+    offset_ns: i128,
+) -> Result<bool, Error> {
     switch.keep_mac_changes();
     let (changes, overflowed) = switch.take_mac_changes();
     for c in changes {
@@ -67,7 +72,7 @@ pub fn push_changes(fast: &mut FastPath, switch: &mut Switch, places: &Places, o
 /// Makes the engine's learned entries the kernel's (entries at a slot no interface has are
 /// left out), and the kernel's counts what its table holds. Returns how many it copied.
 pub fn pull_learned(
-    fast: &mut FastPath,
+    fast: &mut SwitchProgram,
     switch: &mut Switch,
     places: &Places,
     offset_ns: i128,

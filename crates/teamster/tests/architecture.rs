@@ -36,6 +36,7 @@ const CITED_AT_LEAST: usize = 30;
 const CRATES: &[(&str, &str)] = &[
     ("teamster_core", "crates/teamster-core"),
     ("teamster_dp", "crates/teamster-dp"),
+    ("teamster_kernel", "crates/teamster-kernel"),
     ("teamster_sim", "crates/teamster-sim"),
     ("teamster_web", "crates/teamster-web"),
     ("teamster", "crates/teamster"),

@@ -17,7 +17,7 @@ use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 use teamster_kernel::mac_sync::{push_changes, Places};
-use teamster_kernel::{abi, Binding, FastPath, Interfaces, Slots, Tables};
+use teamster_kernel::{abi, Binding, Interfaces, Slots, SwitchProgram, Tables};
 
 pub const PORTS: u32 = 8;
 pub const UPLINKS: usize = 3;
@@ -182,7 +182,7 @@ pub struct Coverage {
 
 pub struct Rig {
     pub switch: Switch,
-    fast: FastPath,
+    fast: SwitchProgram,
     ifs: Interfaces,
     slots: Slots,
     now: Instant,
@@ -259,7 +259,7 @@ impl Rig {
             );
         }
         let switch = switch();
-        let fast = FastPath::load(switch.mac_table().limits().total).expect("the program loads");
+        let fast = SwitchProgram::load(switch.mac_table().limits().total).expect("the program loads");
         let mut rig = Rig {
             switch,
             fast,

@@ -1,7 +1,7 @@
-//! The loaded program and its maps: [`FastPath::load`] loads the committed object
-//! (`bpf/switch.bpf.o`), [`FastPath::write`] brings the maps to a [`Tables`] (writing only what
-//! changed, so a failover is one or two map updates), [`FastPath::attach`] puts the program on an
-//! interface's tcx ingress, and [`FastPath::run`] runs it on one frame under BPF_PROG_TEST_RUN
+//! The loaded program and its maps: [`SwitchProgram::load`] loads the committed object
+//! (`bpf/switch.bpf.o`), [`SwitchProgram::write`] brings the maps to a [`Tables`] (writing only what
+//! changed, so a failover is one or two map updates), [`SwitchProgram::attach`] puts the program on an
+//! interface's tcx ingress, and [`SwitchProgram::run`] runs it on one frame under BPF_PROG_TEST_RUN
 //! (the differential test's way in).
 
 use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Group, Iface, SlotInfo, Stats, Verdict};
@@ -58,16 +58,16 @@ fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> &'a mut aya::maps::Map {
 }
 
 /// The loaded fast path; see the module documentation.
-pub struct FastPath {
+pub struct SwitchProgram {
     ebpf: Ebpf,
-    /// What the maps hold now (the last [`FastPath::write`]).
+    /// What the maps hold now (the last [`SwitchProgram::write`]).
     written: Tables,
 }
 
-impl FastPath {
+impl SwitchProgram {
     /// Loads the program and creates its maps, the MAC table sized for `total_macs` learned
     /// addresses beside the ports' configured ones. Needs CAP_BPF (root).
-    pub fn load(total_macs: usize) -> Result<FastPath, Error> {
+    pub fn load(total_macs: usize) -> Result<SwitchProgram, Error> {
         let fdb = u32::try_from(total_macs + abi::MAX_SLOTS).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("fdb", fdb)
@@ -79,7 +79,7 @@ impl FastPath {
             .try_into()
             .map_err(|e| Error::Program(Box::new(e)))?;
         prog.load().map_err(|e| Error::Program(Box::new(e)))?;
-        Ok(FastPath {
+        Ok(SwitchProgram {
             ebpf,
             written: Tables::default(),
         })
@@ -99,7 +99,7 @@ impl FastPath {
         aya::maps::PerfEventArray::try_from(map).map_err(map_err("punts"))
     }
 
-    /// Takes the program off an interface (a link [`FastPath::attach`] made).
+    /// Takes the program off an interface (a link [`SwitchProgram::attach`] made).
     pub fn detach(&mut self, link: SchedClassifierLinkId) {
         let prog: &mut SchedClassifier = self
             .ebpf
