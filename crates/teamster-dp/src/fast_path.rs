@@ -12,8 +12,8 @@
 //! adds what the kernel forwarded to the switch's counters and the team's meters.
 
 use crate::afpacket::AfPacket;
-use crate::datapath::ExtraDrops;
 use crate::device::{Device, RxDrops, TxTotals};
+use crate::extra_drops::ExtraDrops;
 use crate::flag::Flag;
 use crate::pool::FramePool;
 use crate::Frame;

@@ -24,6 +24,7 @@ pub mod backend;
 pub mod caps;
 pub mod datapath;
 pub mod device;
+mod extra_drops;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod fast_path;

@@ -17,49 +17,12 @@
 //! So the engine's sweep ages out what the kernel learned (the kernel's table has no sweep of
 //! its own), and both tables hold the same entries, to within one copy.
 
-use super::mac_table::Location;
+use super::mac_table::{Location, MacChange};
 use super::{MacTable, Switch};
 use crate::wire::MacAddr;
 use crate::Instant;
 
-/// One change to a learned entry: learned (or moved) at a place, or forgotten.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MacChange {
-    pub vlan: Option<u16>,
-    pub mac: MacAddr,
-    /// Where, and when heard; None: forgotten.
-    pub learned: Option<(Location, Instant)>,
-}
-
-/// Changes since the data plane last took them, bounded.
-#[derive(Debug, Clone, Default)]
-pub struct Journal {
-    changes: Vec<MacChange>,
-    overflowed: bool,
-}
-
-impl Journal {
-    /// Changes kept at most between two takes: a flood of new addresses past it is copied back
-    /// from the kernel's table whole.
-    pub const MAX: usize = 8192;
-
-    pub(super) fn push(&mut self, vlan: Option<u16>, mac: MacAddr, learned: Option<(Location, Instant)>) {
-        if self.changes.len() >= Self::MAX {
-            self.overflowed = true;
-            return;
-        }
-        self.changes.push(MacChange { vlan, mac, learned });
-    }
-}
-
 impl MacTable {
-    /// Records a change to a learned entry, if changes are kept.
-    pub(super) fn note(&mut self, vlan: Option<u16>, mac: MacAddr, learned: Option<(Location, Instant)>) {
-        if let Some(j) = self.journal.as_mut() {
-            j.push(vlan, mac, learned);
-        }
-    }
-
     /// Makes the learned entries exactly `learned` (each: VLAN, MAC, where, when heard), keeping
     /// the configured ones (a learned entry for a configured address is skipped), and counts
     /// them again. Records nothing in the journal.
@@ -86,20 +49,14 @@ impl Switch {
     /// documentation).
     pub fn keep_mac_changes(&mut self) {
         if self.macs.journal.is_none() {
-            self.macs.journal = Some(Journal::default());
+            self.macs.journal = Some(Default::default());
         }
     }
 
     /// The changes kept since the last call, and whether some were lost (the journal was full:
     /// the caller copies the whole table instead).
     pub fn take_mac_changes(&mut self) -> (Vec<MacChange>, bool) {
-        match self.macs.journal.as_mut() {
-            Some(j) => {
-                let overflowed = std::mem::take(&mut j.overflowed);
-                (std::mem::take(&mut j.changes), overflowed)
-            }
-            None => (Vec::new(), false),
-        }
+        self.macs.journal.as_mut().map_or((Vec::new(), false), |j| j.take())
     }
 
     /// Makes the engine's learned MAC entries exactly `learned`, as the kernel's table holds
@@ -112,7 +69,7 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::switch::MacLimits;
+    use crate::switch::{Journal, MacLimits};
     use crate::teaming::{PortId, UplinkId};
     use core::time::Duration;
 
@@ -139,16 +96,17 @@ mod tests {
         t.unlearn(None, mac(2), PortId(1));
         let late = Instant::ZERO + Duration::from_secs(30);
         t.expire(late);
-        let j = t.journal.take().unwrap();
-        let seen: Vec<(u8, bool)> = j.changes.iter().map(|c| (c.mac.0[5], c.learned.is_some())).collect();
+        let (changes, overflowed) = t.journal.take().unwrap().take();
+        let seen: Vec<(u8, bool)> = changes.iter().map(|c| (c.mac.0[5], c.learned.is_some())).collect();
         assert_eq!(seen, [(2, true), (1, true), (2, false), (1, false)]);
-        assert!(!j.overflowed);
+        assert!(!overflowed);
         let mut j = Journal::default();
         for i in 0..=Journal::MAX {
             j.push(None, mac((i % 250) as u8), None);
         }
-        assert_eq!(j.changes.len(), Journal::MAX);
-        assert!(j.overflowed);
+        let (changes, overflowed) = j.take();
+        assert_eq!(changes.len(), Journal::MAX);
+        assert!(overflowed);
     }
 
     #[test]

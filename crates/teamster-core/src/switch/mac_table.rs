@@ -85,7 +85,7 @@ pub struct MacTable {
     pub(super) per_port: HashMap<Location, usize>,
     /// Changes to learned entries, kept for a data plane that holds a copy of the table (see
     /// [`super::mac_mirror`]); None unless asked for.
-    pub(super) journal: Option<super::mac_mirror::Journal>,
+    pub(super) journal: Option<Journal>,
 }
 
 impl MacTable {
@@ -362,6 +362,50 @@ impl MacTable {
     /// The limits on learned entries.
     pub fn limits(&self) -> MacLimits {
         self.limits
+    }
+}
+
+/// One change to a learned entry: learned (or moved) at a place, or forgotten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacChange {
+    pub vlan: Option<u16>,
+    pub mac: MacAddr,
+    /// Where, and when heard; None: forgotten.
+    pub learned: Option<(Location, Instant)>,
+}
+
+/// Changes since the data plane last took them, bounded.
+#[derive(Debug, Clone, Default)]
+pub struct Journal {
+    changes: Vec<MacChange>,
+    overflowed: bool,
+}
+
+impl Journal {
+    /// Changes kept at most between two takes: a flood of new addresses past it is copied back
+    /// from the kernel's table whole.
+    pub const MAX: usize = 8192;
+
+    pub(super) fn push(&mut self, vlan: Option<u16>, mac: MacAddr, learned: Option<(Location, Instant)>) {
+        if self.changes.len() >= Self::MAX {
+            self.overflowed = true;
+            return;
+        }
+        self.changes.push(MacChange { vlan, mac, learned });
+    }
+
+    /// The changes kept, and whether some were lost; the journal starts again empty.
+    pub(super) fn take(&mut self) -> (Vec<MacChange>, bool) {
+        (std::mem::take(&mut self.changes), std::mem::take(&mut self.overflowed))
+    }
+}
+
+impl MacTable {
+    /// Records a change to a learned entry, if changes are kept (see [`super::mac_mirror`]).
+    pub(super) fn note(&mut self, vlan: Option<u16>, mac: MacAddr, learned: Option<(Location, Instant)>) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(vlan, mac, learned);
+        }
     }
 }
 

@@ -68,8 +68,7 @@ mod tests;
 
 pub use claims::{Claim, MacNote, MacNoteKind, MOVE_QUIET, PROBE_EVERY, PROBE_WAIT, REFLECTION_WINDOW, SETTLE};
 pub use counters::{Counters, DropReason};
-pub use mac_mirror::{Journal, MacChange};
-pub use mac_table::{Learned, Location, MacLimits, MacTable};
+pub use mac_table::{Journal, Learned, Location, MacChange, MacLimits, MacTable};
 pub use overlay::MAX_SEGMENTS;
 pub use security::{LinkLocal, LinkLocalProtocol, SecurityPolicy, Verdict};
 pub use view::{EntryAt, MacEntry, PortSwitching};

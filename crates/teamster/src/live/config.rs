@@ -409,7 +409,19 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         .map(|u| (u.name.clone(), u.backend == BackendSetting::AfXdp))
         .collect();
     let rx = super::rx_config::rx_plan(&f.rx, workers, &backends)?;
-    super::data_plane::check_file(f)?;
+    let xdp = BackendSetting::AfXdp;
+    let af_xdp = (f
+        .uplinks
+        .iter()
+        .find(|u| u.backend == xdp)
+        .map(|u| format!("uplink `{}`", u.name)))
+    .or_else(|| {
+        f.ports
+            .iter()
+            .find(|p| p.backend == xdp)
+            .map(|p| format!("port `{}`", p.name))
+    });
+    super::data_plane::check(f.datapath, f.workers, f.rx.is_default(), af_xdp)?;
     // The kernel path switches in the kernel: one thread handles what it hands up.
     let workers = if f.datapath == Some(super::data_plane::DataPlane::Kernel) {
         1

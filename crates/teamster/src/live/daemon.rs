@@ -73,7 +73,12 @@ impl Daemon {
         events: EventSink,
     ) -> Result<Daemon, String> {
         let SwitchPlan { datapath, file } = plan;
-        let (platform, which) = super::data_plane::platform(&file, &datapath)?;
+        let named = |n: &str| {
+            file.ports.iter().any(|p| p.name == n)
+                || file.traffic_classes.iter().any(|c| c.class == n)
+                || file.pools.iter().any(|p| p.name == n)
+        };
+        let (platform, which) = super::data_plane::platform(file.datapath, &named, &datapath)?;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()

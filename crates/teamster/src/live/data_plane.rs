@@ -16,7 +16,6 @@
 //! and receive-queue settings (the kernel path receives in the kernel), more than one data-plane
 //! thread. Nor does it pace an uplink to a configured capacity below its link speed.
 
-use super::config::SwitchFile;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use teamster_core::ioc::{Shares, Tree};
@@ -31,41 +30,38 @@ pub enum DataPlane {
     Userspace,
 }
 
-/// Checks what the file asks of a data plane it names, before anything is touched.
-pub fn check_file(f: &SwitchFile) -> Result<(), String> {
-    if f.datapath != Some(DataPlane::Kernel) {
+/// Checks what a file asks of the data plane it names (`datapath`), before anything is
+/// touched: its `workers`, whether its `[rx]` section is the default, and the first port or
+/// uplink that asks for AF_XDP (`uplink \`u1\``), if any.
+pub fn check(
+    datapath: Option<DataPlane>,
+    workers: Option<u64>,
+    rx_default: bool,
+    af_xdp: Option<String>,
+) -> Result<(), String> {
+    if datapath != Some(DataPlane::Kernel) {
         return Ok(());
     }
     let refuse = |what: String| Err(format!("datapath = \"kernel\": {what}"));
-    if f.workers.is_some_and(|n| n != 1) {
+    if let Some(n) = workers.filter(|n| *n != 1) {
         return refuse(format!(
-            "workers = {}: the kernel path switches in the kernel, with one thread for what it hands up",
-            f.workers.unwrap_or(1)
+            "workers = {n}: the kernel path switches in the kernel, with one thread for what it hands up"
         ));
     }
-    if !f.rx.is_default() {
+    if !rx_default {
         return refuse("[rx]: the kernel path receives in the kernel, without receive queues of its own".into());
     }
-    let xdp = super::config::BackendSetting::AfXdp;
-    if let Some(u) = f.uplinks.iter().find(|u| u.backend == xdp) {
-        return refuse(format!("uplink `{}` asks for backend = \"af_xdp\"", u.name));
-    }
-    if let Some(p) = f.ports.iter().find(|p| p.backend == xdp) {
-        return refuse(format!("port `{}` asks for backend = \"af_xdp\"", p.name));
+    if let Some(who) = af_xdp {
+        return refuse(format!("{who} asks for backend = \"af_xdp\""));
     }
     Ok(())
 }
 
-/// The first node the file names (a port, a traffic class, a pool) with a NetIOC control in
-/// `tree` (a reservation, a limit, shares other than normal), if any: the kernel path does not
-/// enforce them yet. (The default tree's own classes are the same in every switch: they only
-/// matter once something competes under them.)
-fn controlled(f: &SwitchFile, tree: &Tree) -> Option<String> {
-    let named = |n: &str| {
-        f.ports.iter().any(|p| p.name == n)
-            || f.traffic_classes.iter().any(|c| c.class == n)
-            || f.pools.iter().any(|p| p.name == n)
-    };
+/// The first node the file names (`named`: a port, a traffic class, a pool) with a NetIOC
+/// control in `tree` (a reservation, a limit, shares other than normal), if any: the kernel path
+/// does not enforce them yet. (The default tree's own classes are the same in every switch: they
+/// only matter once something competes under them.)
+fn controlled(named: &dyn Fn(&str) -> bool, tree: &Tree) -> Option<String> {
     tree.ids().map(|id| &tree.node(id).spec).find_map(|s| {
         let set =
             s.reservation != teamster_core::units::Bandwidth::ZERO || s.limit.is_some() || s.shares != Shares::NORMAL;
@@ -73,14 +69,19 @@ fn controlled(f: &SwitchFile, tree: &Tree) -> Option<String> {
     })
 }
 
-/// The platform the switch runs on, and a line for the log saying which data plane and why.
-pub fn platform(f: &SwitchFile, plan: &DatapathPlan) -> Result<(Kernel, String), String> {
-    match f.datapath {
+/// The platform the switch runs on (`datapath` as the file says; `named` tells the file's ports,
+/// classes and pools), and a line for the log saying which data plane and why.
+pub fn platform(
+    datapath: Option<DataPlane>,
+    named: &dyn Fn(&str) -> bool,
+    plan: &DatapathPlan,
+) -> Result<(Kernel, String), String> {
+    match datapath {
         None => Ok((Kernel::new(), "data plane: userspace (the default)".into())),
         Some(DataPlane::Userspace) => Ok((Kernel::new(), "data plane: userspace".into())),
         Some(DataPlane::Kernel) => {
             let refuse = |what: String| format!("datapath = \"kernel\": {what}");
-            if let Some(node) = controlled(f, &plan.tree) {
+            if let Some(node) = controlled(named, &plan.tree) {
                 return Err(refuse(format!(
                     "`{node}` has NetIOC controls (reservation, shares or limit), which the kernel path does not enforce yet; use datapath = \"userspace\""
                 )));
@@ -106,33 +107,31 @@ pub fn platform(f: &SwitchFile, plan: &DatapathPlan) -> Result<(Kernel, String),
 mod tests {
     use super::*;
 
-    fn file(extra: &str) -> SwitchFile {
-        let text = format!(
-            "datapath = \"kernel\"\n{extra}\n[[uplinks]]\nname = \"u1\"\ninterface = \"eth1\"\ncapacity = \"10G\"\n\
-             [[port_groups]]\nname = \"vms\"\npolicy = \"port-id\"\nactive = [\"u1\"]\n"
-        );
-        toml::from_str(&text).unwrap()
-    }
-
     #[test]
     fn the_kernel_path_refuses_what_it_cannot_do_by_name() {
-        check_file(&file("")).unwrap();
-        check_file(&file("workers = 1")).unwrap();
-        let e = check_file(&file("workers = 2")).unwrap_err();
+        let kernel = Some(DataPlane::Kernel);
+        check(kernel, None, true, None).unwrap();
+        check(kernel, Some(1), true, None).unwrap();
+        check(Some(DataPlane::Userspace), Some(4), false, Some("uplink `u1`".into())).unwrap();
+        let e = check(kernel, Some(2), true, None).unwrap_err();
         assert!(e.contains("workers = 2") && e.contains("kernel"), "{e}");
-        let e = check_file(&file("[rx]\nqueues = 2")).unwrap_err();
+        let e = check(kernel, None, false, None).unwrap_err();
         assert!(e.contains("[rx]"), "{e}");
-        let mut f = file("");
-        f.uplinks[0].backend = super::super::config::BackendSetting::AfXdp;
-        let e = check_file(&f).unwrap_err();
+        let e = check(kernel, None, true, Some("uplink `u1`".into())).unwrap_err();
         assert!(e.contains("uplink `u1`") && e.contains("af_xdp"), "{e}");
     }
 
     #[test]
     fn the_setting_is_spelled_as_documented_and_anything_else_is_refused() {
-        let f: SwitchFile = toml::from_str("datapath = \"userspace\"\nuplinks = []\nport_groups = []\n").unwrap();
-        assert_eq!(f.datapath, Some(DataPlane::Userspace));
-        let e = toml::from_str::<SwitchFile>("datapath = \"ebpf\"\nuplinks = []\nport_groups = []\n").unwrap_err();
+        #[derive(Debug, Deserialize)]
+        struct File {
+            datapath: DataPlane,
+        }
+        let f: File = toml::from_str("datapath = \"userspace\"").unwrap();
+        assert_eq!(f.datapath, DataPlane::Userspace);
+        let f: File = toml::from_str("datapath = \"kernel\"").unwrap();
+        assert_eq!(f.datapath, DataPlane::Kernel);
+        let e = toml::from_str::<File>("datapath = \"ebpf\"").unwrap_err();
         assert!(
             e.to_string().contains("kernel") && e.to_string().contains("userspace"),
             "{e}"
