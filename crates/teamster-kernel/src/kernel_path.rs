@@ -72,10 +72,11 @@ impl KernelPath {
     pub const COUNT_EVERY: Duration = Duration::from_millis(100);
 
     /// How long until the kernel's learned MAC entries are next copied into the engine's, after
-    /// a copy of `n`: 100 ms for a table of up to a thousand, longer for a larger one (each entry
-    /// costs two system calls to read), at most 2 s.
+    /// a copy of `n`: 100 ms for a table of up to a hundred, longer for a larger one (each entry
+    /// costs two system calls to read; a table of thousands, which any host outside can fill,
+    /// must not cost the daemon a CPU), at most 10 s.
     fn mirror_every(n: usize) -> Duration {
-        Duration::from_millis((100 * (1 + n / 1000) as u64).min(2000))
+        Duration::from_millis((100 * (1 + n / 100) as u64).min(10_000))
     }
 
     /// Loads the program with room for `total_macs` learned addresses and starts the punt

@@ -209,6 +209,12 @@ impl SwitchProgram {
     /// Puts the configured port MACs in the MAC table (over a learned entry for the same
     /// address, whose count goes), and takes out those gone and every entry of a freed slot.
     fn write_statics(&mut self, t: &Tables) -> Result<(), Error> {
+        // Nothing to do unless slots were freed or the configured MACs changed: the table is
+        // read whole only then (two system calls an entry: a full table of learned addresses,
+        // which any host outside can fill, would cost a CPU if read every turn).
+        if t.freed.is_empty() && t.statics == self.written.statics && !self.written.ifaces.is_empty() {
+            return Ok(());
+        }
         let freed: BTreeSet<u32> = t.freed.iter().copied().collect();
         let old = self.written.statics.clone();
         let entries = self.fdb()?;

@@ -10,7 +10,7 @@
 
 use crate::abi::{self, Config, Domain, FdbKey, Group, GroupUplink, Iface, Member, SlotInfo};
 use std::collections::{BTreeMap, BTreeSet};
-use teamster_core::switch::{EntryAt, Switch, REFLECTION_WINDOW};
+use teamster_core::switch::{Switch, REFLECTION_WINDOW};
 use teamster_core::teaming::{uplink_salt, GroupId, Policy, PortId, UplinkId};
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
@@ -311,16 +311,14 @@ impl Tables {
             d.count += 1;
         }
 
-        let port_slot: BTreeMap<PortId, u32> = ifs
-            .ports
-            .iter()
-            .filter_map(|(p, b)| Some((*p, slots.of(b.ifindex)?)))
-            .collect();
-        for e in switch.mac_entries(now).into_iter().filter(|e| e.fixed) {
-            if let EntryAt::Port(p) = e.at {
-                if let Some(slot) = port_slot.get(&p) {
-                    t.statics.insert(fdb_key(e.vlan, e.mac), *slot);
-                }
+        // The configured MACs are the engine's static entries: one per port that owns its MAC
+        // (read from the ports, not from the whole table, which may hold thousands learned).
+        for spec in team.ports() {
+            let (Some(b), Some(sw)) = (ifs.ports.get(&spec.id), switch.port_switching(spec.id)) else {
+                continue;
+            };
+            if let (true, Some(slot)) = (sw.owned, slots.of(b.ifindex)) {
+                t.statics.insert(fdb_key(sw.vlan, sw.mac), slot);
             }
         }
         Ok(t)
