@@ -271,6 +271,21 @@ static __always_inline int dropped(struct verdict *v, __u32 slot, __u16 why)
 	return TC_ACT_SHOT;
 }
 
+/* Puts the first `len` bytes of the frame, after a punt_meta saying where it came from and why,
+ * on this CPU's ring for user space (the punt reader). */
+static __always_inline void hand_up(struct __sk_buff *skb, __u16 why, __u64 len)
+{
+	struct punt_meta m = {
+		.ifindex = skb->ifindex,
+		.len = len,
+		.reason = why,
+		.vlan_tci = skb->vlan_tci,
+		.vlan_proto = bpf_ntohs(skb->vlan_proto),
+		.vlan_present = skb->vlan_present,
+	};
+	bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+}
+
 /* Hands the frame to user space whole, with where it came from, and drops it here. */
 static __always_inline int punted(struct __sk_buff *skb, struct verdict *v, __u32 slot, __u8 why)
 {
@@ -278,17 +293,8 @@ static __always_inline int punted(struct __sk_buff *skb, struct verdict *v, __u3
 	if (s)
 		s->punted++;
 	v->punt = why;
-	struct punt_meta m = {
-		.ifindex = skb->ifindex,
-		.len = skb->len,
-		.reason = why,
-		.vlan_tci = skb->vlan_tci,
-		.vlan_proto = bpf_ntohs(skb->vlan_proto),
-		.vlan_present = skb->vlan_present,
-	};
-	__u64 len = skb->len;
-	if (len <= 0xff00)
-		bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+	if (skb->len <= 0xff00)
+		hand_up(skb, why, skb->len);
 	else if (s)
 		s->drops[0]++; /* too long to hand over: counted, never silent */
 	return TC_ACT_SHOT;
@@ -593,16 +599,7 @@ static __always_inline void note_arp(struct __sk_buff *skb, __u16 dom, const str
 		return;
 	__u32 sender = k->src_fold;
 	bpf_map_update_elem(&arp_seen, &key, &sender, BPF_ANY);
-	__u64 len = skb->len < NOTE_BYTES ? skb->len : NOTE_BYTES;
-	struct punt_meta m = {
-		.ifindex = skb->ifindex,
-		.len = len,
-		.reason = NOTE_ARP,
-		.vlan_tci = skb->vlan_tci,
-		.vlan_proto = bpf_ntohs(skb->vlan_proto),
-		.vlan_present = skb->vlan_present,
-	};
-	bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+	hand_up(skb, NOTE_ARP, skb->len < NOTE_BYTES ? skb->len : NOTE_BYTES);
 }
 
 static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, struct verdict *v, const struct config *c,
@@ -819,17 +816,8 @@ int teamster_switch(struct __sk_buff *skb)
 		/* Attached, not in the tables yet (until the engine's next turn): the engine switches it.
 		 * (Never to the host's stack.) */
 		v->punt = PUNT_NOT_YET;
-		__u64 len = skb->len;
-		struct punt_meta m = {
-			.ifindex = skb->ifindex,
-			.len = skb->len,
-			.reason = PUNT_NOT_YET,
-			.vlan_tci = skb->vlan_tci,
-			.vlan_proto = bpf_ntohs(skb->vlan_proto),
-			.vlan_present = skb->vlan_present,
-		};
-		if (len <= 0xff00)
-			bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
+		if (skb->len <= 0xff00)
+			hand_up(skb, PUNT_NOT_YET, skb->len);
 		return TC_ACT_SHOT;
 	}
 	struct frame f = { .len = skb->len };

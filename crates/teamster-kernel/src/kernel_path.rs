@@ -232,18 +232,9 @@ fn peer_elsewhere(name: &str) -> bool {
     unsafe { libc::if_indextoname(peer, buf.as_mut_ptr()).is_null() }
 }
 
-fn ifindex(name: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a name"))?;
-    // SAFETY: a NUL-terminated string.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => Err(io::Error::last_os_error()),
-        i => Ok(i),
-    }
-}
-
 impl teamster_dp::fast_path::FastPath for KernelPath {
     fn attach(&self, interface: &str) -> io::Result<Arc<PuntQueue>> {
-        let index = ifindex(interface)?;
+        let index = teamster_dp::iface::index(interface)? as u32;
         let queue = Arc::new(PuntQueue::new()?);
         let mut st = self.state();
         if let Some(old) = st.attached.remove(interface) {

@@ -93,6 +93,14 @@ impl SwitchProgram {
             .expect("a tc program")
     }
 
+    fn prog_mut(&mut self) -> &mut SchedClassifier {
+        self.ebpf
+            .program_mut(PROGRAM)
+            .expect("loaded")
+            .try_into()
+            .expect("a tc program")
+    }
+
     /// Takes the punt ring map out (for the reader that drains it).
     pub fn take_punts(&mut self) -> Result<aya::maps::PerfEventArray<MapData>, Error> {
         let map = self.ebpf.take_map("punts").expect("declared");
@@ -101,24 +109,14 @@ impl SwitchProgram {
 
     /// Takes the program off an interface (a link [`SwitchProgram::attach`] made).
     pub fn detach(&mut self, link: SchedClassifierLinkId) {
-        let prog: &mut SchedClassifier = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .expect("loaded")
-            .try_into()
-            .expect("a tc program");
+        let prog = self.prog_mut();
         // Already gone if the interface was deleted.
         let _ = prog.detach(link);
     }
 
     /// Attaches the program to `iface`'s tcx ingress, ahead of anything there.
     pub fn attach(&mut self, iface: &str) -> Result<SchedClassifierLinkId, Error> {
-        let prog: &mut SchedClassifier = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .expect("loaded")
-            .try_into()
-            .expect("a tc program");
+        let prog = self.prog_mut();
         prog.attach_with_options(
             iface,
             TcAttachType::Ingress,
