@@ -758,30 +758,42 @@ impl<P: Platform> Datapath<P> {
                 .filter(|(_, u)| u.attached())
                 .map(|(i, u)| (UplinkId(i), u.plan.interface.as_str()))
                 .collect(),
+            ioc: Some(crate::fast_path::IocView {
+                tree: self.ioc.tree(),
+                leaves: self
+                    .ports
+                    .iter()
+                    .filter(|p| p.present() && p.attached())
+                    .map(|p| (p.plan.id, p.plan.leaf))
+                    .collect(),
+                capacities: (0..self.uplinks.len())
+                    .map(|i| (UplinkId(i), self.ioc.capacity(i)))
+                    .collect(),
+            }),
         };
-        match fast.sync(&mut self.switch, &bound, now) {
-            Err(e) => {
+        let synced = fast.sync(&mut self.switch, &bound, now);
+        match synced.error {
+            Some(e) => {
                 if self.fast_path_error.as_deref() != Some(e.as_str()) {
                     self.history.record(now, "fast_path", e.clone());
                     self.fast_path_error = Some(e);
                 }
             }
-            Ok(extra) => {
-                self.fast_path_error = None;
-                for (at, d) in extra {
-                    let to = match at {
-                        teamster_core::switch::Ingress::Port(p) => self
-                            .index
-                            .get(&p)
-                            .and_then(|i| self.ports.get_mut(*i))
-                            .map(|p| &mut p.extra),
-                        teamster_core::switch::Ingress::Uplink(u) => self.uplinks.get_mut(u.0).map(|u| &mut u.extra),
-                    };
-                    if let Some(to) = to {
-                        to.oversize += d.oversize;
-                        to.tx_error += d.tx_error;
-                    }
-                }
+            None => self.fast_path_error = None,
+        }
+        for (at, d) in synced.extra {
+            let to = match at {
+                teamster_core::switch::Ingress::Port(p) => self
+                    .index
+                    .get(&p)
+                    .and_then(|i| self.ports.get_mut(*i))
+                    .map(|p| &mut p.extra),
+                teamster_core::switch::Ingress::Uplink(u) => self.uplinks.get_mut(u.0).map(|u| &mut u.extra),
+            };
+            if let Some(to) = to {
+                to.oversize += d.oversize;
+                to.tx_error += d.tx_error;
+                to.queue_full += d.queue_full;
             }
         }
     }

@@ -22,16 +22,36 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use teamster_core::ioc::{NodeId, Tree};
 use teamster_core::offload::Offload;
 use teamster_core::switch::{Ingress, Switch};
 use teamster_core::teaming::{PortId, UplinkId};
+use teamster_core::units::Bandwidth;
 use teamster_core::Instant;
 
-/// The attached interfaces of the switch's ports and uplinks, by name.
+/// The attached interfaces of the switch's ports and uplinks, by name, and NetIOC as it stands.
 #[derive(Debug, Default)]
 pub struct Bound<'a> {
     pub ports: Vec<(PortId, &'a str)>,
     pub uplinks: Vec<(UplinkId, &'a str)>,
+    pub ioc: Option<IocView<'a>>,
+}
+
+/// NetIOC as a fast path applies it: the tree, each port's leaf in it, each uplink's capacity.
+#[derive(Debug)]
+pub struct IocView<'a> {
+    pub tree: &'a Tree,
+    pub leaves: Vec<(PortId, NodeId)>,
+    pub capacities: Vec<(UplinkId, Bandwidth)>,
+}
+
+/// What one [`FastPath::sync`] did: the drops the kernel counted that are the data plane's own
+/// (oversize, tx_error, queue_full), by port or uplink, for the data plane to add to its
+/// counts; and what failed, if anything (the rest was still done).
+#[derive(Debug, Default)]
+pub struct Synced {
+    pub extra: Vec<(Ingress, ExtraDrops)>,
+    pub error: Option<String>,
 }
 
 /// A fast path; see the module documentation.
@@ -43,11 +63,10 @@ pub trait FastPath: Send + Sync + 'static {
     /// (closed by the switch, or gone; the interface may have been attached again since, and
     /// that attachment stays).
     fn detach(&self, interface: &str, queue: &Arc<PuntQueue>);
-    /// Brings the kernel's tables to `switch`'s state over `bound`, and adds what the kernel
-    /// forwarded since the last call to the switch's counters and the team's meters. Returns
-    /// the drops the kernel counted that are the data plane's own (oversize, tx_error), by
-    /// port or uplink, for the data plane to add to its counts.
-    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<Vec<(Ingress, ExtraDrops)>, String>;
+    /// Brings the kernel's tables and NetIOC's queues to `switch`'s state over `bound`, and adds
+    /// what the kernel forwarded since the last call to the switch's counters and the team's
+    /// meters.
+    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Synced;
     /// What it is, for the start-up log.
     fn describe(&self) -> String;
 }

@@ -7,6 +7,7 @@
 use crate::abi::{PuntMeta, Stats};
 use crate::mac_sync::{pull_learned, push_changes, Places};
 use crate::program::SwitchProgram;
+use crate::shaping::{self, ShapedUplink, Shaping};
 use crate::tables::{Binding, Interfaces, Slots, Tables};
 use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
 use aya::maps::MapData;
@@ -17,10 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use teamster_core::switch::{Counters, DropReason, Ingress, Switch};
-use teamster_core::teaming::Direction;
+use teamster_core::teaming::{Direction, PortId};
 use teamster_core::Instant;
 use teamster_dp::datapath::ExtraDrops;
-use teamster_dp::fast_path::{Bound, PuntQueue};
+use teamster_dp::fast_path::{Bound, PuntQueue, Synced};
 
 /// Pages of each CPU's punt ring (4 KiB each): room for a burst of full-size frames.
 const PUNT_PAGES: usize = 64;
@@ -57,6 +58,10 @@ struct State {
     next_mirror: Option<Instant>,
     /// Slots freed by builds whose write has not succeeded yet (their entries still to flush).
     freed: Vec<u32>,
+    /// NetIOC's HTB qdiscs on the uplinks.
+    shaping: Shaping,
+    /// When the NetIOC queues' drops are next read.
+    next_queue_stats: Option<Instant>,
 }
 
 struct Attached {
@@ -70,6 +75,8 @@ struct Attached {
 impl KernelPath {
     /// How often the kernel's counters are folded into the switch's (and LBT's meters).
     pub const COUNT_EVERY: Duration = Duration::from_millis(100);
+    /// How often NetIOC's queues on the uplinks are read for their drops.
+    pub const QUEUE_STATS_EVERY: Duration = Duration::from_secs(1);
 
     /// How long until the kernel's learned MAC entries are next copied into the engine's, after
     /// a copy of `n`: 100 ms for a table of up to a hundred, longer for a larger one (each entry
@@ -105,6 +112,8 @@ impl KernelPath {
                 next_count: None,
                 next_mirror: None,
                 freed: Vec::new(),
+                shaping: Shaping::default(),
+                next_queue_stats: None,
             }),
             queues,
             notes,
@@ -272,6 +281,7 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         if st.attached.get(interface).is_some_and(|a| Arc::ptr_eq(&a.queue, queue)) {
             let a = st.attached.remove(interface).expect("looked up");
             st.fast.detach(a.link);
+            st.shaping.release(a.ifindex);
             self.queues
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
@@ -279,71 +289,18 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         }
     }
 
-    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Result<Vec<(Ingress, ExtraDrops)>, String> {
+    fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Synced {
         let mut st = self.state();
-        let st = &mut *st;
-        let binding = |name: &str| {
-            st.attached.get(name).map(|a| Binding {
-                ifindex: a.ifindex,
-                peer: a.peer,
-            })
-        };
-        let ifs = Interfaces {
-            ports: bound
-                .ports
-                .iter()
-                .filter_map(|(p, n)| Some((*p, binding(n)?)))
-                .collect(),
-            uplinks: bound
-                .uplinks
-                .iter()
-                .filter_map(|(u, n)| Some((*u, binding(n)?)))
-                .collect(),
-        };
-        let mut tables = Tables::build(switch, &ifs, &mut st.slots, now).map_err(|e| e.to_string())?;
-        st.freed.append(&mut tables.freed);
-        tables.freed = st.freed.clone();
-        st.fast.write(&tables).map_err(|e| e.to_string())?;
-        st.freed.clear();
-        // What the program noted for the engine's claims (ARP senders on the uplinks).
-        let notes: Vec<Vec<u8>> = self.notes.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-        for frame in notes {
-            switch.note_uplink_arp(&frame);
+        let mut synced = Synced::default();
+        // NetIOC first: the tables carry each port's class.
+        if let Err(e) = shape(&mut st, switch, bound, now) {
+            synced.error = Some(e);
         }
-        // The MAC tables: the engine's changes down, the kernel's entries up.
-        let places = Places::new(&ifs, &st.slots);
-        let offset = crate::monotonic_ns() as i128 - now.as_nanos() as i128;
-        let overflowed = push_changes(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
-        if overflowed || st.next_mirror.is_none_or(|t| now >= t) {
-            let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
-            st.next_mirror = Some(now + Self::mirror_every(n));
+        match sync_tables(&mut st, &self.notes, switch, bound, now) {
+            Ok(extra) => synced.extra = extra,
+            Err(e) => synced.error = Some(e),
         }
-        let mut extras = Vec::new();
-        if st.next_count.is_none_or(|t| now >= t) {
-            st.next_count = Some(now + Self::COUNT_EVERY);
-            let at: Vec<(Ingress, u32)> = ifs
-                .ports
-                .iter()
-                .map(|(p, b)| (Ingress::Port(*p), b.ifindex))
-                .chain(ifs.uplinks.iter().map(|(u, b)| (Ingress::Uplink(*u), b.ifindex)))
-                .filter_map(|(at, i)| Some((at, st.slots.of(i)?)))
-                .collect();
-            for (at, slot) in at {
-                let now_stats = st.fast.stats(slot).map_err(|e| e.to_string())?;
-                let before = st.counted.insert(slot, now_stats).unwrap_or_default();
-                fold(switch, at, &before, &now_stats, now);
-                let d = |a: u64, b: u64| a.saturating_sub(b);
-                let extra = ExtraDrops {
-                    oversize: d(now_stats.oversize, before.oversize),
-                    tx_error: d(now_stats.tx_error, before.tx_error) + d(now_stats.drops[0], before.drops[0]),
-                    ..ExtraDrops::default()
-                };
-                if extra.oversize + extra.tx_error > 0 {
-                    extras.push((at, extra));
-                }
-            }
-        }
-        Ok(extras)
+        synced
     }
 
     fn describe(&self) -> String {
@@ -353,6 +310,131 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
             self.state().attached.len()
         )
     }
+}
+
+/// Brings NetIOC's HTB qdiscs on the attached uplinks to the engine's tree (see
+/// [`crate::shaping`]), and every second reads their ports' queue drops.
+fn shape(st: &mut State, switch: &Switch, bound: &Bound<'_>, now: Instant) -> Result<(), String> {
+    let Some(ioc) = &bound.ioc else {
+        return st.shaping.sync(None, &[], &[], &|_| 1, now);
+    };
+    let uplinks: Vec<ShapedUplink> = ioc
+        .capacities
+        .iter()
+        .filter_map(|(u, capacity)| {
+            let (_, name) = bound.uplinks.iter().find(|(x, _)| x == u)?;
+            let a = st.attached.get(*name)?;
+            Some(ShapedUplink {
+                interface: name.to_string(),
+                ifindex: a.ifindex,
+                capacity: *capacity,
+            })
+        })
+        .collect();
+    let team = switch.team();
+    let spread: HashMap<PortId, usize> = team
+        .ports()
+        .map(|p| {
+            let n = team
+                .group(p.group)
+                .map_or(1, |g| shaping::spread(g.policy, g.order.active.len()));
+            (p.id, n)
+        })
+        .collect();
+    st.shaping.sync(
+        Some(ioc.tree),
+        &ioc.leaves,
+        &uplinks,
+        &|p| spread.get(&p).copied().unwrap_or(1),
+        now,
+    )
+}
+
+/// Writes the tables the engine's state gives, passes the program's notes to the engine, syncs
+/// the MAC tables both ways, and every [`KernelPath::COUNT_EVERY`] folds the kernel's counters
+/// into the switch's; returns the data plane's own drops the kernel counted.
+fn sync_tables(
+    st: &mut State,
+    notes: &Notes,
+    switch: &mut Switch,
+    bound: &Bound<'_>,
+    now: Instant,
+) -> Result<Vec<(Ingress, ExtraDrops)>, String> {
+    let binding = |name: &str, priority: u32| {
+        st.attached.get(name).map(|a| Binding {
+            ifindex: a.ifindex,
+            peer: a.peer,
+            priority,
+        })
+    };
+    let ifs = Interfaces {
+        ports: bound
+            .ports
+            .iter()
+            .filter_map(|(p, n)| Some((*p, binding(n, st.shaping.priority(*p))?)))
+            .collect(),
+        uplinks: bound
+            .uplinks
+            .iter()
+            .filter_map(|(u, n)| Some((*u, binding(n, 0)?)))
+            .collect(),
+    };
+    let mut tables = Tables::build(switch, &ifs, &mut st.slots, now).map_err(|e| e.to_string())?;
+    st.freed.append(&mut tables.freed);
+    tables.freed = st.freed.clone();
+    st.fast.write(&tables).map_err(|e| e.to_string())?;
+    st.freed.clear();
+    // What the program noted for the engine's claims (ARP senders on the uplinks).
+    let notes: Vec<Vec<u8>> = notes.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+    for frame in notes {
+        switch.note_uplink_arp(&frame);
+    }
+    // The MAC tables: the engine's changes down, the kernel's entries up.
+    let places = Places::new(&ifs, &st.slots);
+    let offset = crate::monotonic_ns() as i128 - now.as_nanos() as i128;
+    let overflowed = push_changes(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
+    if overflowed || st.next_mirror.is_none_or(|t| now >= t) {
+        let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
+        st.next_mirror = Some(now + KernelPath::mirror_every(n));
+    }
+    let mut extras = Vec::new();
+    if st.next_queue_stats.is_none_or(|t| now >= t) {
+        st.next_queue_stats = Some(now + KernelPath::QUEUE_STATS_EVERY);
+        for (p, n) in st.shaping.queue_drops() {
+            extras.push((
+                Ingress::Port(p),
+                ExtraDrops {
+                    queue_full: n,
+                    ..ExtraDrops::default()
+                },
+            ));
+        }
+    }
+    if st.next_count.is_none_or(|t| now >= t) {
+        st.next_count = Some(now + KernelPath::COUNT_EVERY);
+        let at: Vec<(Ingress, u32)> = ifs
+            .ports
+            .iter()
+            .map(|(p, b)| (Ingress::Port(*p), b.ifindex))
+            .chain(ifs.uplinks.iter().map(|(u, b)| (Ingress::Uplink(*u), b.ifindex)))
+            .filter_map(|(at, i)| Some((at, st.slots.of(i)?)))
+            .collect();
+        for (at, slot) in at {
+            let now_stats = st.fast.stats(slot).map_err(|e| e.to_string())?;
+            let before = st.counted.insert(slot, now_stats).unwrap_or_default();
+            fold(switch, at, &before, &now_stats, now);
+            let d = |a: u64, b: u64| a.saturating_sub(b);
+            let extra = ExtraDrops {
+                oversize: d(now_stats.oversize, before.oversize),
+                tx_error: d(now_stats.tx_error, before.tx_error) + d(now_stats.drops[0], before.drops[0]),
+                ..ExtraDrops::default()
+            };
+            if extra.oversize + extra.tx_error > 0 {
+                extras.push((at, extra));
+            }
+        }
+    }
+    Ok(extras)
 }
 
 /// Adds what the kernel counted at `at` between `before` and `after` to the switch's counters

@@ -29,7 +29,9 @@ pub mod abi;
 mod kernel_path;
 pub mod mac_sync;
 mod program;
+pub mod shaping;
 pub mod tables;
+pub mod tc;
 
 pub use kernel_path::KernelPath;
 pub use program::{monotonic_ns, tcx_ingress_programs, Error, SwitchProgram};

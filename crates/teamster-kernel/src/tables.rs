@@ -16,11 +16,13 @@ use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 
 /// How the engine's port or uplink is reached: its interface, and for a port whether it is a
-/// veth whose peer lives in another namespace (frames for it can skip its host side).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// veth whose peer lives in another namespace (frames for it can skip its host side) and the
+/// priority its frames carry to an uplink (its NetIOC class there, [`crate::shaping`]; 0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Binding {
     pub ifindex: u32,
     pub peer: bool,
+    pub priority: u32,
 }
 
 /// The interfaces of the switch's ports and uplinks. A port without one (its tap is not there
@@ -280,6 +282,7 @@ impl Tables {
                     changed: sw.changed.map_or([0; 6], |m| m.0),
                     group: spec.group.0 as u32,
                     uplink: slot_of(team.port_uplink(p)),
+                    priority: b.priority,
                     ..Iface::default()
                 },
             );

@@ -21,6 +21,7 @@
 pub mod admission;
 mod allocate;
 mod class;
+pub mod htb;
 mod per_uplink;
 pub mod queue_limit;
 pub mod queue_share;

@@ -67,7 +67,11 @@ fn switch(policy: Policy) -> Switch {
 
 /// Ports 1-3 on ifindex 11-13 (port 2 a veth with its peer elsewhere), uplinks on 20 and 21.
 fn interfaces() -> Interfaces {
-    let b = |ifindex, peer| Binding { ifindex, peer };
+    let b = |ifindex, peer| Binding {
+        ifindex,
+        peer,
+        priority: 0,
+    };
     Interfaces {
         ports: [
             (PortId(1), b(11, false)),
@@ -147,6 +151,7 @@ fn slots_stay_while_interfaces_stay_and_freed_ones_are_reported() {
         Binding {
             ifindex: 99,
             peer: true,
+            priority: 0,
         },
     );
     let t2 = Tables::build(&s, &ifs, &mut slots, Instant::ZERO).unwrap();
@@ -163,6 +168,7 @@ fn slots_stay_while_interfaces_stay_and_freed_ones_are_reported() {
         Binding {
             ifindex: 98,
             peer: false,
+            priority: 0,
         },
     );
     let t2c = Tables::build(&s, &ifs, &mut slots, Instant::ZERO).unwrap();

@@ -234,6 +234,7 @@ impl Rig {
                 Binding {
                     ifindex: ifindex(&name),
                     peer: p % 2 == 0,
+                    priority: 0,
                 },
             );
         }
@@ -255,6 +256,7 @@ impl Rig {
                 Binding {
                     ifindex: ifindex(&name),
                     peer: false,
+                    priority: 0,
                 },
             );
         }

@@ -73,12 +73,7 @@ impl Daemon {
         events: EventSink,
     ) -> Result<Daemon, String> {
         let SwitchPlan { datapath, file } = plan;
-        let named = |n: &str| {
-            file.ports.iter().any(|p| p.name == n)
-                || file.traffic_classes.iter().any(|c| c.class == n)
-                || file.pools.iter().any(|p| p.name == n)
-        };
-        let (platform, which) = super::data_plane::platform(file.datapath, &named, &datapath)?;
+        let (platform, which) = super::data_plane::platform(file.datapath, &datapath)?;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()

@@ -10,15 +10,18 @@
 //!   read the same engine either way; the kernel's counters are added to the engine's every
 //!   100 ms, and feed Load-Based Teaming's meters.
 //!
+//! NetIOC's controls (reservations, shares, limits) run on an HTB qdisc per uplink that the
+//! engine keeps to its tree (`teamster_kernel::shaping`); an uplink whose root qdisc is someone
+//! else's is refused by name.
+//!
 //! What the kernel path does not do yet, and so refuses by name when it is asked for (the
-//! switch does not start): NetIOC's controls (reservations, shares, limits: its HTB hierarchy is
-//! not built yet), overlays (VXLAN groups), the address-hash and Dynamic teaming policies, AF_XDP
-//! and receive-queue settings (the kernel path receives in the kernel), more than one data-plane
-//! thread. Nor does it pace an uplink to a configured capacity below its link speed.
+//! switch does not start): overlays (VXLAN groups), the address-hash and Dynamic teaming
+//! policies, AF_XDP and receive-queue settings (the kernel path receives in the kernel), more
+//! than one data-plane thread. Nor does it pace an uplink to a configured capacity below its
+//! link speed when no NetIOC control asks for shaping.
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use teamster_core::ioc::{Shares, Tree};
 use teamster_dp::datapath::DatapathPlan;
 use teamster_dp::platform::Kernel;
 
@@ -57,34 +60,22 @@ pub fn check(
     Ok(())
 }
 
-/// The first node the file names (`named`: a port, a traffic class, a pool) with a NetIOC
-/// control in `tree` (a reservation, a limit, shares other than normal), if any: the kernel path
-/// does not enforce them yet. (The default tree's own classes are the same in every switch: they
-/// only matter once something competes under them.)
-fn controlled(named: &dyn Fn(&str) -> bool, tree: &Tree) -> Option<String> {
-    tree.ids().map(|id| &tree.node(id).spec).find_map(|s| {
-        let set =
-            s.reservation != teamster_core::units::Bandwidth::ZERO || s.limit.is_some() || s.shares != Shares::NORMAL;
-        (set && named(&s.name)).then(|| s.name.clone())
-    })
-}
-
-/// The platform the switch runs on (`datapath` as the file says; `named` tells the file's ports,
-/// classes and pools), and a line for the log saying which data plane and why.
-pub fn platform(
-    datapath: Option<DataPlane>,
-    named: &dyn Fn(&str) -> bool,
-    plan: &DatapathPlan,
-) -> Result<(Kernel, String), String> {
+/// The platform the switch runs on (`datapath` as the file says), and a line for the log saying
+/// which data plane and why.
+pub fn platform(datapath: Option<DataPlane>, plan: &DatapathPlan) -> Result<(Kernel, String), String> {
     match datapath {
         None => Ok((Kernel::new(), "data plane: userspace (the default)".into())),
         Some(DataPlane::Userspace) => Ok((Kernel::new(), "data plane: userspace".into())),
         Some(DataPlane::Kernel) => {
             let refuse = |what: String| format!("datapath = \"kernel\": {what}");
-            if let Some(node) = controlled(named, &plan.tree) {
-                return Err(refuse(format!(
-                    "`{node}` has NetIOC controls (reservation, shares or limit), which the kernel path does not enforce yet; use datapath = \"userspace\""
-                )));
+            // NetIOC runs on HTB qdiscs at the uplinks' roots: refuse before anything is
+            // attached if one of them holds a root qdisc that is not Teamster's.
+            let leaves: Vec<_> = plan.ports.iter().map(|p| p.leaf).collect();
+            if teamster_core::ioc::htb::needs_shaping(&plan.tree, &leaves) {
+                for u in &plan.uplinks {
+                    teamster_kernel::shaping::check_uplink(&u.interface)
+                        .map_err(|e| refuse(format!("NetIOC on uplink `{}`: {e}", u.name)))?;
+                }
             }
             let switch = teamster_core::switch::Switch::with_config(plan.team.clone(), plan.switch.clone());
             teamster_kernel::Tables::build(

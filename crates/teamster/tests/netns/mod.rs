@@ -127,14 +127,20 @@ impl Topology {
     /// [`Topology::shaped`] with `vms` VMs (2 or 3): the third is tmt-vm3 on tmt-v3, MAC
     /// 02:00:00:00:00:03, 10.77.0.3.
     pub fn shaped_vms(mbit: u32, vms: u8) -> Topology {
+        Topology::shaped_vms_on(mbit, vms, true)
+    }
+
+    /// [`Topology::shaped_vms`], with the switch's side shaped only if `switch_side` (the
+    /// kernel path puts its own HTB there, and refuses an uplink that has someone else's).
+    pub fn shaped_vms_on(mbit: u32, vms: u8, switch_side: bool) -> Topology {
         let t = Topology::up_vms(vms);
         let (wire, to_switch) = (format!("{}kbit", mbit * 1100), format!("{mbit}mbit"));
-        for (ns, dev, rate) in [
-            (None, "tmt-u1", &wire),
-            (None, "tmt-u2", &wire),
+        let switch = [(None, "tmt-u1", &wire), (None, "tmt-u2", &wire)];
+        let phys = [
             (Some("tmt-phys"), "p1", &to_switch),
             (Some("tmt-phys"), "p2", &to_switch),
-        ] {
+        ];
+        for (ns, dev, rate) in phys.into_iter().chain(switch.into_iter().filter(|_| switch_side)) {
             htb(ns, dev, rate);
         }
         t
