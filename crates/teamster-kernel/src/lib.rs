@@ -15,6 +15,10 @@
 //! exactly) is *punted*: handed to user space whole with where it came from, for the engine to
 //! switch.
 //!
+//! NetIOC runs beside it on the uplinks' HTB qdiscs ([`shaping`], programmed over rtnetlink by
+//! [`tc`]): the engine plans each uplink's classes from its tree, and the program marks each
+//! port's frames with its class.
+//!
 //! The program records its decision on the last frame (output slots, VLAN edit, source rewrite,
 //! drop reason, punt reason) per CPU; the differential test (`tests/differential.rs`) runs
 //! thousands of random frames through the engine and through the program under

@@ -139,3 +139,43 @@ fn the_kernel_path_switches_fails_over_and_detaches() {
         assert_eq!(flags & 0x100, 0, "{dev} left promiscuous");
     }
 }
+
+/// NetIOC on the kernel path needs the uplinks' root qdiscs: with someone else's HTB on them (the
+/// tests' wire shaping, `htb 1:`), a switch with a reservation does not start, says which uplink
+/// and which qdisc, and leaves no program behind.
+#[test]
+fn the_kernel_path_refuses_an_uplink_whose_root_qdisc_is_someone_elses() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped_vms_on(100, 2, true);
+    let dir = tempfile::tempdir().unwrap();
+    let config = switch_toml(
+        "datapath = \"kernel\"",
+        "100M",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"20M\"",
+        "reservation = \"20M\"",
+        "",
+    );
+    let path = dir.path().join("switch.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_teamster"), "run", path.to_str().unwrap(), "--api-socket"])
+        .arg(dir.path().join("api.sock"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it started: {log}");
+    assert!(
+        log.contains("tmt-u1") && log.contains("htb 1:") && log.contains("tc qdisc del dev tmt-u1 root"),
+        "{log}"
+    );
+    for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
+        assert_eq!(tcx_programs(dev), 0, "{dev} kept a program");
+    }
+    let qdiscs = Command::new("tc").args(["qdisc", "show", "dev", "tmt-u1"]).output().unwrap();
+    let qdiscs = String::from_utf8_lossy(&qdiscs.stdout);
+    assert!(qdiscs.contains("htb 1:") && !qdiscs.contains("7473"), "{qdiscs}");
+}

@@ -204,3 +204,16 @@ fn what_the_kernel_path_cannot_run_is_refused_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn a_ports_netioc_class_is_its_priority_and_uplinks_carry_none() {
+    let s = switch(Policy::PORT_ID);
+    let mut ifs = interfaces();
+    let class = teamster_core::ioc::htb::priority(7);
+    ifs.ports.get_mut(&PortId(2)).unwrap().priority = class;
+    ifs.uplinks.get_mut(&UplinkId(0)).unwrap().priority = class;
+    let t = Tables::build(&s, &ifs, &mut Slots::default(), Instant::ZERO).unwrap();
+    assert_eq!(t.ifaces[&12].priority, 0x7473_0007);
+    assert_eq!(t.ifaces[&11].priority, 0, "no class: the uplink's default");
+    assert_eq!(t.ifaces[&20].priority, 0, "only a port's frames are classified");
+}
