@@ -1,5 +1,6 @@
-//! The live switch on uplinks shaped by tc htb: NetIOC reservation and limit, and an LBT move.
-//! Topology and helpers: [`netns`].
+//! The live switch on uplinks shaped by tc htb: NetIOC reservation and limit, and an LBT move,
+//! on both data planes (on the kernel path the switch's own HTB paces the uplinks, and the
+//! kernel's counters feed LBT's meters). Topology and helpers: [`netns`].
 //!
 //! The uplinks run at 20 Mbit/s: these tests check the policies, not the forwarding rate (that
 //! is `teamster bench` and bench/live), and at 20 Mbit/s the daemon, two iperf3 senders and the
@@ -32,6 +33,12 @@ fn reservation_holds_and_limit_caps_on_a_saturated_uplink() {
     reservation_and_limit("workers = 1");
 }
 
+/// On the kernel path: HTB on the uplinks, the class picked by the tcx program.
+#[test]
+fn reservation_holds_and_limit_caps_on_the_kernel_path() {
+    reservation_and_limit("datapath = \"kernel\"");
+}
+
 /// Two data-plane threads: the ports' frames reach the uplink's scheduler through the handoff
 /// queues, and the switching worker must still wake for the pacer on time.
 #[test]
@@ -44,7 +51,8 @@ fn reservation_and_limit(workers: &str) {
     if !ready() {
         return;
     }
-    let _topology = Topology::shaped(UPLINK as u32);
+    let kernel = workers.contains("kernel");
+    let _topology = Topology::shaped_vms_on(UPLINK as u32, 2, !kernel);
     let dir = tempfile::tempdir().unwrap();
     let (_daemon, status_path) = start(dir.path(), &pinned(workers));
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
@@ -81,10 +89,11 @@ fn reservation_and_limit(workers: &str) {
     );
 }
 
-/// Both VMs hashed to uplink1 under LBT with a short window: when uplink1 passes 75%, one moves.
-fn lbt() -> String {
+/// Both VMs hashed to uplink1 under LBT with a short window: when uplink1 passes 75%, one moves;
+/// on the data plane `plane`.
+fn lbt(plane: &str) -> String {
     switch_toml(
-        "[lbt]\nwindow_s = 3\nperiod_s = 3",
+        &format!("datapath = \"{plane}\"\n[lbt]\nwindow_s = 3\nperiod_s = 3"),
         "20M",
         "policy = \"load-based\"\nactive = [\"uplink1\", \"uplink2\"]",
         "",
@@ -95,13 +104,24 @@ fn lbt() -> String {
 
 #[test]
 fn lbt_moves_a_port_off_a_saturated_uplink() {
+    lbt_moves("userspace");
+}
+
+/// The same on the kernel path: the meters are the kernel's counters, folded in every 100 ms,
+/// and the move is a map write.
+#[test]
+fn lbt_moves_a_port_off_a_saturated_uplink_on_the_kernel_path() {
+    lbt_moves("kernel");
+}
+
+fn lbt_moves(plane: &str) {
     let _one_at_a_time = netns::lock();
     if !ready() {
         return;
     }
     let _topology = Topology::shaped(UPLINK as u32);
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, status_path) = start(dir.path(), &lbt());
+    let (_daemon, status_path) = start(dir.path(), &lbt(plane));
     ping("tmt-vm1", "10.77.0.100", "2", "0.2");
     ping("tmt-vm2", "10.77.0.100", "2", "0.2");
     // 70% of an uplink each: 140% offered on uplink1 until LBT moves one of them.
