@@ -76,9 +76,11 @@ case "$DATAPATH" in ""|kernel|userspace) ;; *) echo "DATAPATH must be kernel or 
 [ "$DATAPATH" = kernel ] && WORKERS=
 SWITCH=${SWITCH:-teamster}
 # The run's name in summary.json and params.txt: which switch, and for Teamster which data plane
-# (DATAPATH left empty = the switch's default, user space for now: named teamster).
+# (teamster: user space; teamster-kernel: the kernel path, also the switch's own default where it
+# can run, which DATAPATH left empty leaves to the switch: named teamster-default).
 LABEL=$SWITCH
 [ "$SWITCH" = teamster ] && [ "$DATAPATH" = kernel ] && LABEL=teamster-kernel
+[ "$SWITCH" = teamster ] && [ -z "$DATAPATH" ] && LABEL=teamster-default
 OVS_DIR=${OVS_DIR:-/tmp/tmb-ovs}
 OVS_BOND_MODE=${OVS_BOND_MODE:-balance-slb}
 OVS_REBAL_MS=${OVS_REBAL_MS:-10000}

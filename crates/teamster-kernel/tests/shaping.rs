@@ -15,7 +15,11 @@ use teamster_kernel::tc::Tc;
 
 fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -64,16 +68,29 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         };
         let mut shaping = Shaping::default();
         shaping
-            .sync(Some(&tree), &leaves, std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
+            .sync(
+                Some(&tree),
+                &leaves,
+                std::slice::from_ref(&uplink),
+                &|_| 1,
+                Instant::ZERO,
+            )
             .unwrap();
         let classes = sh(&["tc", "class", "show", "dev", "up0"]);
-        assert_eq!(classes.lines().count(), 5, "root, vm, two ports, the default:\n{classes}");
+        assert_eq!(
+            classes.lines().count(),
+            5,
+            "root, vm, two ports, the default:\n{classes}"
+        );
         assert!(classes.contains("class htb 7473:1 root rate 100Mbit"), "{classes}");
         assert!(classes.contains("rate 10Mbit ceil 10Mbit"), "vm2's limit:\n{classes}");
         let p1 = shaping.priority(PortId(1));
         assert_eq!(p1 >> 16, 0x7473);
         let qdiscs = sh(&["tc", "qdisc", "show", "dev", "up0"]);
-        assert!(qdiscs.contains("qdisc htb 7473: root") && qdiscs.matches("bfifo").count() == 3, "{qdiscs}");
+        assert!(
+            qdiscs.contains("qdisc htb 7473: root") && qdiscs.matches("bfifo").count() == 3,
+            "{qdiscs}"
+        );
 
         // A change of controls changes the classes in place: vm2's limit goes to 20M.
         let mut changed = Tree::new("uplink");
@@ -81,7 +98,13 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         changed.add(vm, spec("vm1", 60, None)).unwrap();
         changed.add(vm, spec("vm2", 0, Some(20))).unwrap();
         shaping
-            .sync(Some(&changed), &leaves, std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
+            .sync(
+                Some(&changed),
+                &leaves,
+                std::slice::from_ref(&uplink),
+                &|_| 1,
+                Instant::ZERO,
+            )
             .unwrap();
         let classes = sh(&["tc", "class", "show", "dev", "up0"]);
         assert!(classes.contains("ceil 20Mbit"), "{classes}");
@@ -89,7 +112,13 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
 
         // vm2's port goes: its class goes with it.
         shaping
-            .sync(Some(&changed), &leaves[..1], std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
+            .sync(
+                Some(&changed),
+                &leaves[..1],
+                std::slice::from_ref(&uplink),
+                &|_| 1,
+                Instant::ZERO,
+            )
             .unwrap();
         assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 4);
         assert_eq!(shaping.priority(PortId(2)), 0);
@@ -123,7 +152,13 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         // Someone else's root qdisc: refused by name, and left as it was.
         sh(&["tc", "qdisc", "add", "dev", "up0", "root", "handle", "1:", "htb"]);
         let e = shaping
-            .sync(Some(&tree), &leaves, std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
+            .sync(
+                Some(&tree),
+                &leaves,
+                std::slice::from_ref(&uplink),
+                &|_| 1,
+                Instant::ZERO,
+            )
             .unwrap_err();
         assert!(e.contains("up0") && e.contains("htb 1:"), "{e}");
         assert!(sh(&["tc", "qdisc", "show", "dev", "up0"]).contains("htb 1:"));

@@ -584,6 +584,8 @@ fn an_interface_another_daemon_serves_is_refused_at_every_later_attach_until_tha
         rule,
     );
     let (second, _) = start(b.path(), &b_file);
+    // The file as the daemon read it (the harness names the data plane in it).
+    let b_file = std::fs::read_to_string(b.path().join("switch.toml")).unwrap();
     let b_ports = || -> Vec<String> {
         let (_, out, _) = ctl(b.path(), &["--json", "ports"]);
         serde_json::from_str::<serde_json::Value>(&out)

@@ -162,7 +162,13 @@ fn the_kernel_path_refuses_an_uplink_whose_root_qdisc_is_someone_elses() {
     let path = dir.path().join("switch.toml");
     std::fs::write(&path, config).unwrap();
     let out = Command::new("timeout")
-        .args(["20", env!("CARGO_BIN_EXE_teamster"), "run", path.to_str().unwrap(), "--api-socket"])
+        .args([
+            "20",
+            env!("CARGO_BIN_EXE_teamster"),
+            "run",
+            path.to_str().unwrap(),
+            "--api-socket",
+        ])
         .arg(dir.path().join("api.sock"))
         .output()
         .unwrap();
@@ -175,7 +181,70 @@ fn the_kernel_path_refuses_an_uplink_whose_root_qdisc_is_someone_elses() {
     for dev in ["tmt-v1", "tmt-v2", "tmt-u1", "tmt-u2"] {
         assert_eq!(tcx_programs(dev), 0, "{dev} kept a program");
     }
-    let qdiscs = Command::new("tc").args(["qdisc", "show", "dev", "tmt-u1"]).output().unwrap();
+    let qdiscs = Command::new("tc")
+        .args(["qdisc", "show", "dev", "tmt-u1"])
+        .output()
+        .unwrap();
     let qdiscs = String::from_utf8_lossy(&qdiscs.stdout);
     assert!(qdiscs.contains("htb 1:") && !qdiscs.contains("7473"), "{qdiscs}");
+}
+
+/// With `datapath` unset the switch runs on the kernel path where it can, and says so; where
+/// the file asks what the kernel path cannot do, it runs on the user-space path and says why.
+#[test]
+fn the_default_is_the_kernel_path_where_it_can_run() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::up();
+    let dir = tempfile::tempdir().unwrap();
+    for (head, want) in [
+        ("", "data plane: kernel (tcx fast path; the default)"),
+        (
+            "workers = 2",
+            "data plane: userspace (the default here: the kernel path cannot run: workers = 2",
+        ),
+    ] {
+        let config = switch_toml(
+            head,
+            "1G",
+            "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+            "",
+            "",
+            "",
+        )
+        .replace("datapath =", "");
+        let path = dir.path().join("switch.toml");
+        std::fs::write(&path, &config).unwrap();
+        let status_path = dir.path().join("status.json");
+        let _ = std::fs::remove_file(&status_path);
+        let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .args([
+                "run",
+                path.to_str().unwrap(),
+                "--status-file",
+                status_path.to_str().unwrap(),
+            ])
+            .arg("--api-socket")
+            .arg(dir.path().join("api.sock"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon(child);
+        let s = status(&status_path);
+        let events = s["events"].as_array().unwrap();
+        assert!(
+            events.iter().any(|e| e["message"].as_str().unwrap().starts_with(want)),
+            "{events:?}"
+        );
+        assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
+        let on_kernel = tcx_programs("tmt-v1") == 1;
+        assert_eq!(
+            on_kernel,
+            head.is_empty(),
+            "{head:?}: tcx program on tmt-v1: {on_kernel}"
+        );
+        stop_cleanly(&mut daemon);
+    }
 }

@@ -7,8 +7,8 @@
 //! reservation_cap = 0.75       # optional
 //! busy_poll_us = 50            # optional: after frames, poll without sleeping this long (0 to
 //!                              # 1000; 0 sleeps at once), see `teamster_dp::datapath`
-//! datapath = "kernel"          # optional: "kernel" (the tcx fast path) or "userspace" (the
-//!                              # default for now); see `super::data_plane`
+//! datapath = "kernel"          # optional: "kernel" (the tcx fast path) or "userspace"; unset:
+//!                              # the kernel path where it can run; see `super::data_plane`
 //! workers = 2                  # optional: data-plane threads (1 to 64; default one per core,
 //!                              # at most 8, but 1 with two cores or fewer), see
 //!                              # `teamster_dp::datapath::default_workers`
@@ -272,6 +272,28 @@ pub struct SwitchPlan {
     pub file: SwitchFile,
 }
 
+/// The first uplink or port of `f` that asks for AF_XDP (`uplink \`u1\``), if any.
+fn af_xdp_user(f: &SwitchFile) -> Option<String> {
+    let xdp = BackendSetting::AfXdp;
+    (f.uplinks
+        .iter()
+        .find(|u| u.backend == xdp)
+        .map(|u| format!("uplink `{}`", u.name)))
+    .or_else(|| {
+        f.ports
+            .iter()
+            .find(|p| p.backend == xdp)
+            .map(|p| format!("port `{}`", p.name))
+    })
+}
+
+/// Why what `f` asks of the data plane keeps the switch off the kernel path (a `workers` other
+/// than 1, an `[rx]` section, AF_XDP), if anything does: with `datapath` unset, the switch then
+/// runs on the user-space path and logs this.
+pub fn kernel_refusal(f: &SwitchFile) -> Option<String> {
+    super::data_plane::kernel_refusal(f.workers, f.rx.is_default(), af_xdp_user(f))
+}
+
 /// Where interfaces are looked up: `/sys/class/net` normally, a folder of fakes in tests.
 pub trait Interfaces {
     fn exists(&self, name: &str) -> bool;
@@ -409,19 +431,7 @@ pub fn check_with(f: &SwitchFile, ifs: &dyn Interfaces, running: &[(String, Band
         .map(|u| (u.name.clone(), u.backend == BackendSetting::AfXdp))
         .collect();
     let rx = super::rx_config::rx_plan(&f.rx, workers, &backends)?;
-    let xdp = BackendSetting::AfXdp;
-    let af_xdp = (f
-        .uplinks
-        .iter()
-        .find(|u| u.backend == xdp)
-        .map(|u| format!("uplink `{}`", u.name)))
-    .or_else(|| {
-        f.ports
-            .iter()
-            .find(|p| p.backend == xdp)
-            .map(|p| format!("port `{}`", p.name))
-    });
-    super::data_plane::check(f.datapath, f.workers, f.rx.is_default(), af_xdp)?;
+    super::data_plane::check(f.datapath, f.workers, f.rx.is_default(), af_xdp_user(f))?;
     // The kernel path switches in the kernel: one thread handles what it hands up.
     let workers = if f.datapath == Some(super::data_plane::DataPlane::Kernel) {
         1

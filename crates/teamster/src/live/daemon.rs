@@ -73,7 +73,9 @@ impl Daemon {
         events: EventSink,
     ) -> Result<Daemon, String> {
         let SwitchPlan { datapath, file } = plan;
-        let (platform, which) = super::data_plane::platform(file.datapath, &datapath)?;
+        let mut datapath = datapath;
+        let refusal = super::config::kernel_refusal(&file);
+        let (platform, which) = super::data_plane::platform(file.datapath, refusal, &mut datapath)?;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()

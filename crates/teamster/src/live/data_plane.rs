@@ -1,7 +1,7 @@
 //! Which data plane switches the frames: `datapath = "kernel" | "userspace"` in `switch.toml`.
 //!
-//! - `userspace` (the default for now): the poll loop of `teamster_dp::datapath` receives every
-//!   frame through packet sockets (AF_PACKET or AF_XDP) and switches it in this process.
+//! - `userspace`: the poll loop of `teamster_dp::datapath` receives every frame through packet
+//!   sockets (AF_PACKET or AF_XDP) and switches it in this process.
 //! - `kernel`: the tcx program of `teamster-kernel` switches every frame in the kernel, from
 //!   tables the engine writes after each of its turns; only what changes the engine's state
 //!   (LACPDUs, a guest changing its MAC, a port's claim on its MAC, link-local frames a group
@@ -9,6 +9,8 @@
 //!   it as the user-space path does. The API, `ctl`, metrics, the dashboard and the status file
 //!   read the same engine either way; the kernel's counters are added to the engine's every
 //!   100 ms, and feed Load-Based Teaming's meters.
+//! - unset (the default): the kernel path where it can run ([`platform`] says when), else the
+//!   user-space path, with the reason in the log.
 //!
 //! NetIOC's controls (reservations, shares, limits) run on an HTB qdisc per uplink that the
 //! engine keeps to its tree (`teamster_kernel::shaping`); an uplink whose root qdisc is someone
@@ -45,53 +47,87 @@ pub fn check(
     if datapath != Some(DataPlane::Kernel) {
         return Ok(());
     }
-    let refuse = |what: String| Err(format!("datapath = \"kernel\": {what}"));
+    kernel_refusal(workers, rx_default, af_xdp).map_or(Ok(()), |what| Err(format!("datapath = \"kernel\": {what}")))
+}
+
+/// What of the file's `workers`, `[rx]` and backends the kernel path cannot do, if anything.
+pub fn kernel_refusal(workers: Option<u64>, rx_default: bool, af_xdp: Option<String>) -> Option<String> {
     if let Some(n) = workers.filter(|n| *n != 1) {
-        return refuse(format!(
+        return Some(format!(
             "workers = {n}: the kernel path switches in the kernel, with one thread for what it hands up"
         ));
     }
     if !rx_default {
-        return refuse("[rx]: the kernel path receives in the kernel, without receive queues of its own".into());
+        return Some("[rx]: the kernel path receives in the kernel, without receive queues of its own".into());
     }
-    if let Some(who) = af_xdp {
-        return refuse(format!("{who} asks for backend = \"af_xdp\""));
-    }
-    Ok(())
+    af_xdp.map(|who| format!("{who} asks for backend = \"af_xdp\""))
 }
 
-/// The platform the switch runs on (`datapath` as the file says), and a line for the log saying
-/// which data plane and why.
-pub fn platform(datapath: Option<DataPlane>, plan: &DatapathPlan) -> Result<(Kernel, String), String> {
+/// The platform the switch runs on, and a line for the log saying which data plane and why.
+///
+/// `datapath` as the file says: `userspace`, or `kernel` (an error names what the kernel path
+/// cannot do). Unset, the kernel path where it can run: where the file asks nothing it refuses
+/// (`refusal`, from the file's `workers`, `[rx]` and backends), the switch's groups and policies
+/// fit its tables, the uplinks' root qdiscs allow NetIOC, and the kernel loads the program;
+/// the user-space path otherwise, with the reason in the log line. On the kernel path the plan
+/// runs one data-plane thread without receive queues of its own.
+pub fn platform(
+    datapath: Option<DataPlane>,
+    refusal: Option<String>,
+    plan: &mut DatapathPlan,
+) -> Result<(Kernel, String), String> {
     match datapath {
-        None => Ok((Kernel::new(), "data plane: userspace (the default)".into())),
         Some(DataPlane::Userspace) => Ok((Kernel::new(), "data plane: userspace".into())),
         Some(DataPlane::Kernel) => {
-            let refuse = |what: String| format!("datapath = \"kernel\": {what}");
-            // NetIOC runs on HTB qdiscs at the uplinks' roots: refuse before anything is
-            // attached if one of them holds a root qdisc that is not Teamster's.
-            let leaves: Vec<_> = plan.ports.iter().map(|p| p.leaf).collect();
-            if teamster_core::ioc::htb::needs_shaping(&plan.tree, &leaves) {
-                for u in &plan.uplinks {
-                    teamster_kernel::shaping::check_uplink(&u.interface)
-                        .map_err(|e| refuse(format!("NetIOC on uplink `{}`: {e}", u.name)))?;
-                }
-            }
-            let switch = teamster_core::switch::Switch::with_config(plan.team.clone(), plan.switch.clone());
-            teamster_kernel::Tables::build(
-                &switch,
-                &teamster_kernel::Interfaces::default(),
-                &mut teamster_kernel::Slots::default(),
-                teamster_core::Instant::ZERO,
-            )
-            .map_err(|e| refuse(e.to_string()))?;
-            let path = teamster_kernel::KernelPath::load(plan.switch.mac_limits.total).map_err(refuse)?;
+            let path = kernel_path(plan).map_err(|e| format!("datapath = \"kernel\": {e}"))?;
             Ok((
                 Kernel::with_fast_path(Arc::new(path)),
                 "data plane: kernel (tcx fast path)".into(),
             ))
         }
+        None => {
+            let tried = match refusal {
+                Some(why) => Err(why),
+                None => kernel_path(plan),
+            };
+            match tried {
+                Ok(path) => {
+                    plan.workers = 1;
+                    plan.rx = teamster_dp::datapath::RxPlan::default();
+                    Ok((
+                        Kernel::with_fast_path(Arc::new(path)),
+                        "data plane: kernel (tcx fast path; the default)".into(),
+                    ))
+                }
+                Err(why) => Ok((
+                    Kernel::new(),
+                    format!("data plane: userspace (the default here: the kernel path cannot run: {why})"),
+                )),
+            }
+        }
     }
+}
+
+/// The kernel path for `plan`, or what it cannot do (nothing attached yet).
+fn kernel_path(plan: &DatapathPlan) -> Result<teamster_kernel::KernelPath, String> {
+    // NetIOC runs on HTB qdiscs at the uplinks' roots: refuse before anything is attached if
+    // one of them holds a root qdisc that is not Teamster's.
+    let leaves: Vec<_> = plan.ports.iter().map(|p| p.leaf).collect();
+    if teamster_core::ioc::htb::needs_shaping(&plan.tree, &leaves) {
+        for u in &plan.uplinks {
+            teamster_kernel::shaping::check_uplink(&u.interface)
+                .map_err(|e| format!("NetIOC on uplink `{}`: {e}", u.name))?;
+        }
+    }
+    let switch = teamster_core::switch::Switch::with_config(plan.team.clone(), plan.switch.clone());
+    teamster_kernel::Tables::build(
+        &switch,
+        &teamster_kernel::Interfaces::default(),
+        &mut teamster_kernel::Slots::default(),
+        teamster_core::Instant::ZERO,
+    )
+    .map_err(|e| e.to_string())?;
+    teamster_kernel::KernelPath::load(plan.switch.mac_limits.total)
 }
 
 #[cfg(test)]

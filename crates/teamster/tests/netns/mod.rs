@@ -415,11 +415,14 @@ pub fn start_in(
     env: &[(&str, &str)],
 ) -> (Daemon, std::path::PathBuf) {
     let path = dir.join("switch.toml");
-    // TEAMSTER_TEST_DATAPATH=kernel (or userspace) runs every daemon the tests start on that data
-    // plane, unless its file names one itself.
-    let config = match std::env::var("TEAMSTER_TEST_DATAPATH") {
-        Ok(d) if !config.contains("datapath =") => format!("datapath = \"{d}\"\n{config}"),
-        _ => config.to_string(),
+    // A test's file names the data plane it tests; one that names none was written for the
+    // user-space path and runs there, unless TEAMSTER_TEST_DATAPATH=kernel (or userspace) says
+    // otherwise. (The default, the kernel path where it can run, has tests of its own.)
+    let config = if config.contains("datapath =") {
+        config.to_string()
+    } else {
+        let plane = std::env::var("TEAMSTER_TEST_DATAPATH").unwrap_or_else(|_| "userspace".into());
+        format!("datapath = \"{plane}\"\n{config}")
     };
     std::fs::write(&path, &config).unwrap();
     let status_path = dir.join("status.json");
