@@ -772,6 +772,9 @@ impl<P: Platform> Datapath<P> {
             }),
         };
         let synced = fast.sync(&mut self.switch, &bound, now);
+        for e in &synced.events {
+            self.history.record(now, "fast_path", e.clone());
+        }
         match synced.error {
             Some(e) => {
                 if self.fast_path_error.as_deref() != Some(e.as_str()) {

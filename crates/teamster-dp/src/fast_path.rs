@@ -52,6 +52,8 @@ pub struct IocView<'a> {
 pub struct Synced {
     pub extra: Vec<(Ingress, ExtraDrops)>,
     pub error: Option<String>,
+    /// What the fast path did that the event log should show.
+    pub events: Vec<String>,
 }
 
 /// A fast path; see the module documentation.

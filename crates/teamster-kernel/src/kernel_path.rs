@@ -6,11 +6,14 @@
 
 use crate::abi::{PuntMeta, Stats};
 use crate::mac_sync::{pull_learned, push_changes, Places};
+use crate::pins::Pins;
 use crate::program::SwitchProgram;
 use crate::shaping::{self, ShapedUplink, Shaping};
 use crate::tables::{Binding, Interfaces, Slots, Tables};
 use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
 use aya::maps::MapData;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::SchedClassifierLink;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -60,6 +63,10 @@ struct State {
     freed: Vec<u32>,
     /// NetIOC's HTB qdiscs on the uplinks.
     shaping: Shaping,
+    /// Where this run pins its attachments (None: it does not).
+    pins: Option<Pins>,
+    /// The earlier run's attachments, by interface index, until this run takes over.
+    earlier: BTreeMap<u32, Vec<Earlier>>,
     /// When the NetIOC queues' drops are next read.
     next_queue_stats: Option<Instant>,
 }
@@ -67,9 +74,32 @@ struct State {
 struct Attached {
     ifindex: u32,
     peer: bool,
-    link: aya::programs::tc::SchedClassifierLinkId,
+    link: Held,
     /// What the attachment delivers to (and who may detach it).
     queue: Arc<PuntQueue>,
+}
+
+/// A tcx attachment of this run: pinned (it outlives the process, [`crate::pins`]) or not.
+enum Held {
+    /// Held, never read: dropping it takes the program off.
+    Plain(#[allow(dead_code)] FdLink),
+    Pinned(PinnedLink),
+}
+
+impl Held {
+    /// Takes the program off the interface: the pin removed, the link closed.
+    fn release(self) {
+        if let Held::Pinned(p) = self {
+            let _ = p.unpin();
+        }
+    }
+}
+
+/// An earlier run's pinned attachment, still deciding its interface's frames until this run's
+/// tables are written ([`crate::pins`]).
+struct Earlier {
+    path: std::path::PathBuf,
+    link: SchedClassifierLink,
 }
 
 impl KernelPath {
@@ -87,9 +117,11 @@ impl KernelPath {
     }
 
     /// Loads the program with room for `total_macs` learned addresses and starts the punt
-    /// reader. An error says what the kernel refused.
-    pub fn load(total_macs: usize) -> Result<KernelPath, String> {
+    /// reader; with `pins`, its attachments are pinned there and an earlier run's found there
+    /// are taken over ([`crate::pins`]). An error says what the kernel refused.
+    pub fn load(total_macs: usize, pins: Option<Pins>) -> Result<KernelPath, String> {
         let mut fast = SwitchProgram::load(total_macs).map_err(|e| e.to_string())?;
+        let earlier = pins.as_ref().map(open_earlier).unwrap_or_default();
         let perf = fast.take_punts().map_err(|e| e.to_string())?;
         let queues: Queues = Arc::default();
         let notes: Notes = Arc::default();
@@ -114,6 +146,8 @@ impl KernelPath {
                 freed: Vec::new(),
                 shaping: Shaping::default(),
                 next_queue_stats: None,
+                pins,
+                earlier,
             }),
             queues,
             notes,
@@ -134,7 +168,33 @@ impl Drop for KernelPath {
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
+        // This run's attachments were released as its devices closed; an earlier run's that
+        // were never taken over (the start failed) stay, still forwarding.
+        let st = self.state();
+        if let Some(p) = &st.pins {
+            p.remove_if_empty();
+        }
     }
+}
+
+/// The earlier runs' attachments pinned in `pins`, by interface index; a pin that is not a tcx
+/// link is removed (it is stale, and nothing of it is used).
+fn open_earlier(pins: &Pins) -> BTreeMap<u32, Vec<Earlier>> {
+    let mut out: BTreeMap<u32, Vec<Earlier>> = BTreeMap::new();
+    for (ifindex, paths) in pins.earlier() {
+        for path in paths {
+            let link = PinnedLink::from_pin(&path)
+                .ok()
+                .and_then(|p| SchedClassifierLink::try_from(FdLink::from(p)).ok());
+            match link {
+                Some(link) => out.entry(ifindex).or_default().push(Earlier { path, link }),
+                None => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Opens each online CPU's punt ring.
@@ -246,8 +306,9 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         let index = teamster_dp::iface::index(interface)? as u32;
         let queue = Arc::new(PuntQueue::new()?);
         let mut st = self.state();
+        let st = &mut *st;
         if let Some(old) = st.attached.remove(interface) {
-            st.fast.detach(old.link);
+            old.link.release();
             self.queues
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
@@ -258,7 +319,23 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(index, queue.clone());
-        let link = st.fast.attach(interface).map_err(|e| {
+        // Behind an earlier run's program if one is there: it decides until this run's tables
+        // are written.
+        let after = st.earlier.get(&index).and_then(|v| v.last()).map(|e| &e.link);
+        let pinned = st
+            .fast
+            .attach(interface, after)
+            .map_err(|e| e.to_string())
+            .and_then(|fd| {
+                Ok(match &st.pins {
+                    Some(p) => Held::Pinned(fd.pin(p.link_path(index)).map_err(|e| {
+                        let why = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+                        format!("cannot pin its attachment in {}: {e}{why}", p.dir().display())
+                    })?),
+                    None => Held::Plain(fd),
+                })
+            });
+        let link = pinned.map_err(|e| {
             self.queues.write().unwrap_or_else(|e| e.into_inner()).remove(&index);
             io::Error::other(format!("{interface}: {e}"))
         })?;
@@ -280,7 +357,7 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         // again since (a tap deleted and re-created, a socket reopened), and that one stays.
         if st.attached.get(interface).is_some_and(|a| Arc::ptr_eq(&a.queue, queue)) {
             let a = st.attached.remove(interface).expect("looked up");
-            st.fast.detach(a.link);
+            a.link.release();
             st.shaping.release(a.ifindex);
             self.queues
                 .write()
@@ -297,7 +374,20 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
             synced.error = Some(e);
         }
         match sync_tables(&mut st, &self.notes, switch, bound, now) {
-            Ok(extra) => synced.extra = extra,
+            Ok(extra) => {
+                synced.extra = extra;
+                // This run's tables are in: the earlier run's programs step aside.
+                if !st.earlier.is_empty() {
+                    let earlier = std::mem::take(&mut st.earlier);
+                    let n = earlier.len();
+                    for e in earlier.into_values().flatten() {
+                        let _ = std::fs::remove_file(&e.path);
+                    }
+                    synced.events.push(format!(
+                        "took over forwarding from the previous run's pinned programs on {n} interfaces"
+                    ));
+                }
+            }
             Err(e) => synced.error = Some(e),
         }
         synced

@@ -32,6 +32,7 @@
 pub mod abi;
 mod kernel_path;
 pub mod mac_sync;
+pub mod pins;
 mod program;
 pub mod shaping;
 pub mod tables;

@@ -7,7 +7,8 @@
 use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Group, Iface, SlotInfo, Stats, Verdict};
 use crate::tables::Tables;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
-use aya::programs::tc::{SchedClassifierLinkId, TcAttachOptions, TcAttachType};
+use aya::programs::links::FdLink;
+use aya::programs::tc::{SchedClassifierLink, TcAttachOptions, TcAttachType};
 use aya::programs::{LinkOrder, SchedClassifier, TestRun, TestRunOptions};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::BTreeSet;
@@ -34,6 +35,12 @@ pub enum Error {
         iface: String,
         #[source]
         source: Box<aya::programs::ProgramError>,
+    },
+    #[error("the switch program's tcx link on {iface}: {source}")]
+    Link {
+        iface: String,
+        #[source]
+        source: Box<aya::programs::links::LinkError>,
     },
 }
 
@@ -107,25 +114,28 @@ impl SwitchProgram {
         aya::maps::PerfEventArray::try_from(map).map_err(map_err("punts"))
     }
 
-    /// Takes the program off an interface (a link [`SwitchProgram::attach`] made).
-    pub fn detach(&mut self, link: SchedClassifierLinkId) {
-        let prog = self.prog_mut();
-        // Already gone if the interface was deleted.
-        let _ = prog.detach(link);
-    }
-
-    /// Attaches the program to `iface`'s tcx ingress, ahead of anything there.
-    pub fn attach(&mut self, iface: &str) -> Result<SchedClassifierLinkId, Error> {
-        let prog = self.prog_mut();
-        prog.attach_with_options(
-            iface,
-            TcAttachType::Ingress,
-            TcAttachOptions::TcxOrder(LinkOrder::first()),
-        )
-        .map_err(|e| Error::Attach {
+    /// Attaches the program to `iface`'s tcx ingress, ahead of anything there, or right behind
+    /// `after` (an earlier run's link, which then keeps deciding until it is removed). The link
+    /// is the caller's: dropping it (and removing its pin, if pinned) takes the program off.
+    pub fn attach(&mut self, iface: &str, after: Option<&SchedClassifierLink>) -> Result<FdLink, Error> {
+        let failed = |e: aya::programs::ProgramError| Error::Attach {
             iface: iface.into(),
             source: Box::new(e),
-        })
+        };
+        let link_failed = |e: aya::programs::links::LinkError| Error::Link {
+            iface: iface.into(),
+            source: Box::new(e),
+        };
+        let order = match after {
+            Some(l) => LinkOrder::after_link(l).map_err(link_failed)?,
+            None => LinkOrder::first(),
+        };
+        let prog = self.prog_mut();
+        let id = prog
+            .attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(order))
+            .map_err(failed)?;
+        let link = prog.take_link(id).map_err(failed)?;
+        FdLink::try_from(link).map_err(link_failed)
     }
 
     /// Brings the maps from what they hold to `t`: entries that changed are written, those gone

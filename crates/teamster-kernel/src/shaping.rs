@@ -9,9 +9,11 @@
 //! the classes that differ are written ([`htb::diff`]). With nothing asked, the uplinks keep the
 //! kernel's default qdisc and the bridge's speed.
 //!
-//! Ownership. Teamster replaces only a root it may: the kernel's default (handle 0) or its own
-//! `7473:` (left by a run that was killed). Any other root qdisc is an operator's, and the
-//! uplink is refused by name rather than half-used. The qdisc is deleted when the uplink is
+//! Ownership. Teamster replaces only the kernel's default root (handle 0). Its own `7473:`, left
+//! by an earlier run (killed, or upgraded), is taken over as it stands: its classes are read,
+//! those the plan keeps are written again in place and the others deleted, so nothing queued
+//! is lost. Any other root qdisc is an operator's, and the uplink is refused by name rather
+//! than half-used. The qdisc is deleted when the uplink is
 //! detached or shaping is no longer asked for, if it is still Teamster's.
 
 use crate::tc::{self, Tc};
@@ -155,8 +157,14 @@ impl Shaping {
         let tc = open(&mut self.tc)?;
         let old = match self.held.get(&u.ifindex) {
             Some((name, held)) if *name == u.interface => held.clone(),
+            // Teamster's own qdisc, left by an earlier run (killed, or upgraded): taken over
+            // as it is, so nothing queued in it is lost; every class is written again.
+            _ if check_root(tc, &u.interface, u.ifindex)? => {
+                let found = held_by_kernel(tc, u.ifindex).map_err(|e| format!("cannot read its classes: {e}"))?;
+                self.held.insert(u.ifindex, (u.interface.clone(), found.clone()));
+                found
+            }
             _ => {
-                check_root(tc, &u.interface, u.ifindex)?;
                 tc.replace_root(u.ifindex, htb::UNCLASSIFIED).map_err(|e| {
                     if matches!(tc::errno(&e), Some(libc::ENOENT) | Some(libc::EINVAL)) {
                         format!(
@@ -252,16 +260,57 @@ fn open(slot: &mut Option<Tc>) -> Result<&mut Tc, String> {
     Ok(slot.as_mut().expect("just opened"))
 }
 
-/// Refuses `interface` if its root qdisc is someone else's (see the module documentation).
-fn check_root(tc: &mut Tc, interface: &str, ifindex: u32) -> Result<(), String> {
+/// Refuses `interface` if its root qdisc is someone else's (see the module documentation);
+/// true if it is Teamster's own.
+fn check_root(tc: &mut Tc, interface: &str, ifindex: u32) -> Result<bool, String> {
     match tc.root(ifindex) {
         Ok(Some(q)) if !q.is_ours() => Err(format!(
             "`{interface}` has a root qdisc `{}` that Teamster did not set; remove it (`tc qdisc del dev {interface} root`) or use datapath = \"userspace\"",
             q.describe()
         )),
-        Ok(_) => Ok(()),
+        Ok(q) => Ok(q.is_some()),
         Err(e) => Err(format!("cannot read the qdiscs of `{interface}`: {e}")),
     }
+}
+
+/// The classes Teamster's qdisc on `ifindex` holds, parents first, as a plan whose figures are
+/// unknown (so that every class the new plan keeps is written again, and every other deleted).
+fn held_by_kernel(tc: &mut Tc, ifindex: u32) -> std::io::Result<UplinkPlan> {
+    let major = u32::from(htb::MAJOR);
+    let mut found: Vec<htb::HtbClass> = tc
+        .classes(ifindex)?
+        .into_iter()
+        .filter(|c| c.kind == "htb" && c.handle >> 16 == major)
+        .map(|c| htb::HtbClass {
+            name: String::new(),
+            minor: c.handle as u16,
+            parent: if c.parent == tc::TC_H_ROOT || c.parent >> 16 != major {
+                0
+            } else {
+                c.parent as u16
+            },
+            rate: 0,
+            ceil: 0,
+            quantum: 0,
+            burst: 0,
+            cburst: 0,
+            queue: None,
+        })
+        .collect();
+    // Parents first: by depth.
+    let depth = |minor: u16| {
+        let mut d = 0;
+        let mut at = minor;
+        while let Some(c) = found.iter().find(|c| c.minor == at).filter(|c| c.parent != 0 && d < 16) {
+            at = c.parent;
+            d += 1;
+        }
+        d
+    };
+    let mut keyed: Vec<(usize, htb::HtbClass)> = found.iter().map(|c| (depth(c.minor), c.clone())).collect();
+    keyed.sort_by_key(|(d, c)| (*d, c.minor));
+    found = keyed.into_iter().map(|(_, c)| c).collect();
+    Ok(UplinkPlan { classes: found })
 }
 
 /// Checks before the switch starts that Teamster may shape `interface` (by name, with what is in
@@ -273,7 +322,7 @@ pub fn check_uplink(interface: &str) -> Result<(), String> {
     };
     let ifindex = ifindex as u32;
     let mut tc = Tc::open().map_err(|e| format!("cannot open a netlink socket: {e}"))?;
-    check_root(&mut tc, interface, ifindex)
+    check_root(&mut tc, interface, ifindex).map(|_| ())
 }
 
 /// How many uplinks a port of a group with `policy` and `active` uplinks spreads over: all of

@@ -24,6 +24,7 @@ const RTM_DELQDISC: u16 = 37;
 const RTM_GETQDISC: u16 = 38;
 const RTM_NEWTCLASS: u16 = 40;
 const RTM_DELTCLASS: u16 = 41;
+const RTM_GETTCLASS: u16 = 42;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
@@ -49,7 +50,7 @@ const TCA_HTB_DIRECT_QLEN: u16 = 5;
 const TCA_HTB_RATE64: u16 = 6;
 const TCA_HTB_CEIL64: u16 = 7;
 const TC_LINKLAYER_ETHERNET: u8 = 1;
-const TC_H_ROOT: u32 = 0xffff_ffff;
+pub const TC_H_ROOT: u32 = 0xffff_ffff;
 /// Frames HTB's direct queue holds (only what asks for the qdisc itself by priority).
 const DIRECT_QLEN: u32 = 64;
 /// nlmsghdr (16) and tcmsg (20).
@@ -138,14 +139,26 @@ impl Tc {
 
     /// Every qdisc of `ifindex`, the root's included.
     pub fn qdiscs(&mut self, ifindex: u32) -> io::Result<Vec<Qdisc>> {
+        self.dump(RTM_GETQDISC, RTM_NEWQDISC, ifindex)
+    }
+
+    /// Every class of `ifindex`'s qdiscs (as [`Qdisc`]s: handle, parent, kind; `parent` is
+    /// `TC_H_ROOT` for a class at the top of its qdisc).
+    pub fn classes(&mut self, ifindex: u32) -> io::Result<Vec<Qdisc>> {
+        self.dump(RTM_GETTCLASS, RTM_NEWTCLASS, ifindex)
+    }
+
+    /// A dump of `ask` answered with `answer` messages, kept to `ifindex`, taken again while
+    /// the kernel says it was interrupted.
+    fn dump(&mut self, ask: u16, answer: u16, ifindex: u32) -> io::Result<Vec<Qdisc>> {
         let mut last = None;
         for _ in 0..DUMP_TRIES {
-            match self.dump_qdiscs(ifindex) {
+            match self.dump_once(ask, answer, ifindex) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => last = Some(e),
                 other => return other,
             }
         }
-        Err(last.unwrap_or_else(|| io::Error::other("no qdisc dump taken")))
+        Err(last.unwrap_or_else(|| io::Error::other("no dump taken")))
     }
 
     /// The root qdisc of `ifindex`; None for the kernel's default (handle 0: `noqueue` on a
@@ -250,11 +263,11 @@ impl Tc {
         }
     }
 
-    /// One RTM_GETQDISC dump, kept to `ifindex`; an interrupted dump is `Interrupted`.
-    fn dump_qdiscs(&mut self, ifindex: u32) -> io::Result<Vec<Qdisc>> {
+    /// One dump (see [`Tc::dump`]); an interrupted dump is `Interrupted`.
+    fn dump_once(&mut self, ask: u16, answer: u16, ifindex: u32) -> io::Result<Vec<Qdisc>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let mut m = Request::new(RTM_GETQDISC, 0, ifindex);
+        let mut m = Request::new(ask, 0, ifindex);
         m.tcmsg(0, 0);
         m.finish(seq, NLM_F_DUMP);
         self.send(&m.buf)?;
@@ -275,19 +288,19 @@ impl Tc {
                 match kind {
                     NLMSG_DONE => {
                         if interrupted {
-                            return Err(io::Error::new(io::ErrorKind::Interrupted, "qdisc dump interrupted"));
+                            return Err(io::Error::new(io::ErrorKind::Interrupted, "dump interrupted"));
                         }
                         return Ok(out);
                     }
                     NLMSG_ERROR => ack(msg, flags)?,
-                    RTM_NEWQDISC => {
+                    k if k == answer => {
                         if let Some(q) = parse_qdisc(msg).filter(|q| q.ifindex == ifindex) {
                             out.push(q);
                         }
                     }
                     _ => {}
                 }
-                if flags & NLM_F_MULTI == 0 && kind != RTM_NEWQDISC {
+                if flags & NLM_F_MULTI == 0 && kind != answer {
                     return Ok(out);
                 }
             }

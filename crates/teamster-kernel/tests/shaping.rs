@@ -92,6 +92,47 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
             "{qdiscs}"
         );
 
+        // A run killed and the next one taking over: the qdisc is kept (what it counted and
+        // queued stays), its classes written again.
+        sh(&["ip", "link", "set", "up0x", "up"]);
+        sh(&["ip", "addr", "add", "10.99.0.1/24", "dev", "up0"]);
+        sh(&[
+            "ip",
+            "neigh",
+            "add",
+            "10.99.0.9",
+            "lladdr",
+            "02:00:00:00:00:09",
+            "dev",
+            "up0",
+        ]);
+        let _ = Command::new("ping")
+            .args(["-c", "3", "-i", "0.01", "-W", "0.1", "10.99.0.9"])
+            .output();
+        let sent = |q: &str| -> u64 {
+            q.split("Sent ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let before = sent(&sh(&["tc", "-s", "qdisc", "show", "dev", "up0", "root"]));
+        assert!(before > 0, "the pings went through the qdisc");
+        std::mem::forget(shaping);
+        let mut shaping = Shaping::default();
+        shaping
+            .sync(
+                Some(&tree),
+                &leaves,
+                std::slice::from_ref(&uplink),
+                &|_| 1,
+                Instant::ZERO,
+            )
+            .unwrap();
+        let after = sent(&sh(&["tc", "-s", "qdisc", "show", "dev", "up0", "root"]));
+        assert!(after >= before, "the qdisc was replaced: sent {before} then {after}");
+        assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 5);
+        assert_eq!(shaping.priority(PortId(1)), p1, "the same class for the same port");
+
         // A change of controls changes the classes in place: vm2's limit goes to 20M.
         let mut changed = Tree::new("uplink");
         let vm = changed.add(NodeId::ROOT, spec("vm", 60, None)).unwrap();

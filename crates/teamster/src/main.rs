@@ -492,7 +492,7 @@ fn run_switch(
         notes: restored,
         done: tokio::sync::oneshot::channel().0,
     });
-    let mut daemon = match live::daemon::Daemon::attach(plan, places.status.take(), Some(link), events) {
+    let mut daemon = match live::daemon::Daemon::attach(&config, plan, places.status.take(), Some(link), events) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");

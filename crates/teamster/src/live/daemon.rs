@@ -64,9 +64,10 @@ struct ControlPlane {
 }
 
 impl Daemon {
-    /// Attaches to every interface of `plan`. On error, whatever was opened is closed again.
-    /// `link`, if given, connects the loop to the API.
+    /// Attaches to every interface of `plan`, read from the file `config`. On error, whatever was
+    /// opened is closed again. `link`, if given, connects the loop to the API.
     pub fn attach(
+        config: &std::path::Path,
         plan: SwitchPlan,
         status_file: Option<StatusFile>,
         link: Option<ControlLink>,
@@ -75,7 +76,7 @@ impl Daemon {
         let SwitchPlan { datapath, file } = plan;
         let mut datapath = datapath;
         let refusal = super::config::kernel_refusal(&file);
-        let (platform, which) = super::data_plane::platform(file.datapath, refusal, &mut datapath)?;
+        let (platform, which) = super::data_plane::platform(file.datapath, refusal, &mut datapath, config)?;
         let options = AttachOptions {
             events: Some(events),
             ..AttachOptions::default()

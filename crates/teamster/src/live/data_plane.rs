@@ -23,6 +23,7 @@
 //! link speed when no NetIOC control asks for shaping.
 
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 use std::sync::Arc;
 use teamster_dp::datapath::DatapathPlan;
 use teamster_dp::platform::Kernel;
@@ -75,28 +76,29 @@ pub fn platform(
     datapath: Option<DataPlane>,
     refusal: Option<String>,
     plan: &mut DatapathPlan,
+    config: &Path,
 ) -> Result<(Kernel, String), String> {
     match datapath {
         Some(DataPlane::Userspace) => Ok((Kernel::new(), "data plane: userspace".into())),
         Some(DataPlane::Kernel) => {
-            let path = kernel_path(plan).map_err(|e| format!("datapath = \"kernel\": {e}"))?;
+            let (path, pinned) = kernel_path(plan, config).map_err(|e| format!("datapath = \"kernel\": {e}"))?;
             Ok((
                 Kernel::with_fast_path(Arc::new(path)),
-                "data plane: kernel (tcx fast path)".into(),
+                format!("data plane: kernel (tcx fast path; {pinned})"),
             ))
         }
         None => {
             let tried = match refusal {
                 Some(why) => Err(why),
-                None => kernel_path(plan),
+                None => kernel_path(plan, config),
             };
             match tried {
-                Ok(path) => {
+                Ok((path, pinned)) => {
                     plan.workers = 1;
                     plan.rx = teamster_dp::datapath::RxPlan::default();
                     Ok((
                         Kernel::with_fast_path(Arc::new(path)),
-                        "data plane: kernel (tcx fast path; the default)".into(),
+                        format!("data plane: kernel (tcx fast path; the default; {pinned})"),
                     ))
                 }
                 Err(why) => Ok((
@@ -108,8 +110,10 @@ pub fn platform(
     }
 }
 
-/// The kernel path for `plan`, or what it cannot do (nothing attached yet).
-fn kernel_path(plan: &DatapathPlan) -> Result<teamster_kernel::KernelPath, String> {
+/// The kernel path for `plan`, its attachments pinned under the switch whose file is `config`
+/// (so forwarding outlives the daemon), and a word on the pinning for the log; or what it
+/// cannot do (nothing attached yet).
+fn kernel_path(plan: &DatapathPlan, config: &Path) -> Result<(teamster_kernel::KernelPath, String), String> {
     // NetIOC runs on HTB qdiscs at the uplinks' roots: refuse before anything is attached if
     // one of them holds a root qdisc that is not Teamster's.
     let leaves: Vec<_> = plan.ports.iter().map(|p| p.leaf).collect();
@@ -127,7 +131,17 @@ fn kernel_path(plan: &DatapathPlan) -> Result<teamster_kernel::KernelPath, Strin
         teamster_core::Instant::ZERO,
     )
     .map_err(|e| e.to_string())?;
-    teamster_kernel::KernelPath::load(plan.switch.mac_limits.total)
+    let (pins, pinned) = match teamster_kernel::pins::Pins::for_config(config) {
+        Ok(p) => {
+            let said = format!("pinned in {}", p.dir().display());
+            (Some(p), said)
+        }
+        Err(e) => (None, format!("not pinned, so forwarding stops with the daemon: {e}")),
+    };
+    Ok((
+        teamster_kernel::KernelPath::load(plan.switch.mac_limits.total, pins)?,
+        pinned,
+    ))
 }
 
 #[cfg(test)]
