@@ -797,6 +797,7 @@ impl<P: Platform> Datapath<P> {
                 to.oversize += d.oversize;
                 to.tx_error += d.tx_error;
                 to.queue_full += d.queue_full;
+                to.ring_full += d.ring_full;
             }
         }
     }

@@ -10,7 +10,8 @@ pub struct ExtraDrops {
     pub queue_full: u64,
     /// To this interface: too large for its MTU and not a TCP frame that could be cut.
     pub oversize: u64,
-    /// On this interface: the kernel's receive buffer was full before the loop read it.
+    /// On this interface: the kernel's receive buffer was full before the loop read it; on the
+    /// kernel path, past what the interface may hand up per second.
     pub ring_full: u64,
     /// To this interface: the kernel refused to send it.
     pub tx_error: u64,

@@ -104,8 +104,9 @@ pub fn links() -> io::Result<Vec<LinkInfo>> {
     Err(last.unwrap_or_else(|| io::Error::other("no link dump taken")))
 }
 
-/// One RTM_GETLINK dump (see [`links`]); an interrupted dump is an `Interrupted` error.
-fn dump_links() -> io::Result<Vec<LinkInfo>> {
+/// A rtnetlink socket whose reads give up after `timeout_s` seconds (the kernel answers at
+/// once; a read that waits longer would hang the caller).
+pub fn route_socket(timeout_s: i64) -> io::Result<OwnedFd> {
     // SAFETY: plain socket creation, checked below.
     let raw = unsafe {
         libc::socket(
@@ -119,7 +120,10 @@ fn dump_links() -> io::Result<Vec<LinkInfo>> {
     }
     // SAFETY: `raw` is a fresh descriptor owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
+    let timeout = libc::timeval {
+        tv_sec: timeout_s,
+        tv_usec: 0,
+    };
     // SAFETY: `timeout` is a timeval of the size passed.
     let r = unsafe {
         libc::setsockopt(
@@ -133,6 +137,13 @@ fn dump_links() -> io::Result<Vec<LinkInfo>> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(fd)
+}
+
+/// One RTM_GETLINK dump (see [`links`]); an interrupted dump is an `Interrupted` error.
+fn dump_links() -> io::Result<Vec<LinkInfo>> {
+    let fd = route_socket(1)?;
+    let raw = fd.as_raw_fd();
     // nlmsghdr then an empty ifinfomsg (AF_UNSPEC: every link).
     let mut req = [0u8; HEADERS];
     req[0..4].copy_from_slice(&(HEADERS as u32).to_ne_bytes());

@@ -49,6 +49,13 @@ struct {
 } slots SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct punt_bucket);
+} punt_budget SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096 + 1);
 	__type(key, __u32);
@@ -286,13 +293,46 @@ static __always_inline void hand_up(struct __sk_buff *skb, __u16 why, __u64 len)
 	bpf_perf_event_output(skb, &punts, BPF_F_CURRENT_CPU | (len << 32), &m, sizeof(m));
 }
 
-/* Hands the frame to user space whole, with where it came from, and drops it here. */
+/* True if interface `slot` may hand one more frame or note up now: a token bucket of
+ * config.punt_rate a second, PUNT_BURST deep, so that no VM and no host outside can keep the
+ * engine (and the per-CPU rings the uplinks' LACPDUs share) busy. Updated without a lock: two
+ * CPUs racing may let a frame or two more through, never fewer. */
+static __always_inline int may_hand_up(__u32 slot)
+{
+	__u32 zero = 0;
+	struct config *c = bpf_map_lookup_elem(&config, &zero);
+	struct punt_bucket *b = bpf_map_lookup_elem(&punt_budget, &slot);
+	if (!c || !b || !c->punt_rate)
+		return 1;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 elapsed = now - b->last_ns;
+	if (elapsed > 1000000000ULL)
+		elapsed = 1000000000ULL;
+	__u64 credit = b->credit + elapsed * c->punt_rate / 1000000;
+	if (credit > PUNT_BURST * 1000ULL)
+		credit = PUNT_BURST * 1000ULL;
+	b->last_ns = now;
+	if (credit < 1000) {
+		b->credit = credit;
+		struct stats *s = stats_of(slot);
+		if (s)
+			s->punt_limited++;
+		return 0;
+	}
+	b->credit = credit - 1000;
+	return 1;
+}
+
+/* Hands the frame to user space whole, with where it came from, and drops it here (past the
+ * interface's punt rate, only drops it). */
 static __always_inline int punted(struct __sk_buff *skb, struct verdict *v, __u32 slot, __u8 why)
 {
 	struct stats *s = stats_of(slot);
+	v->punt = why;
+	if (!may_hand_up(slot))
+		return TC_ACT_SHOT;
 	if (s)
 		s->punted++;
-	v->punt = why;
 	if (skb->len <= 0xff00)
 		hand_up(skb, why, skb->len);
 	else if (s)
@@ -591,12 +631,14 @@ static __always_inline int reflected(const struct config *c, const struct key *k
 
 /* Tells the engine an ARP sender's address on an uplink when it is new or changed (core
  * Switch's ArpSenders, which its claims ask before a port takes a MAC a host outside used). */
-static __always_inline void note_arp(struct __sk_buff *skb, __u16 dom, const struct key *k)
+static __always_inline void note_arp(struct __sk_buff *skb, __u32 slot, __u16 dom, const struct key *k)
 {
 	struct fdb_key key = fdb_key(dom, k->src);
 	__u32 *ip = bpf_map_lookup_elem(&arp_seen, &key);
 	if (ip && *ip == k->src_fold)
 		return;
+	if (!may_hand_up(slot))
+		return; /* not recorded as seen: the next one may be noted */
 	__u32 sender = k->src_fold;
 	bpf_map_update_elem(&arp_seen, &key, &sender, BPF_ANY);
 	hand_up(skb, NOTE_ARP, skb->len < NOTE_BYTES ? skb->len : NOTE_BYTES);
@@ -644,7 +686,7 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 		return dropped(v, slot, DROP_REFLECTION);
 	}
 	if ((k.ether_type == ETH_P_ARP_ || k.ether_type == ETH_P_RARP_) && k.has_ip && k.src_fold && !is_group(k.src))
-		note_arp(skb, dom, &k);
+		note_arp(skb, up->slot, dom, &k);
 	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
 	__u8 edit = k.tags ? EDIT_POP : EDIT_KEEP;
 	__u64 bit = up->id < 64 ? 1ULL << up->id : 0;

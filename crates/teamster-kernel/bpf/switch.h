@@ -135,8 +135,17 @@ struct config {               /* `config`, key 0 */
 	__u64 limit_per_port;
 	__u64 reflection_ns;      /* how long a port's frame takes to come back (core REFLECTION_WINDOW) */
 	__u32 link_local;         /* some group asks for LLDP & co.: punt them from uplinks */
-	__u32 pad;
+	__u32 punt_rate;          /* frames and notes each interface may hand up per second (0: no
+	                           * bound), PUNT_BURST at once */
 };
+
+struct punt_bucket {          /* `punt_budget`, by slot: what the interface may still hand up */
+	__u64 last_ns;
+	__u64 credit;             /* in thousandths of a frame */
+};
+
+/* Frames an interface may hand up at once, past its rate. */
+#define PUNT_BURST 256
 
 struct fdb_key {
 	__u16 domain;
@@ -183,6 +192,8 @@ struct stats {                /* per CPU, by slot */
 	__u64 from_uplinks;       /* port: bytes it received from uplinks */
 	__u64 oversize;           /* to this interface: longer than its MTU (and not a super-frame) */
 	__u64 tx_error;           /* to this interface: the kernel refused a copy */
+	__u64 punt_limited;       /* from this interface: past its punt_rate, dropped (or a note
+	                           * not sent) */
 	__u64 drops[DROP_REASONS]; /* by DROP_ reason; [0]: other (an edit the kernel refused, a
 	                            * frame too long to hand to user space): shown as tx_error */
 };

@@ -120,7 +120,8 @@ pub struct Config {
     pub limit_per_port: u64,
     pub reflection_ns: u64,
     pub link_local: u32,
-    pub pad: u32,
+    /// Frames and notes each interface may hand up per second (0: no bound).
+    pub punt_rate: u32,
 }
 
 #[repr(C)]
@@ -173,7 +174,42 @@ pub struct Stats {
     pub from_uplinks: u64,
     pub oversize: u64,
     pub tx_error: u64,
+    pub punt_limited: u64,
     pub drops: [u64; DROP_REASONS],
+}
+
+impl Stats {
+    /// Adds `o`'s counts (another CPU's) to these, field by field.
+    pub fn add(&mut self, o: &Stats) {
+        let Stats {
+            rx_packets,
+            rx_bytes,
+            tx_packets,
+            tx_bytes,
+            mac_limit,
+            punted,
+            to_uplinks,
+            from_uplinks,
+            oversize,
+            tx_error,
+            punt_limited,
+            drops,
+        } = o;
+        self.rx_packets += rx_packets;
+        self.rx_bytes += rx_bytes;
+        self.tx_packets += tx_packets;
+        self.tx_bytes += tx_bytes;
+        self.mac_limit += mac_limit;
+        self.punted += punted;
+        self.to_uplinks += to_uplinks;
+        self.from_uplinks += from_uplinks;
+        self.oversize += oversize;
+        self.tx_error += tx_error;
+        self.punt_limited += punt_limited;
+        for (a, b) in self.drops.iter_mut().zip(drops) {
+            *a += b;
+        }
+    }
 }
 
 #[repr(C)]
@@ -213,6 +249,6 @@ const _: () = {
     assert!(size_of::<FdbEntry>() == 16);
     assert!(size_of::<Out>() == 8);
     assert!(size_of::<Verdict>() == 4136);
-    assert!(size_of::<Stats>() == 208);
+    assert!(size_of::<Stats>() == 216);
     assert!(size_of::<PuntMeta>() == 16);
 };

@@ -517,9 +517,10 @@ fn sync_tables(
             let extra = ExtraDrops {
                 oversize: d(now_stats.oversize, before.oversize),
                 tx_error: d(now_stats.tx_error, before.tx_error) + d(now_stats.drops[0], before.drops[0]),
+                ring_full: d(now_stats.punt_limited, before.punt_limited),
                 ..ExtraDrops::default()
             };
-            if extra.oversize + extra.tx_error > 0 {
+            if extra.oversize + extra.tx_error + extra.ring_full > 0 {
                 extras.push((at, extra));
             }
         }

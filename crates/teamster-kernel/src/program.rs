@@ -404,19 +404,7 @@ impl SwitchProgram {
         let per_cpu = m.get(&slot, 0).map_err(map_err("stats"))?;
         let mut sum = Stats::default();
         for s in per_cpu.iter() {
-            sum.rx_packets += s.rx_packets;
-            sum.rx_bytes += s.rx_bytes;
-            sum.tx_packets += s.tx_packets;
-            sum.tx_bytes += s.tx_bytes;
-            sum.mac_limit += s.mac_limit;
-            sum.punted += s.punted;
-            sum.to_uplinks += s.to_uplinks;
-            sum.from_uplinks += s.from_uplinks;
-            sum.oversize += s.oversize;
-            sum.tx_error += s.tx_error;
-            for (a, b) in sum.drops.iter_mut().zip(s.drops) {
-                *a += b;
-            }
+            sum.add(s);
         }
         Ok(sum)
     }

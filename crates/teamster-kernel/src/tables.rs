@@ -116,6 +116,14 @@ pub struct Tables {
     pub freed: Vec<u32>,
 }
 
+/// Frames (and notes) each interface may hand to the engine per second, past a burst of 256
+/// (`bpf/switch.h` PUNT_BURST): what a port waiting for its MAC, a guest changing its MAC, or an
+/// uplink's LACPDUs and ARP notes need, with room to spare; a VM or a host outside that sends
+/// more of what the kernel hands up has the rest dropped in the kernel (counted as `ring_full`
+/// on that interface), so it cannot keep the engine busy nor crowd the uplinks' LACPDUs out of
+/// the shared per-CPU rings.
+pub const PUNT_RATE: u32 = 2000;
+
 /// The fast path's domain for a VLAN (or none).
 pub fn domain(vlan: Option<u16>) -> u16 {
     vlan.unwrap_or(abi::DOMAIN_UNTAGGED)
@@ -168,7 +176,7 @@ impl Tables {
             limit_per_port: limits.per_port as u64,
             reflection_ns: REFLECTION_WINDOW.as_nanos() as u64,
             link_local: u32::from(switch.asks_link_local()),
-            pad: 0,
+            punt_rate: PUNT_RATE,
         };
 
         let mut uplink_slot = BTreeMap::new();

@@ -16,7 +16,7 @@
 //! on, and statistics read every second would cost the CPU that NetIOC's cost is measured in.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use teamster_core::ioc::htb::{HtbClass, MAJOR};
 
 const RTM_NEWQDISC: u16 = 36;
@@ -92,37 +92,14 @@ pub struct Tc {
 
 impl Tc {
     pub fn open() -> io::Result<Tc> {
-        // SAFETY: plain socket creation, checked below.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let timeout = libc::timeval { tv_sec: 2, tv_usec: 0 };
+        let fd = teamster_dp::netlink::route_socket(2)?;
         let one: libc::c_int = 1;
-        // SAFETY: each option's value is a variable of the size passed.
-        unsafe {
-            if libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&timeout as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            ) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // Best effort: without them an error has only its number.
-            for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
+        // Best effort: without them an error has only its number.
+        for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
+            // SAFETY: the option's value is a c_int of the size passed.
+            unsafe {
                 libc::setsockopt(
-                    raw,
+                    fd.as_raw_fd(),
                     libc::SOL_NETLINK,
                     opt,
                     (&one as *const libc::c_int).cast(),

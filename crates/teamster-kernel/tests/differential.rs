@@ -80,3 +80,30 @@ fn a_mutated_table_is_caught() {
         "3000 frames and no difference from a program whose forged-transmit rule is inverted"
     );
 }
+
+/// A VM sending what the kernel hands up (here MACsec, which the program's parser leaves to the
+/// engine) as fast as it can gets at most a burst and its interface's rate through to the
+/// engine; the rest is dropped in the kernel and counted.
+#[test]
+fn what_an_interface_hands_up_is_bounded() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    let from = teamster_core::switch::Ingress::Port(teamster_core::teaming::PortId(1));
+    let mut frame = vec![0x02, 0, 0, 0, 0, 0x77];
+    frame.extend_from_slice(&common::port_mac(1).0);
+    frame.extend_from_slice(&[0x88, 0xe5]);
+    frame.extend_from_slice(&[0u8; 64]);
+    let before = rig.kernel_stats(from);
+    let started = std::time::Instant::now();
+    let sent = 2000u64;
+    for _ in 0..sent {
+        rig.compare(from, &frame).expect("the same verdict");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let after = rig.kernel_stats(from);
+    let (up, limited) = (after.punted - before.punted, after.punt_limited - before.punt_limited);
+    let allowed = 256.0 + f64::from(teamster_kernel::tables::PUNT_RATE) * secs;
+    eprintln!("{sent} MACsec frames in {secs:.3} s: {up} handed up (allowed {allowed:.0}), {limited} dropped");
+    assert_eq!(up + limited, sent);
+    assert!((up as f64) <= allowed + 2.0, "{up} handed up, {allowed:.0} allowed");
+    assert!(secs > 0.5 || limited > 0, "none limited in {secs:.3} s");
+}

@@ -66,16 +66,12 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
             ifindex,
             capacity: Bandwidth::from_mbps(100),
         };
+        // Each run of the planner against the one uplink.
+        let sync = |shaping: &mut Shaping, tree: &Tree, leaves: &[(PortId, NodeId)]| {
+            shaping.sync(Some(tree), leaves, std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
+        };
         let mut shaping = Shaping::default();
-        shaping
-            .sync(
-                Some(&tree),
-                &leaves,
-                std::slice::from_ref(&uplink),
-                &|_| 1,
-                Instant::ZERO,
-            )
-            .unwrap();
+        sync(&mut shaping, &tree, &leaves).unwrap();
         let classes = sh(&["tc", "class", "show", "dev", "up0"]);
         assert_eq!(
             classes.lines().count(),
@@ -119,15 +115,7 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         assert!(before > 0, "the pings went through the qdisc");
         std::mem::forget(shaping);
         let mut shaping = Shaping::default();
-        shaping
-            .sync(
-                Some(&tree),
-                &leaves,
-                std::slice::from_ref(&uplink),
-                &|_| 1,
-                Instant::ZERO,
-            )
-            .unwrap();
+        sync(&mut shaping, &tree, &leaves).unwrap();
         let after = sent(&sh(&["tc", "-s", "qdisc", "show", "dev", "up0", "root"]));
         assert!(after >= before, "the qdisc was replaced: sent {before} then {after}");
         assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 5);
@@ -138,37 +126,19 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         let vm = changed.add(NodeId::ROOT, spec("vm", 60, None)).unwrap();
         changed.add(vm, spec("vm1", 60, None)).unwrap();
         changed.add(vm, spec("vm2", 0, Some(20))).unwrap();
-        shaping
-            .sync(
-                Some(&changed),
-                &leaves,
-                std::slice::from_ref(&uplink),
-                &|_| 1,
-                Instant::ZERO,
-            )
-            .unwrap();
+        sync(&mut shaping, &changed, &leaves).unwrap();
         let classes = sh(&["tc", "class", "show", "dev", "up0"]);
         assert!(classes.contains("ceil 20Mbit"), "{classes}");
         assert_eq!(shaping.priority(PortId(1)), p1, "vm1 keeps its class");
 
         // vm2's port goes: its class goes with it.
-        shaping
-            .sync(
-                Some(&changed),
-                &leaves[..1],
-                std::slice::from_ref(&uplink),
-                &|_| 1,
-                Instant::ZERO,
-            )
-            .unwrap();
+        sync(&mut shaping, &changed, &leaves[..1]).unwrap();
         assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 4);
         assert_eq!(shaping.priority(PortId(2)), 0);
 
         // Nothing asked of the ports any more: the default qdisc is back.
         let plain = Tree::new("uplink");
-        shaping
-            .sync(Some(&plain), &[], std::slice::from_ref(&uplink), &|_| 1, Instant::ZERO)
-            .unwrap();
+        sync(&mut shaping, &plain, &[]).unwrap();
         let qdiscs = sh(&["tc", "qdisc", "show", "dev", "up0"]);
         assert!(!qdiscs.contains("7473"), "{qdiscs}");
 
@@ -192,15 +162,7 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
 
         // Someone else's root qdisc: refused by name, and left as it was.
         sh(&["tc", "qdisc", "add", "dev", "up0", "root", "handle", "1:", "htb"]);
-        let e = shaping
-            .sync(
-                Some(&tree),
-                &leaves,
-                std::slice::from_ref(&uplink),
-                &|_| 1,
-                Instant::ZERO,
-            )
-            .unwrap_err();
+        let e = sync(&mut shaping, &tree, &leaves).unwrap_err();
         assert!(e.contains("up0") && e.contains("htb 1:"), "{e}");
         assert!(sh(&["tc", "qdisc", "show", "dev", "up0"]).contains("htb 1:"));
     })

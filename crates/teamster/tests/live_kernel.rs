@@ -19,6 +19,30 @@ fn switch() -> String {
     )
 }
 
+/// The kernel path's switch with NetIOC controls: uplinks of `capacity`, class `vm` reserving
+/// `class`, and vm1's and vm2's lines.
+fn controlled(capacity: &str, class: &str, vm1: &str, vm2: &str) -> String {
+    switch_toml(
+        "datapath = \"kernel\"",
+        capacity,
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        &format!("[[traffic_classes]]\nclass = \"vm\"\nreservation = \"{class}\""),
+        vm1,
+        vm2,
+    )
+}
+
+/// The sequence numbers ping's output shows answered, and the longest run of them missing.
+fn answered(pings: &str) -> (Vec<u32>, u32) {
+    let seqs: Vec<u32> = pings
+        .split("icmp_seq=")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+        .collect();
+    let gap = seqs.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap_or(u32::MAX);
+    (seqs, gap)
+}
+
 /// The switch's programs on `dev`'s tcx ingress.
 fn tcx_programs(dev: &str) -> usize {
     let names = teamster_kernel::tcx_ingress_programs(dev).unwrap_or_else(|e| panic!("{dev}: {e}"));
@@ -111,12 +135,7 @@ fn the_kernel_path_switches_fails_over_and_detaches() {
     must(&["ip", "link", "set", &vm1_uplink, "down"]);
     let pings = pinger.join().unwrap();
     must(&["ip", "link", "set", &vm1_uplink, "up"]);
-    let seqs: Vec<u32> = pings
-        .split("icmp_seq=")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
-        .collect();
-    let gap = seqs.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap_or(u32::MAX);
+    let (seqs, gap) = answered(&pings);
     eprintln!(
         "kernel path failover: {} of 2000 pings answered, longest run unanswered {gap} (1 ms apart)",
         seqs.len()
@@ -151,14 +170,7 @@ fn the_kernel_path_refuses_an_uplink_whose_root_qdisc_is_someone_elses() {
     }
     let _topology = Topology::shaped_vms_on(100, 2, true);
     let dir = tempfile::tempdir().unwrap();
-    let config = switch_toml(
-        "datapath = \"kernel\"",
-        "100M",
-        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
-        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"20M\"",
-        "reservation = \"20M\"",
-        "",
-    );
+    let config = controlled("100M", "20M", "reservation = \"20M\"", "");
     let path = dir.path().join("switch.toml");
     std::fs::write(&path, config).unwrap();
     let out = Command::new("timeout")
@@ -265,14 +277,7 @@ fn forwarding_survives_kill_9_and_the_next_start_takes_over() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     // With NetIOC controls, so that the uplinks' HTB is taken over too.
-    let config = switch_toml(
-        "datapath = \"kernel\"",
-        "1G",
-        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
-        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"200M\"",
-        "reservation = \"100M\"",
-        "limit = \"900M\"",
-    );
+    let config = controlled("1G", "200M", "reservation = \"100M\"", "limit = \"900M\"");
     let (first, status_path) = start(dir.path(), &config);
     assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
     let qdisc = |dev: &str| {
@@ -330,12 +335,7 @@ fn forwarding_survives_kill_9_and_the_next_start_takes_over() {
     });
     let pings = pinger.join().unwrap();
     let got = stream.join().unwrap();
-    let seqs: Vec<u32> = pings
-        .split("icmp_seq=")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
-        .collect();
-    let gap = seqs.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap_or(u32::MAX);
+    let (seqs, gap) = answered(&pings);
     let stalls = got.per_second.iter().filter(|r| **r < 1.0).count();
     eprintln!(
         "kill -9 and restart: {} of 3000 pings answered (1 ms apart), longest run unanswered {gap}; TCP per 100 ms (Mbit/s): {:.0?}",

@@ -315,6 +315,12 @@ impl Rig {
         (self.slots.of(b.ifindex).expect("a slot"), port)
     }
 
+    /// The kernel's counters of the interface `from` arrives on.
+    pub fn kernel_stats(&self, from: Ingress) -> teamster_kernel::abi::Stats {
+        let (_, slot) = self.ingress_slot(from);
+        self.fast.stats(slot).expect("the stats map")
+    }
+
     fn ingress_slot(&self, from: Ingress) -> (u32, u32) {
         let b = match from {
             Ingress::Port(p) => self.ifs.ports[&p],
