@@ -376,6 +376,18 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         match sync_tables(&mut st, &self.notes, switch, bound, now) {
             Ok(extra) => {
                 synced.extra = extra;
+                if st.next_queue_stats.is_none_or(|t| now >= t) {
+                    st.next_queue_stats = Some(now + Self::QUEUE_STATS_EVERY);
+                    let checked = st.shaping.check();
+                    synced.events.extend(checked.lost);
+                    for (p, n) in checked.drops {
+                        let drops = ExtraDrops {
+                            queue_full: n,
+                            ..ExtraDrops::default()
+                        };
+                        synced.extra.push((Ingress::Port(p), drops));
+                    }
+                }
                 // This run's tables are in: the earlier run's programs step aside.
                 if !st.earlier.is_empty() {
                     let earlier = std::mem::take(&mut st.earlier);
@@ -488,18 +500,6 @@ fn sync_tables(
         st.next_mirror = Some(now + KernelPath::mirror_every(n));
     }
     let mut extras = Vec::new();
-    if st.next_queue_stats.is_none_or(|t| now >= t) {
-        st.next_queue_stats = Some(now + KernelPath::QUEUE_STATS_EVERY);
-        for (p, n) in st.shaping.queue_drops() {
-            extras.push((
-                Ingress::Port(p),
-                ExtraDrops {
-                    queue_full: n,
-                    ..ExtraDrops::default()
-                },
-            ));
-        }
-    }
     if st.next_count.is_none_or(|t| now >= t) {
         st.next_count = Some(now + KernelPath::COUNT_EVERY);
         let at: Vec<(Ingress, u32)> = ifs

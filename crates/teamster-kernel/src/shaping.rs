@@ -57,6 +57,15 @@ pub struct Shaping {
     drops_seen: BTreeMap<(u32, u16), u32>,
 }
 
+/// What [`Shaping::check`] found.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Drops of each port's queues since the last check.
+    pub drops: Vec<(PortId, u64)>,
+    /// For the event log.
+    pub lost: Vec<String>,
+}
+
 /// How long a failed plan waits before it is tried again.
 const RETRY_NS: u64 = 1_000_000_000;
 
@@ -161,6 +170,12 @@ impl Shaping {
             // as it is, so nothing queued in it is lost; every class is written again.
             _ if check_root(tc, &u.interface, u.ifindex)? => {
                 let found = held_by_kernel(tc, u.ifindex).map_err(|e| format!("cannot read its classes: {e}"))?;
+                // What its queues dropped before this run is not this run's to count.
+                for q in tc.qdiscs(u.ifindex).unwrap_or_default() {
+                    if q.kind == "bfifo" && q.parent >> 16 == u32::from(htb::MAJOR) {
+                        self.drops_seen.insert((u.ifindex, q.parent as u16), q.drops);
+                    }
+                }
                 self.held.insert(u.ifindex, (u.interface.clone(), found.clone()));
                 found
             }
@@ -201,15 +216,24 @@ impl Shaping {
         Ok(())
     }
 
-    /// What each port's queues on the uplinks dropped (full) since the last call, by port.
-    pub fn queue_drops(&mut self) -> Vec<(PortId, u64)> {
+    /// Reads Teamster's qdiscs on the uplinks: what each port's queues dropped (full) since the
+    /// last call, by port; and the uplinks whose qdisc someone else deleted or replaced, which
+    /// are forgotten so that the next sync builds them again.
+    pub fn check(&mut self) -> Checked {
         let by_minor: BTreeMap<u16, PortId> = self.priorities.iter().map(|(p, prio)| (*prio as u16, *p)).collect();
-        let held: Vec<u32> = self.held.keys().copied().collect();
+        let held: Vec<(u32, String)> = self.held.iter().map(|(i, (n, _))| (*i, n.clone())).collect();
         let mut out: BTreeMap<PortId, u64> = BTreeMap::new();
-        let Ok(tc) = open(&mut self.tc) else { return Vec::new() };
+        let mut lost = Vec::new();
+        let Ok(tc) = open(&mut self.tc) else {
+            return Checked::default();
+        };
         let mut seen = BTreeMap::new();
-        for ifindex in held {
+        for (ifindex, name) in held {
             let Ok(qdiscs) = tc.qdiscs(ifindex) else { continue };
+            if !qdiscs.iter().any(|q| q.parent == tc::TC_H_ROOT && q.is_ours()) {
+                lost.push(name);
+                continue;
+            }
             for q in qdiscs
                 .iter()
                 .filter(|q| q.kind == "bfifo" && q.parent >> 16 == u32::from(htb::MAJOR))
@@ -222,8 +246,22 @@ impl Shaping {
                 }
             }
         }
+        for name in &lost {
+            self.held.retain(|_, (n, _)| n != name);
+            self.last = None;
+        }
         self.drops_seen = seen;
-        out.into_iter().filter(|(_, n)| *n > 0).collect()
+        Checked {
+            drops: out.into_iter().filter(|(_, n)| *n > 0).collect(),
+            lost: lost
+                .into_iter()
+                .map(|n| {
+                    format!(
+                        "NetIOC: the HTB qdisc on uplink `{n}` was deleted or replaced from outside; it is set again"
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// Takes Teamster's qdisc off `ifindex` (the uplink was detached), if it holds one there.

@@ -121,6 +121,14 @@ fn the_planned_hierarchy_is_what_the_kernel_holds() {
         assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 5);
         assert_eq!(shaping.priority(PortId(1)), p1, "the same class for the same port");
 
+        // Someone deletes the qdisc: the next check notices, and the next sync sets it again.
+        sh(&["tc", "qdisc", "del", "dev", "up0", "root"]);
+        let checked = shaping.check();
+        assert!(checked.lost.iter().any(|l| l.contains("up0")), "{checked:?}");
+        sync(&mut shaping, &tree, &leaves).unwrap();
+        assert_eq!(sh(&["tc", "class", "show", "dev", "up0"]).lines().count(), 5);
+        assert!(shaping.check().lost.is_empty());
+
         // A change of controls changes the classes in place: vm2's limit goes to 20M.
         let mut changed = Tree::new("uplink");
         let vm = changed.add(NodeId::ROOT, spec("vm", 60, None)).unwrap();
