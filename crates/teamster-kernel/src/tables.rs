@@ -260,12 +260,14 @@ impl Tables {
 
         for spec in team.ports() {
             let p = spec.id;
-            let Some(b) = ifs.ports.get(&p) else { continue };
             let sw = switch.port_switching(p).expect("a port of the team is the switch's");
+            // Whether its interface is there or not: a switch is refused whole, before anything
+            // is attached.
             if sw.overlay {
                 let g = team.group(spec.group).map_or_else(String::new, |g| g.name.clone());
                 return Err(Unsupported::Overlay(g));
             }
+            let Some(b) = ifs.ports.get(&p) else { continue };
             let slot = slots.slot(b.ifindex)?;
             let mut flags = 0;
             let set = |on: bool, bit: u16| if on { bit } else { 0 };

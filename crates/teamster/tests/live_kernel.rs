@@ -199,6 +199,30 @@ fn the_kernel_path_refuses_an_uplink_whose_root_qdisc_is_someone_elses() {
         .unwrap();
     let qdiscs = String::from_utf8_lossy(&qdiscs.stdout);
     assert!(qdiscs.contains("htb 1:") && !qdiscs.contains("7473"), "{qdiscs}");
+
+    // Without controls it starts; a limit asked for through the API is then refused the
+    // same way, and nothing changes.
+    let plain = switch_toml(
+        "datapath = \"kernel\"",
+        "100M",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "",
+        "",
+        "",
+    );
+    let (_daemon, status_path) = start(dir.path(), &plain);
+    assert_eq!(status(&status_path)["data_plane"], "kernel");
+    let (code, out, err) = ctl(dir.path(), &["port", "vm1", "--limit", "50M"]);
+    assert_ne!(code, 0, "a limit the kernel path cannot enforce was accepted: {out}");
+    assert!(err.contains("tmt-u1") && err.contains("htb 1:"), "{err}");
+    let s = status(&status_path);
+    let vm1 = s["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vm1")
+        .unwrap();
+    assert!(vm1["limit_bps"].is_null(), "{vm1}");
 }
 
 /// With `datapath` unset the switch runs on the kernel path where it can, and says so; where

@@ -89,13 +89,19 @@ fn every_kind(src: [u8; 6]) -> Vec<Vec<u8>> {
     kinds.iter().flat_map(|k| std::iter::repeat_n(k(src), EACH)).collect()
 }
 
-/// Frames from `src` seen arriving at each of `(namespace, interface)` while `act` runs (with
-/// a moment after it for stragglers).
+/// Link-control frames from `src` (to 802.1D's reserved block or to PVST+'s address) seen
+/// arriving at each of `(namespace, interface)` while `act` runs (with a moment after it for
+/// stragglers). Only those: the VM's own stack may send a neighbour solicitation meanwhile.
 fn seen_from(src: [u8; 6], at: &[(&str, &str)], act: impl FnOnce()) -> Vec<Vec<Vec<u8>>> {
     let stop = Arc::new(AtomicBool::new(false));
+    let link_control = move |f: &[u8]| {
+        f.len() >= 14
+            && f[6..12] == src
+            && (f[0..5] == [0x01, 0x80, 0xc2, 0, 0] || f[0..6] == [0x01, 0x00, 0x0c, 0xcc, 0xcc, 0xcd])
+    };
     let watchers: Vec<_> = at
         .iter()
-        .map(|(ns, dev)| capture(ns, dev, move |f| f[6..12] == src, stop.clone()))
+        .map(|(ns, dev)| capture(ns, dev, link_control, stop.clone()))
         .collect();
     act();
     std::thread::sleep(Duration::from_millis(300));

@@ -81,6 +81,8 @@ pub struct Published {
     pub rx_events: Vec<super::RxEvent>,
     /// NetQueue filter moves since start, by reason (`pack`, `spread`).
     pub rx_moves: std::collections::BTreeMap<&'static str, u64>,
+    /// Which data plane switches the frames: `kernel` (a fast path) or `userspace`.
+    pub data_plane: &'static str,
 }
 
 impl<P: Platform> Datapath<P> {
@@ -135,6 +137,11 @@ impl<P: Platform> Datapath<P> {
             vtep: self.switch.vtep().map(|v| (v.local(), self.switch.vtep_neighbors())),
             rx_events: self.recent_rx_events(events),
             rx_moves: self.rx_moves.clone(),
+            data_plane: if self.platform.fast_path().is_some() {
+                "kernel"
+            } else {
+                "userspace"
+            },
         }
     }
 }

@@ -217,3 +217,19 @@ fn a_ports_netioc_class_is_its_priority_and_uplinks_carry_none() {
     assert_eq!(t.ifaces[&11].priority, 0, "no class: the uplink's default");
     assert_eq!(t.ifaces[&20].priority, 0, "only a port's frames are classified");
 }
+
+#[test]
+fn an_overlay_group_is_refused_even_before_its_ports_attach() {
+    let s = switch(Policy::PORT_ID);
+    let overlay =
+        teamster_core::overlay::Overlay::new(5001, "192.0.2.1".parse().unwrap(), vec!["192.0.2.2".parse().unwrap()])
+            .unwrap();
+    let mut config = SwitchConfig {
+        overlays: vec![None, Some(overlay)],
+        ..SwitchConfig::default()
+    };
+    config.security = vec![SecurityPolicy::default(); 2];
+    let s = Switch::with_config(s.team().clone(), config);
+    let e = Tables::build(&s, &Interfaces::default(), &mut Slots::default(), Instant::ZERO).unwrap_err();
+    assert_eq!(e, Unsupported::Overlay("b".into()));
+}

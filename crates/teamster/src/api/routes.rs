@@ -166,6 +166,9 @@ pub(super) fn check_running(state: &ApiState, new: &SwitchFile) -> Result<Switch
         .map(|u| (u.name.clone(), Bandwidth::from_bps(u.capacity_bps)))
         .collect();
     let plan = check_with(new, &Sysfs, &running).map_err(|e| with_port_name(new, e))?;
+    if latest(state).data_plane == "kernel" {
+        crate::live::data_plane::can_shape(&plan.datapath)?;
+    }
     claims(state).claim(interfaces(&plan))?;
     Ok(plan)
 }

@@ -279,6 +279,7 @@ mod tests {
             vtep: None,
             rx_events: Vec::new(),
             rx_moves: Default::default(),
+            data_plane: "userspace",
         };
         (state, file)
     }

@@ -110,19 +110,26 @@ pub fn platform(
     }
 }
 
-/// The kernel path for `plan`, its attachments pinned under the switch whose file is `config`
-/// (so forwarding outlives the daemon), and a word on the pinning for the log; or what it
-/// cannot do (nothing attached yet).
-fn kernel_path(plan: &DatapathPlan, config: &Path) -> Result<(teamster_kernel::KernelPath, String), String> {
-    // NetIOC runs on HTB qdiscs at the uplinks' roots: refuse before anything is attached if
-    // one of them holds a root qdisc that is not Teamster's.
+/// Whether the kernel path can enforce `plan`'s NetIOC controls: it runs them on HTB qdiscs at
+/// the uplinks' roots, so an uplink holding a root qdisc that is not Teamster's is refused by
+/// name (at start, and for a change on a switch running on the kernel path).
+pub fn can_shape(plan: &DatapathPlan) -> Result<(), String> {
     let leaves: Vec<_> = plan.ports.iter().map(|p| p.leaf).collect();
     if teamster_core::ioc::htb::needs_shaping(&plan.tree, &leaves) {
         for u in &plan.uplinks {
             teamster_kernel::shaping::check_uplink(&u.interface)
-                .map_err(|e| format!("NetIOC on uplink `{}`: {e}", u.name))?;
+                .map_err(|e| format!("NetIOC on uplink `{}` (kernel path): {e}", u.name))?;
         }
     }
+    Ok(())
+}
+
+/// The kernel path for `plan`, its attachments pinned under the switch whose file is `config`
+/// (so forwarding outlives the daemon), and a word on the pinning for the log; or what it
+/// cannot do (nothing attached yet).
+fn kernel_path(plan: &DatapathPlan, config: &Path) -> Result<(teamster_kernel::KernelPath, String), String> {
+    // Refused before anything is attached.
+    can_shape(plan)?;
     let switch = teamster_core::switch::Switch::with_config(plan.team.clone(), plan.switch.clone());
     teamster_kernel::Tables::build(
         &switch,

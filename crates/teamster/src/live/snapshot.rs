@@ -37,6 +37,9 @@ pub struct Snapshot {
     /// The uplinks' receive queues.
     #[serde(default)]
     pub rx: super::rx_view::RxView,
+    /// Which data plane switches the frames: `kernel` (the tcx fast path) or `userspace`.
+    #[serde(default)]
+    pub data_plane: String,
 }
 
 /// This host's VTEP: its address and the remote VTEPs the overlays list.

@@ -227,6 +227,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 .collect(),
         }),
         events: dp.events.iter().skip(skip).map(EventView::from).collect(),
+        data_plane: dp.data_plane.to_string(),
     }
 }
 
