@@ -35,13 +35,13 @@ use std::time::{Duration, Instant};
 /// The uplink's rate, Mbit/s.
 const LINE: u32 = 100;
 /// How long the streams run, s; when uplink1 fails and when the controls change.
-const SECS: u32 = 34;
-const FAIL_AT: u64 = 11;
-const CHANGE_AT: u64 = 23;
+const SECS: u32 = 30;
+const FAIL_AT: u64 = 10;
+const CHANGE_AT: u64 = 20;
 /// The seconds (intervals from a stream's start) each phase is judged over.
-const PHASE1: (usize, usize) = (3, 11);
-const PHASE2: (usize, usize) = (14, 23);
-const PHASE3: (usize, usize) = (25, 33);
+const PHASE1: (usize, usize) = (3, 10);
+const PHASE2: (usize, usize) = (13, 20);
+const PHASE3: (usize, usize) = (22, 29);
 
 fn config(plane: &str) -> String {
     let mut t = format!("datapath = \"{plane}\"\n");
