@@ -135,6 +135,20 @@ impl AfPacket {
         AfPacket::open_as(name, false, 0)
     }
 
+    /// Sets the `skb->priority` of every frame this socket sends (`SO_PRIORITY`; past 6 it
+    /// needs CAP_NET_ADMIN): a qdisc may read it as a class.
+    pub fn set_priority(&self, priority: u32) -> io::Result<()> {
+        let p = priority as libc::c_int;
+        crate::sockopt::set_opt(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            &p,
+            "SO_PRIORITY",
+            &self.name,
+        )
+    }
+
     /// [`AfPacket::open`], with a filter that drops every frame until it is taken off when
     /// `muted` (a receive queue socket takes no frame before it has joined its group).
     fn open_muted(name: &str, muted: bool) -> io::Result<AfPacket> {

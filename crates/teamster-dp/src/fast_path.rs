@@ -71,6 +71,12 @@ pub trait FastPath: Send + Sync + 'static {
     fn sync(&self, switch: &mut Switch, bound: &Bound<'_>, now: Instant) -> Synced;
     /// What it is, for the start-up log.
     fn describe(&self) -> String;
+    /// The priority of the frames the switch sends itself through the fast path's interfaces
+    /// (its RARPs and LACPDUs, and the frames it switched for the fast path), so that a qdisc
+    /// the fast path put on an uplink can give them their own queue; 0 for none.
+    fn send_priority(&self) -> u32 {
+        0
+    }
 }
 
 /// Frames the fast path handed to user space from one interface, waiting for the data plane:
@@ -133,6 +139,9 @@ impl Punted {
     /// Attaches `fast` to `interface` and opens its sending socket.
     pub fn open(interface: &str, fast: Arc<dyn FastPath>) -> io::Result<Punted> {
         let tx = AfPacket::open_send_only(interface)?;
+        if fast.send_priority() != 0 {
+            tx.set_priority(fast.send_priority())?;
+        }
         let punts = fast.attach(interface)?;
         Ok(Punted { tx, punts, fast })
     }

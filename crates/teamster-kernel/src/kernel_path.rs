@@ -405,6 +405,14 @@ impl teamster_dp::fast_path::FastPath for KernelPath {
         synced
     }
 
+    /// HTB's direct queue on the uplinks' qdiscs (a priority equal to the qdisc's handle): the
+    /// team's RARPs after a failover and its LACPDUs leave at once, never behind the ports'
+    /// classes; what the engine switches for a port goes there too, bounded by what the port
+    /// may hand up ([`crate::tables::PUNT_RATE`]).
+    fn send_priority(&self) -> u32 {
+        teamster_core::ioc::htb::priority(0)
+    }
+
     fn describe(&self) -> String {
         let lost = self.lost.load(Ordering::Relaxed);
         format!(

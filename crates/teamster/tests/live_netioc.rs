@@ -223,6 +223,14 @@ fn phases(udp: Option<u32>, plane: &str) {
             "tmt-u2's port classes carried {carried} bytes after the failure"
         );
         eprintln!("tmt-u2's port classes after the failure: {c2_after:?}");
+        // The team's own frames (its RARPs after the failover) went by HTB's direct queue.
+        let out = Command::new("tc")
+            .args(["-j", "qdisc", "show", "dev", "tmt-u2", "root"])
+            .output()
+            .unwrap();
+        let q: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let direct = q[0]["options"]["direct_packets_stat"].as_u64().unwrap_or(0);
+        assert!(direct >= 3, "tmt-u2's direct queue sent {direct} frames: {q:?}");
         let queue_full: u64 = ["vm1", "vm2", "vm3"].iter().map(|v| port_drops(&last, v)).sum();
         eprintln!("the VMs' drops (their queues full, on the kernel path): {queue_full}");
     }
@@ -301,4 +309,3 @@ fn reservations_shares_and_limits_hold_under_tcp_on_the_kernel_path() {
 fn reservations_shares_and_limits_hold_under_udp_on_the_kernel_path() {
     phases(Some(LINE), "kernel");
 }
-

@@ -58,7 +58,8 @@ pub const MIN_QUANTUM: u32 = 1514;
 /// `gso_max_size`).
 pub const SUPER_FRAME: u32 = 65_536;
 
-/// The `skb->priority` that selects class `minor` of the qdisc: HTB reads it as a class ID.
+/// The `skb->priority` that selects class `minor` of the qdisc: HTB reads it as a class ID (minor
+/// 0, the qdisc's own handle, is HTB's direct queue: sent first, never shaped).
 pub fn priority(minor: u16) -> u32 {
     u32::from(MAJOR) << 16 | u32::from(minor)
 }
