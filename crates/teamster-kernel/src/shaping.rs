@@ -35,7 +35,7 @@ pub struct ShapedUplink {
 /// What the plans are made from: compared each turn, cloned only when it changed.
 #[derive(Debug, Clone, PartialEq)]
 struct Inputs {
-    tree: Tree,
+    tree: Option<Tree>,
     leaves: Vec<(PortId, NodeId)>,
     /// Per port leaf: the part of its limit one uplink carries.
     spread: BTreeMap<NodeId, f64>,
@@ -87,35 +87,37 @@ impl Shaping {
         policy_spread: &dyn Fn(PortId) -> usize,
         now: Instant,
     ) -> Result<(), String> {
+        let spread: BTreeMap<NodeId, f64> = leaves
+            .iter()
+            .map(|(p, l)| (*l, 1.0 / policy_spread(*p).max(1) as f64))
+            .collect();
+        // Nothing changed (the usual turn, shaped or not): nothing to decide.
+        let same = self.last.as_ref().is_some_and(|l| {
+            l.tree.as_ref() == tree && l.leaves == leaves && l.spread == spread && l.uplinks == uplinks
+        });
+        if same || self.retry_at.is_some_and(|t| now < t) {
+            return Ok(());
+        }
+        let inputs = Inputs {
+            tree: tree.cloned(),
+            leaves: leaves.to_vec(),
+            spread,
+            uplinks: uplinks.to_vec(),
+        };
         let Some(tree) = tree.filter(|t| {
             let ls: Vec<NodeId> = leaves.iter().map(|(_, l)| *l).collect();
             htb::needs_shaping(t, &ls)
         }) else {
             self.priorities.clear();
-            self.last = None;
-            return self.release_all();
-        };
-        let spread: BTreeMap<NodeId, f64> = leaves
-            .iter()
-            .map(|(p, l)| (*l, 1.0 / policy_spread(*p).max(1) as f64))
-            .collect();
-        let same = self
-            .last
-            .as_ref()
-            .is_some_and(|l| l.tree == *tree && l.leaves == leaves && l.spread == spread && l.uplinks == uplinks);
-        if same || self.retry_at.is_some_and(|t| now < t) {
+            self.release_all();
+            self.last = Some(inputs);
             return Ok(());
-        }
+        };
         self.last = None;
-        match self.apply(tree, leaves, &spread, uplinks) {
+        match self.apply(tree, leaves, &inputs.spread, uplinks) {
             Ok(()) => {
                 self.retry_at = None;
-                self.last = Some(Inputs {
-                    tree: tree.clone(),
-                    leaves: leaves.to_vec(),
-                    spread,
-                    uplinks: uplinks.to_vec(),
-                });
+                self.last = Some(inputs);
                 Ok(())
             }
             Err(e) => {
@@ -164,35 +166,39 @@ impl Shaping {
     /// root qdisc that is not its own), then the classes that differ from what it holds.
     fn put(&mut self, u: &ShapedUplink, plan: &UplinkPlan) -> Result<(), String> {
         let tc = open(&mut self.tc)?;
-        let old = match self.held.get(&u.ifindex) {
-            Some((name, held)) if *name == u.interface => held.clone(),
-            // Teamster's own qdisc, left by an earlier run (killed, or upgraded): taken over
-            // as it is, so nothing queued in it is lost; every class is written again.
-            _ if check_root(tc, &u.interface, u.ifindex)? => {
-                let found = held_by_kernel(tc, u.ifindex).map_err(|e| format!("cannot read its classes: {e}"))?;
-                // What its queues dropped before this run is not this run's to count.
-                for q in tc.qdiscs(u.ifindex).unwrap_or_default() {
-                    if q.kind == "bfifo" && q.parent >> 16 == u32::from(htb::MAJOR) {
-                        self.drops_seen.insert((u.ifindex, q.parent as u16), q.drops);
+        let kept = match self.held.get(&u.ifindex) {
+            Some((name, held)) if *name == u.interface => Some(held.clone()),
+            _ => None,
+        };
+        let old = match kept {
+            Some(held) => held,
+            None => match check_root(tc, &u.interface, u.ifindex)? {
+                // Teamster's own qdisc, left by an earlier run (killed, or upgraded): taken
+                // over as it is, so nothing queued in it is lost; every class is written again.
+                Some(qdiscs) => {
+                    let found = held_by_kernel(tc, u.ifindex).map_err(|e| format!("cannot read its classes: {e}"))?;
+                    // What its queues dropped before this run is not this run's to count.
+                    for (minor, drops) in port_queues(&qdiscs) {
+                        self.drops_seen.insert((u.ifindex, minor), drops);
                     }
+                    self.held.insert(u.ifindex, (u.interface.clone(), found.clone()));
+                    found
                 }
-                self.held.insert(u.ifindex, (u.interface.clone(), found.clone()));
-                found
-            }
-            _ => {
-                tc.replace_root(u.ifindex, htb::UNCLASSIFIED).map_err(|e| {
-                    if matches!(tc::errno(&e), Some(libc::ENOENT) | Some(libc::EINVAL)) {
-                        format!(
-                            "the kernel refused an HTB qdisc ({e}); NetIOC on the kernel path needs CONFIG_NET_SCH_HTB"
-                        )
-                    } else {
-                        format!("cannot set its HTB qdisc: {e}")
-                    }
-                })?;
-                self.held
-                    .insert(u.ifindex, (u.interface.clone(), UplinkPlan::default()));
-                UplinkPlan::default()
-            }
+                None => {
+                    tc.replace_root(u.ifindex, htb::UNCLASSIFIED).map_err(|e| {
+                        if matches!(tc::errno(&e), Some(libc::ENOENT) | Some(libc::EINVAL)) {
+                            format!(
+                                "the kernel refused an HTB qdisc ({e}); NetIOC on the kernel path needs CONFIG_NET_SCH_HTB"
+                            )
+                        } else {
+                            format!("cannot set its HTB qdisc: {e}")
+                        }
+                    })?;
+                    self.held
+                        .insert(u.ifindex, (u.interface.clone(), UplinkPlan::default()));
+                    UplinkPlan::default()
+                }
+            },
         };
         let tc = self.tc.as_mut().expect("opened above");
         for op in htb::diff(&old, plan) {
@@ -222,6 +228,7 @@ impl Shaping {
     pub fn check(&mut self) -> Checked {
         let by_minor: BTreeMap<u16, PortId> = self.priorities.iter().map(|(p, prio)| (*prio as u16, *p)).collect();
         let held: Vec<(u32, String)> = self.held.iter().map(|(i, (n, _))| (*i, n.clone())).collect();
+        // By ifindex, with the uplink's interface for the event.
         let mut out: BTreeMap<PortId, u64> = BTreeMap::new();
         let mut lost = Vec::new();
         let Ok(tc) = open(&mut self.tc) else {
@@ -231,23 +238,19 @@ impl Shaping {
         for (ifindex, name) in held {
             let Ok(qdiscs) = tc.qdiscs(ifindex) else { continue };
             if !qdiscs.iter().any(|q| q.parent == tc::TC_H_ROOT && q.is_ours()) {
-                lost.push(name);
+                lost.push((ifindex, name));
                 continue;
             }
-            for q in qdiscs
-                .iter()
-                .filter(|q| q.kind == "bfifo" && q.parent >> 16 == u32::from(htb::MAJOR))
-            {
-                let minor = q.parent as u16;
-                seen.insert((ifindex, minor), q.drops);
+            for (minor, drops) in port_queues(&qdiscs) {
+                seen.insert((ifindex, minor), drops);
                 let before = self.drops_seen.get(&(ifindex, minor)).copied().unwrap_or(0);
                 if let Some(p) = by_minor.get(&minor) {
-                    *out.entry(*p).or_default() += u64::from(q.drops.wrapping_sub(before));
+                    *out.entry(*p).or_default() += u64::from(drops.wrapping_sub(before));
                 }
             }
         }
-        for name in &lost {
-            self.held.retain(|_, (n, _)| n != name);
+        for (ifindex, _) in &lost {
+            self.held.remove(ifindex);
             self.last = None;
         }
         self.drops_seen = seen;
@@ -255,7 +258,7 @@ impl Shaping {
             drops: out.into_iter().filter(|(_, n)| *n > 0).collect(),
             lost: lost
                 .into_iter()
-                .map(|n| {
+                .map(|(_, n)| {
                     format!(
                         "NetIOC: the HTB qdisc on uplink `{n}` was deleted or replaced from outside; it is set again"
                     )
@@ -275,18 +278,17 @@ impl Shaping {
     }
 
     /// Takes Teamster's qdisc off every uplink.
-    pub fn release_all(&mut self) -> Result<(), String> {
+    pub fn release_all(&mut self) {
         let held: Vec<u32> = self.held.keys().copied().collect();
         for i in held {
             self.release(i);
         }
-        Ok(())
     }
 }
 
 impl Drop for Shaping {
     fn drop(&mut self) {
-        let _ = self.release_all();
+        self.release_all();
     }
 }
 
@@ -299,16 +301,28 @@ fn open(slot: &mut Option<Tc>) -> Result<&mut Tc, String> {
 }
 
 /// Refuses `interface` if its root qdisc is someone else's (see the module documentation);
-/// true if it is Teamster's own.
-fn check_root(tc: &mut Tc, interface: &str, ifindex: u32) -> Result<bool, String> {
-    match tc.root(ifindex) {
-        Ok(Some(q)) if !q.is_ours() => Err(format!(
+/// if it is Teamster's own, the interface's qdiscs.
+fn check_root(tc: &mut Tc, interface: &str, ifindex: u32) -> Result<Option<Vec<tc::Qdisc>>, String> {
+    let qdiscs = tc
+        .qdiscs(ifindex)
+        .map_err(|e| format!("cannot read the qdiscs of `{interface}`: {e}"))?;
+    match tc::root_of(&qdiscs) {
+        Some(q) if !q.is_ours() => Err(format!(
             "`{interface}` has a root qdisc `{}` that Teamster did not set; remove it (`tc qdisc del dev {interface} root`) or use datapath = \"userspace\"",
             q.describe()
         )),
-        Ok(q) => Ok(q.is_some()),
-        Err(e) => Err(format!("cannot read the qdiscs of `{interface}`: {e}")),
+        Some(_) => Ok(Some(qdiscs)),
+        None => Ok(None),
     }
+}
+
+/// Each port's queue in a dump of an uplink's qdiscs (the bfifo under one of Teamster's
+/// classes): its class's minor and its drops.
+fn port_queues(qdiscs: &[tc::Qdisc]) -> impl Iterator<Item = (u16, u32)> + '_ {
+    qdiscs
+        .iter()
+        .filter(|q| q.kind == "bfifo" && q.parent >> 16 == u32::from(htb::MAJOR))
+        .map(|q| (q.parent as u16, q.drops))
 }
 
 /// The classes Teamster's qdisc on `ifindex` holds, parents first, as a plan whose figures are

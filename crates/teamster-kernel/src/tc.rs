@@ -141,10 +141,7 @@ impl Tc {
     /// The root qdisc of `ifindex`; None for the kernel's default (handle 0: `noqueue` on a
     /// veth, `mq` or `pfifo_fast` on a NIC), which is there when nobody set one.
     pub fn root(&mut self, ifindex: u32) -> io::Result<Option<Qdisc>> {
-        Ok(self
-            .qdiscs(ifindex)?
-            .into_iter()
-            .find(|q| q.parent == TC_H_ROOT && q.handle != 0))
+        Ok(root_of(&self.qdiscs(ifindex)?).cloned())
     }
 
     /// Puts a fresh HTB qdisc `7473:` at the root of `ifindex`, replacing what was there (with
@@ -313,6 +310,12 @@ impl Tc {
             return Ok(n as usize);
         }
     }
+}
+
+/// The root qdisc in a dump of one interface's qdiscs, unless it is the kernel's default
+/// (handle 0).
+pub fn root_of(qdiscs: &[Qdisc]) -> Option<&Qdisc> {
+    qdiscs.iter().find(|q| q.parent == TC_H_ROOT && q.handle != 0)
 }
 
 /// The class ID `7473:minor`.

@@ -145,10 +145,14 @@ fn kernel_path(plan: &DatapathPlan, config: &Path) -> Result<(teamster_kernel::K
         }
         Err(e) => (None, format!("not pinned, so forwarding stops with the daemon: {e}")),
     };
-    Ok((
-        teamster_kernel::KernelPath::load(plan.switch.mac_limits.total, pins)?,
-        pinned,
-    ))
+    // A directory made for a program that did not load holds nothing: not left behind.
+    let dir = pins.as_ref().map(|p| p.dir().to_path_buf());
+    let path = teamster_kernel::KernelPath::load(plan.switch.mac_limits.total, pins).inspect_err(|_| {
+        if let Some(d) = &dir {
+            let _ = std::fs::remove_dir(d);
+        }
+    })?;
+    Ok((path, pinned))
 }
 
 #[cfg(test)]
