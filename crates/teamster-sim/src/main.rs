@@ -188,14 +188,25 @@ fn print_variants(o: &teamster_sim::Outcome) {
         .unwrap_or(0)
         .max(7);
     println!(
-        "  {:width$}  {:>6}  {:>10}  {:>11}  {:>10}  {:>6}  {:>6}  {:>8}",
-        "variant", "Gbps", "host cores", "guest cores", "cores/Gbps", "queues", "drops", "ping us"
+        "  {:width$}  {:>6}  {:>10}  {:>11}  {:>10}  {:>6}  {:>6}  {:>8}  {:>7}",
+        "variant", "Gbps", "host cores", "guest cores", "cores/Gbps", "queues", "drops", "ping us", "irq k/s"
     );
     for (name, m) in &o.summary.variants {
-        let ping = m.ping_us.map_or("-".to_string(), |p| format!("{p:.1}"));
+        // A send run's probe is one way (vNIC to wire), a receive run's a round trip.
+        let ping = match (m.ping_us, m.send_latency_us) {
+            (_, Some(one_way)) => format!("{one_way:.1} 1w"),
+            (Some(p), None) => format!("{p:.1}"),
+            _ => "-".to_string(),
+        };
         println!(
-            "  {name:width$}  {:>6.2}  {:>10.2}  {:>11.2}  {:>10.3}  {:>6}  {:>6}  {ping:>8}",
-            m.throughput_gbps, m.host_cpu, m.guest_cpu, m.cpu_per_gbps, m.queues_used, m.drops
+            "  {name:width$}  {:>6.2}  {:>10.2}  {:>11.2}  {:>10.3}  {:>6}  {:>6}  {ping:>8}  {:>7.1}",
+            m.throughput_gbps,
+            m.host_cpu,
+            m.guest_cpu,
+            m.cpu_per_gbps,
+            m.queues_used,
+            m.drops,
+            m.guest_irqs_per_s / 1e3
         );
     }
 }

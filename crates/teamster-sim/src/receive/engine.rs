@@ -1,6 +1,8 @@
 //! The receive model's event loop: frames cross the wire, the NIC steers each to a queue, the
 //! queue's core polls it, and the VM's vCPUs consume it (see [`super`] for the model).
 
+mod send;
+
 use super::flows::{Flows, HEADERS};
 use super::scenario::{Direction, PlacementMode, Setup, SplitMode, Steering};
 use std::cmp::Reverse;
@@ -27,6 +29,10 @@ pub struct Measured {
     pub cpu_per_gbps: f64,
     /// Mean ping round trip (twice the one-way receive latency), µs.
     pub ping_us: Option<f64>,
+    /// Send: the probe's mean one-way latency from the vNIC to the end of the wire, µs.
+    pub send_latency_us: Option<f64>,
+    /// Send: transmit-completion interrupts the guests took, per second.
+    pub guest_irqs_per_s: f64,
     pub queues_used: u32,
     /// Frames dropped at a full receive queue or vNIC.
     pub drops: u64,
@@ -76,6 +82,12 @@ enum Ev {
     TxStart(u32),
     TxDone(u32),
     Sent(u32, u32),
+    /// NetIOC's scheduler has handed a packet over.
+    Scheduled,
+    /// A vNIC's moderated transmit-completion interrupt is due.
+    GuestIrq(u32),
+    /// The send probe, handed over at the time given, has left the wire.
+    ProbeSent(u64),
 }
 
 /// A server (queue core, worker, vCPU, send thread): waiting work, the batch in hand, busy time.
@@ -114,6 +126,7 @@ struct Sim<'a> {
     out: Measured,
     payload_bits: f64,
     pings: Vec<u64>,
+    send: send::SendState,
 }
 
 /// Runs one variant for `duration_ns`, measuring after `warmup_ns`.
@@ -181,6 +194,8 @@ pub fn run(s: &Setup, seed: u64, duration_ns: u64, warmup_ns: u64) -> Result<Mea
             guest_cpu: 0.0,
             cpu_per_gbps: 0.0,
             ping_us: None,
+            send_latency_us: None,
+            guest_irqs_per_s: 0.0,
             queues_used: 0,
             drops: 0,
             segments: 0,
@@ -191,6 +206,7 @@ pub fn run(s: &Setup, seed: u64, duration_ns: u64, warmup_ns: u64) -> Result<Mea
         flows,
         payload_bits: 0.0,
         pings: Vec::new(),
+        send: send::SendState::new(s),
     };
     match s.traffic.direction {
         Direction::Receive => sim.at(0, Ev::WireFree),
@@ -309,6 +325,11 @@ impl Sim<'_> {
                 }
             }
             Ev::GuestDone(vm, cpu) => self.guest_done(vm, cpu),
+            Ev::Probe if self.s.traffic.direction == Direction::Send => {
+                let interval = self.s.ping.as_ref().map_or(0.0, |p| p.interval_us * 1e3) as u64;
+                self.send_probe();
+                self.at(self.now.saturating_add(interval), Ev::Probe);
+            }
             Ev::Probe => {
                 let interval = self.s.ping.as_ref().map_or(0.0, |p| p.interval_us * 1e3) as u64;
                 let ser = self.wire_ns(u64::from(PING_BYTES));
@@ -324,6 +345,9 @@ impl Sim<'_> {
             }
             Ev::TxDone(vm) => self.tx_done(vm),
             Ev::Sent(stream, segs) => self.sent(stream, segs),
+            Ev::Scheduled => self.scheduled(),
+            Ev::GuestIrq(vm) => self.guest_irq(vm),
+            Ev::ProbeSent(born) => self.probe_sent(born),
         }
     }
 
@@ -644,94 +668,10 @@ impl Sim<'_> {
         self.at(self.now + tick_ns(self.s), Ev::Tick);
     }
 
-    /// Send: VM `vm`'s send thread takes the next TSO super-frame of one of its streams with
-    /// room in its window and does the work the NIC cannot (segmentation, checksums, VXLAN).
-    fn transmit(&mut self, vm: u32, wake: bool) {
-        let s = self.s;
-        let c = &s.costs;
-        let per_vm = s.traffic.streams_per_vm;
-        let window = s.traffic.window;
-        let pick = (0..per_vm).map(|i| vm * per_vm + i).find(|&k| {
-            let st = &self.flows.streams[k as usize];
-            st.in_flight < window && st.next_allowed <= self.now
-        });
-        let Some(k) = pick else {
-            self.tx[vm as usize].busy = false;
-            let soonest = (0..per_vm)
-                .map(|i| &self.flows.streams[(vm * per_vm + i) as usize])
-                .filter(|st| st.in_flight < window)
-                .map(|st| st.next_allowed)
-                .min();
-            if let Some(t) = soonest {
-                self.tx[vm as usize].wake_pending = true;
-                self.at(t, Ev::TxStart(vm));
-            }
-            return;
-        };
-        let st = &mut self.flows.streams[k as usize];
-        let segs = s.traffic.tso_segments.min(window - st.in_flight);
-        st.in_flight += segs;
-        st.next_allowed = st.next_allowed.max(self.now) + st.gap_ns * u64::from(segs);
-        let payload = f64::from(s.traffic.payload);
-        let n = f64::from(segs);
-        let overlay = s.traffic.overlay;
-        let mut ns = if wake { c.wakeup } else { 0.0 } + c.switch;
-        if s.nic.tso || !overlay {
-            // The NIC segments (and checksums) the super-frame: one hand-over.
-            ns += c.tx + if overlay { c.encap } else { 0.0 };
-        } else {
-            // Cut in software, each piece checksummed, wrapped and handed over on its own.
-            ns += n * (c.segment + c.segment_byte * payload + c.encap + c.tx);
-        }
-        let guest = c.guest + c.guest_byte * payload * n;
-        let guest_charged = self.charge(guest);
-        self.vcpus[vm as usize][0].busy_ns += guest_charged;
-        let charged = self.charge(ns);
-        let t = &mut self.tx[vm as usize];
-        t.busy = true;
-        t.busy_ns += charged;
-        t.hand.push(Item {
-            stream: k,
-            segments: segs,
-            payload: (payload * n) as u64,
-            bytes: 0,
-            born: self.now,
-            probe: false,
-            queue: 0,
-        }); // (emptied by tx_done)
-        self.at(self.now + ns.round() as u64, Ev::TxDone(vm));
-    }
-
-    /// The send thread hands its segments to the wire, which sends them in order after what
-    /// it already holds; then it takes the next.
-    fn tx_done(&mut self, vm: u32) {
-        let it = self.tx[vm as usize].hand.pop().expect("a super-frame in hand");
-        let ser = self.wire_ns(self.flows.outer_bytes) * u64::from(it.segments);
-        self.wire_free_at = self.wire_free_at.max(self.now) + ser;
-        if self.measuring() {
-            self.out.segments += u64::from(it.segments);
-        }
-        self.at(self.wire_free_at, Ev::Sent(it.stream, it.segments));
-        self.transmit(vm, false);
-    }
-
-    /// Segments are on the wire: they leave the window (acknowledgements are not modelled) and
-    /// count as delivered; the VM's send thread is woken if it waits for room.
-    fn sent(&mut self, stream: u32, segs: u32) {
-        self.flows.streams[stream as usize].in_flight -= segs;
-        self.count_delivered(u64::from(segs) * u64::from(self.s.traffic.payload));
-        // Woken now even if it waits for a paced stream: this one may send at once.
-        let vm = stream / self.s.traffic.streams_per_vm;
-        if !self.tx[vm as usize].busy {
-            self.tx[vm as usize].wake_pending = true;
-            self.at(self.now, Ev::TxStart(vm));
-        }
-    }
-
     fn finish(mut self, duration_ns: u64) -> Measured {
         let window_s = (duration_ns - self.warm) as f64 / 1e9;
         let busy = |v: &[Server]| v.iter().map(|s| s.busy_ns).sum::<u64>() as f64;
-        let host = busy(&self.queues) + busy(&self.workers) + busy(&self.tx);
+        let host = busy(&self.queues) + busy(&self.workers) + busy(&self.tx) + self.send.scheduler.busy_ns as f64;
         let guest: f64 = self.vcpus.iter().map(|v| busy(v)).sum();
         let o = &mut self.out;
         o.throughput_gbps = self.payload_bits / window_s / 1e9;
@@ -747,6 +687,11 @@ impl Sim<'_> {
             let mean = self.pings.iter().sum::<u64>() as f64 / self.pings.len() as f64;
             o.ping_us = Some(2.0 * mean / 1e3);
         }
+        let lat = &self.send.latencies;
+        if !lat.is_empty() {
+            o.send_latency_us = Some(lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1e3);
+        }
+        o.guest_irqs_per_s = self.send.irqs as f64 / window_s;
         for b in &mut o.series {
             *b /= BUCKET_NS as f64; // bits per ns = Gbps
         }

@@ -21,8 +21,10 @@
 //! super-frames of `tso_segments` segments and pays `switch` and `tx` (+`encap` for VXLAN) per
 //! super-frame when the NIC segments, or per segment `segment` (+`segment_byte`), `encap` and
 //! `tx` when it must cut them itself; the guest's own work, `guest` (+`guest_byte`) per
-//! super-frame, is counted but not queued (a vCPU is never the limit there); the wire sends segments in order, and a segment sent
-//! leaves its window. A ping probe (if `[ping]`) goes to VM 0 through the same queues and
+//! super-frame, is counted but not queued (a vCPU is never the limit there); the wire sends
+//! segments in order, and a segment sent leaves its window. The send side's transmit
+//! scheduler (the default's FIFO or NetIOC's per-port turns), the guests' moderated completion
+//! interrupts and the ACKs are in [`engine`]'s `send` module, which opens with that model. A ping probe (if `[ping]`) goes to VM 0 through the same queues and
 //! vCPU 0; its round trip is taken as twice the measured one-way receive latency (the reply
 //! crossing an identical host).
 //!
@@ -45,6 +47,8 @@ pub mod engine;
 pub mod flows;
 pub mod scenario;
 #[cfg(test)]
+mod send_tests;
+#[cfg(test)]
 mod tests;
 
 pub use engine::Measured;
@@ -52,7 +56,7 @@ pub use scenario::{resolve, ReceivePlan};
 
 use crate::expect::Verdict;
 use crate::run::{Row, RunOutput};
-use scenario::{Expect, Metric};
+use scenario::{Compare, Expect, Metric};
 
 /// Every variant's figures, in the file's order.
 #[derive(Debug, Clone)]
@@ -83,6 +87,8 @@ impl ReceiveRun {
             Metric::TotalCpu => v.host_cpu + v.guest_cpu,
             Metric::Ping => v.ping_us.unwrap_or(f64::NAN),
             Metric::QueuesUsed => f64::from(v.queues_used),
+            Metric::SendLatency => v.send_latency_us.unwrap_or(f64::NAN),
+            Metric::GuestIrqs => v.guest_irqs_per_s / 1e3,
         }
     }
 
@@ -124,22 +130,32 @@ fn unit(m: Metric) -> &'static str {
         Metric::TotalCpu => " cores",
         Metric::Ping => " us",
         Metric::QueuesUsed => " queues",
+        Metric::SendLatency => " us",
+        Metric::GuestIrqs => "k/s",
     }
 }
 
 /// Judges one expectation, stating the seed's figure and the simulated one side by side.
 pub fn evaluate(x: &Expect, run: &ReceiveRun) -> Verdict {
     let value = run.metric(&x.variant, x.metric);
-    let (sim, what, u) = match &x.to {
-        Some(to) => (
+    let (sim, what, u) = match (&x.to, x.compare) {
+        (Some(to), Compare::Ratio) => (
             value / run.metric(to, x.metric),
             format!("{} of `{}` / `{to}`", x.metric.name(), x.variant),
             "x",
         ),
-        None => (value, format!("{} of `{}`", x.metric.name(), x.variant), unit(x.metric)),
+        (Some(to), Compare::Difference) => (
+            value - run.metric(to, x.metric),
+            format!("{} of `{}` - `{to}`", x.metric.name(), x.variant),
+            unit(x.metric),
+        ),
+        (None, _) => (value, format!("{} of `{}`", x.metric.name(), x.variant), unit(x.metric)),
     };
     let (held, bound) = match (x.seed, x.tolerance) {
-        (Some(seed), Some(tol)) => ((sim - seed).abs() <= tol * seed, format!("within {:.0}%", tol * 100.0)),
+        (Some(seed), Some(tol)) => (
+            (sim - seed).abs() <= tol * seed,
+            format!("within {}%", (tol * 1000.0).round() / 10.0),
+        ),
         _ => (
             x.min.is_none_or(|m| sim >= m) && x.max.is_none_or(|m| sim <= m),
             format!(
@@ -149,7 +165,7 @@ pub fn evaluate(x: &Expect, run: &ReceiveRun) -> Verdict {
             ),
         ),
     };
-    let seed = x.seed.map_or_else(|| "-".to_string(), |s| format!("{s:.2}{u}"));
+    let seed = x.seed.map_or_else(|| "-".to_string(), |s| format!("{s}{u}"));
     let source = if x.source.is_empty() {
         String::new()
     } else {
@@ -158,6 +174,9 @@ pub fn evaluate(x: &Expect, run: &ReceiveRun) -> Verdict {
     Verdict {
         name: what,
         held: held && sim.is_finite(),
-        detail: format!("seed {seed}{source}, simulated {sim:.2}{u}, {bound}"),
+        detail: format!(
+            "seed {seed}{source}, simulated {sim:.prec$}{u}, {bound}",
+            prec = if u == "x" { 3 } else { 2 }
+        ),
     }
 }

@@ -142,6 +142,26 @@ pub struct Nic {
     /// Frames a core takes per poll.
     #[serde(default = "budget")]
     pub budget: u32,
+    /// Send: what stands between the VMs' send threads and the wire (default `fifo`).
+    #[serde(default = "fifo")]
+    pub scheduler: TxScheduler,
+}
+
+/// Send: the transmit scheduler in front of the NIC's one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxScheduler {
+    /// The default scheduler: each send thread's batch goes to the NIC's queue as it is
+    /// handed over, in arrival order.
+    Fifo,
+    /// NetIOC: a queue per VM port, served one packet (super-frame) per backlogged port in
+    /// turn by a scheduler core of its own, which keeps the NIC's queue short
+    /// ([`super::engine`]'s `NIC_DEPTH`) so that its order is the wire's.
+    Netioc,
+}
+
+fn fifo() -> TxScheduler {
+    TxScheduler::Fifo
 }
 
 fn even() -> PlacementMode {
@@ -200,6 +220,12 @@ pub struct Costs {
     /// Send: software segmentation, per segment and per byte.
     pub segment: f64,
     pub segment_byte: f64,
+    /// Send, `scheduler = "netioc"`: the scheduler's work per packet (enqueue, pick, dequeue,
+    /// hand to the NIC), on its own core.
+    pub schedule: f64,
+    /// Send, with `vms.irq_rate`: a transmit-completion interrupt taken by a guest (the
+    /// virtual interrupt's delivery and the guest's handler), on the VM's vCPU.
+    pub guest_irq: f64,
 }
 
 impl Default for Costs {
@@ -221,6 +247,8 @@ impl Default for Costs {
             encap: 150.0,
             segment: 150.0,
             segment_byte: 0.07,
+            schedule: 500.0,
+            guest_irq: 0.0,
         }
     }
 }
@@ -247,6 +275,20 @@ pub struct Vms {
     /// The guest spreads its receive work over its vCPUs by flow (vmxnet3 RSS).
     #[serde(default = "yes")]
     pub guest_rss: bool,
+    /// Send: the most super-frames a VM's send thread takes from its vNIC in one run and
+    /// hands to the NIC together, 1 to 256 (default 1).
+    #[serde(default = "one")]
+    pub tx_batch: u32,
+    /// Send: interrupt moderation of the vNIC's transmit completions, the most interrupts per
+    /// second (100 to 1e6). The first completion not yet reported starts a coalescing timer
+    /// of 1 / `irq_rate`; the interrupt that ends it reports every completion until then, and
+    /// only then do their segments leave the VM's window. None: completions are not modelled
+    /// (segments leave the window as they leave the wire).
+    pub irq_rate: Option<f64>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Which way the traffic goes.
@@ -276,6 +318,12 @@ pub struct Traffic {
     /// Segments a stream has in flight (TCP's window), 1 to 4096.
     #[serde(default = "window")]
     pub window: u32,
+    /// Send: the receiver acknowledges every `ack_every`-th segment (1 to 64); each ACK is a
+    /// 66-byte frame the host and the guest receive at the receive costs (`rx`, `switch`,
+    /// `copy`; `guest`), taken with the completions it comes back with. 0 (the default): ACKs
+    /// are not modelled.
+    #[serde(default)]
+    pub ack_every: u32,
     /// Segments per TSO super-frame (1 to 45): receive, how many of a stream's segments the
     /// sender puts on the wire back to back; send, what a VM hands over at once.
     #[serde(default = "tso_segments")]
@@ -312,6 +360,11 @@ pub enum Metric {
     Ping,
     /// Receive queues that took frames.
     QueuesUsed,
+    /// Send: mean one-way latency of the probe (`[ping]`) from its hand-over by the vNIC to
+    /// its last bit on the wire, µs.
+    SendLatency,
+    /// Send: transmit-completion interrupts the guests took, thousands per second.
+    GuestIrqs,
 }
 
 impl Metric {
@@ -324,19 +377,24 @@ impl Metric {
             Metric::TotalCpu => "total-cpu",
             Metric::Ping => "ping",
             Metric::QueuesUsed => "queues-used",
+            Metric::SendLatency => "send-latency",
+            Metric::GuestIrqs => "guest-irqs",
         }
     }
 }
 
 /// An `[[expect]]` table: a metric of one variant (`variant`), or its ratio to another's
-/// (`variant` over `to`), against the seed's figure within a relative `tolerance`, or within
-/// `min`/`max`.
+/// (`variant` over `to`; its difference with `compare = "difference"`), against the seed's
+/// figure within a relative `tolerance`, or within `min`/`max`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     pub metric: Metric,
     pub variant: String,
     pub to: Option<String>,
+    /// How `variant` is set against `to` (default `ratio`).
+    #[serde(default)]
+    pub compare: Compare,
     /// The seed's figure.
     pub seed: Option<f64>,
     /// Relative: holds when |simulated - seed| <= tolerance * seed.
@@ -346,6 +404,15 @@ pub struct Expect {
     /// Where the seed states it.
     #[serde(default)]
     pub source: String,
+}
+
+/// `variant` over `to`, or `variant` less `to`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compare {
+    #[default]
+    Ratio,
+    Difference,
 }
 
 /// A checked file: its header, and each variant's name and setup.
@@ -558,9 +625,34 @@ fn check_setup(s: &Setup) -> Result<(), String> {
             return Err(format!("ping.interval_us = {}: expected 10 to 1000000", p.interval_us));
         }
     }
+    if t.ack_every > 64 {
+        return Err(format!("traffic.ack_every = {}: expected 0 (none) to 64", t.ack_every));
+    }
+    if !(1..=256).contains(&v.tx_batch) {
+        return Err(format!("vms.tx_batch = {}: expected 1 to 256", v.tx_batch));
+    }
+    if let Some(r) = v.irq_rate {
+        if !(r.is_finite() && (100.0..=1e6).contains(&r)) {
+            return Err(format!(
+                "vms.irq_rate = {r}: expected 100 to 1000000 interrupts a second"
+            ));
+        }
+    }
+    if t.direction == Direction::Receive {
+        let send_only = [
+            ("nic.scheduler", n.scheduler != TxScheduler::Fifo),
+            ("vms.tx_batch", v.tx_batch != 1),
+            ("vms.irq_rate", v.irq_rate.is_some()),
+            ("traffic.ack_every", t.ack_every != 0),
+        ];
+        if let Some((key, _)) = send_only.iter().find(|(_, set)| *set) {
+            return Err(format!("{key}: only for traffic.direction = \"send\""));
+        }
+    }
     let threads = match t.direction {
         Direction::Receive => u32::from(n.queues) + if n.split_rx == SplitMode::Off { 0 } else { v.count },
-        Direction::Send => v.count,
+        // A send thread per VM, and NetIOC's scheduler.
+        Direction::Send => v.count + u32::from(n.scheduler == TxScheduler::Netioc),
     };
     if threads > s.host.cores {
         return Err(format!(
@@ -576,6 +668,9 @@ fn check_expect(x: &Expect, plan: &ReceivePlan) -> Result<(), String> {
         if !plan.variants.iter().any(|(n, _)| n == v) {
             return Err(format!("no variant named `{v}`"));
         }
+    }
+    if x.compare == Compare::Difference && x.to.is_none() {
+        return Err("compare = \"difference\": name the variant to subtract (`to`)".into());
     }
     if let Some(s) = x.seed {
         if !(s.is_finite() && s > 0.0) {
