@@ -19,6 +19,11 @@
 //! as they were); so does a start that fails, for its own pins (the earlier run's stay, still
 //! forwarding, for the next try).
 //!
+//! A start also collects what no run will take over: the pins, in any switch's directory, of
+//! links whose interface is gone ([`collect_defunct`]; a kill -9'd switch whose configuration
+//! never starts again would otherwise keep them for ever). A link on an interface that is still
+//! there is never collected: it may be forwarding for a switch that will start again.
+//!
 //! Hostile ground: the directories are made here, root's, mode 0700; one that is not a plain
 //! directory owned by root (a symlink planted, say) is refused, never followed. Where
 //! `/sys/fs/bpf` is not a BPF file system it is mounted there (as systemd does at boot).
@@ -37,6 +42,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 #[derive(Debug)]
 pub struct Pins {
     dir: PathBuf,
+    collected: Vec<PathBuf>,
 }
 
 impl Pins {
@@ -48,17 +54,26 @@ impl Pins {
         ensure_bpffs(root)?;
         let base = root.join("teamster");
         private_dir(&base)?;
+        let collected = collect_defunct(&base);
         let canonical = config.canonicalize().unwrap_or_else(|_| config.to_path_buf());
         let dir = base.join(format!("{:016x}", fnv1a(canonical.as_os_str().as_encoded_bytes())));
         private_dir(&dir)?;
-        Ok(Pins { dir })
+        Ok(Pins { dir, collected })
+    }
+
+    /// The pins [`collect_defunct`] removed when this directory was opened.
+    pub fn collected(&self) -> &[PathBuf] {
+        &self.collected
     }
 
     /// A pin directory at `dir`, made if missing (tests: a directory on a BPF file system of
     /// their own).
     pub fn at(dir: &Path) -> Result<Pins, String> {
         private_dir(dir)?;
-        Ok(Pins { dir: dir.to_path_buf() })
+        Ok(Pins {
+            dir: dir.to_path_buf(),
+            collected: Vec::new(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -95,6 +110,110 @@ impl Pins {
     pub fn remove_if_empty(&self) {
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Removes, in every switch's directory under `base`, the pins of tcx links whose interface is
+/// gone, and a directory this leaves empty. Such a link switches nothing (a daemon killed with
+/// -9 whose configuration never started again, its interfaces deleted since) and would stay
+/// pinned for ever otherwise. A link whose interface is still there is left alone, whoever
+/// pinned it: it may be forwarding for a switch that will start again. Only root's plain
+/// directories and files named as this module names pins are looked at; nothing is followed.
+/// Returns the pins it removed.
+pub fn collect_defunct(base: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(base) else {
+        return removed;
+    };
+    for d in dirs.flatten() {
+        let dir = d.path();
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_dir() && m.uid() == 0) {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let mut emptied = false;
+        for e in entries.flatten() {
+            let path = e.path();
+            let named = e.file_name().to_str().is_some_and(is_pin_name);
+            let plain = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+            if named && plain && defunct_tcx_link(&path).unwrap_or(false) && std::fs::remove_file(&path).is_ok() {
+                removed.push(path);
+                emptied = true;
+            }
+        }
+        if emptied {
+            // Fails, as it should, while anything is left in it.
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+    removed
+}
+
+/// `if<ifindex>_<pid>`.
+fn is_pin_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name.strip_prefix("if")
+        .and_then(|rest| rest.split_once('_'))
+        .is_some_and(|(index, pid)| digits(index) && digits(pid))
+}
+
+/// Whether the object pinned at `path` is a tcx link whose interface is gone (the kernel then
+/// reports its interface index as 0). Written by hand: aya 0.14's `LinkInfo` does not give a
+/// tcx link's interface.
+fn defunct_tcx_link(path: &Path) -> io::Result<bool> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const BPF_OBJ_GET: libc::c_long = 7;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    const BPF_LINK_TYPE_TCX: u32 = 11;
+    /// `struct bpf_link_info`'s first 64 bytes: type, id, prog_id, then (8-aligned) the
+    /// union, whose tcx member starts with the interface index.
+    const INFO_LEN: usize = 64;
+    #[repr(C)]
+    struct ObjGet {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+    }
+    #[repr(C)]
+    struct InfoByFd {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    let mut get = ObjGet {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    // SAFETY: the attribute is a valid BPF_OBJ_GET attribute of the size passed, and the path
+    // it points to is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_GET, &mut get as *mut ObjGet, size_of::<ObjGet>()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by no one else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut info = [0u64; INFO_LEN / 8];
+    let mut attr = InfoByFd {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: INFO_LEN as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: the kernel writes at most info_len bytes into `info`, which holds that many.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut attr as *mut InfoByFd,
+            size_of::<InfoByFd>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bytes: Vec<u8> = info.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    Ok(word(0) == BPF_LINK_TYPE_TCX && word(16) == 0)
 }
 
 /// A stable 64-bit hash of `bytes` (FNV-1a), so that a switch finds its directory again after an
@@ -173,6 +292,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_pin_names_are_taken_for_pins() {
+        assert!(is_pin_name("if12_3456"));
+        for name in ["if12", "if_3", "ifx_3", "if1_2_3", "if1_", "link", "if1_2 ", ".if1_2"] {
+            assert!(!is_pin_name(name), "{name}");
+        }
+    }
+
+    #[test]
     fn the_hash_is_fnv1a() {
         // The published FNV-1a 64 test vectors.
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
@@ -199,6 +326,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pins = Pins {
             dir: dir.path().to_path_buf(),
+            collected: Vec::new(),
         };
         for name in ["if7_1", "if7_2", "if9_3", "junk", "ifx_4"] {
             std::fs::write(dir.path().join(name), "").unwrap();

@@ -140,7 +140,15 @@ fn kernel_path(plan: &DatapathPlan, config: &Path) -> Result<(teamster_kernel::K
     .map_err(|e| e.to_string())?;
     let (pins, pinned) = match teamster_kernel::pins::Pins::for_config(config) {
         Ok(p) => {
-            let said = format!("pinned in {}", p.dir().display());
+            let mut said = format!("pinned in {}", p.dir().display());
+            if !p.collected().is_empty() {
+                let gone: Vec<String> = p.collected().iter().map(|c| c.display().to_string()).collect();
+                said += &format!(
+                    "; removed {} stale pin(s) of attachments whose interfaces are gone: {}",
+                    gone.len(),
+                    gone.join(", ")
+                );
+            }
             (Some(p), said)
         }
         Err(e) => (None, format!("not pinned, so forwarding stops with the daemon: {e}")),
