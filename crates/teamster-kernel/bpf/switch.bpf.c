@@ -156,6 +156,14 @@ struct {
 #define LEARN_ADDED 1
 #define LEARN_REFUSED 2
 
+/* How long ago `then` was, 0 if it is later than `now`: a time another CPU wrote after this
+ * program read the clock is the present, never the distant past an unsigned difference would
+ * make of it (core's Instant subtraction saturates the same way). */
+static __always_inline __u64 since(__u64 now, __u64 then)
+{
+	return now > then ? now - then : 0;
+}
+
 static __always_inline int is_group(const __u8 *mac)
 {
 	return mac[0] & 1;
@@ -222,7 +230,7 @@ static __always_inline __u32 lookup(const struct config *c, __u16 domain, const 
 		*statik = 1;
 		return e->slot;
 	}
-	if (now - e->seen >= c->ageing_ns)
+	if (since(now, e->seen) >= c->ageing_ns)
 		return NO_SLOT;
 	return e->slot;
 }
@@ -305,13 +313,14 @@ static __always_inline int may_hand_up(__u32 slot)
 	if (!c || !b || !c->punt_rate)
 		return 1;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 elapsed = now - b->last_ns;
+	__u64 elapsed = since(now, b->last_ns);
 	if (elapsed > 1000000000ULL)
 		elapsed = 1000000000ULL;
 	__u64 credit = b->credit + elapsed * c->punt_rate / 1000000;
 	if (credit > PUNT_BURST * 1000ULL)
 		credit = PUNT_BURST * 1000ULL;
-	b->last_ns = now;
+	if (now > b->last_ns)
+		b->last_ns = now;
 	if (credit < 1000) {
 		b->credit = credit;
 		struct stats *s = stats_of(slot);
@@ -618,7 +627,7 @@ static __always_inline int reflected(const struct config *c, const struct key *k
 	if (!p || (p->flags & PORT_PUNT) || k->ether_type == ETH_P_RARP_)
 		return 1;
 	__u64 *sent = bpf_map_lookup_elem(&sent_out, &at);
-	int quiet = !sent || !*sent || now - *sent >= c->reflection_ns;
+	int quiet = !sent || !*sent || since(now, *sent) >= c->reflection_ns;
 	int to_settled = 0;
 	if (!is_group(k->dst)) {
 		int statik;

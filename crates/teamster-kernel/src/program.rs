@@ -282,6 +282,16 @@ impl SwitchProgram {
         Ok(())
     }
 
+    /// Records that the port in `slot` sent a frame out of an uplink at `at_ns` (the kernel's
+    /// clock), as the program does for what it forwards: a seam for tests that stage what
+    /// another CPU may write between the program's reading of the clock and its use of it.
+    #[doc(hidden)]
+    pub fn mark_sent_out(&mut self, slot: u32, at_ns: u64) -> Result<(), Error> {
+        let mut sent: Array<&mut MapData, u64> =
+            Array::try_from(map(&mut self.ebpf, "sent_out")).map_err(map_err("sent_out"))?;
+        sent.set(slot, at_ns, 0).map_err(map_err("sent_out"))
+    }
+
     /// Every MAC-table entry, learned and configured.
     pub fn fdb(&self) -> Result<Vec<(FdbKey, FdbEntry)>, Error> {
         let m: HashMap<&MapData, FdbKey, FdbEntry> =

@@ -107,3 +107,48 @@ fn what_an_interface_hands_up_is_bounded() {
     assert!((up as f64) <= allowed + 2.0, "{up} handed up, {allowed:.0} allowed");
     assert!(secs > 0.5 || limited > 0, "none limited in {secs:.3} s");
 }
+
+/// A time another CPU wrote after the program read the clock is the present: a port's send
+/// stamped a few microseconds after a reflection's arrival still makes it a reflection (the
+/// race that, live under a flood, had the program hand a port's own multicast coming back up
+/// as a host outside's, and the port yield its MAC), and an address heard "in the future" is
+/// known, not aged out.
+#[test]
+fn a_time_written_after_the_clock_was_read_is_not_the_distant_past() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    let port = teamster_core::switch::Ingress::Port(teamster_core::teaming::PortId(1));
+    let uplink = teamster_core::switch::Ingress::Uplink(teamster_core::teaming::UplinkId(0));
+    let frame = |dst: [u8; 6], src: [u8; 6]| {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x88, 0xb5]);
+        f.extend_from_slice(&[0u8; 50]);
+        f
+    };
+    let (bcast, me) = ([0xff; 6], common::port_mac(1).0);
+    // Port 1 sends a broadcast out of its uplink; the program's stamp is then moved 5 ms ahead,
+    // as a concurrent send on another CPU would leave it.
+    assert_eq!(rig.compare(port, &frame(bcast, me)), Ok(None));
+    let (_, slot) = rig.ingress_slot(port);
+    let ahead = teamster_kernel::monotonic_ns() + 5_000_000;
+    rig.program().mark_sent_out(slot, ahead).unwrap();
+    assert_eq!(
+        rig.compare(uplink, &frame(bcast, me)),
+        Ok(None),
+        "the broadcast coming back is a reflection, dropped on both sides"
+    );
+    // A host behind uplink 0, heard (by the kernel's clock) 5 ms from now: known, so a port's
+    // frame to it goes out of one uplink, as the engine sends it, not flooded.
+    let host = [0x02, 0x55, 0, 0, 0, 9];
+    assert_eq!(rig.compare(uplink, &frame(me, host)), Ok(None));
+    let (key, entry) = rig
+        .program()
+        .fdb()
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k.mac == host)
+        .expect("the host learned");
+    let ahead = teamster_kernel::monotonic_ns() + 5_000_000;
+    rig.program().put_learned(key, entry.slot, ahead, false).unwrap();
+    assert_eq!(rig.compare(port, &frame(host, me)), Ok(None));
+}

@@ -321,7 +321,13 @@ impl Rig {
         self.fast.stats(slot).expect("the stats map")
     }
 
-    fn ingress_slot(&self, from: Ingress) -> (u32, u32) {
+    /// The program under test, for a test that stages its maps itself.
+    pub fn program(&mut self) -> &mut SwitchProgram {
+        &mut self.fast
+    }
+
+    /// `from`'s interface index and slot.
+    pub fn ingress_slot(&self, from: Ingress) -> (u32, u32) {
         let b = match from {
             Ingress::Port(p) => self.ifs.ports[&p],
             Ingress::Uplink(u) => self.ifs.uplinks[&u],
