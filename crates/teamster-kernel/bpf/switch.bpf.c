@@ -608,7 +608,7 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 		/* A spreading policy's group frames go on the port's own member, with its own MAC. */
 		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(p, &k);
 	}
-	if (d)
+	if (d && d->promiscuous)
 		walk(t, d, WALK_PROMISCUOUS, slot, EDIT_KEEP, 0, 0, 0);
 	/* The uplink's output last: execute() edits the frame for it after the ports' copies left. */
 	if (u != NO_SLOT)
@@ -712,7 +712,7 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 	}
 	if (v->count == 0)
 		return dropped(v, slot, DROP_NOT_RECEIVE_UPLINK);
-	if (to_port)
+	if (to_port && d->promiscuous)
 		walk(t, d, WALK_PROMISCUOUS, NO_SLOT, edit, 0, 0, 0);
 	return TC_ACT_OK;
 }

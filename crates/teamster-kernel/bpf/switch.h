@@ -108,7 +108,7 @@ struct member {               /* one port of a domain's flood list */
 
 struct domain {               /* key: domain (u32) */
 	__u32 count;
-	__u32 pad;
+	__u32 promiscuous;        /* members with PORT_PROMISCUOUS: none, no walk for them */
 	struct member members[MAX_DOMAIN_PORTS];
 };
 

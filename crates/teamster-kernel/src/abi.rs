@@ -77,7 +77,8 @@ pub struct Member {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Domain {
     pub count: u32,
-    pub pad: u32,
+    /// How many of the members are promiscuous: without any, a frame skips that walk.
+    pub promiscuous: u32,
     pub members: [Member; MAX_DOMAIN_PORTS],
 }
 
@@ -85,7 +86,7 @@ impl Default for Domain {
     fn default() -> Domain {
         Domain {
             count: 0,
-            pad: 0,
+            promiscuous: 0,
             members: [Member::default(); MAX_DOMAIN_PORTS],
         }
     }

@@ -322,6 +322,7 @@ impl Tables {
                 ..Member::default()
             };
             d.count += 1;
+            d.promiscuous += u32::from(flags & abi::PORT_PROMISCUOUS != 0);
         }
 
         // The configured MACs are the engine's static entries: one per port that owns its MAC
