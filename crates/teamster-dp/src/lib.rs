@@ -21,6 +21,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod backend;
+pub mod bpf_call;
 pub mod caps;
 pub mod datapath;
 pub mod device;

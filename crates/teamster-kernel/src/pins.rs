@@ -157,16 +157,14 @@ fn is_pin_name(name: &str) -> bool {
 }
 
 /// Whether the object pinned at `path` is a tcx link whose interface is gone (the kernel then
-/// reports its interface index as 0). Written by hand: aya 0.14's `LinkInfo` does not give a
-/// tcx link's interface.
+/// reports its interface index as 0). By hand (`teamster_dp::bpf_call`): aya 0.14's `LinkInfo`
+/// does not give a tcx link's interface.
 fn defunct_tcx_link(path: &Path) -> io::Result<bool> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    const BPF_OBJ_GET: libc::c_long = 7;
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    use std::os::fd::AsRawFd;
+    use teamster_dp::bpf_call::{bpf, bpf_fd};
+    const BPF_OBJ_GET: u32 = 7;
+    const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
     const BPF_LINK_TYPE_TCX: u32 = 11;
-    /// `struct bpf_link_info`'s first 64 bytes: type, id, prog_id, then (8-aligned) the
-    /// union, whose tcx member starts with the interface index.
-    const INFO_LEN: usize = 64;
     #[repr(C)]
     struct ObjGet {
         pathname: u64,
@@ -179,41 +177,38 @@ fn defunct_tcx_link(path: &Path) -> io::Result<bool> {
         info_len: u32,
         info: u64,
     }
+    /// `struct bpf_link_info` as far as a tcx link's interface: type, id, prog_id, then the
+    /// (8-aligned) union, whose tcx member starts with the interface index; room for the rest.
+    #[repr(C)]
+    #[derive(Default)]
+    struct LinkInfo {
+        link_type: u32,
+        id: u32,
+        prog_id: u32,
+        pad: u32,
+        tcx_ifindex: u32,
+        tcx_attach_type: u32,
+        rest: [u64; 5],
+    }
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
     let mut get = ObjGet {
         pathname: c.as_ptr() as u64,
         bpf_fd: 0,
         file_flags: 0,
     };
-    // SAFETY: the attribute is a valid BPF_OBJ_GET attribute of the size passed, and the path
-    // it points to is NUL-terminated and outlives the call.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_GET, &mut get as *mut ObjGet, size_of::<ObjGet>()) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor, owned by no one else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut info = [0u64; INFO_LEN / 8];
+    // SAFETY: BPF_OBJ_GET's attribute; the path it points to is NUL-terminated and outlives
+    // the call.
+    let fd = unsafe { bpf_fd(BPF_OBJ_GET, &mut get) }?;
+    let mut info = LinkInfo::default();
     let mut attr = InfoByFd {
         bpf_fd: fd.as_raw_fd() as u32,
-        info_len: INFO_LEN as u32,
-        info: info.as_mut_ptr() as u64,
+        info_len: size_of::<LinkInfo>() as u32,
+        info: &mut info as *mut LinkInfo as u64,
     };
-    // SAFETY: the kernel writes at most info_len bytes into `info`, which holds that many.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &mut attr as *mut InfoByFd,
-            size_of::<InfoByFd>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let bytes: Vec<u8> = info.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    Ok(word(0) == BPF_LINK_TYPE_TCX && word(16) == 0)
+    // SAFETY: BPF_OBJ_GET_INFO_BY_FD's attribute; the kernel writes at most info_len bytes
+    // into `info`, which holds that many.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(info.link_type == BPF_LINK_TYPE_TCX && info.tcx_ifindex == 0)
 }
 
 /// A stable 64-bit hash of `bytes` (FNV-1a), so that a switch finds its directory again after an

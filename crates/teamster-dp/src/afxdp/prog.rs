@@ -26,8 +26,9 @@
 //! and its dispatcher wants a mounted bpffs. Four bpf(2) commands with fixed layouts are less
 //! to trust than either.
 
+use crate::bpf_call::{bpf, bpf_fd};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
@@ -129,31 +130,6 @@ struct LinkCreate {
     flags: u32,
 }
 
-/// bpf(2) with one command's attribute struct; a non-negative answer, or errno.
-fn bpf<T>(cmd: u32, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live, initialised `repr(C)` attribute struct of the size passed, laid
-    // out as the kernel's `union bpf_attr` member for `cmd`; the kernel zero-extends the rest.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            (attr as *mut T).cast::<libc::c_void>(),
-            std::mem::size_of::<T>() as libc::c_long,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// A descriptor bpf(2) returned.
-fn owned(r: libc::c_long) -> OwnedFd {
-    // SAFETY: bpf(2) returned a fresh descriptor that nothing else owns.
-    unsafe { OwnedFd::from_raw_fd(r as RawFd) }
-}
-
 /// Where the program runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachMode {
@@ -204,14 +180,15 @@ pub fn attach(name: &str, ifindex: i32, xsk: RawFd) -> io::Result<XdpAttach> {
         ..Default::default()
     };
     mc.map_name[..8].copy_from_slice(b"tmt_xsks");
-    let map = owned(bpf(BPF_MAP_CREATE, &mut mc).map_err(|e| {
+    // SAFETY: `mc` is BPF_MAP_CREATE's attribute, holding no addresses.
+    let map = unsafe { bpf_fd(BPF_MAP_CREATE, &mut mc) }.map_err(|e| {
         let e = if e.raw_os_error() == Some(libc::EINVAL) {
             io::Error::new(e.kind(), "no XSKMAP in this kernel (CONFIG_XDP_SOCKETS)")
         } else {
             e
         };
         explain(name, "creating the XSKMAP", e)
-    })?);
+    })?;
     let (key, value) = (0u32, xsk as u32);
     let mut mu = MapUpdate {
         map_fd: map.as_raw_fd() as u32,
@@ -219,7 +196,9 @@ pub fn attach(name: &str, ifindex: i32, xsk: RawFd) -> io::Result<XdpAttach> {
         value: &value as *const u32 as u64,
         ..Default::default()
     };
-    bpf(BPF_MAP_UPDATE_ELEM, &mut mu).map_err(|e| explain(name, "adding the socket to the XSKMAP", e))?;
+    // SAFETY: `mu` is BPF_MAP_UPDATE_ELEM's attribute; its key and value point at the two u32
+    // above, which outlive the call.
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut mu) }.map_err(|e| explain(name, "adding the socket to the XSKMAP", e))?;
     let prog = load(name, map.as_raw_fd())?;
     let mut mode = AttachMode::Native;
     let link = loop {
@@ -232,8 +211,9 @@ pub fn attach(name: &str, ifindex: i32, xsk: RawFd) -> io::Result<XdpAttach> {
                 AttachMode::Generic => XDP_FLAGS_SKB_MODE,
             },
         };
-        match bpf(BPF_LINK_CREATE, &mut lc) {
-            Ok(fd) => break owned(fd),
+        // SAFETY: `lc` is BPF_LINK_CREATE's attribute, holding no addresses.
+        match unsafe { bpf_fd(BPF_LINK_CREATE, &mut lc) } {
+            Ok(fd) => break fd,
             // The driver has no native XDP: the generic hook works on every device.
             Err(e) if mode == AttachMode::Native && e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 mode = AttachMode::Generic;
@@ -292,8 +272,10 @@ fn load(name: &str, map_fd: RawFd) -> io::Result<OwnedFd> {
             ..Default::default()
         };
         pl.prog_name[..8].copy_from_slice(b"tmt_xsk\0");
-        match bpf(BPF_PROG_LOAD, &mut pl) {
-            Ok(fd) => return Ok(owned(fd)),
+        // SAFETY: `pl` is BPF_PROG_LOAD's attribute; its instructions, licence and log buffer
+        // (of the length given) outlive the call.
+        match unsafe { bpf_fd(BPF_PROG_LOAD, &mut pl) } {
+            Ok(fd) => return Ok(fd),
             Err(e) if attempt == 0 && e.raw_os_error() == Some(libc::EINVAL) => continue,
             Err(e) => {
                 let text = String::from_utf8_lossy(&log);
