@@ -27,9 +27,9 @@
 #                 default: the kernel's XDP live-frames generator, xdpgen.py, on CPU 0 with the
 #                 switch's side on CPU 1 (5.8 Mpps into a bare veth here, 15x what a namespace
 #                 takes); PPS_GEN=iperf3: iperf3 UDP unthrottled, one stream, bound by its own
-#                 system calls at about 100 kpps); then the TCP ramp: VM i starts iperf3 TCP at (i-1)*RAMP s, all run
-#                 together DURATION s (steady window = the last DURATION-3 s), vm1 pinging its
-#                 peer every 10 ms through the steady window.
+#                 system calls at about 100 kpps); then the TCP ramp: VM i starts iperf3 TCP at
+#                 (i-1)*RAMP s, all run together DURATION s (steady window = the last
+#                 DURATION-3 s), vm1 pinging its peer every 10 ms through the steady window.
 #   failover-udp  UDP_RATE per VM; at FAIL_AT s the pswitch side of the uplink carrying most VMs
 #                 (from the physical switch's MAC table) goes down for FAIL_HOLD s; receiver
 #                 inter-arrival gaps from captures at each peer. Not for SWITCH=bridge.
@@ -312,7 +312,7 @@ if [ "$MODE" != failover-udp ]; then
 if [ "$IDLE_PINGS" -gt 0 ]; then
   ip netns exec tmb-vm1 ping -n -i 0.005 -W 1 -c "$IDLE_PINGS" -w $((IDLE_PINGS / 100 + 10)) "$(peer_ip 1)" > "$OUT/ping-idle.txt" 2>&1 || true
 fi
-# ---- packets per second: vm1 <-> peer1, iperf3 UDP unthrottled, one stream ----
+# ---- packets per second: vm1 <-> peer1 (the XDP generator, or one iperf3 UDP stream) ----
 frames() { ip netns exec "$1" cat "/sys/class/net/eth0/statistics/$2_packets"; }
 if [ "$PPS" = 1 ] && [ "$PPS_GEN" = xdp ]; then
   # The kernel's XDP live-frames generator (bench/live/xdpgen.py) on CPU 0 sends out of the
@@ -320,9 +320,9 @@ if [ "$PPS" = 1 ] && [ "$PPS_GEN" = xdp ]; then
   # GRO (veth's NAPI, which XDP frames need) in a NAPI thread of its own on CPU 1, and everything
   # after it runs there: the switch, the physical switch's bridge, the receiver. Frames of 60 and
   # 1514 bytes (64 and 1518 on the wire with the FCS), counted at the receiving eth0. They are
-# addressed to the receiver's MAC and to an IP address nobody has (198.18.0.254), so the
-# receiver drops each at its routing lookup instead of running UDP and ICMP for it: its cost
-# would dilute the switches' difference (the same for every switch).
+  # addressed to the receiver's MAC and to an IP address nobody has (198.18.0.254), so the
+  # receiver drops each at its routing lookup instead of running UDP and ICMP for it: its cost
+  # would dilute the switches' difference (the same for every switch).
   : > "$OUT/pps.txt"
   mac_of() { ip netns exec "$1" cat /sys/class/net/eth0/address; }
   for dir in vm-to-uplink uplink-to-vm; do

@@ -325,15 +325,15 @@ impl Sim<'_> {
                 }
             }
             Ev::GuestDone(vm, cpu) => self.guest_done(vm, cpu),
-            Ev::Probe if self.s.traffic.direction == Direction::Send => {
-                let interval = self.s.ping.as_ref().map_or(0.0, |p| p.interval_us * 1e3) as u64;
-                self.send_probe();
-                self.at(self.now.saturating_add(interval), Ev::Probe);
-            }
             Ev::Probe => {
                 let interval = self.s.ping.as_ref().map_or(0.0, |p| p.interval_us * 1e3) as u64;
-                let ser = self.wire_ns(u64::from(PING_BYTES));
-                self.at(self.now + ser, Ev::Arrive(0, 0, self.now, true));
+                match self.s.traffic.direction {
+                    Direction::Send => self.send_probe(),
+                    Direction::Receive => {
+                        let ser = self.wire_ns(u64::from(PING_BYTES));
+                        self.at(self.now + ser, Ev::Arrive(0, 0, self.now, true));
+                    }
+                }
                 self.at(self.now.saturating_add(interval), Ev::Probe);
             }
             Ev::Tick => self.tick(),

@@ -24,9 +24,9 @@
 //! super-frame, is counted but not queued (a vCPU is never the limit there); the wire sends
 //! segments in order, and a segment sent leaves its window. The send side's transmit
 //! scheduler (the default's FIFO or NetIOC's per-port turns), the guests' moderated completion
-//! interrupts and the ACKs are in [`engine`]'s `send` module, which opens with that model. A ping probe (if `[ping]`) goes to VM 0 through the same queues and
-//! vCPU 0; its round trip is taken as twice the measured one-way receive latency (the reply
-//! crossing an identical host).
+//! interrupts and the ACKs are in [`engine`]'s `send` module, which opens with that model. A
+//! ping probe (if `[ping]`) goes to VM 0 through the same queues and vCPU 0; its round trip is
+//! taken as twice the measured one-way receive latency (the reply crossing an identical host).
 //!
 //! Measured after the warm-up: TCP payload delivered (Gbps), hypervisor cores busy (queues,
 //! workers, send threads), guest cores busy, host cores per Gbps, queues that took frames,

@@ -30,12 +30,6 @@ const NIC_DEPTH: u32 = 2;
 /// An ACK's frame: Ethernet, IPv4 and TCP with timestamps.
 const ACK_BYTES: f64 = 66.0;
 
-/// A vNIC's interrupt moderation: whether its coalescing timer runs.
-#[derive(Debug, Clone, Copy, Default)]
-struct Moderation {
-    due: bool,
-}
-
 /// What the send side keeps beyond the send threads.
 pub(super) struct SendState {
     /// NetIOC: one queue per VM port, then the probe's.
@@ -46,8 +40,8 @@ pub(super) struct SendState {
     next_port: usize,
     /// Packets handed to the NIC and not yet off the wire.
     at_nic: u32,
-    moderation: Vec<Moderation>,
-    /// Per VM: (stream, segments) off the wire and not yet reported to the guest.
+    /// Per VM: (stream, segments) off the wire and not yet reported to the guest; the vNIC's
+    /// coalescing timer runs while this is not empty.
     unreported: Vec<Vec<(u32, u32)>>,
     /// Interrupts taken in the measured window, and the probe's latencies (ns).
     pub(super) irqs: u64,
@@ -63,7 +57,6 @@ impl SendState {
             awake: false,
             next_port: 0,
             at_nic: 0,
-            moderation: vec![Moderation::default(); vms],
             unreported: vec![Vec::new(); vms],
             irqs: 0,
             latencies: Vec::new(),
@@ -220,9 +213,13 @@ impl Sim<'_> {
         self.send.at_nic -= 1;
         self.count_delivered(u64::from(segs) * u64::from(self.s.traffic.payload));
         let vm = stream / self.s.traffic.streams_per_vm;
-        if self.s.vms.irq_rate.is_some() {
+        if let Some(rate) = self.s.vms.irq_rate {
+            // The first completion not yet reported starts the vNIC's coalescing timer; the
+            // interrupt that ends it reports every completion until then.
+            if self.send.unreported[vm as usize].is_empty() {
+                self.at(self.now + (1e9 / rate) as u64, Ev::GuestIrq(vm));
+            }
             self.send.unreported[vm as usize].push((stream, segs));
-            self.completion(vm);
         } else {
             self.release(vm, stream, segs);
             self.wake_sender(vm);
@@ -238,21 +235,9 @@ impl Sim<'_> {
         }
     }
 
-    /// A completion for VM `vm`: the vNIC's coalescing timer starts unless it runs already;
-    /// the interrupt it ends in reports every completion until then.
-    fn completion(&mut self, vm: u32) {
-        let rate = self.s.vms.irq_rate.expect("moderation modelled");
-        let m = &mut self.send.moderation[vm as usize];
-        if !m.due {
-            m.due = true;
-            self.at(self.now + (1e9 / rate) as u64, Ev::GuestIrq(vm));
-        }
-    }
-
     /// The guest takes a transmit-completion interrupt: it pays for it, and the reported
     /// segments leave their windows.
     pub(super) fn guest_irq(&mut self, vm: u32) {
-        self.send.moderation[vm as usize].due = false;
         if self.measuring() {
             self.send.irqs += 1;
         }
