@@ -390,6 +390,21 @@ impl SwitchProgram {
     /// Runs the program once on `frame` as if it arrived on `ifindex`, and returns its verdict
     /// (BPF_PROG_TEST_RUN on the calling CPU, which the caller pins to `cpu`).
     pub fn run(&self, ifindex: u32, frame: &[u8], cpu: usize) -> Result<(u32, Verdict), Error> {
+        let r = self.test_run(ifindex, frame)?;
+        let m: PerCpuArray<&MapData, Verdict> =
+            PerCpuArray::try_from(self.ebpf.map("verdict").expect("declared")).map_err(map_err("verdict"))?;
+        let v: PerCpuValues<Verdict> = m.get(&0, 0).map_err(map_err("verdict"))?;
+        Ok((r.return_value, v[cpu]))
+    }
+
+    /// Runs the program once on `frame` as if it arrived on `ifindex`, and returns how long the
+    /// kernel measured the run (BPF_PROG_TEST_RUN's duration: the program and the test run's own
+    /// few hundred nanoseconds). The cold-run benchmark's way in.
+    pub fn time_run(&self, ifindex: u32, frame: &[u8]) -> Result<std::time::Duration, Error> {
+        Ok(self.test_run(ifindex, frame)?.duration)
+    }
+
+    fn test_run(&self, ifindex: u32, frame: &[u8]) -> Result<aya::programs::TestRunResult, Error> {
         // struct __sk_buff: only ifindex (at byte 40) set; the kernel takes the rest from the frame.
         let mut ctx = [0u8; 192];
         ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
@@ -400,11 +415,7 @@ impl SwitchProgram {
             ctx_in: Some(&ctx),
             ..TestRunOptions::default()
         };
-        let r = self.prog().test_run(opts).map_err(|e| Error::Program(Box::new(e)))?;
-        let m: PerCpuArray<&MapData, Verdict> =
-            PerCpuArray::try_from(self.ebpf.map("verdict").expect("declared")).map_err(map_err("verdict"))?;
-        let v: PerCpuValues<Verdict> = m.get(&0, 0).map_err(map_err("verdict"))?;
-        Ok((r.return_value, v[cpu]))
+        self.prog().test_run(opts).map_err(|e| Error::Program(Box::new(e)))
     }
 
     /// The counters of `slot`, summed over CPUs.
