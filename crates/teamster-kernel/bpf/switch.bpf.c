@@ -55,9 +55,11 @@ struct {
 	__type(value, struct punt_bucket);
 } punt_budget SEC(".maps");
 
+/* By domain_index(): an array (one map page a read, where a hash takes two), a domain with no
+ * members standing for none. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096 + 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DOMAIN_INDEXES);
 	__type(key, __u32);
 	__type(value, struct domain);
 } domains SEC(".maps");
@@ -207,14 +209,25 @@ static __always_inline void forget(__u32 slot, int behind_port)
 		count_add(slot, -1);
 }
 
-static __always_inline int slot_is_port(__u32 slot)
+/* The interface in `slot`, or 0 if the slot is free. */
+static __always_inline struct slot_info *slot_of(__u32 slot)
 {
 	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
-	if (!s || !s->ifindex)
-		return 0;
-	__u32 ifindex = s->ifindex;
-	struct iface *i = bpf_map_lookup_elem(&ifaces, &ifindex);
-	return i && i->kind == KIND_PORT;
+	return s && s->ifindex ? s : 0;
+}
+
+/* The domain `dom` (a VLAN or DOMAIN_UNTAGGED), or 0 if no port is in it. */
+static __always_inline struct domain *domain_of(__u16 dom)
+{
+	__u32 i = dom == DOMAIN_UNTAGGED ? DOMAIN_INDEXES - 1 : dom;
+	struct domain *d = bpf_map_lookup_elem(&domains, &i);
+	return d && d->count ? d : 0;
+}
+
+static __always_inline int slot_is_port(__u32 slot)
+{
+	struct slot_info *s = slot_of(slot);
+	return s && s->kind == KIND_PORT;
 }
 
 /* Where `mac` lives in `domain`, if known and not expired (core MacTable::lookup): a slot, or
@@ -487,9 +500,11 @@ static __always_inline __u32 fallback(const struct group *g, __u64 key)
 /* The uplink (slot) for a frame of port `p` (core Team::select_frame). */
 static __always_inline __u32 select_uplink(const struct iface *p, const struct key *k)
 {
+	if (p->policy == POLICY_PORT || !k->has_ip)
+		return p->uplink;
 	__u32 gi = p->group;
 	struct group *g = bpf_map_lookup_elem(&groups, &gi);
-	if (!g || g->policy == POLICY_PORT || !k->has_ip)
+	if (!g)
 		return p->uplink;
 	__u32 h = ip_hash(k, g->policy == POLICY_IP_L3L4);
 	__u32 n = g->active_count;
@@ -502,15 +517,6 @@ static __always_inline __u32 select_uplink(const struct iface *p, const struct k
 	return fallback(g, h);
 }
 
-static __always_inline struct iface *iface_of_slot(__u32 slot)
-{
-	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
-	if (!s || !s->ifindex)
-		return 0;
-	__u32 ifindex = s->ifindex;
-	return bpf_map_lookup_elem(&ifaces, &ifindex);
-}
-
 /* core Switch::spread_to: a spreading policy's frame on a member other than the port's own
  * leaves with that member's MAC, or on the port's own member if that MAC is unknown. */
 static __always_inline void to_uplink(struct turn *t, const struct iface *p, __u32 u)
@@ -519,7 +525,7 @@ static __always_inline void to_uplink(struct turn *t, const struct iface *p, __u
 	__u16 vid = p->domain == DOMAIN_UNTAGGED ? 0 : p->domain;
 	if (!(p->flags & PORT_REWRITES) || p->uplink == u)
 		return add_out(t, u, edit, vid, 0);
-	struct iface *up = iface_of_slot(u);
+	struct slot_info *up = slot_of(u);
 	if (up && (up->flags & UPLINK_HAS_MAC))
 		return add_out(t, u, edit, vid, 1);
 	add_out(t, p->uplink != NO_SLOT ? p->uplink : u, edit, vid, 0);
@@ -590,7 +596,10 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 
 	int statik;
 	__u32 known = is_group(k.dst) ? NO_SLOT : lookup(c, dom, k.dst, now, &statik);
-	struct domain *d = bpf_map_lookup_elem(&domains, &(__u32){ dom });
+	/* The domain's flood list, for a flood or its promiscuous ports' copies; a known unicast in
+	 * a domain without promiscuous ports needs none (one map page less, cold). */
+	struct domain *d = known == NO_SLOT || (p->flags & PORT_PROMISCUOUS_PEERS) ?
+				   domain_of(dom) : 0;
 	__u32 u = NO_SLOT;
 	if (known != NO_SLOT) {
 		if (known == slot)
@@ -623,7 +632,7 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
  * outside may be using the MAC: the engine decides. */
 static __always_inline int reflected(const struct config *c, const struct key *k, __u16 dom, __u32 at, __u64 now)
 {
-	struct iface *p = iface_of_slot(at);
+	struct slot_info *p = slot_of(at);
 	if (!p || (p->flags & PORT_PUNT) || k->ether_type == ETH_P_RARP_)
 		return 1;
 	__u64 *sent = bpf_map_lookup_elem(&sent_out, &at);
@@ -632,7 +641,7 @@ static __always_inline int reflected(const struct config *c, const struct key *k
 	if (!is_group(k->dst)) {
 		int statik;
 		__u32 q = lookup(c, dom, k->dst, now, &statik);
-		struct iface *qi = statik && q != at ? iface_of_slot(q) : 0;
+		struct slot_info *qi = statik && q != at ? slot_of(q) : 0;
 		to_settled = qi && (qi->flags & PORT_SETTLED);
 	}
 	return !(quiet || to_settled);
@@ -681,7 +690,7 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 	if (k.tags && !f->shift && k.at12 == ETH_P_QINQ_)
 		return punted(skb, v, slot, PUNT_PARSER);
 	__u16 dom = k.tags ? k.vlan : DOMAIN_UNTAGGED;
-	struct domain *d = bpf_map_lookup_elem(&domains, &(__u32){ dom });
+	struct domain *d = domain_of(dom);
 	if (!d)
 		return dropped(v, slot, DROP_UNKNOWN_VLAN);
 	struct fdb_key own = fdb_key(0, k.src);
@@ -719,7 +728,7 @@ static __always_inline int from_uplink(struct turn *t, struct __sk_buff *skb, st
 
 static __always_inline __u32 ifindex_of_slot(__u32 slot)
 {
-	struct slot_info *s = bpf_map_lookup_elem(&slots, &slot);
+	struct slot_info *s = slot_of(slot);
 	return s ? s->ifindex : 0;
 }
 
@@ -820,10 +829,10 @@ static __always_inline int execute(struct __sk_buff *skb, struct verdict *v, con
 	if (i >= MAX_OUTPUTS)
 		return TC_ACT_SHOT;
 	struct out o = v->outs[i];
-	__u32 ifindex = ifindex_of_slot(o.slot);
-	struct iface *to = bpf_map_lookup_elem(&ifaces, &ifindex);
+	struct slot_info *to = slot_of(o.slot);
 	if (!to)
 		return TC_ACT_SHOT;
+	__u32 ifindex = to->ifindex;
 	if (o.edit == EDIT_PUSH && bpf_skb_vlan_push(skb, bpf_htons(ETH_P_8021Q_), o.vid))
 		return edit_failed(in);
 	if (o.rewrite && bpf_skb_store_bytes(skb, 6, to->mac, 6, 0))

@@ -19,6 +19,7 @@
 #define MAX_GROUP_UPLINKS 8   /* uplinks in a group's active (and in its standby) list */
 #define MAX_OUTPUTS (MAX_DOMAIN_PORTS * 2 + 2) /* a flood, the promiscuous copies, an uplink */
 #define DOMAIN_UNTAGGED 0xffff
+#define DOMAIN_INDEXES 4097   /* `domains`: VLANs 0-4095, then DOMAIN_UNTAGGED */
 #define NO_SLOT 0xffffffffu
 
 /* iface.kind */
@@ -34,6 +35,7 @@
 #define PORT_REWRITES (1u << 5)     /* its group spreads ports over members with their own MACs */
 #define PORT_CHANGED (1u << 6)      /* iface.changed holds the MAC its guest changed to */
 #define PORT_SETTLED (1u << 7)      /* attached for a reflection window: its MAC is its own here */
+#define PORT_PROMISCUOUS_PEERS (1u << 8) /* its domain has promiscuous ports: read it for every frame */
 /* iface.flags for an uplink */
 #define UPLINK_HAS_MAC (1u << 0)    /* iface.mac is the uplink's own MAC */
 #define UPLINK_DISCARDS (1u << 1)   /* an LACP member outside the bundle: takes nothing */
@@ -80,7 +82,7 @@ struct iface {                /* key: ifindex (u32) */
 	__u32 slot;
 	__u32 id;                 /* PortId or UplinkId */
 	__u8 kind;
-	__u8 pad0;
+	__u8 policy;              /* port: its group's policy (POLICY_), so a port's own uplink needs no group */
 	__u16 flags;
 	__u16 domain;             /* port: its broadcast domain */
 	__u8 mac[6];              /* port: its configured MAC; uplink: its own (UPLINK_HAS_MAC) */
@@ -92,9 +94,16 @@ struct iface {                /* key: ifindex (u32) */
 	__u32 pad1;
 };
 
+/* What a frame needs of an interface it goes to or names by slot: a copy of its iface's kind,
+ * flags and MAC, so one array read does where a slot, then an ifindex, then a hash would. Cold,
+ * each map page a frame touches costs about a microsecond (benches/cold_run.rs). */
 struct slot_info {            /* `slots`, by slot */
 	__u32 ifindex;            /* 0: free */
-	__u32 pad;
+	__u8 kind;
+	__u8 pad0;
+	__u16 flags;
+	__u8 mac[6];
+	__u16 pad1;
 };
 
 struct member {               /* one port of a domain's flood list */

@@ -8,6 +8,17 @@ pub const MAX_GROUPS: usize = 256;
 pub const MAX_GROUP_UPLINKS: usize = 8;
 pub const MAX_OUTPUTS: usize = MAX_DOMAIN_PORTS * 2 + 2;
 pub const DOMAIN_UNTAGGED: u16 = 0xffff;
+/// Entries of the `domains` array: VLANs 0-4095, then [`DOMAIN_UNTAGGED`].
+pub const DOMAIN_INDEXES: u32 = 4097;
+
+/// Where domain `d` (a VLAN or [`DOMAIN_UNTAGGED`]) sits in the `domains` array.
+pub fn domain_index(d: u16) -> u32 {
+    if d == DOMAIN_UNTAGGED {
+        DOMAIN_INDEXES - 1
+    } else {
+        u32::from(d)
+    }
+}
 pub const NO_SLOT: u32 = u32::MAX;
 /// Uplink IDs a flood list's bitmask can name.
 pub const MAX_UPLINK_ID: usize = 64;
@@ -23,6 +34,8 @@ pub const PORT_PUNT: u16 = 1 << 4;
 pub const PORT_REWRITES: u16 = 1 << 5;
 pub const PORT_CHANGED: u16 = 1 << 6;
 pub const PORT_SETTLED: u16 = 1 << 7;
+/// The port's domain has promiscuous ports (the program reads the domain for every frame).
+pub const PORT_PROMISCUOUS_PEERS: u16 = 1 << 8;
 pub const UPLINK_HAS_MAC: u16 = 1 << 0;
 pub const UPLINK_DISCARDS: u16 = 1 << 1;
 
@@ -43,7 +56,8 @@ pub struct Iface {
     pub slot: u32,
     pub id: u32,
     pub kind: u8,
-    pub pad0: u8,
+    /// A port's group's policy (a `POLICY_` code), so that its own uplink needs no group read.
+    pub policy: u8,
     pub flags: u16,
     pub domain: u16,
     pub mac: [u8; 6],
@@ -59,7 +73,12 @@ pub struct Iface {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotInfo {
     pub ifindex: u32,
-    pub pad: u32,
+    /// The interface's [`Iface`] kind, flags and MAC, copied: what a frame needs of an output.
+    pub kind: u8,
+    pub pad0: u8,
+    pub flags: u16,
+    pub mac: [u8; 6],
+    pub pad1: u16,
 }
 
 #[repr(C)]
@@ -240,7 +259,7 @@ unsafe impl aya::Pod for Stats {}
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Iface>() == 44);
-    assert!(size_of::<SlotInfo>() == 8);
+    assert!(size_of::<SlotInfo>() == 16);
     assert!(size_of::<Member>() == 24);
     assert!(size_of::<Domain>() == 6152);
     assert!(size_of::<GroupUplink>() == 24);

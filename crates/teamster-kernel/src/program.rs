@@ -167,15 +167,17 @@ impl SwitchProgram {
             }
         }
         {
-            let mut m: HashMap<&mut MapData, u32, Domain> =
-                HashMap::try_from(map(&mut self.ebpf, "domains")).map_err(map_err("domains"))?;
+            // An array: a domain gone is written empty (no members: none, to the program).
+            let mut m: Array<&mut MapData, Domain> =
+                Array::try_from(map(&mut self.ebpf, "domains")).map_err(map_err("domains"))?;
             for (d, v) in &t.domains {
                 if self.written.domains.get(d) != Some(v) {
-                    m.insert(u32::from(*d), **v, 0).map_err(map_err("domains"))?;
+                    m.set(abi::domain_index(*d), **v, 0).map_err(map_err("domains"))?;
                 }
             }
             for d in self.written.domains.keys().filter(|d| !t.domains.contains_key(d)) {
-                gone_ok(m.remove(&u32::from(*d))).map_err(map_err("domains"))?;
+                m.set(abi::domain_index(*d), Domain::default(), 0)
+                    .map_err(map_err("domains"))?;
             }
         }
         {

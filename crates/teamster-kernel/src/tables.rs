@@ -212,13 +212,6 @@ impl Tables {
                     ..Iface::default()
                 },
             );
-            t.slots.insert(
-                slot,
-                SlotInfo {
-                    ifindex: b.ifindex,
-                    pad: 0,
-                },
-            );
         }
         let slot_of = |u: Option<UplinkId>| u.and_then(|u| uplink_slot.get(&u).copied()).unwrap_or(abi::NO_SLOT);
 
@@ -291,16 +284,10 @@ impl Tables {
                     mac: sw.mac.0,
                     changed: sw.changed.map_or([0; 6], |m| m.0),
                     group: spec.group.0 as u32,
+                    policy: t.groups.get(spec.group.0).map_or(abi::POLICY_PORT, |g| g.policy),
                     uplink: slot_of(team.port_uplink(p)),
                     priority: b.priority,
                     ..Iface::default()
-                },
-            );
-            t.slots.insert(
-                slot,
-                SlotInfo {
-                    ifindex: b.ifindex,
-                    pad: 0,
                 },
             );
             let d = t.domains.entry(dom).or_default();
@@ -324,6 +311,27 @@ impl Tables {
             d.count += 1;
             d.promiscuous += u32::from(flags & abi::PORT_PROMISCUOUS != 0);
         }
+
+        // A known unicast skips its domain unless the domain has promiscuous ports to copy to.
+        for i in t.ifaces.values_mut().filter(|i| i.kind == abi::KIND_PORT) {
+            if t.domains.get(&i.domain).is_some_and(|d| d.promiscuous > 0) {
+                i.flags |= abi::PORT_PROMISCUOUS_PEERS;
+            }
+        }
+        t.slots = t
+            .ifaces
+            .iter()
+            .map(|(ifindex, i)| {
+                let info = SlotInfo {
+                    ifindex: *ifindex,
+                    kind: i.kind,
+                    flags: i.flags,
+                    mac: i.mac,
+                    ..SlotInfo::default()
+                };
+                (i.slot, info)
+            })
+            .collect();
 
         // The configured MACs are the engine's static entries: one per port that owns its MAC
         // (read from the ports, not from the whole table, which may hold thousands learned).

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{Frames, Rig};
-use teamster_kernel::abi;
+use teamster_kernel::{abi, Tables};
 
 #[test]
 fn the_kernel_path_decides_every_frame_as_the_engine_does() {
@@ -58,27 +58,40 @@ fn the_kernel_path_decides_every_frame_as_the_engine_does() {
     );
 }
 
-/// The comparison catches a program that decides differently: the same run with one port's
-/// security flag flipped in the kernel's tables must find a difference.
+/// The comparison catches a program that decides differently: the same run with the kernel's
+/// tables changed in one way must find a difference. The mutants: one port security flag
+/// inverted, and the two copies the program reads instead of a map (a port's group policy; that
+/// its domain has promiscuous ports) made wrong.
 #[test]
 fn a_mutated_table_is_caught() {
-    let Some(mut rig) = Rig::new_or_skip() else { return };
-    rig.mutate(|t| {
-        for i in t.ifaces.values_mut() {
-            if i.kind == abi::KIND_PORT {
+    type Mutant = fn(&mut Tables);
+    let mutants: [(&str, Mutant); 3] = [
+        ("the forged-transmit rule inverted", |t| {
+            for i in t.ifaces.values_mut().filter(|i| i.kind == abi::KIND_PORT) {
                 i.flags ^= abi::PORT_FORGED_OK;
             }
-        }
-    });
-    let mut frames = Frames::new(7);
-    let found = (0..3000).any(|_| {
-        let (from, frame) = frames.next(&rig);
-        rig.compare(from, &frame).is_err()
-    });
-    assert!(
-        found,
-        "3000 frames and no difference from a program whose forged-transmit rule is inverted"
-    );
+        }),
+        ("every port's group policy read as port ID", |t| {
+            for i in t.ifaces.values_mut().filter(|i| i.kind == abi::KIND_PORT) {
+                i.policy = abi::POLICY_PORT;
+            }
+        }),
+        ("no port told that its domain has promiscuous ports", |t| {
+            for i in t.ifaces.values_mut() {
+                i.flags &= !abi::PORT_PROMISCUOUS_PEERS;
+            }
+        }),
+    ];
+    for (what, mutant) in mutants {
+        let Some(mut rig) = Rig::new_or_skip() else { return };
+        rig.mutate(mutant);
+        let mut frames = Frames::new(7);
+        let found = (0..3000).any(|_| {
+            let (from, frame) = frames.next(&rig);
+            rig.compare(from, &frame).is_err()
+        });
+        assert!(found, "3000 frames and no difference from a program with {what}");
+    }
 }
 
 /// A VM sending what the kernel hands up (here MACsec, which the program's parser leaves to the

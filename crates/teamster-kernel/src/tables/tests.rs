@@ -13,6 +13,16 @@ fn mac(n: u8) -> MacAddr {
 /// Two uplinks; group 0 untagged port-id over both, group 1 VLAN 10 with `policy`, MAC changes
 /// accepted; ports 1 (group 0) and 2, 3 (group 1).
 fn switch(policy: Policy) -> Switch {
+    let open = SecurityPolicy {
+        mac_changes: Verdict::Accept,
+        ..SecurityPolicy::default()
+    };
+    switch_with(policy, open)
+}
+
+/// Ports 1 (group a, untagged) and 2, 3 (group b, VLAN 10, `policy`, security `b`); uplink 1 has
+/// its own MAC.
+fn switch_with(policy: Policy, b: SecurityPolicy) -> Switch {
     let uplinks = (0..2)
         .map(|i| UplinkSpec {
             name: format!("up{i}"),
@@ -45,10 +55,6 @@ fn switch(policy: Policy) -> Switch {
         })
         .unwrap();
     }
-    let open = SecurityPolicy {
-        mac_changes: Verdict::Accept,
-        ..SecurityPolicy::default()
-    };
     let mut s = Switch::with_config(
         team,
         SwitchConfig {
@@ -57,7 +63,7 @@ fn switch(policy: Policy) -> Switch {
                 total: 100,
                 per_port: 7,
             },
-            security: vec![SecurityPolicy::default(), open],
+            security: vec![SecurityPolicy::default(), b],
             overlays: Vec::new(),
         },
     );
@@ -110,6 +116,43 @@ fn ports_carry_their_group_security_domain_and_uplink() {
     };
     assert_eq!(t.statics.get(&key), Some(&t.ifaces[&13].slot));
     assert_eq!(t.statics.len(), 3);
+}
+
+/// The program reads an output's kind, flags and MAC from its slot, a port's group policy from
+/// the port, and a domain only when it must: the copies agree with what they copy.
+#[test]
+fn what_a_frame_needs_is_copied_where_it_is_read() {
+    let s = switch(Policy::IP_HASH_L4);
+    let t = Tables::build(&s, &interfaces(), &mut Slots::default(), Instant::ZERO).unwrap();
+    assert_eq!(t.slots.len(), t.ifaces.len());
+    for (ifindex, i) in &t.ifaces {
+        let info = t.slots[&i.slot];
+        assert_eq!(
+            (info.ifindex, info.kind, info.flags, info.mac),
+            (*ifindex, i.kind, i.flags, i.mac)
+        );
+    }
+    assert_eq!(t.ifaces[&12].policy, abi::POLICY_IP_L3L4);
+    assert_eq!(t.ifaces[&11].policy, abi::POLICY_PORT);
+    assert_eq!(t.slots[&t.ifaces[&21].slot].mac, [0x0e, 0, 0, 0, 0, 1]);
+    assert!(t.ifaces.values().all(|i| i.flags & abi::PORT_PROMISCUOUS_PEERS == 0));
+
+    // Promiscuous ports in VLAN 10: its ports read their domain for every frame; port 1's
+    // untagged domain has none, so port 1 does not.
+    let promiscuous = SecurityPolicy {
+        promiscuous: Verdict::Accept,
+        ..SecurityPolicy::default()
+    };
+    let s = switch_with(Policy::PORT_ID, promiscuous);
+    let t = Tables::build(&s, &interfaces(), &mut Slots::default(), Instant::ZERO).unwrap();
+    for (ifindex, peers) in [(11, false), (12, true), (13, true)] {
+        assert_eq!(
+            t.ifaces[&ifindex].flags & abi::PORT_PROMISCUOUS_PEERS != 0,
+            peers,
+            "ifindex {ifindex}"
+        );
+    }
+    assert_eq!(t.domains[&10].promiscuous, 2);
 }
 
 #[test]
