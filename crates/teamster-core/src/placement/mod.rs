@@ -15,10 +15,13 @@
 //! network resource pools are); admission then checks it against its parent as any other.
 //!
 //! Initial placement ([`Cluster::place`]): among the hosts that admit the VM, the one with the
-//! most reservation headroom left once it is there (the least free reservation of any node on
-//! the way from its pools up to their traffic class), ties broken by fewer VMs, then by name; so VMs balance
-//! by reservation. A VM no host admits is refused with each host's reason. Deterministic: hosts
-//! are considered in name order.
+//! most reservation headroom left once it is there, ties broken by fewer VMs, then by name; so
+//! VMs balance by reservation. Headroom is the least, over the VM's pools, of what more the pool
+//! could reserve: its own free reservation, or for a derived pool what its parent could still
+//! give, and so up to the root's share of the capacity. A VM no host admits is refused with each host's reason. Deterministic: hosts
+//! are considered in name order. A host marked unavailable ([`Cluster::set_unavailable`]: it
+//! stopped reporting) keeps its VMs but receives none, by placement, by hand or by
+//! remediation.
 
 mod remediate;
 pub use remediate::{Fault, Migration, Remedy};
@@ -61,6 +64,9 @@ pub struct Host {
     pub vms: Vec<Vm>,
     /// Nodes whose reservation is their children's total (see the module documentation).
     pub derived: Vec<NodeId>,
+    /// Why the host takes no VMs now (it stopped reporting, say), or None: it takes them. Its
+    /// VMs stay where they are; placement and remediation send it none.
+    pub unavailable: Option<String>,
 }
 
 impl Host {
@@ -109,33 +115,44 @@ impl Host {
         quota.saturating_sub(used)
     }
 
-    /// The reservation headroom with `extra` placed: the least free reservation of any node
-    /// on the way from the pools of the VMs' vNICs up to their traffic class (of every node,
-    /// with no `extra`); or why the host does not admit them.
+    /// The headroom `vm` would leave here, or why this host does not take it (unavailable, or
+    /// it fails admission).
+    pub fn admits(&self, vm: &Vm) -> Result<Bandwidth, String> {
+        match &self.unavailable {
+            Some(why) => Err(why.clone()),
+            None => self.headroom_with(&[vm]),
+        }
+    }
+
+    /// What more may be reserved under node `id` of `tree`: its own free reservation if its
+    /// reservation is its own; if it is derived (its reservation is its children's, so it grows
+    /// with them), what its parent may still give, and so on up to the root, whose free share is
+    /// the cap's part of the capacity. A derived node's own slack is always 0, so reading it
+    /// would make every such host look full.
+    fn room(&self, tree: &Tree, id: NodeId) -> u64 {
+        let mut at = id;
+        while let (Some(parent), true) = (tree.node(at).parent, self.derived.contains(&at)) {
+            at = parent;
+        }
+        self.slack(tree, at)
+    }
+
+    /// The reservation headroom with `extra` placed: the least room (see `room`) of the pools
+    /// of the VMs' vNICs (of the host's classes and pools, with no `extra`); or why the host
+    /// does not admit them.
     pub fn headroom_with(&self, extra: &[&Vm]) -> Result<Bandwidth, String> {
         let tree = self.tree_with(extra)?;
         admit(&tree, self.capacity, self.cap).map_err(|e| e.to_string())?;
+        // The host's own nodes keep their ids in the tree with VMs (the vNICs come after).
         let pools: Vec<NodeId> = if extra.is_empty() {
-            tree.ids().collect()
+            self.tree.ids().collect()
         } else {
             (extra.iter().flat_map(|vm| &vm.vnics))
                 .filter_map(|v| tree.find(&v.pool))
                 .collect()
         };
-        let mut least = u64::MAX;
-        for pool in pools {
-            // Up to the root's child: what classes reserve of the uplink does not change with
-            // the VMs inside them (the root counts only for a pool that is the root).
-            let mut at = Some(pool);
-            while let Some(id) = at {
-                if id != pool && tree.node(id).parent.is_none() {
-                    break;
-                }
-                least = least.min(self.slack(&tree, id));
-                at = tree.node(id).parent;
-            }
-        }
-        Ok(Bandwidth::from_bps(if least == u64::MAX { 0 } else { least }))
+        let least = pools.into_iter().map(|p| self.room(&tree, p)).min().unwrap_or(0);
+        Ok(Bandwidth::from_bps(least))
     }
 }
 
@@ -179,6 +196,7 @@ impl Cluster {
             cap,
             vms: Vec::new(),
             derived: Vec::new(),
+            unavailable: None,
         };
         self.hosts.insert(name.to_string(), host);
         Ok(())
@@ -193,6 +211,13 @@ impl Cluster {
         if !h.derived.contains(&id) {
             h.derived.push(id);
         }
+        Ok(())
+    }
+
+    /// Marks host `host` as taking no VMs, and why (None: it takes them again).
+    pub fn set_unavailable(&mut self, host: &str, why: Option<String>) -> Result<(), String> {
+        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        h.unavailable = why;
         Ok(())
     }
 
@@ -253,9 +278,8 @@ impl Cluster {
                 reasons: vec![("cluster".into(), why)],
             });
         }
-        let considered: Vec<(String, Result<Bandwidth, String>)> = (self.hosts.values())
-            .map(|h| (h.name.clone(), h.headroom_with(&[vm])))
-            .collect();
+        let considered: Vec<(String, Result<Bandwidth, String>)> =
+            (self.hosts.values()).map(|h| (h.name.clone(), h.admits(vm))).collect();
         let best = (considered.iter())
             .filter_map(|(name, r)| Some((name, *r.as_ref().ok()?)))
             .max_by(|(a, ha), (b, hb)| {
@@ -304,7 +328,7 @@ impl Cluster {
             return Err(why);
         }
         let h = self.hosts.get(host).ok_or_else(|| format!("no host {host}"))?;
-        h.headroom_with(&[&vm])?;
+        h.admits(&vm)?;
         self.located.insert(vm.name.clone(), host.to_string());
         self.hosts.get_mut(host).expect("found").vms.push(vm);
         Ok(())

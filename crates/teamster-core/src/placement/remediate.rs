@@ -96,8 +96,7 @@ impl Cluster {
             .iter()
             .find(|v| v.name == vm)
             .expect("on its host");
-        dest.headroom_with(&[v])
-            .map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
+        dest.admits(v).map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
         let h = self.hosts.get_mut(&from).expect("found");
         let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
         let moved = h.vms.remove(i);
@@ -248,7 +247,7 @@ impl Cluster {
         let mut plan = Vec::new();
         for vm in order {
             let best = (self.hosts.values())
-                .filter(|o| o.name != from)
+                .filter(|o| o.name != from && o.unavailable.is_none())
                 .filter_map(|o| {
                     let mut extra: Vec<&Vm> = (arriving.iter())
                         .filter(|(h, _)| *h == o.name)

@@ -81,6 +81,80 @@ fn a_vm_goes_where_the_most_headroom_is_left() {
     assert!(e.to_string().contains("no pool `nfs`"), "{e}");
 }
 
+/// With derived nodes (the class and the pool reserve what their VMs reserve, as the bundled
+/// scenarios and the controller configure them), headroom is what the root could still give:
+/// a new VM goes to the host with the most of it, not the one with fewer VMs.
+#[test]
+fn headroom_with_derived_nodes_is_what_the_root_could_still_give() {
+    let mut c = Cluster::default();
+    for h in ["host1", "host2"] {
+        let mut t = tree(Bandwidth::ZERO);
+        let vm_class = t.find("vm").unwrap();
+        let spec = NodeSpec {
+            name: "vm-pool".into(),
+            reservation: Bandwidth::ZERO,
+            shares: Shares::NORMAL,
+            limit: None,
+        };
+        t.add(vm_class, spec).unwrap();
+        c.add_host(h, t, Bandwidth::from_gbps(10), ReservationCap::default())
+            .unwrap();
+        c.derive(h, "vm").unwrap();
+        c.derive(h, "vm-pool").unwrap();
+    }
+    let in_pool = |name: &str, mbps: u64| {
+        let mut v = vm(name, Bandwidth::from_mbps(mbps));
+        v.vnics[0].pool = "vm-pool".into();
+        v
+    };
+    // host1: one VM holding 6.5G of the 7.5G the cap allows; host2: two VMs holding 0.5G.
+    c.place_on(in_pool("big", 6500), "host1").unwrap();
+    c.place_on(in_pool("s1", 250), "host2").unwrap();
+    c.place_on(in_pool("s2", 250), "host2").unwrap();
+    assert_eq!(
+        c.host("host1").unwrap().headroom_with(&[]).unwrap(),
+        Bandwidth::from_mbps(1000)
+    );
+    assert_eq!(
+        c.host("host2").unwrap().headroom_with(&[]).unwrap(),
+        Bandwidth::from_mbps(7000)
+    );
+    let placed = c.place(in_pool("new", 100)).unwrap();
+    assert_eq!(placed.host, "host2", "{placed:?}");
+    assert_eq!(placed.headroom, Bandwidth::from_mbps(6900));
+    // A VM only host2 can hold still goes there; one neither can is refused.
+    assert_eq!(c.place(in_pool("wide", 5000)).unwrap().host, "host2");
+    assert!(c.place(in_pool("huge", 7000)).is_err());
+}
+
+/// A host marked unavailable (it stopped reporting) keeps its VMs and receives none: not by
+/// placement, even with the most headroom, not by hand, not by a migration, not by remediation.
+#[test]
+fn an_unavailable_host_receives_no_vm() {
+    let mut c = fig2_cluster();
+    c.place_on(vm("a", Bandwidth::from_gbps(5)), "host1").unwrap();
+    c.set_unavailable("host2", Some("not responding".into())).unwrap();
+    assert!(c.set_unavailable("host9", None).is_err());
+    let placed = c.place(vm("b", Bandwidth::from_gbps(1))).unwrap();
+    assert_eq!(placed.host, "host1");
+    let host2 = placed.considered.iter().find(|(h, _)| h == "host2").unwrap();
+    assert_eq!(host2.1, Err("not responding".to_string()));
+    let e = c.place_on(vm("c", Bandwidth::ZERO), "host2").unwrap_err();
+    assert!(e.contains("not responding"), "{e}");
+    let e = c.migrate("a", "host2").unwrap_err();
+    assert!(e.contains("not responding"), "{e}");
+    // host1 over its admission: the only other host is unavailable, so it stays a fault.
+    c.set_reservation("a", 0, Bandwidth::from_gbps(7)).unwrap();
+    let remedy = c.remediate();
+    assert!(remedy.migrations.is_empty(), "{:?}", remedy.migrations);
+    assert_eq!(remedy.faults.len(), 1);
+    // Available again: remediation moves a VM there.
+    c.set_unavailable("host2", None).unwrap();
+    let remedy = c.remediate();
+    assert_eq!(remedy.migrations.len(), 1, "{remedy:?}");
+    assert_eq!(remedy.migrations[0].to, "host2");
+}
+
 proptest! {
     /// Whatever the hosts and VMs, every VM placed passes admission on its host with all the
     /// others there, the pool's quota holds, and the same input gives the same placement.

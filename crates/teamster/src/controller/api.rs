@@ -51,7 +51,8 @@ impl From<Refusal> for ApiError {
     }
 }
 
-/// Makes a change on a copy and saves it; the state in force changes only once it is saved.
+/// Makes a change on a copy and saves it; the state in force changes only once it is saved
+/// (or at once, for a change that is only a report's time).
 async fn change(
     s: &ControllerState,
     f: impl FnOnce(&mut ClusterState, u64) -> Result<Outcome, Refusal>,
@@ -59,6 +60,13 @@ async fn change(
     let mut shared = s.0.lock().await;
     let mut next = shared.state.clone();
     let out = f(&mut next, now_s())?;
+    // A report that changed nothing but its time writes nothing: the time is kept in memory
+    // (a controller that takes over reads the last saved one, and the host's next report
+    // brings it up to date within an interval).
+    if out.unchanged {
+        shared.state = next;
+        return Ok(Json(out));
+    }
     shared.store.save(&next).map_err(|e| {
         eprintln!("teamster controller: {e}");
         ApiError(
@@ -91,7 +99,7 @@ pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
 
 #[utoipa::path(get, path = "/api/v1/cluster", responses((status = 200, body = ClusterView)))]
 async fn cluster(State(s): State<ControllerState>) -> Json<ClusterView> {
-    Json(view::cluster(&s.0.lock().await.state))
+    Json(view::cluster(&s.0.lock().await.state, now_s()))
 }
 
 #[utoipa::path(put, path = "/api/v1/hosts/{name}", params(("name" = String, Path)), request_body = HostShape,
@@ -179,7 +187,7 @@ async fn set_quota(
 
 /// Prometheus text: hosts, VMs, reservations that cannot be kept, migrations and faults kept.
 async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
-    let v = view::cluster(&s.0.lock().await.state);
+    let v = view::cluster(&s.0.lock().await.state, now_s());
     let lines = [
         ("teamster_controller_hosts", "Hosts registered.", v.hosts.len()),
         ("teamster_controller_vms", "VMs powered on.", v.vms.len()),

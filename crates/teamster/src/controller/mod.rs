@@ -40,6 +40,11 @@ pub struct ControllerArgs {
     /// The cluster's keys in etcd: `<prefix>/state` and the election `<prefix>/leader`.
     #[arg(long, default_value = "teamster")]
     etcd_prefix: String,
+    /// Seconds a host may go without reporting before it takes no new VMs (2-3600; hosts
+    /// report every second by default): placement, migrations and remediation pass it by
+    /// until it reports again. Its VMs stay assigned to it.
+    #[arg(long, default_value_t = state::DEFAULT_HOST_TIMEOUT_S, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    host_timeout_s: u64,
     /// The leader's etcd lease, in seconds (1-60): a leader gone for this long is replaced.
     #[arg(long, default_value_t = 5)]
     lease_s: i64,
@@ -92,6 +97,7 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     let _lock = dir.lock(&lock_name, &format!("a controller is already serving on {shown}"))?;
     let store = open_store(&args)?;
     let mut state = store.load()?.unwrap_or_default();
+    state.host_timeout = state::HostTimeout(args.host_timeout_s);
     if state.cluster_id == 0 {
         state.cluster_id = fresh_id();
         store.save(&state)?;

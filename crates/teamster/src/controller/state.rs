@@ -22,6 +22,21 @@ use teamster_core::units::Bandwidth;
 
 /// How many migrations and faults the state keeps.
 pub const RECENT: usize = 100;
+/// How long a host may go without reporting before it takes no new VMs, by default (seconds):
+/// fifteen of the agent's default one-second reports.
+pub const DEFAULT_HOST_TIMEOUT_S: u64 = 15;
+
+/// How long a host may go without reporting before it takes no new VMs (seconds); the
+/// controller's `--host-timeout-s`, not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostTimeout(pub u64);
+
+impl Default for HostTimeout {
+    fn default() -> HostTimeout {
+        HostTimeout(DEFAULT_HOST_TIMEOUT_S)
+    }
+}
+
 /// The most hosts and VMs a controller keeps.
 pub const MAX_HOSTS: usize = 1024;
 pub const MAX_VMS: usize = 100_000;
@@ -117,6 +132,9 @@ pub struct ClusterState {
     /// talking to a controller with another (say, a lost and recreated) state.
     #[serde(default)]
     pub cluster_id: u64,
+    /// Set by the controller from its arguments; not part of the stored state.
+    #[serde(skip)]
+    pub host_timeout: HostTimeout,
 }
 
 /// A refused change: the HTTP status it maps to, and why.
@@ -214,9 +232,23 @@ pub struct Outcome {
 }
 
 impl ClusterState {
-    /// The placement view of the state: hosts with their trees and admission capacity (the
-    /// smallest uplink up; none: zero), VMs where they are assigned, quotas.
-    pub fn cluster(&self) -> Result<Cluster, String> {
+    /// Why host `name` takes no new VMs at `now_s`, if it does not: its last report (or its
+    /// registration) is older than the host timeout.
+    pub fn silent(&self, name: &str, now_s: u64) -> Option<String> {
+        let h = self.hosts.get(name)?;
+        let quiet = now_s.saturating_sub(h.reported_s);
+        (quiet > self.host_timeout.0).then(|| {
+            format!(
+                "not responding: no report for {quiet} s (host timeout {} s)",
+                self.host_timeout.0
+            )
+        })
+    }
+
+    /// The placement view of the state at `now_s`: hosts with their trees and admission
+    /// capacity (the smallest uplink up; none: zero), those that stopped reporting marked
+    /// unavailable, VMs where they are assigned, quotas.
+    pub fn cluster(&self, now_s: u64) -> Result<Cluster, String> {
         let mut c = Cluster::default();
         for (name, h) in &self.hosts {
             let (tree, cap) = build_host(&h.shape).map_err(|e| format!("host {name}: {e}"))?;
@@ -228,6 +260,7 @@ impl ClusterState {
             for d in &h.shape.derived {
                 c.derive(name, d).map_err(|e| format!("host {name}: derived: {e}"))?;
             }
+            c.set_unavailable(name, self.silent(name, now_s))?;
         }
         for (pool, q) in &self.quotas {
             c.set_quota(pool, *q);
@@ -305,7 +338,7 @@ impl ClusterState {
             limit: record.limit,
         };
         teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
-        let mut c = self.cluster().map_err(Refusal::Conflict)?;
+        let mut c = self.cluster(now_s).map_err(Refusal::Conflict)?;
         let vm = vm_of(&req.name, &record);
         let mut out = Outcome::default();
         let host = match req.host.as_deref() {
@@ -356,7 +389,7 @@ impl ClusterState {
         teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
         // The pools' quotas, as placement checks them: the VM's other reservations plus the new.
         let reservation = rec.reservation;
-        let mut c = next.cluster().map_err(Refusal::Conflict)?;
+        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
         c.set_reservation(name, 0, reservation).map_err(Refusal::Conflict)?;
         next.commit(now_s, Outcome::default(), self, false)
     }
@@ -378,7 +411,7 @@ impl ClusterState {
             stays
         });
         leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
-        let mut c = next.cluster().map_err(Refusal::Conflict)?;
+        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
         for (n, v) in leaving {
             let placed = c
                 .place(vm_of(&n, &v))
@@ -451,7 +484,9 @@ impl ClusterState {
                 .get(n)
                 .is_some_and(|v| v.host == host && v.moving_from.is_some())
         });
-        if links_same && !confirms {
+        // A host heard again after its timeout takes VMs again: remediation may now use it.
+        let back = self.silent(host, now_s).is_some();
+        if links_same && !confirms && !back {
             let rec = self.hosts.get_mut(host).expect("found");
             rec.reported_s = now_s;
             rec.loads = r.loads.clone();
@@ -483,8 +518,8 @@ impl ClusterState {
     /// `fact` (a host's registration or report: a lost uplink happened whether or not it
     /// fits), which stands with its fault recorded.
     fn commit(mut self, now_s: u64, mut out: Outcome, was: &mut ClusterState, fact: bool) -> Result<Outcome, Refusal> {
-        let mut c = self.cluster().map_err(Refusal::Conflict)?;
-        let before = was.cluster().map(|c| c.violations()).unwrap_or_default();
+        let mut c = self.cluster(now_s).map_err(Refusal::Conflict)?;
+        let before = was.cluster(now_s).map(|c| c.violations()).unwrap_or_default();
         let remedy = c.remediate();
         // A host that could not be mended before (a lost uplink) does not block other changes.
         let new_fault = remedy.faults.iter().find(|f| !before.contains(&f.host));

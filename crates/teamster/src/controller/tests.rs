@@ -86,7 +86,7 @@ fn figure_2_through_the_controller() {
         matches!(e, Refusal::Conflict(ref m) if m.contains("pool `vm-pool`")),
         "{e:?}"
     );
-    assert_eq!(s.cluster().unwrap().violations(), Vec::<String>::new());
+    assert_eq!(s.cluster(9).unwrap().violations(), Vec::<String>::new());
     // Host 1 goes: VM1 fits on host 2 only if there is room, and there is none.
     assert!(matches!(s.remove_host("host1", 8), Err(Refusal::Conflict(_))));
     assert!(matches!(s.set_quota("nope", gbps(1), 8), Err(Refusal::Unknown(_))));
@@ -147,4 +147,68 @@ fn a_lost_uplink_stands_and_vms_move_where_they_can() {
     // Other changes still go through while host2 cannot be mended.
     s.power_on(vm("vm2", "host1"), 4).unwrap();
     assert_eq!(s.vms.len(), 2);
+}
+
+/// With the bundled configuration (the `vm` class and `vm-pool` derived), a new VM goes to the
+/// host with the most reservation headroom, not to the one with fewer VMs.
+#[test]
+fn placement_by_headroom_holds_with_derived_classes_and_pools() {
+    let mut s = ClusterState::default();
+    s.register("host1", shape(), 1).unwrap();
+    s.register("host2", shape(), 1).unwrap();
+    let mut big = vm("big", "host1");
+    big.reservation = Some(gbps(7000));
+    s.power_on(big, 1).unwrap();
+    for v in ["s1", "s2"] {
+        let mut small = vm(v, "host2");
+        small.reservation = Some(gbps(100));
+        s.power_on(small, 1).unwrap();
+    }
+    let mut new = vm("new", "auto");
+    new.reservation = Some(gbps(100));
+    let out = s.power_on(new, 2).unwrap();
+    assert_eq!(out.placed.as_deref(), Some("host2"), "{:?}", out.considered);
+    let seen: BTreeMap<_, _> = out.considered.iter().cloned().collect();
+    assert_eq!(seen["host1"], "400Mbps headroom left");
+    assert_eq!(seen["host2"], "7.2Gbps headroom left");
+}
+
+/// A host that has not reported within the host timeout receives no VM, by placement, by
+/// name or by a migration, keeps the VMs it has, and takes VMs again once it reports.
+#[test]
+fn a_host_that_stopped_reporting_receives_no_vm() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    s.register("quiet", shape(), 100).unwrap();
+    s.register("busy", shape(), 100).unwrap();
+    let mut big = vm("big", "busy");
+    big.reservation = Some(gbps(5000));
+    s.power_on(big, 100).unwrap();
+    s.power_on(vm("stays", "quiet"), 100).unwrap();
+    // busy keeps reporting; quiet stops at 100.
+    s.report("busy", &report(&[], &["big"]), 115).unwrap();
+    assert_eq!(s.silent("busy", 115), None);
+    assert!(s.silent("quiet", 115).is_some_and(|w| w.contains("no report for 15 s")));
+    // quiet has the more headroom, and still gets nothing.
+    let out = s.power_on(vm("new", "auto"), 115).unwrap();
+    assert_eq!(out.placed.as_deref(), Some("busy"));
+    let e = s.power_on(vm("named", "quiet"), 115).unwrap_err();
+    assert!(
+        matches!(e, Refusal::Conflict(ref m) if m.contains("not responding")),
+        "{e:?}"
+    );
+    // busy loses its uplink: its VMs cannot go to quiet, so they stay, as a fault.
+    let out = s
+        .report("busy", &report(&[("uplink1", false)], &["big", "new"]), 116)
+        .unwrap();
+    assert!(out.migrations.is_empty(), "{:?}", out.migrations);
+    assert!(s.faults.back().is_some_and(|f| f.host == "busy"));
+    assert_eq!(s.vms["stays"].host, "quiet");
+    // quiet reports again: it takes VMs, and busy's move there.
+    let out = s.report("quiet", &report(&[], &["stays"]), 117).unwrap();
+    assert_eq!(s.silent("quiet", 117), None);
+    let moved: Vec<_> = out.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    assert!(moved.contains(&("big", "quiet")), "{moved:?}");
 }

@@ -29,6 +29,8 @@ pub struct HostView {
     pub reported_s: u64,
     /// Why the host does not admit its VMs, if it does not.
     pub violation: Option<String>,
+    /// Why the host takes no new VMs, if it does not (it stopped reporting).
+    pub unavailable: Option<String>,
 }
 
 /// An uplink's reservations: each VM's must fit on every uplink its port may fail over to.
@@ -92,9 +94,9 @@ fn vm_view(name: &str, v: &VmRecord) -> VmView {
     }
 }
 
-/// The cluster as `ctl cluster` and `GET /api/v1/cluster` show it.
-pub fn cluster(s: &ClusterState) -> ClusterView {
-    let placement = s.cluster().ok();
+/// The cluster as `ctl cluster` and `GET /api/v1/cluster` show it at `now_s`.
+pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
+    let placement = s.cluster(now_s).ok();
     // Each host's VMs, in one pass over them.
     let mut on: std::collections::BTreeMap<&str, Vec<(&String, &VmRecord)>> = Default::default();
     for (n, v) in &s.vms {
@@ -133,6 +135,7 @@ pub fn cluster(s: &ClusterState) -> ClusterView {
                 vms,
                 reported_s: h.reported_s,
                 violation,
+                unavailable: s.silent(name, now_s),
             }
         })
         .collect();

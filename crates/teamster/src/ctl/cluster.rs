@@ -154,6 +154,13 @@ pub fn cluster_text(v: &Value) -> String {
                 s(&u["headroom"]),
             ));
         }
+        if let Some(why) = h["unavailable"].as_str() {
+            out.push_str(&format!(
+                "  ! {} takes no VMs: {why}
+",
+                s(&h["name"])
+            ));
+        }
         if let Some(why) = h["violation"].as_str() {
             out.push_str(&format!(
                 "  ! {} cannot hold its VMs' reservations: {why}\n",
