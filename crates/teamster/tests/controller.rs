@@ -31,13 +31,21 @@ impl Drop for Controller {
     }
 }
 
+/// A controller on `dir`'s state and socket. Its hosts here are API calls that report only
+/// when a test says so: unless `extra` sets it, none is failed for its silence.
 fn start(dir: &Path, extra: &[&str]) -> Controller {
     let socket = dir.join("controller.sock");
+    let timeout: &[&str] = if extra.contains(&"--host-timeout-s") {
+        &[]
+    } else {
+        &["--host-timeout-s", "3600"]
+    };
     let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
         .args(["controller", "--state"])
         .arg(dir.join("state.redb"))
         .arg("--socket")
         .arg(&socket)
+        .args(timeout)
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -215,6 +223,111 @@ fn figure_2_through_ctl_and_a_kill_9_mid_plan() {
     assert!(
         doc.contains("/api/v1/vms/{name}") && doc.contains("/api/v1/hosts/{name}/report"),
         "{doc}"
+    );
+}
+
+/// The controller's watch, as a process: a host that stops reporting is failed after the host
+/// timeout (an event on the controller's output), its VM restarts on the host that reports,
+/// and a power-on naming the silent host is refused with the reason; heard again, the host is
+/// up and assigned nothing.
+#[test]
+fn a_host_that_stops_reporting_is_failed_and_its_vm_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path(), &["--host-timeout-s", "2"]);
+    // The controller's output, read on by a thread of its own.
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut out = c.child.stdout.take().unwrap();
+    let sink = said.clone();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 1024];
+        while let Ok(n @ 1..) = out.read(&mut b) {
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&b[..n]));
+        }
+    });
+    let report = |host: &str, attached: &str| {
+        let body = format!(r#"{{"attached": [{attached}]}}"#);
+        http(&c.socket, "POST", &format!("/api/v1/hosts/{host}/report"), Some(&body))
+    };
+    for h in ["quiet", "alive"] {
+        let (code, body) = http(&c.socket, "PUT", &format!("/api/v1/hosts/{h}"), Some(SHAPE));
+        assert_eq!(code, 200, "{body}");
+    }
+    let (code, _, err) = ctl(
+        &c.socket,
+        &[
+            "vm",
+            "power-on",
+            "vm1",
+            "--host",
+            "quiet",
+            "--pool",
+            "vm-pool",
+            "--reservation",
+            "1G",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // alive reports every 200 ms; quiet never again. Within 15 s quiet is down and vm1 on alive.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let view = loop {
+        assert_eq!(report("alive", "").0, 200);
+        let v = cluster(&c.socket);
+        let quiet = v["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == "quiet")
+            .unwrap()
+            .clone();
+        if quiet["down_since_s"].is_u64() && where_vms_are(&v)[0].1 == "alive" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "quiet not failed in 15 s: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        where_vms_are(&view),
+        [("vm1".into(), "alive".into(), Some("quiet".into()))]
+    );
+    let quiet = &view["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "quiet")
+        .unwrap()
+        .clone();
+    assert!(
+        quiet["unavailable"].as_str().unwrap().contains("not responding"),
+        "{quiet}"
+    );
+    let (code, _, err) = ctl(
+        &c.socket,
+        &["vm", "power-on", "vm2", "--host", "quiet", "--pool", "vm-pool"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("not responding"), "{err}");
+    // The event, on the controller's output (awaited: the pipe is read by another thread).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !said.lock().unwrap().contains("quiet: host down: not responding") {
+        assert!(Instant::now() < deadline, "no event: {}", said.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // quiet reports again: it is up, and told to run nothing.
+    let (code, body) = report("quiet", r#""vm1""#);
+    assert_eq!(code, 200, "{body}");
+    let told: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(told["assignments"].as_array().map(Vec::len), Some(0), "{told}");
+    let v = cluster(&c.socket);
+    let quiet = v["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "quiet")
+        .unwrap()
+        .clone();
+    assert!(
+        quiet["down_since_s"].is_null() && quiet["unavailable"].is_null(),
+        "{quiet}"
     );
 }
 

@@ -34,7 +34,7 @@ pub struct Shared {
 pub struct ControllerState(pub Arc<Mutex<Shared>>);
 
 /// Seconds since the epoch: the controller's clock for what it records.
-fn now_s() -> u64 {
+pub fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -48,6 +48,29 @@ impl From<Refusal> for ApiError {
             Refusal::Conflict(_) => StatusCode::CONFLICT,
         };
         ApiError(status, r.message().to_string())
+    }
+}
+
+/// The controller's watch over its hosts: every second, marks down the hosts silent past the
+/// host timeout and restarts their VMs elsewhere (`ClusterState::fail_silent`), each event
+/// printed. A store that cannot be written leaves the state as it was; the next second tries
+/// again. Never returns.
+pub async fn watch_hosts(s: ControllerState) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match change(&s, |c, now| c.fail_silent(now)).await {
+            Ok(Json(out)) => {
+                for e in &out.events {
+                    println!("teamster controller: {e}");
+                }
+                for m in &out.migrations {
+                    println!("teamster controller: {} -> {}: {}", m.vm, m.to, m.why);
+                }
+            }
+            Err(e) => eprintln!("teamster controller: the host watch: {}", e.1),
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod etcd;
 pub mod etcd_gateway;
+pub mod liveness;
 pub mod state;
 pub mod store;
 pub mod view;
@@ -98,6 +99,7 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     let store = open_store(&args)?;
     let mut state = store.load()?.unwrap_or_default();
     state.host_timeout = state::HostTimeout(args.host_timeout_s);
+    state.listening_since_s = api::now_s();
     if state.cluster_id == 0 {
         state.cluster_id = fresh_id();
         store.save(&state)?;
@@ -130,6 +132,7 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
                 crate::http::admission::Rules::Token,
             ));
         }
+        tasks.spawn(api::watch_hosts(shared.clone()));
         println!("teamster controller: API on {shown}");
         let mut term = (tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()))
             .map_err(|e| format!("signals: {e}"))?;

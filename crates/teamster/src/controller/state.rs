@@ -81,6 +81,10 @@ pub struct HostRecord {
     /// measure, not a decision).
     #[serde(skip)]
     pub loads: BTreeMap<String, f64>,
+    /// Since when the host is down (it stopped reporting: [`ClusterState::fail_silent`]);
+    /// cleared by its next report or registration.
+    #[serde(default)]
+    pub down_since_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,6 +139,11 @@ pub struct ClusterState {
     /// Set by the controller from its arguments; not part of the stored state.
     #[serde(skip)]
     pub host_timeout: HostTimeout,
+    /// When this controller began to hear hosts (its start, or its taking the lead): a host's
+    /// silence counts from its last report or from this, whichever is later, so a controller
+    /// that was away does not fail every host at once. Not stored.
+    #[serde(skip)]
+    pub listening_since_s: u64,
 }
 
 /// A refused change: the HTTP status it maps to, and why.
@@ -229,22 +238,12 @@ pub struct Outcome {
     /// Nothing to save: only the time of a host's report moved.
     #[serde(skip)]
     pub unchanged: bool,
+    /// What happened to hosts (down, VMs that could not restart), for the controller's log.
+    #[serde(skip)]
+    pub events: Vec<String>,
 }
 
 impl ClusterState {
-    /// Why host `name` takes no new VMs at `now_s`, if it does not: its last report (or its
-    /// registration) is older than the host timeout.
-    pub fn silent(&self, name: &str, now_s: u64) -> Option<String> {
-        let h = self.hosts.get(name)?;
-        let quiet = now_s.saturating_sub(h.reported_s);
-        (quiet > self.host_timeout.0).then(|| {
-            format!(
-                "not responding: no report for {quiet} s (host timeout {} s)",
-                self.host_timeout.0
-            )
-        })
-    }
-
     /// The placement view of the state at `now_s`: hosts with their trees and admission
     /// capacity (the smallest uplink up; none: zero), those that stopped reporting marked
     /// unavailable, VMs where they are assigned, quotas.
@@ -289,6 +288,7 @@ impl ClusterState {
                 registered_s,
                 reported_s: now_s,
                 loads: BTreeMap::new(),
+                down_since_s: None,
             },
         );
         next.commit(now_s, Outcome::default(), self, true)
@@ -499,6 +499,7 @@ impl ClusterState {
         let rec = next.hosts.get_mut(host).expect("found");
         rec.reported_s = now_s;
         rec.loads = r.loads.clone();
+        let was_down = rec.down_since_s.take();
         for u in &mut rec.shape.uplinks {
             if let Some(up) = links.get(&u.name) {
                 u.up = *up;
@@ -509,6 +510,10 @@ impl ClusterState {
                 v.moving_from = None;
             }
         }
+        if let Some(since) = was_down {
+            let why = format!("host up again: reporting after {} s down", now_s.saturating_sub(since));
+            next.note_fault(host, why, now_s);
+        }
         next.commit(now_s, Outcome::default(), self, true)
     }
 
@@ -517,7 +522,13 @@ impl ClusterState {
     /// the fault; except for a
     /// `fact` (a host's registration or report: a lost uplink happened whether or not it
     /// fits), which stands with its fault recorded.
-    fn commit(mut self, now_s: u64, mut out: Outcome, was: &mut ClusterState, fact: bool) -> Result<Outcome, Refusal> {
+    pub(super) fn commit(
+        mut self,
+        now_s: u64,
+        mut out: Outcome,
+        was: &mut ClusterState,
+        fact: bool,
+    ) -> Result<Outcome, Refusal> {
         let mut c = self.cluster(now_s).map_err(Refusal::Conflict)?;
         let before = was.cluster(now_s).map(|c| c.violations()).unwrap_or_default();
         let remedy = c.remediate();
@@ -552,13 +563,23 @@ impl ClusterState {
         Ok(out)
     }
 
+    /// Records an event of host `host` in the faults' log.
+    pub(super) fn note_fault(&mut self, host: &str, why: String, now_s: u64) {
+        let record = FaultRecord {
+            at_s: now_s,
+            host: host.to_string(),
+            why,
+        };
+        push(&mut self.faults, record);
+    }
+
     /// The assignments of host `host`: the VMs whose ports it should have attached.
     pub fn assigned<'a>(&'a self, host: &'a str) -> impl Iterator<Item = (&'a String, &'a VmRecord)> + 'a {
         self.vms.iter().filter(move |(_, v)| v.host == host)
     }
 }
 
-fn push<T>(q: &mut VecDeque<T>, item: T) {
+pub(super) fn push<T>(q: &mut VecDeque<T>, item: T) {
     if q.len() >= RECENT {
         q.pop_front();
     }
@@ -611,7 +632,7 @@ pub fn build_host(shape: &HostShape) -> Result<(teamster_core::ioc::Tree, teamst
     Ok((built.tree, built.reservation_cap))
 }
 
-fn vm_of(name: &str, v: &VmRecord) -> Vm {
+pub(super) fn vm_of(name: &str, v: &VmRecord) -> Vm {
     Vm {
         name: name.to_string(),
         vnics: vec![Vnic {

@@ -212,3 +212,93 @@ fn a_host_that_stopped_reporting_receives_no_vm() {
     let moved: Vec<_> = out.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
     assert!(moved.contains(&("big", "quiet")), "{moved:?}");
 }
+
+/// A host silent past the timeout is marked down once, with an event; its VMs restart where
+/// admission allows, largest first, and one that fits nowhere stays with a fault naming why;
+/// heard again, the host is up and is assigned only the VMs that stayed.
+#[test]
+fn a_silent_host_is_failed_and_its_vms_restart_elsewhere() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    for h in ["h1", "h2", "h3"] {
+        s.register(h, shape(), 100).unwrap();
+    }
+    // h1: 4G + 3G + 0.5G; a 7.5G VM leaves h2 nothing to give; h3 has 7.5G.
+    for (v, r) in [("a", 4000), ("b", 3000), ("c", 500)] {
+        let mut p = vm(v, "h1");
+        p.reservation = Some(gbps(r));
+        s.power_on(p, 100).unwrap();
+    }
+    let mut full = vm("full", "h2");
+    full.reservation = Some(gbps(7500));
+    s.power_on(full, 100).unwrap();
+    let heard = |s: &mut ClusterState, h: &str, at: u64| {
+        let attached: Vec<String> = s.assigned(h).map(|(n, _)| n.clone()).collect();
+        let names: Vec<&str> = attached.iter().map(String::as_str).collect();
+        s.report(h, &report(&[], &names), at).unwrap();
+    };
+    for t in [105, 110] {
+        heard(&mut s, "h2", t);
+        heard(&mut s, "h3", t);
+    }
+    assert!(
+        s.fail_silent(110).unwrap().unchanged,
+        "10 s silent is not past a 10 s timeout"
+    );
+    let out = s.fail_silent(111).unwrap();
+    assert_eq!(s.hosts["h1"].down_since_s, Some(111));
+    assert!(out
+        .events
+        .iter()
+        .any(|e| e.contains("h1: host down: not responding: no report for 11 s")));
+    let moved: Vec<_> = out.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    // h2 is full; h3 takes all three (7.5G of its 7.5G).
+    assert_eq!(
+        moved,
+        [("a", "h3"), ("b", "h3"), ("c", "h3")],
+        "largest first, where it fits"
+    );
+    assert_eq!(s.vms["a"].moving_from.as_deref(), Some("h1"));
+    assert!(s.fail_silent(112).unwrap().unchanged, "a host is failed once");
+
+    // h1 comes back: it is up, and assigned nothing (its VMs run on h3 now).
+    heard(&mut s, "h1", 113);
+    assert_eq!(s.hosts["h1"].down_since_s, None);
+    assert!(s
+        .faults
+        .back()
+        .is_some_and(|f| f.host == "h1" && f.why.contains("host up again")));
+    assert_eq!(s.assigned("h1").count(), 0);
+}
+
+/// A VM that fits on no other host stays assigned to the down host, with a fault naming what
+/// is short; a controller that was away does not fail hosts for its own absence.
+#[test]
+fn a_vm_that_fits_nowhere_stays_and_a_returning_controller_waits() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    s.register("h1", shape(), 100).unwrap();
+    s.register("h2", shape(), 100).unwrap();
+    for (v, h) in [("big1", "h1"), ("big2", "h2")] {
+        let mut p = vm(v, h);
+        p.reservation = Some(gbps(7000));
+        s.power_on(p, 100).unwrap();
+    }
+    // The controller restarts at 500, long after the hosts' last reports.
+    s.listening_since_s = 500;
+    assert!(s.fail_silent(505).unwrap().unchanged);
+    s.report("h2", &report(&[], &["big2"]), 508).unwrap();
+    let out = s.fail_silent(511).unwrap();
+    assert!(out.migrations.is_empty());
+    assert_eq!(s.vms["big1"].host, "h1");
+    let why = &s.faults.back().unwrap().why;
+    assert!(
+        why.contains("VM big1 cannot restart elsewhere") && why.contains("h2:"),
+        "{why}"
+    );
+    assert!(out.events.iter().any(|e| e.contains("cannot restart")));
+}

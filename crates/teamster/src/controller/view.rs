@@ -31,6 +31,8 @@ pub struct HostView {
     pub violation: Option<String>,
     /// Why the host takes no new VMs, if it does not (it stopped reporting).
     pub unavailable: Option<String>,
+    /// Since when the host is down (its VMs restarted elsewhere where they fit).
+    pub down_since_s: Option<u64>,
 }
 
 /// An uplink's reservations: each VM's must fit on every uplink its port may fail over to.
@@ -136,6 +138,7 @@ pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
                 reported_s: h.reported_s,
                 violation,
                 unavailable: s.silent(name, now_s),
+                down_since_s: h.down_since_s,
             }
         })
         .collect();

@@ -1,0 +1,91 @@
+//! Host liveness, as vSphere HA does for hosts and DRS for reservations.
+//!
+//! Model. A host is heard when it registers or reports. Its silence is the time since it was
+//! last heard, or since this controller began to listen ([`ClusterState::listening_since_s`]:
+//! its start or its taking the lead), whichever is later: a controller that was away does not
+//! hold its own absence against the hosts. A host silent for longer than the host timeout
+//! ([`super::state::HostTimeout`]) is *unavailable*: placement, migrations and remediation send
+//! it nothing. The controller's watch ([`ClusterState::fail_silent`], every second) then marks
+//! it *down*, once, with an event naming the silence, and restarts its VMs elsewhere where
+//! admission allows: each moves as a migration from the down host (largest reservation first,
+//! each where initial placement puts it), and one that fits nowhere stays assigned to the down
+//! host with a fault naming each host's reason. When the host is heard again it is up (an
+//! event), takes VMs again, and is answered with its assignments without the VMs that left:
+//! its agent detaches them.
+
+use super::state::{vm_of, ClusterState, MigrationRecord, Outcome, Refusal, VmRecord};
+
+impl ClusterState {
+    /// Why host `name` takes no new VMs at `now_s`, if it does not: it has been silent for
+    /// longer than the host timeout.
+    pub fn silent(&self, name: &str, now_s: u64) -> Option<String> {
+        let h = self.hosts.get(name)?;
+        let quiet = now_s.saturating_sub(h.reported_s.max(self.listening_since_s));
+        (quiet > self.host_timeout.0).then(|| {
+            format!(
+                "not responding: no report for {quiet} s (host timeout {} s)",
+                self.host_timeout.0
+            )
+        })
+    }
+
+    /// Marks down every host silent past the host timeout that is not down yet, and restarts
+    /// its VMs where admission allows (see the module documentation). Unchanged (nothing to
+    /// save) if no host newly failed.
+    pub fn fail_silent(&mut self, now_s: u64) -> Result<Outcome, Refusal> {
+        let failing: Vec<(String, String)> = (self.hosts.iter())
+            .filter(|(_, h)| h.down_since_s.is_none())
+            .filter_map(|(n, _)| Some((n.clone(), self.silent(n, now_s)?)))
+            .collect();
+        if failing.is_empty() {
+            return Ok(Outcome {
+                unchanged: true,
+                ..Outcome::default()
+            });
+        }
+        let mut next = self.clone();
+        let mut out = Outcome::default();
+        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
+        for (host, why) in failing {
+            next.hosts.get_mut(&host).expect("listed").down_since_s = Some(now_s);
+            out.events.push(format!("{host}: host down: {why}"));
+            next.note_fault(&host, format!("host down: {why}"), now_s);
+            let mut leaving: Vec<(String, VmRecord)> = (next.vms.iter())
+                .filter(|(_, v)| v.host == host)
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
+            for (name, v) in leaving {
+                let vm = c.remove_vm(&name).unwrap_or_else(|| vm_of(&name, &v));
+                match c.choose(&vm) {
+                    Ok(placed) => {
+                        c.assume(vm, &placed.host).map_err(Refusal::Conflict)?;
+                        let record = MigrationRecord {
+                            at_s: now_s,
+                            vm: name.clone(),
+                            from: host.clone(),
+                            to: placed.host.clone(),
+                            reservation: v.reservation,
+                            why: format!(
+                                "{host} is down ({why}); {} has the most headroom for {name}",
+                                placed.host
+                            ),
+                        };
+                        let rec = next.vms.get_mut(&name).expect("listed");
+                        rec.host = placed.host;
+                        rec.moving_from = Some(host.clone());
+                        out.migrations.push(record.clone());
+                        super::state::push(&mut next.migrations, record);
+                    }
+                    Err(refused) => {
+                        c.assume(vm, &host).map_err(Refusal::Conflict)?;
+                        let why = format!("VM {name} cannot restart elsewhere: {refused}");
+                        out.events.push(format!("{host}: {why}"));
+                        next.note_fault(&host, why, now_s);
+                    }
+                }
+            }
+        }
+        next.commit(now_s, out, self, true)
+    }
+}
