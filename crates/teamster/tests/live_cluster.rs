@@ -451,3 +451,76 @@ impl Drop for Reap<'_> {
         let _ = self.0.wait();
     }
 }
+
+/// A host cut off from its controller detaches its VMs before the controller's host timeout
+/// lets it restart them elsewhere, and attaches them again once a report is answered: here the
+/// controller (host timeout 4 s) is killed with SIGKILL under a running host reporting every
+/// 200 ms, then started again on the same state.
+#[test]
+fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Cluster::up();
+    let dir = tempfile::tempdir().unwrap();
+    let csock = dir.path().join("controller.sock");
+    let controller = || {
+        let c = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .args(["controller", "--host-timeout-s", "4", "--state"])
+            .arg(dir.path().join("state.redb"))
+            .arg("--socket")
+            .arg(&csock)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        await_that("the controller listens", || {
+            std::os::unix::net::UnixStream::connect(&csock).is_ok()
+        });
+        c
+    };
+    let mut first = controller();
+    let hdir = dir.path().join("host1");
+    std::fs::create_dir(&hdir).unwrap();
+    let (_daemon, status) = start_with(&hdir, &host_toml(1, &csock), &[]);
+    await_that("host1 registered", || ctl(&csock, &["cluster"]).1.contains("host1"));
+    let power_on = [
+        "vm",
+        "power-on",
+        "c1",
+        "--host",
+        "host1",
+        "--mac",
+        &mac(1),
+        "--group",
+        "vms",
+    ];
+    must_ctl(&csock, &power_on);
+    await_that("host1 attached c1", || attached(&status) == ["c1"]);
+
+    // The controller dies: host1 must detach c1 within the host timeout of its last answer.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(4);
+    while !attached(&status).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "c1 still attached {:?} after the controller died (its host timeout is 4 s)",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let detached_after = killed.elapsed();
+    // The margin: 2 intervals and a second (1.4 s) before the timeout; never much sooner.
+    assert!(
+        detached_after >= Duration::from_millis(1000),
+        "detached after {detached_after:?}: sooner than the isolation time"
+    );
+    eprintln!("c1 detached {detached_after:?} after the controller died");
+
+    // The controller comes back on the same state: c1 is still host1's, and attached again.
+    let mut second = controller();
+    let _reap = Reap(&mut second);
+    await_that("host1 attached c1 again", || attached(&status) == ["c1"]);
+}

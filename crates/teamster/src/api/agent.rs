@@ -18,13 +18,22 @@
 //! once, and the others attach and detach as they should. A controller whose cluster identity
 //! changed (its state lost and made anew) is not obeyed in detaching: the VMs here stay until
 //! an operator places them again there (noted once).
+//!
+//! Isolation. The controller restarts a host's VMs elsewhere once it has not heard the host
+//! for its host timeout (which it says in every answer). A host that cannot report for nearly
+//! that long (the timeout less [`isolation_margin`]) detaches every VM assigned to it, noted in
+//! the event log, so that no VM's MAC is active here and on its new host at once; requests are
+//! cut short so that a controller that does not answer cannot delay it. The next answered
+//! report attaches what is assigned here then. A host that has never been answered (or by a
+//! controller that does not say its timeout), or one whose `isolation` is "keep", does not
+//! detach.
 
 use super::routes::{apply, check_running, settle_claims};
 use super::ApiState;
 use crate::controller::view::Assignment;
 use crate::http::client::{request, Target};
 use crate::live::config::{PortFile, PortOrigin, SwitchFile};
-use crate::live::controller_config::ControllerSection;
+use crate::live::controller_config::{ControllerSection, Isolation};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -41,6 +50,29 @@ struct Memory {
     cluster_id: Option<u64>,
     /// Assigned VMs this switch refused, and why (each noted once).
     refused: HashMap<String, String>,
+    /// When the last answered report was sent, and the controller's host timeout it told.
+    answered: Option<(tokio::time::Instant, Duration)>,
+    /// The assigned VMs are detached for isolation (until the next answered report).
+    isolated: bool,
+}
+
+/// How much sooner than the controller's host timeout a host that cannot report detaches its
+/// VMs: two report intervals and a second (the controller acts on whole seconds), at most half
+/// the timeout.
+pub fn isolation_margin(timeout: Duration, interval: Duration) -> Duration {
+    (interval * 2 + Duration::from_secs(1)).min(timeout / 2)
+}
+
+impl Memory {
+    /// When this host is to detach its VMs if no report is answered before, if ever.
+    fn isolation_at(&self, section: &ControllerSection) -> Option<tokio::time::Instant> {
+        if section.isolation == Isolation::Keep {
+            return None;
+        }
+        let (sent, timeout) = self.answered?;
+        let interval = section.interval();
+        (!timeout.is_zero()).then(|| sent + timeout - isolation_margin(timeout, interval))
+    }
 }
 
 /// Runs the agent until the process ends.
@@ -56,6 +88,11 @@ pub async fn run(state: ApiState, section: ControllerSection) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if let Some(at) = memory.isolation_at(&section) {
+            if !memory.isolated && tokio::time::Instant::now() >= at {
+                isolate(&state, &section, &mut memory).await;
+            }
+        }
         match turn(&state, &section, &target, &mut memory).await {
             Ok(notes) => {
                 let mut notes = notes;
@@ -68,12 +105,12 @@ pub async fn run(state: ApiState, section: ControllerSection) {
             }
             Err(e) => {
                 if failing.as_ref() != Some(&e) {
-                    apply(
-                        &state,
-                        None,
-                        vec![format!("controller: {e}; the VMs here stay as they are")],
-                    )
-                    .await;
+                    let stay = match memory.isolation_at(&section) {
+                        Some(_) if memory.isolated => "the VMs assigned here stay detached",
+                        Some(_) => "the VMs here stay as they are until the isolation time",
+                        None => "the VMs here stay as they are",
+                    };
+                    apply(&state, None, vec![format!("controller: {e}; {stay}")]).await;
                     failing = Some(e);
                 }
             }
@@ -82,14 +119,34 @@ pub async fn run(state: ApiState, section: ControllerSection) {
 }
 
 /// One request to the controller, bounded in time.
+/// One request to the controller, bounded in time: REQUEST_TIMEOUT, or until `until` (the
+/// time to isolate) if sooner, so that a controller that does not answer cannot delay it.
 async fn ask(
     target: &Target,
     method: &str,
     path: &str,
     body: serde_json::Value,
+    until: Option<tokio::time::Instant>,
 ) -> Result<crate::http::client::Answer, String> {
-    let sent = tokio::time::timeout(REQUEST_TIMEOUT, request(target, method, path, Some(body))).await;
-    sent.map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
+    let mut deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+    if let Some(u) = until.filter(|u| *u > tokio::time::Instant::now()) {
+        deadline = deadline.min(u);
+    }
+    let sent = tokio::time::timeout_at(deadline, request(target, method, path, Some(body))).await;
+    sent.map_err(|_| "no answer in time".to_string())?
+}
+
+/// Detaches every VM assigned here: the controller is about to restart them elsewhere.
+async fn isolate(state: &ApiState, section: &ControllerSection, memory: &mut Memory) {
+    let Some((sent, timeout)) = memory.answered else { return };
+    memory.isolated = true;
+    let mut notes = vec![format!(
+        "controller: no report answered for {} s, nearly its host timeout of {} s: the VMs assigned here are detached, so that none is active here and where the controller restarts it",
+        sent.elapsed().as_secs(),
+        timeout.as_secs()
+    )];
+    notes.extend(attach(state, section, &[], true, &mut memory.refused).await);
+    apply(state, None, notes).await;
 }
 
 /// One report and what follows from it; the notes for the event log.
@@ -105,11 +162,13 @@ async fn turn(
     // Link states travel in reports: the shape is registered (again) only when it changes.
     let shape = shape(&*state.config.lock().await, &snapshot, section);
     if memory.registered.as_ref() != Some(&shape) {
+        let until = memory.isolation_at(section);
         let a = ask(
             target,
             "PUT",
             &format!("/api/v1/hosts/{}", crate::http::client::segment(host)),
             shape.clone(),
+            until,
         )
         .await?;
         if a.status != 200 {
@@ -132,7 +191,8 @@ async fn turn(
         .collect();
     let body = json!({ "links": links, "loads": loads, "attached": attached });
     let path = format!("/api/v1/hosts/{}/report", crate::http::client::segment(host));
-    let a = ask(target, "POST", &path, body).await?;
+    let sent = tokio::time::Instant::now();
+    let a = ask(target, "POST", &path, body, memory.isolation_at(section)).await?;
     if a.status == 404 {
         memory.registered = None;
         return Err(format!("the controller does not know host {host}; registering again"));
@@ -148,6 +208,10 @@ async fn turn(
     }
     let told: crate::controller::api::Told =
         serde_json::from_slice(&a.body).map_err(|e| format!("unexpected answer to the report: {e}"))?;
+    memory.answered = Some((sent, Duration::from_secs(told.host_timeout_s)));
+    if std::mem::take(&mut memory.isolated) {
+        notes.push("controller: answered again: the VMs assigned here are attached".to_string());
+    }
     let known = *memory.cluster_id.get_or_insert(told.cluster_id);
     let obey_detach = known == told.cluster_id;
     if !obey_detach {
@@ -169,13 +233,17 @@ fn shape(f: &SwitchFile, s: &crate::live::snapshot::Snapshot, section: &Controll
     let uplinks: Vec<serde_json::Value> = (s.uplinks.iter())
         .map(|u| json!({ "name": u.name, "capacity": u.capacity_bps.to_string() }))
         .collect();
-    json!({
+    let mut shape = json!({
         "uplinks": uplinks,
         "traffic_classes": f.traffic_classes,
         "pools": f.pools,
         "derived": section.derived,
         "reservation_cap": f.reservation_cap,
-    })
+    });
+    if section.isolation == Isolation::Keep {
+        shape["isolation"] = json!(section.isolation);
+    }
+    shape
 }
 
 /// The port of assignment `a`, as this host attaches it.
@@ -310,4 +378,22 @@ async fn attach(
         }
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::isolation_margin;
+    use std::time::Duration;
+
+    /// A host detaches two intervals and a second before the controller's timeout, and never
+    /// sooner than half of it.
+    #[test]
+    fn the_isolation_margin_leaves_the_controller_its_second() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(isolation_margin(s(15), s(1)), s(3));
+        assert_eq!(isolation_margin(s(4), ms(200)), ms(1400));
+        assert_eq!(isolation_margin(s(2), s(1)), s(1));
+        assert_eq!(isolation_margin(s(15), s(60)), ms(7500));
+    }
 }

@@ -687,6 +687,7 @@ mod tests {
             group: "vms".into(),
             derived: Vec::new(),
             interval_ms: None,
+            isolation: Default::default(),
         };
         let mut assigned = none.clone();
         assigned

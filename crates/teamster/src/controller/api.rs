@@ -146,6 +146,10 @@ async fn remove_host(State(s): State<ControllerState>, Path(name): Path<String>)
 pub struct Told {
     pub cluster_id: u64,
     pub assignments: Vec<view::Assignment>,
+    /// The controller's host timeout: a host not heard for this long has its VMs restarted
+    /// elsewhere, so a host cut off for nearly as long detaches them first (0: not said).
+    #[serde(default)]
+    pub host_timeout_s: u64,
 }
 
 #[utoipa::path(post, path = "/api/v1/hosts/{name}/report", params(("name" = String, Path)), request_body = HostReport,
@@ -164,6 +168,7 @@ async fn report(
     Ok(Json(Told {
         cluster_id: shared.state.cluster_id,
         assignments: view::assignments(&shared.state, &name),
+        host_timeout_s: shared.state.host_timeout.0,
     }))
 }
 

@@ -11,9 +11,11 @@
 //! each where initial placement puts it), and one that fits nowhere stays assigned to the down
 //! host with a fault naming each host's reason. When the host is heard again it is up (an
 //! event), takes VMs again, and is answered with its assignments without the VMs that left:
-//! its agent detaches them.
+//! its agent detaches them. A host registered with `isolation = "keep"` (it goes on forwarding
+//! for its VMs when cut off) is marked down all the same, but its VMs stay assigned to it,
+//! with a fault: restarting them elsewhere would make them active twice.
 
-use super::state::{vm_of, ClusterState, MigrationRecord, Outcome, Refusal, VmRecord};
+use super::state::{vm_of, ClusterState, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
 
 impl ClusterState {
     /// Why host `name` takes no new VMs at `now_s`, if it does not: it has been silent for
@@ -50,6 +52,12 @@ impl ClusterState {
             next.hosts.get_mut(&host).expect("listed").down_since_s = Some(now_s);
             out.events.push(format!("{host}: host down: {why}"));
             next.note_fault(&host, format!("host down: {why}"), now_s);
+            if next.hosts[&host].shape.isolation == Isolation::Keep {
+                let why = "its VMs stay assigned to it: it keeps forwarding for them when cut off (isolation = keep)";
+                out.events.push(format!("{host}: {why}"));
+                next.note_fault(&host, why.to_string(), now_s);
+                continue;
+            }
             let mut leaving: Vec<(String, VmRecord)> = (next.vms.iter())
                 .filter(|(_, v)| v.host == host)
                 .map(|(n, v)| (n.clone(), v.clone()))

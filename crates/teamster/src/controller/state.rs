@@ -20,6 +20,8 @@ use teamster_core::ioc::Shares;
 use teamster_core::placement::{Cluster, Migration, Vm, Vnic};
 use teamster_core::units::Bandwidth;
 
+pub use crate::live::controller_config::Isolation;
+
 /// How many migrations and faults the state keeps.
 pub const RECENT: usize = 100;
 /// How long a host may go without reporting before it takes no new VMs, by default (seconds):
@@ -70,6 +72,10 @@ pub struct HostShape {
     #[serde(default)]
     pub derived: Vec<String>,
     pub reservation_cap: Option<f64>,
+    /// What the host does when cut off from the controller: with "keep" it goes on forwarding
+    /// for its VMs, so they are never restarted elsewhere when it goes down.
+    #[serde(default, skip_serializing_if = "Isolation::is_default")]
+    pub isolation: Isolation,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

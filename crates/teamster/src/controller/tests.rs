@@ -302,3 +302,24 @@ fn a_vm_that_fits_nowhere_stays_and_a_returning_controller_waits() {
     );
     assert!(out.events.iter().any(|e| e.contains("cannot restart")));
 }
+
+/// A host registered with `isolation = "keep"` goes on forwarding for its VMs when cut off:
+/// when it goes down they stay assigned to it (a fault says why), never restarted elsewhere.
+#[test]
+fn a_keep_host_that_goes_down_keeps_its_vms() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    let mut keep = shape();
+    keep.isolation = Isolation::Keep;
+    s.register("keeper", keep, 100).unwrap();
+    s.register("other", shape(), 100).unwrap();
+    s.power_on(vm("v", "keeper"), 100).unwrap();
+    s.report("other", &report(&[], &[]), 110).unwrap();
+    let out = s.fail_silent(111).unwrap();
+    assert!(out.migrations.is_empty(), "{:?}", out.migrations);
+    assert_eq!(s.vms["v"].host, "keeper");
+    assert_eq!(s.hosts["keeper"].down_since_s, Some(111));
+    assert!(s.faults.back().is_some_and(|f| f.why.contains("isolation = keep")));
+}

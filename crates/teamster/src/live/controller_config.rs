@@ -10,6 +10,7 @@
 //! group = "vms"                   # the port group of VMs the controller gives no group
 //! derived = ["vm"]                # classes and pools reserving what their VMs reserve
 //! interval_ms = 1000              # how often the host reports and is told its VMs
+//! isolation = "detach"            # cut off from the controller: "detach" or "keep" its VMs
 //! ```
 //!
 //! `teamster run switch.toml --controller URL|SOCKET` names the controller when the section
@@ -20,6 +21,14 @@
 //! attached, and attaches a port for each VM the controller assigns to it (named after the VM,
 //! on `interface`, with the VM's MAC and controls), detaching those it no longer does. Those
 //! ports are not saved: the controller holds them. Every error names its key.
+//!
+//! `isolation` is what the host does when no report has been answered for nearly the
+//! controller's host timeout: "detach" (the default) detaches the VMs assigned to it, since the
+//! controller is about to restart them elsewhere, so that no VM is active on two hosts;
+//! "keep" keeps forwarding for them, and the controller, told so at registration, then never
+//! restarts them elsewhere (the host's failure is a fault instead): the VMs stay reachable
+//! through a controller outage, and a real host failure leaves them down until an operator
+//! acts.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -42,6 +51,23 @@ pub struct ControllerSection {
     pub derived: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Isolation::is_default")]
+    pub isolation: Isolation,
+}
+
+/// What a host cut off from its controller does with its VMs (see the module documentation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    #[default]
+    Detach,
+    Keep,
+}
+
+impl Isolation {
+    pub fn is_default(&self) -> bool {
+        *self == Isolation::Detach
+    }
 }
 
 fn default_interface() -> String {
