@@ -455,7 +455,8 @@ impl Drop for Reap<'_> {
 /// A host cut off from its controller detaches its VMs before the controller's host timeout
 /// lets it restart them elsewhere, and attaches them again once a report is answered: here the
 /// controller (host timeout 4 s) is killed with SIGKILL under a running host reporting every
-/// 200 ms, then started again on the same state.
+/// 200 ms, then started again on the same state. Then the state is lost: the controller
+/// started on none adopts the VM the host runs, which stays attached, and is obeyed after.
 #[test]
 fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
     let _one_at_a_time = netns::lock();
@@ -521,6 +522,29 @@ fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
 
     // The controller comes back on the same state: c1 is still host1's, and attached again.
     let mut second = controller();
-    let _reap = Reap(&mut second);
     await_that("host1 attached c1 again", || attached(&status) == ["c1"]);
+
+    // The controller's state is lost (killed, its file gone, started anew): it adopts c1 from
+    // host1's report, and c1 stays attached all the while.
+    second.kill().unwrap();
+    second.wait().unwrap();
+    std::fs::remove_file(dir.path().join("state.redb")).unwrap();
+    let mut third = controller();
+    let _reap = Reap(&mut third);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(attached(&status), ["c1"], "c1 detached while the new state adopts it");
+        let (_, out, _) = ctl(&csock, &["cluster", "--json"]);
+        let on_host1 = serde_json::from_str::<serde_json::Value>(&out).ok().is_some_and(|v| {
+            (v["vms"].as_array().into_iter().flatten()).any(|m| m["name"] == "c1" && m["host"] == "host1")
+        });
+        if on_host1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new state did not adopt c1: {out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Obeyed from then on: c1 powered off is detached.
+    must_ctl(&csock, &["vm", "off", "c1"]);
+    await_that("host1 detached c1", || attached(&status).is_empty());
 }

@@ -16,8 +16,10 @@
 //! Each assigned VM's port is checked on its own: one the switch refuses (a group or pool it
 //! lacks, an interface name Linux cannot have, a MAC another port has) is left out and noted
 //! once, and the others attach and detach as they should. A controller whose cluster identity
-//! changed (its state lost and made anew) is not obeyed in detaching: the VMs here stay until
-//! an operator places them again there (noted once).
+//! changed (its state lost and made anew) is asked to adopt the VMs attached here, each with
+//! what its port was given (`POST /api/v1/hosts/{host}/adopt`, see
+//! [`crate::controller::adoption`]), and obeyed from then on; until it has adopted them, it is
+//! not obeyed in detaching (the VMs here stay; noted once).
 //!
 //! Isolation. The controller restarts a host's VMs elsewhere once it has not heard the host
 //! for its host timeout (which it says in every answer). A host that cannot report for nearly
@@ -213,18 +215,66 @@ async fn turn(
         notes.push("controller: answered again: the VMs assigned here are attached".to_string());
     }
     let known = *memory.cluster_id.get_or_insert(told.cluster_id);
-    let obey_detach = known == told.cluster_id;
-    if !obey_detach {
-        let e = format!(
-            "the controller's cluster is another one ({:x}, was {known:x}): its state was made anew; the VMs here stay until they are placed again",
-            told.cluster_id
-        );
-        if memory.refused.insert(String::new(), e.clone()).as_ref() != Some(&e) {
-            notes.push(format!("controller: {e}"));
-        }
+    if known == told.cluster_id {
+        notes.extend(attach(state, section, &told.assignments, true, &mut memory.refused).await);
+        return Ok(notes);
     }
-    notes.extend(attach(state, section, &told.assignments, obey_detach, &mut memory.refused).await);
+    // The controller's state was made anew: it is asked to adopt the VMs running here, and
+    // obeyed once it has; until then nothing here is detached.
+    let adopted = match adopt(state, section, target, memory, told.cluster_id).await {
+        Ok(a) => a,
+        Err(e) => {
+            let e = format!(
+                "the controller's cluster is another one ({:x}, was {known:x}): its state was made anew, and adopting the VMs here failed ({e}); they stay until they are placed again",
+                told.cluster_id
+            );
+            if memory.refused.insert(String::new(), e.clone()).as_ref() != Some(&e) {
+                notes.push(format!("controller: {e}"));
+            }
+            notes.extend(attach(state, section, &told.assignments, false, &mut memory.refused).await);
+            return Ok(notes);
+        }
+    };
+    notes.push(format!(
+        "controller: its state was made anew ({:x}, was {known:x}); it was asked to adopt the VMs running here",
+        told.cluster_id
+    ));
+    notes.extend(adopted.events.iter().map(|e| format!("controller: {e}")));
+    memory.cluster_id = Some(told.cluster_id);
+    memory.refused.remove("");
+    notes.extend(attach(state, section, &adopted.assignments, true, &mut memory.refused).await);
     Ok(notes)
+}
+
+/// Asks the controller (cluster `cluster_id`) to adopt the VMs attached here, each with what
+/// its port was given.
+async fn adopt(
+    state: &ApiState,
+    section: &ControllerSection,
+    target: &Target,
+    memory: &Memory,
+    cluster_id: u64,
+) -> Result<crate::controller::api::Adopted, String> {
+    let running: Vec<Assignment> = (state.config.lock().await.ports.iter())
+        .filter(|p| p.origin == PortOrigin::Assigned)
+        .map(|p| Assignment {
+            vm: p.name.clone(),
+            mac: p.mac.clone(),
+            group: Some(p.group.clone()),
+            pool: (p.pool.clone().or_else(|| p.class.clone())).unwrap_or_else(|| "vm".into()),
+            reservation: p.reservation,
+            shares: p.shares.unwrap_or(teamster_core::ioc::Shares::NORMAL),
+            limit: p.limit,
+            moving_from: None,
+        })
+        .collect();
+    let body = json!({ "cluster_id": cluster_id, "vms": running });
+    let path = format!("/api/v1/hosts/{}/adopt", crate::http::client::segment(&section.host));
+    let a = ask(target, "POST", &path, body, memory.isolation_at(section)).await?;
+    if a.status != 200 {
+        return Err(format!("{}: {}", a.status, String::from_utf8_lossy(&a.body)));
+    }
+    serde_json::from_slice(&a.body).map_err(|e| format!("unexpected answer: {e}"))
 }
 
 /// The host's shape as the controller takes it: uplinks at their running capacities, traffic

@@ -109,6 +109,7 @@ pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/hosts/{name}", put(register).delete(remove_host))
         .route("/api/v1/hosts/{name}/report", post(report))
+        .route("/api/v1/hosts/{name}/adopt", post(adopt))
         .route("/api/v1/vms", post(power_on))
         .route("/api/v1/vms/{name}", patch(set_vm).delete(power_off))
         .route("/api/v1/quotas/{pool}", put(set_quota))
@@ -169,6 +170,32 @@ async fn report(
         cluster_id: shared.state.cluster_id,
         assignments: view::assignments(&shared.state, &name),
         host_timeout_s: shared.state.host_timeout.0,
+    }))
+}
+
+/// What a host is told after asking for adoption: what happened to each VM, and the VMs it
+/// should now have.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Adopted {
+    pub events: Vec<String>,
+    pub assignments: Vec<view::Assignment>,
+}
+
+#[utoipa::path(post, path = "/api/v1/hosts/{name}/adopt", params(("name" = String, Path)), request_body = super::adoption::Adopt,
+    responses((status = 200, body = Adopted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn adopt(
+    State(s): State<ControllerState>,
+    Path(name): Path<String>,
+    Body(req): Body<super::adoption::Adopt>,
+) -> Result<Json<Adopted>, ApiError> {
+    let Json(out) = change(&s, |c, now| c.adopt(&name, &req, now)).await?;
+    for e in &out.events {
+        println!("teamster controller: {e}");
+    }
+    let shared = s.0.lock().await;
+    Ok(Json(Adopted {
+        events: out.events,
+        assignments: view::assignments(&shared.state, &name),
     }))
 }
 
@@ -261,7 +288,17 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
         title = "Teamster controller",
         description = "Cluster placement of VMs by their network reservations."
     ),
-    paths(cluster, register, remove_host, report, power_on, set_vm, power_off, set_quota),
+    paths(
+        cluster,
+        register,
+        remove_host,
+        report,
+        adopt,
+        power_on,
+        set_vm,
+        power_off,
+        set_quota
+    ),
     components(schemas(
         ClusterView,
         view::HostView,

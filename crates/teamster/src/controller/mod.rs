@@ -8,6 +8,7 @@
 //! remediation are `core::placement`'s; the rules of a change are in [`state`], the store
 //! behind it in [`store`], the API in [`api`].
 
+pub mod adoption;
 pub mod api;
 pub mod etcd;
 pub mod etcd_gateway;

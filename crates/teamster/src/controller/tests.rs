@@ -323,3 +323,73 @@ fn a_keep_host_that_goes_down_keeps_its_vms() {
     assert_eq!(s.hosts["keeper"].down_since_s, Some(111));
     assert!(s.faults.back().is_some_and(|f| f.why.contains("isolation = keep")));
 }
+
+/// A controller whose state was made anew adopts the VMs a host runs, as facts; a VM it knows,
+/// a bad MAC or a MAC taken are refused by name; a host unknown or a cluster identity of
+/// another state is refused whole, changing nothing.
+#[test]
+fn a_new_state_adopts_what_hosts_run() {
+    use super::adoption::Adopt;
+    use super::view::Assignment;
+    let mut s = ClusterState {
+        cluster_id: 7,
+        ..ClusterState::default()
+    };
+    s.register("h1", shape(), 1).unwrap();
+    s.register("h2", shape(), 1).unwrap();
+    let mut known = vm("known", "h2");
+    known.mac = Some("02:00:00:00:00:09".into());
+    s.power_on(known, 1).unwrap();
+    let a = |name: &str, mac: &str, r: u64| Assignment {
+        vm: name.into(),
+        mac: Some(mac.into()),
+        group: Some("vms".into()),
+        pool: "vm-pool".into(),
+        reservation: gbps(r),
+        shares: teamster_core::ioc::Shares::NORMAL,
+        limit: None,
+        moving_from: None,
+    };
+    let req = Adopt {
+        cluster_id: 7,
+        vms: vec![
+            a("web", "02:00:00:00:00:01", 1000),
+            a("known", "02:00:00:00:00:02", 0),
+            a("bad", "01:00:5e:00:00:01", 0),
+            a("twin", "02:00:00:00:00:09", 0),
+            a("db", "02:00:00:00:00:03", 500),
+        ],
+    };
+    let before = s.clone();
+    assert!(matches!(s.adopt("h9", &req, 2), Err(Refusal::Unknown(_))));
+    let other = Adopt {
+        cluster_id: 8,
+        vms: req.vms.clone(),
+    };
+    assert!(matches!(s.adopt("h1", &other, 2), Err(Refusal::Conflict(_))));
+    assert_eq!(s, before);
+    let out = s.adopt("h1", &req, 2).unwrap();
+    let on_h1: Vec<&str> = s.assigned("h1").map(|(n, _)| n.as_str()).collect();
+    assert_eq!(on_h1, ["db", "web"]);
+    assert_eq!(s.vms["web"].reservation, gbps(1000));
+    assert_eq!(
+        s.vms["known"].host, "h2",
+        "a VM the controller knows stays where it has it"
+    );
+    for (vm, why) in [
+        ("known", "has it on h2"),
+        ("bad", "not a unicast"),
+        ("twin", "is VM known's"),
+    ] {
+        assert!(
+            out.events
+                .iter()
+                .any(|e| e.contains(&format!("VM {vm} not adopted")) && e.contains(why)),
+            "{vm}: {:?}",
+            out.events
+        );
+    }
+    // The same again adopts nothing and changes nothing.
+    let again = s.adopt("h1", &req, 3).unwrap();
+    assert!(again.unchanged);
+}

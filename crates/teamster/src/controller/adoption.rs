@@ -1,0 +1,106 @@
+//! Adoption: a controller whose state was lost (made anew, so its cluster identity changed)
+//! takes the VMs that hosts run as they report them, instead of having the hosts detach them.
+//!
+//! Model. A host's agent that finds the controller's cluster identity changed sends the VMs it
+//! has attached, each with what its port was given (MAC, group, pool, controls), to
+//! `POST /api/v1/hosts/{name}/adopt`. Each VM the controller does not know is recorded as
+//! running on that host, as a fact (without admission: it runs there already; a host it
+//! overloads is mended by migrations, or is a fault). A VM the controller knows already (on
+//! this or another host) is left as the controller has it, and one whose name or MAC is bad
+//! or taken is refused; each refusal is named in the answer. A host may adopt for itself only:
+//! it names itself in the path, and (once hosts have identities) its identity must match.
+
+use super::state::{ClusterState, Outcome, Refusal, VmRecord, MAX_VMS};
+use super::view::Assignment;
+use serde::Deserialize;
+use teamster_core::host;
+use teamster_core::wire::MacAddr;
+
+/// What a host asks to be adopted.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Adopt {
+    /// The cluster identity the host was answered with (the new one): an adoption meant for
+    /// another state is refused.
+    pub cluster_id: u64,
+    pub vms: Vec<Assignment>,
+}
+
+impl ClusterState {
+    /// Adopts the VMs of `req` on host `host` (see the module documentation); the outcome's
+    /// events name each VM adopted or refused.
+    pub fn adopt(&mut self, host: &str, req: &Adopt, now_s: u64) -> Result<Outcome, Refusal> {
+        if !self.hosts.contains_key(host) {
+            return Err(Refusal::Unknown(format!("no host {host}: register it first")));
+        }
+        if req.cluster_id != self.cluster_id {
+            return Err(Refusal::Conflict(format!(
+                "cluster_id {:x} is not this cluster's ({:x})",
+                req.cluster_id, self.cluster_id
+            )));
+        }
+        if req.vms.len() > MAX_VMS {
+            return Err(Refusal::Bad(format!("vms: more than {MAX_VMS}")));
+        }
+        let mut next = self.clone();
+        let mut out = Outcome::default();
+        for a in &req.vms {
+            match next.adoptable(a) {
+                Ok(()) if next.vms.len() < MAX_VMS => {
+                    let record = VmRecord {
+                        mac: a.mac.clone(),
+                        group: a.group.clone(),
+                        pool: a.pool.clone(),
+                        reservation: a.reservation,
+                        shares: a.shares,
+                        limit: a.limit,
+                        host: host.to_string(),
+                        moving_from: None,
+                    };
+                    next.vms.insert(a.vm.clone(), record);
+                    out.events.push(format!("{host}: adopted VM {}", a.vm));
+                }
+                Ok(()) => out
+                    .events
+                    .push(format!("{host}: VM {} not adopted: the cluster is full", a.vm)),
+                Err(why) => out.events.push(format!("{host}: VM {} not adopted: {why}", a.vm)),
+            }
+        }
+        if next.vms.len() == self.vms.len() {
+            // Nothing adopted: nothing to save, but the refusals are still told.
+            return Ok(Outcome { unchanged: true, ..out });
+        }
+        next.commit(now_s, out, self, true)
+    }
+
+    /// Why VM `a` cannot be adopted, if it cannot: a bad name or MAC, a controller that knows
+    /// it already, or its MAC another VM's.
+    fn adoptable(&self, a: &Assignment) -> Result<(), String> {
+        host::check_name("name", &a.vm)?;
+        if let Some(v) = self.vms.get(&a.vm) {
+            return Err(format!("the controller has it on {}", v.host));
+        }
+        if let Some(g) = &a.group {
+            host::check_name("group", g)?;
+        }
+        host::check_name("pool", &a.pool)?;
+        let spec = teamster_core::ioc::NodeSpec {
+            name: a.vm.clone(),
+            reservation: a.reservation,
+            shares: a.shares,
+            limit: a.limit,
+        };
+        teamster_core::ioc::admission::check_controls("vm", &spec)?;
+        if let Some(m) = &a.mac {
+            let mac: MacAddr = m.parse().map_err(|e| format!("mac: {e}"))?;
+            if mac.is_multicast() || mac == MacAddr([0; 6]) {
+                return Err(format!("mac: {mac} is not a unicast address"));
+            }
+            let taken = (self.vms.iter()).find(|(_, v)| v.mac.as_deref().and_then(|o| o.parse().ok()) == Some(mac));
+            if let Some((other, _)) = taken {
+                return Err(format!("mac: {mac} is VM {other}'s"));
+            }
+        }
+        Ok(())
+    }
+}
