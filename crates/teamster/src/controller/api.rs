@@ -28,6 +28,8 @@ use utoipa::OpenApi;
 pub struct Shared {
     pub state: ClusterState,
     pub store: Box<dyn Store>,
+    /// Each host's VMs, for the answers to reports.
+    pub index: view::AssignmentIndex,
 }
 
 #[derive(Clone)]
@@ -163,12 +165,21 @@ async fn report(
     if r.attached.len() > super::state::MAX_VMS {
         return Err(ApiError(StatusCode::BAD_REQUEST, "attached: too many VMs".into()));
     }
-    // Its migrations are in the cluster view; the host needs its assignments.
-    let _migrations = change(&s, |c, now| c.report(&name, &r, now)).await?;
-    let shared = s.0.lock().await;
+    // Most reports change nothing but the host's time: taken in place, with no copy of the
+    // state and nothing written. Others go through a change; their migrations are in the
+    // cluster view, and the host needs its assignments.
+    let mut shared = s.0.lock().await;
+    if !shared.state.touch(&name, &r, now_s())? {
+        drop(shared);
+        let _migrations = change(&s, |c, now| c.report(&name, &r, now)).await?;
+        shared = s.0.lock().await;
+    }
     Ok(Json(Told {
         cluster_id: shared.state.cluster_id,
-        assignments: view::assignments(&shared.state, &name),
+        assignments: {
+            let Shared { state, index, .. } = &mut *shared;
+            index.assignments(state, &name)
+        },
         host_timeout_s: shared.state.host_timeout.0,
     }))
 }
@@ -192,10 +203,13 @@ async fn adopt(
     for e in &out.events {
         println!("teamster controller: {e}");
     }
-    let shared = s.0.lock().await;
+    let mut shared = s.0.lock().await;
     Ok(Json(Adopted {
         events: out.events,
-        assignments: view::assignments(&shared.state, &name),
+        assignments: {
+            let Shared { state, index, .. } = &mut *shared;
+            index.assignments(state, &name)
+        },
     }))
 }
 
@@ -347,6 +361,7 @@ mod tests {
         let s = ControllerState(Arc::new(Mutex::new(Shared {
             state: ClusterState::default(),
             store: Box::new(Unwritable),
+            index: Default::default(),
         })));
         let shape: HostShape = serde_json::from_str(r#"{"uplinks": [{"name": "u", "capacity": "1G"}]}"#).unwrap();
         let e = change(&s, |c, now| c.register("h", shape, now)).await.err().unwrap();

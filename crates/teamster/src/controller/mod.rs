@@ -111,7 +111,11 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         state.vms.len(),
         store.describe()
     );
-    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared { state, store })));
+    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
+        state,
+        store,
+        index: Default::default(),
+    })));
     let rt =
         (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
     rt.block_on(async move {

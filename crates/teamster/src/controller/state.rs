@@ -468,10 +468,10 @@ impl ClusterState {
         next.commit(now_s, Outcome::default(), self, false)
     }
 
-    /// A host's report: its uplinks' link states and measured send rates, and the VMs whose
-    /// ports it has attached (the destination's confirmation ends a migration). Mends what a
-    /// lost uplink breaks.
-    pub fn report(&mut self, host: &str, r: &HostReport, now_s: u64) -> Result<Outcome, Refusal> {
+    /// Takes host `host`'s report in place if it changes nothing but the host's time and
+    /// measured rates (true), without a copy of the state; false if it needs [`Self::report`].
+    /// A report that is bad or from an unknown host is refused, changing nothing.
+    pub fn touch(&mut self, host: &str, r: &HostReport, now_s: u64) -> Result<bool, Refusal> {
         let (links, attached) = (&r.links, &r.attached);
         let Some(h) = self.hosts.get(host) else {
             return Err(Refusal::Unknown(format!("no host {host}: register it first")));
@@ -490,17 +490,29 @@ impl ClusterState {
                 .get(n)
                 .is_some_and(|v| v.host == host && v.moving_from.is_some())
         });
-        // A host heard again after its timeout takes VMs again: remediation may now use it.
-        let back = self.silent(host, now_s).is_some();
-        if links_same && !confirms && !back {
-            let rec = self.hosts.get_mut(host).expect("found");
-            rec.reported_s = now_s;
-            rec.loads = r.loads.clone();
+        // A host heard again after its timeout (or down) takes VMs again: remediation may now
+        // use it.
+        let back = self.silent(host, now_s).is_some() || h.down_since_s.is_some();
+        if !links_same || confirms || back {
+            return Ok(false);
+        }
+        let rec = self.hosts.get_mut(host).expect("found");
+        rec.reported_s = now_s;
+        rec.loads = r.loads.clone();
+        Ok(true)
+    }
+
+    /// A host's report: its uplinks' link states and measured send rates, and the VMs whose
+    /// ports it has attached (the destination's confirmation ends a migration). Mends what a
+    /// lost uplink breaks.
+    pub fn report(&mut self, host: &str, r: &HostReport, now_s: u64) -> Result<Outcome, Refusal> {
+        if self.touch(host, r, now_s)? {
             return Ok(Outcome {
                 unchanged: true,
                 ..Outcome::default()
             });
         }
+        let (links, attached) = (&r.links, &r.attached);
         let mut next = self.clone();
         let rec = next.hosts.get_mut(host).expect("found");
         rec.reported_s = now_s;

@@ -393,3 +393,39 @@ fn a_new_state_adopts_what_hosts_run() {
     let again = s.adopt("h1", &req, 3).unwrap();
     assert!(again.unchanged);
 }
+
+/// A host's report is answered from the index of each host's VMs, which follows every change
+/// (a power-on, a migration, a power-off) and agrees with a pass over all the VMs.
+#[test]
+fn the_assignment_index_follows_every_change() {
+    use super::view::AssignmentIndex;
+    let mut s = ClusterState::default();
+    let mut index = AssignmentIndex::default();
+    s.register("host1", shape(), 1).unwrap();
+    s.register("host2", shape(), 1).unwrap();
+    let names = |index: &mut AssignmentIndex, s: &ClusterState, h: &str| -> Vec<String> {
+        let from_index: Vec<String> = index.assignments(s, h).into_iter().map(|a| a.vm).collect();
+        let by_pass: Vec<String> = s.assigned(h).map(|(n, _)| n.clone()).collect();
+        assert_eq!(from_index, by_pass, "{h}");
+        from_index
+    };
+    for v in ["vm1", "vm2"] {
+        s.power_on(vm(v, "host1"), 2).unwrap();
+    }
+    assert_eq!(names(&mut index, &s, "host1"), ["vm1", "vm2"]);
+    assert!(names(&mut index, &s, "host2").is_empty());
+    let set = VmChange {
+        reservation: Some(gbps(7000)),
+        ..VmChange::default()
+    };
+    s.set_vm("vm1", set, 3).unwrap();
+    let set = VmChange {
+        reservation: Some(gbps(1000)),
+        ..VmChange::default()
+    };
+    s.set_vm("vm2", set, 3).unwrap();
+    assert_eq!(names(&mut index, &s, "host2"), ["vm2"], "vm2 moved");
+    s.power_off("vm1", 4).unwrap();
+    assert!(names(&mut index, &s, "host1").is_empty());
+    assert!(names(&mut index, &s, "host9").is_empty());
+}

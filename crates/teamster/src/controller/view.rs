@@ -155,17 +155,43 @@ pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
 }
 
 /// What host `host` should have attached.
-pub fn assignments(s: &ClusterState, host: &str) -> Vec<Assignment> {
-    (s.assigned(host))
-        .map(|(name, v)| Assignment {
-            vm: name.clone(),
-            mac: v.mac.clone(),
-            group: v.group.clone(),
-            pool: v.pool.clone(),
-            reservation: v.reservation,
-            shares: v.shares,
-            limit: v.limit,
-            moving_from: v.moving_from.clone(),
-        })
-        .collect()
+/// Each host's VMs, by name, as of a state's generation: a host's report is answered from it
+/// in proportion to that host's VMs, not to the cluster's, and it is rebuilt (one pass over
+/// the VMs) only when a change made a new generation.
+#[derive(Debug, Default)]
+pub struct AssignmentIndex {
+    generation: Option<u64>,
+    by_host: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl AssignmentIndex {
+    /// Host `host`'s assignments in state `s`.
+    pub fn assignments(&mut self, s: &ClusterState, host: &str) -> Vec<Assignment> {
+        if self.generation != Some(s.generation) {
+            self.by_host.clear();
+            for (name, v) in &s.vms {
+                self.by_host.entry(v.host.clone()).or_default().push(name.clone());
+            }
+            self.generation = Some(s.generation);
+        }
+        let names = self.by_host.get(host).map_or(&[][..], Vec::as_slice);
+        (names.iter())
+            .filter_map(|n| Some((n, s.vms.get(n)?)))
+            .filter(|(_, v)| v.host == host)
+            .map(|(name, v)| assignment(name, v))
+            .collect()
+    }
+}
+
+fn assignment(name: &str, v: &VmRecord) -> Assignment {
+    Assignment {
+        vm: name.to_string(),
+        mac: v.mac.clone(),
+        group: v.group.clone(),
+        pool: v.pool.clone(),
+        reservation: v.reservation,
+        shares: v.shares,
+        limit: v.limit,
+        moving_from: v.moving_from.clone(),
+    }
 }
