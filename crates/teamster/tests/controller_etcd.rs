@@ -7,56 +7,17 @@
 #[allow(dead_code)] // this test uses only the skip rule
 mod live;
 
+mod etcd;
 mod http1;
+use etcd::{etcd, free_port, Killed};
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The leader's lease in the test, seconds.
 const LEASE_S: u64 = 2;
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// etcd on free loopback ports with its data in `dir`; its client URL.
-fn etcd(dir: &Path) -> (Killed, String) {
-    let (client, peer) = (free_port(), free_port());
-    let c = format!("http://127.0.0.1:{client}");
-    let p = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-        .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
-        .args(["--initial-cluster", &format!("t={p}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(Instant::now() < deadline, "etcd did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (Killed(child), c)
-}
 
 fn controller(dir: &Path, name: &str, etcd: &str) -> (Killed, PathBuf) {
     let socket = dir.join(format!("{name}.sock"));

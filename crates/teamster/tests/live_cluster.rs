@@ -7,6 +7,7 @@
 //! receiver, as the simulator's greedy sources): each VM's throughput follows it within 10% (or
 //! 2% of the line, for a VM whose model rate is a small part of it), and pings to each migrating VM are counted through its migration.
 
+mod etcd;
 mod netns;
 use netns::*;
 
@@ -546,5 +547,103 @@ fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
     }
     // Obeyed from then on: c1 powered off is detached.
     must_ctl(&csock, &["vm", "off", "c1"]);
+    await_that("host1 detached c1", || attached(&status).is_empty());
+}
+
+/// Two controllers behind etcd (lease 2 s), a host given both (`endpoints`): the leader killed
+/// with SIGKILL, the host's reports reach the new leader within the lease and a few seconds,
+/// its VM stays attached all the while (the host never isolates), and the VM is neither lost
+/// nor duplicated.
+#[test]
+fn a_host_follows_the_leader_when_the_leader_is_killed() {
+    let _one_at_a_time = netns::lock();
+    let have = Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready() || !skip_unless(have, "etcd (Debian's etcd-server)") {
+        return;
+    }
+    let _topology = Cluster::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = etcd::etcd(dir.path());
+    let controller = |name: &str| {
+        let socket = dir.path().join(format!("{name}.sock"));
+        let child = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .args(["controller", "--etcd", &url, "--lease-s", "2", "--socket"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        (etcd::Killed(child), socket)
+    };
+    let (mut a, a_sock) = controller("a");
+    await_that("controller a leads", || {
+        std::os::unix::net::UnixStream::connect(&a_sock).is_ok()
+    });
+    let (_b, b_sock) = controller("b");
+    let hdir = dir.path().join("host1");
+    std::fs::create_dir(&hdir).unwrap();
+    let endpoints = format!("endpoints = [\"{}\", \"{}\"]", a_sock.display(), b_sock.display());
+    let config = host_toml(1, &a_sock).replace(&format!("socket = \"{}\"", a_sock.display()), &endpoints);
+    let (_daemon, status) = start_with(&hdir, &config, &[]);
+    await_that("host1 registered", || ctl(&a_sock, &["cluster"]).1.contains("host1"));
+    must_ctl(
+        &a_sock,
+        &[
+            "vm",
+            "power-on",
+            "c1",
+            "--host",
+            "host1",
+            "--mac",
+            &mac(1),
+            "--group",
+            "vms",
+        ],
+    );
+    await_that("host1 attached c1", || attached(&status) == ["c1"]);
+
+    // The leader dies. The host's reports must reach b: b's view of host1's last report moves
+    // past the moment of the kill.
+    let now_s = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    let (killed, killed_s) = (Instant::now(), now_s());
+    let deadline = killed + Duration::from_secs(15);
+    let view = loop {
+        assert_eq!(attached(&status), ["c1"], "c1 detached during the failover");
+        let (code, out, _) = ctl(&b_sock, &["cluster", "--json"]);
+        let v: Option<serde_json::Value> = (code == 0).then(|| serde_json::from_str(&out).ok()).flatten();
+        let heard = v.as_ref().is_some_and(|v| {
+            (v["hosts"].as_array().into_iter().flatten())
+                .any(|h| h["name"] == "host1" && h["reported_s"].as_u64().is_some_and(|r| r > killed_s))
+        });
+        if heard {
+            break v.unwrap();
+        }
+        assert!(Instant::now() < deadline, "host1 not heard by the new leader in 15 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = killed.elapsed();
+    eprintln!("host1 reported to the new leader {took:?} after the leader was killed (lease 2 s; seconds are whole)");
+    assert!(took <= Duration::from_secs(2 + 5), "took {took:?}");
+    let vms: Vec<(String, String)> = (view["vms"].as_array().unwrap().iter())
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_string(),
+                v["host"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(vms, [("c1".to_string(), "host1".to_string())]);
+    // The new leader is obeyed: c1 powered off there is detached.
+    must_ctl(&b_sock, &["vm", "off", "c1"]);
     await_that("host1 detached c1", || attached(&status).is_empty());
 }

@@ -79,10 +79,9 @@ impl Memory {
 
 /// Runs the agent until the process ends.
 pub async fn run(state: ApiState, section: ControllerSection) {
-    let target = Target {
-        socket: (section.socket.clone()).unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
-        url: section.url.clone(),
-        token_file: section.token_file.clone(),
+    let mut controllers = Controllers {
+        targets: section.targets(),
+        current: 0,
     };
     let mut memory = Memory::default();
     let mut failing: Option<String> = None;
@@ -95,7 +94,7 @@ pub async fn run(state: ApiState, section: ControllerSection) {
                 isolate(&state, &section, &mut memory).await;
             }
         }
-        match turn(&state, &section, &target, &mut memory).await {
+        match turn(&state, &section, &mut controllers, &mut memory).await {
             Ok(notes) => {
                 let mut notes = notes;
                 if failing.take().is_some() {
@@ -120,22 +119,53 @@ pub async fn run(state: ApiState, section: ControllerSection) {
     }
 }
 
-/// One request to the controller, bounded in time.
-/// One request to the controller, bounded in time: REQUEST_TIMEOUT, or until `until` (the
-/// time to isolate) if sooner, so that a controller that does not answer cannot delay it.
-async fn ask(
-    target: &Target,
-    method: &str,
-    path: &str,
-    body: serde_json::Value,
-    until: Option<tokio::time::Instant>,
-) -> Result<crate::http::client::Answer, String> {
-    let mut deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
-    if let Some(u) = until.filter(|u| *u > tokio::time::Instant::now()) {
-        deadline = deadline.min(u);
+/// The controllers this host may report to, and the one that answered last.
+struct Controllers {
+    targets: Vec<Target>,
+    current: usize,
+}
+
+impl Controllers {
+    /// One request to the controllers, bounded in time: REQUEST_TIMEOUT, or until `until`
+    /// (the time to isolate) if sooner, so that controllers that do not answer cannot delay it.
+    /// The one that answered last is asked first; one that cannot be reached, or answers 503
+    /// (not the leader, or its store unwritable), makes way for the next, each given an equal
+    /// share of the time left, so the host follows the leader by itself.
+    async fn ask(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: serde_json::Value,
+        until: Option<tokio::time::Instant>,
+    ) -> Result<crate::http::client::Answer, String> {
+        let mut deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        if let Some(u) = until.filter(|u| *u > tokio::time::Instant::now()) {
+            deadline = deadline.min(u);
+        }
+        let n = self.targets.len().max(1);
+        let mut errors = Vec::new();
+        for k in 0..n {
+            let i = (self.current + k) % n;
+            let Some(target) = self.targets.get(i) else { break };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let share = left / (n - k) as u32;
+            let attempt = tokio::time::timeout(share, request(target, method, path, Some(body.clone()))).await;
+            let name = target
+                .url
+                .clone()
+                .unwrap_or_else(|| target.socket.display().to_string());
+            match attempt {
+                Ok(Ok(a)) if a.status == 503 && k + 1 < n => errors.push(format!("{name}: 503")),
+                Ok(Ok(a)) => {
+                    self.current = i;
+                    return Ok(a);
+                }
+                Ok(Err(e)) => errors.push(format!("{name}: {e}")),
+                Err(_) => errors.push(format!("{name}: no answer in time")),
+            }
+        }
+        Err(errors.join("; "))
     }
-    let sent = tokio::time::timeout_at(deadline, request(target, method, path, Some(body))).await;
-    sent.map_err(|_| "no answer in time".to_string())?
 }
 
 /// Detaches every VM assigned here: the controller is about to restart them elsewhere.
@@ -155,7 +185,7 @@ async fn isolate(state: &ApiState, section: &ControllerSection, memory: &mut Mem
 async fn turn(
     state: &ApiState,
     section: &ControllerSection,
-    target: &Target,
+    controllers: &mut Controllers,
     memory: &mut Memory,
 ) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
@@ -165,14 +195,14 @@ async fn turn(
     let shape = shape(&*state.config.lock().await, &snapshot, section);
     if memory.registered.as_ref() != Some(&shape) {
         let until = memory.isolation_at(section);
-        let a = ask(
-            target,
-            "PUT",
-            &format!("/api/v1/hosts/{}", crate::http::client::segment(host)),
-            shape.clone(),
-            until,
-        )
-        .await?;
+        let a = controllers
+            .ask(
+                "PUT",
+                &format!("/api/v1/hosts/{}", crate::http::client::segment(host)),
+                shape.clone(),
+                until,
+            )
+            .await?;
         if a.status != 200 {
             return Err(format!(
                 "registering as {host} refused ({}): {}",
@@ -194,7 +224,9 @@ async fn turn(
     let body = json!({ "links": links, "loads": loads, "attached": attached });
     let path = format!("/api/v1/hosts/{}/report", crate::http::client::segment(host));
     let sent = tokio::time::Instant::now();
-    let a = ask(target, "POST", &path, body, memory.isolation_at(section)).await?;
+    let a = controllers
+        .ask("POST", &path, body, memory.isolation_at(section))
+        .await?;
     if a.status == 404 {
         memory.registered = None;
         return Err(format!("the controller does not know host {host}; registering again"));
@@ -221,7 +253,7 @@ async fn turn(
     }
     // The controller's state was made anew: it is asked to adopt the VMs running here, and
     // obeyed once it has; until then nothing here is detached.
-    let adopted = match adopt(state, section, target, memory, told.cluster_id).await {
+    let adopted = match adopt(state, section, controllers, memory, told.cluster_id).await {
         Ok(a) => a,
         Err(e) => {
             let e = format!(
@@ -251,7 +283,7 @@ async fn turn(
 async fn adopt(
     state: &ApiState,
     section: &ControllerSection,
-    target: &Target,
+    controllers: &mut Controllers,
     memory: &Memory,
     cluster_id: u64,
 ) -> Result<crate::controller::api::Adopted, String> {
@@ -270,7 +302,9 @@ async fn adopt(
         .collect();
     let body = json!({ "cluster_id": cluster_id, "vms": running });
     let path = format!("/api/v1/hosts/{}/adopt", crate::http::client::segment(&section.host));
-    let a = ask(target, "POST", &path, body, memory.isolation_at(section)).await?;
+    let a = controllers
+        .ask("POST", &path, body, memory.isolation_at(section))
+        .await?;
     if a.status != 200 {
         return Err(format!("{}: {}", a.status, String::from_utf8_lossy(&a.body)));
     }

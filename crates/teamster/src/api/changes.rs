@@ -682,6 +682,7 @@ mod tests {
             url: None,
             socket: None,
             token_file: None,
+            endpoints: Vec::new(),
             host: "h1".into(),
             interface: "vnet0".into(),
             group: "vms".into(),

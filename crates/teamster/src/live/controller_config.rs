@@ -5,6 +5,7 @@
 //! url = "http://127.0.0.1:9190"    # the controller's loopback TCP API, or
 //! socket = "/run/teamster/controller.sock"   # its unix socket (the default)
 //! token_file = "/etc/teamster/controller.token"  # the bearer token for url
+//! endpoints = ["/run/teamster/c1.sock", "http://127.0.0.1:9191"]  # or several controllers
 //! host = "host1"                  # this host's name in the cluster
 //! interface = "{vm}"              # the interface of a VM's port: {vm} is the VM's name
 //! group = "vms"                   # the port group of VMs the controller gives no group
@@ -14,7 +15,12 @@
 //! ```
 //!
 //! `teamster run switch.toml --controller URL|SOCKET` names the controller when the section
-//! gives neither `url` nor `socket`.
+//! gives neither `url` nor `socket` (nor `endpoints`).
+//!
+//! `endpoints` names every controller of a cluster that runs several behind etcd (each a
+//! loopback URL or a unix socket path; at most 16), instead of `url` or `socket`: only the
+//! leader serves, and the host reports to the one that answered last, trying the others in
+//! turn when it does not (within the same report's time), so it follows the leader by itself.
 //!
 //! With it, the switch registers its shape (uplinks, traffic classes, pools, reservation cap,
 //! `derived`) under `host`, reports its uplinks' link states and the VMs whose ports it has
@@ -43,6 +49,8 @@ pub struct ControllerSection {
     pub socket: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
     pub host: String,
     #[serde(default = "default_interface")]
     pub interface: String,
@@ -85,6 +93,9 @@ pub fn set_endpoint(endpoint: &str) {
 
 /// Fills `section`'s endpoint from the command line, if the file gives none.
 pub fn fill(section: &mut ControllerSection) {
+    if !section.endpoints.is_empty() {
+        return;
+    }
     if let (None, None, Some(e)) = (&section.url, &section.socket, ENDPOINT.get()) {
         if e.starts_with("http://") {
             section.url = Some(e.clone());
@@ -92,6 +103,21 @@ pub fn fill(section: &mut ControllerSection) {
             section.socket = Some(PathBuf::from(e));
         }
     }
+}
+
+/// The most controllers a host is given.
+pub const MAX_ENDPOINTS: usize = 16;
+
+/// Checks that `url` is a loopback http://IP:PORT.
+fn check_url(key: &str, url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("http://").unwrap_or("");
+    let addr: Option<std::net::SocketAddr> = rest.trim_end_matches('/').parse().ok();
+    if !addr.is_some_and(|a| a.ip().is_loopback()) {
+        return Err(format!(
+            "{key} = \"{url}\": expected http://IP:PORT on loopback (a remote controller is reached through a local proxy or its unix socket)"
+        ));
+    }
+    Ok(())
 }
 
 /// The default interval between reports.
@@ -104,12 +130,21 @@ impl ControllerSection {
         if self.url.is_some() && self.socket.is_some() {
             return Err("controller: give url or socket, not both".into());
         }
+        if !self.endpoints.is_empty() && (self.url.is_some() || self.socket.is_some()) {
+            return Err("controller: give endpoints, or url or socket, not both".into());
+        }
+        if self.endpoints.len() > MAX_ENDPOINTS {
+            return Err(format!("controller.endpoints: more than {MAX_ENDPOINTS}"));
+        }
         if let Some(url) = &self.url {
-            let rest = url.strip_prefix("http://").unwrap_or("");
-            let addr: Option<std::net::SocketAddr> = rest.trim_end_matches('/').parse().ok();
-            if !addr.is_some_and(|a| a.ip().is_loopback()) {
+            check_url("controller.url", url)?;
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            if e.starts_with("http://") {
+                check_url(&format!("controller.endpoints[{i}]"), e)?;
+            } else if !e.starts_with('/') {
                 return Err(format!(
-                    "controller.url = \"{url}\": expected http://IP:PORT on loopback (a remote controller is reached through a local proxy or its unix socket)"
+                    "controller.endpoints[{i}] = \"{e}\": expected http://IP:PORT on loopback or an absolute socket path"
                 ));
             }
         }
@@ -140,8 +175,65 @@ impl ControllerSection {
         self.interface.replace("{vm}", vm)
     }
 
+    /// The controllers to report to, in the order to try them.
+    pub fn targets(&self) -> Vec<crate::http::client::Target> {
+        let target = |socket: Option<PathBuf>, url: Option<String>| crate::http::client::Target {
+            socket: socket.unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
+            url,
+            token_file: self.token_file.clone(),
+        };
+        if self.endpoints.is_empty() {
+            return vec![target(self.socket.clone(), self.url.clone())];
+        }
+        (self.endpoints.iter())
+            .map(|e| match e.starts_with("http://") {
+                true => target(None, Some(e.clone())),
+                false => target(Some(PathBuf::from(e)), None),
+            })
+            .collect()
+    }
+
     /// How often to report.
     pub fn interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(extra: &str) -> Result<ControllerSection, String> {
+        let text = format!("host = \"h1\"\ngroup = \"vms\"\n{extra}");
+        let s: ControllerSection = toml::from_str(&text).map_err(|e| e.to_string())?;
+        s.check(&["vms".into()], &[]).map(|()| s)
+    }
+
+    /// Several controllers are tried in the order given; each must be a loopback URL or an
+    /// absolute socket path, and they do not mix with `url` or `socket`.
+    #[test]
+    fn endpoints_name_every_controller_and_bad_ones_are_refused_by_key() {
+        let s = section("endpoints = [\"/run/c1.sock\", \"http://127.0.0.1:9191\"]").unwrap();
+        let t = s.targets();
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].socket.to_str(), t[0].url.as_deref()),
+            (Some("/run/c1.sock"), None)
+        );
+        assert_eq!(t[1].url.as_deref(), Some("http://127.0.0.1:9191"));
+        let one = section("socket = \"/run/c.sock\"").unwrap();
+        assert_eq!(one.targets().len(), 1);
+        for (extra, key) in [
+            ("endpoints = [\"http://10.0.0.1:9191\"]", "controller.endpoints[0]"),
+            ("endpoints = [\"/a.sock\", \"c.sock\"]", "controller.endpoints[1]"),
+            ("endpoints = [\"/a.sock\"]\nsocket = \"/b.sock\"", "not both"),
+            ("url = \"http://192.0.2.1:1\"", "controller.url"),
+        ] {
+            let e = section(extra).unwrap_err();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("\"/c{i}.sock\"")).collect();
+        let e = section(&format!("endpoints = [{}]", many.join(", "))).unwrap_err();
+        assert!(e.contains("more than 16"), "{e}");
     }
 }
