@@ -103,6 +103,12 @@ fn cluster(socket: &Path) -> serde_json::Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// Host `name` in a cluster view.
+fn host_view(c: &serde_json::Value, name: &str) -> serde_json::Value {
+    let hosts = c["hosts"].as_array().unwrap();
+    hosts.iter().find(|h| h["name"] == name).unwrap().clone()
+}
+
 /// Each VM's (host, moving_from).
 fn where_vms_are(c: &serde_json::Value) -> Vec<(String, String, Option<String>)> {
     (c["vms"].as_array().unwrap().iter())
@@ -272,13 +278,7 @@ fn a_host_that_stops_reporting_is_failed_and_its_vm_restarts() {
     let view = loop {
         assert_eq!(report("alive", "").0, 200);
         let v = cluster(&c.socket);
-        let quiet = v["hosts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|h| h["name"] == "quiet")
-            .unwrap()
-            .clone();
+        let quiet = host_view(&v, "quiet");
         if quiet["down_since_s"].is_u64() && where_vms_are(&v)[0].1 == "alive" {
             break v;
         }
@@ -289,13 +289,7 @@ fn a_host_that_stops_reporting_is_failed_and_its_vm_restarts() {
         where_vms_are(&view),
         [("vm1".into(), "alive".into(), Some("quiet".into()))]
     );
-    let quiet = &view["hosts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["name"] == "quiet")
-        .unwrap()
-        .clone();
+    let quiet = &host_view(&view, "quiet");
     assert!(
         quiet["unavailable"].as_str().unwrap().contains("not responding"),
         "{quiet}"
@@ -318,13 +312,7 @@ fn a_host_that_stops_reporting_is_failed_and_its_vm_restarts() {
     let told: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(told["assignments"].as_array().map(Vec::len), Some(0), "{told}");
     let v = cluster(&c.socket);
-    let quiet = v["hosts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["name"] == "quiet")
-        .unwrap()
-        .clone();
+    let quiet = host_view(&v, "quiet");
     assert!(
         quiet["down_since_s"].is_null() && quiet["unavailable"].is_null(),
         "{quiet}"

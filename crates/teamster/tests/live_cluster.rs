@@ -215,6 +215,15 @@ fn must_ctl(socket: &Path, args: &[&str]) -> String {
     out
 }
 
+/// Powers VM c1 on, on host1, through the controller at `socket`.
+fn power_on_c1(socket: &Path) {
+    let mac = mac(1);
+    let args = [
+        "vm", "power-on", "c1", "--host", "host1", "--mac", &mac, "--group", "vms",
+    ];
+    must_ctl(socket, &args);
+}
+
 /// Host `host`'s attached ports, from its status.
 fn attached(status: &Path) -> Vec<String> {
     let s = netns::status(status);
@@ -486,18 +495,7 @@ fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
     std::fs::create_dir(&hdir).unwrap();
     let (_daemon, status) = start_with(&hdir, &host_toml(1, &csock), &[]);
     await_that("host1 registered", || ctl(&csock, &["cluster"]).1.contains("host1"));
-    let power_on = [
-        "vm",
-        "power-on",
-        "c1",
-        "--host",
-        "host1",
-        "--mac",
-        &mac(1),
-        "--group",
-        "vms",
-    ];
-    must_ctl(&csock, &power_on);
+    power_on_c1(&csock);
     await_that("host1 attached c1", || attached(&status) == ["c1"]);
 
     // The controller dies: host1 must detach c1 within the host timeout of its last answer.
@@ -589,20 +587,7 @@ fn a_host_follows_the_leader_when_the_leader_is_killed() {
     let config = host_toml(1, &a_sock).replace(&format!("socket = \"{}\"", a_sock.display()), &endpoints);
     let (_daemon, status) = start_with(&hdir, &config, &[]);
     await_that("host1 registered", || ctl(&a_sock, &["cluster"]).1.contains("host1"));
-    must_ctl(
-        &a_sock,
-        &[
-            "vm",
-            "power-on",
-            "c1",
-            "--host",
-            "host1",
-            "--mac",
-            &mac(1),
-            "--group",
-            "vms",
-        ],
-    );
+    power_on_c1(&a_sock);
     await_that("host1 attached c1", || attached(&status) == ["c1"]);
 
     // The leader dies. The host's reports must reach b: b's view of host1's last report moves
