@@ -80,7 +80,7 @@ impl Memory {
 /// Runs the agent until the process ends.
 pub async fn run(state: ApiState, section: ControllerSection) {
     let mut controllers = Controllers {
-        targets: section.targets(),
+        targets: targets(&section),
         current: 0,
     };
     let mut memory = Memory::default();
@@ -117,6 +117,25 @@ pub async fn run(state: ApiState, section: ControllerSection) {
             }
         }
     }
+}
+
+/// The controllers to report to, in the order to try them: `endpoints`, or the one `url` or
+/// `socket` names (the default socket if neither).
+fn targets(section: &ControllerSection) -> Vec<Target> {
+    let target = |socket: Option<std::path::PathBuf>, url: Option<String>| Target {
+        socket: socket.unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
+        url,
+        token_file: section.token_file.clone(),
+    };
+    if section.endpoints.is_empty() {
+        return vec![target(section.socket.clone(), section.url.clone())];
+    }
+    (section.endpoints.iter())
+        .map(|e| match e.starts_with("http://") {
+            true => target(None, Some(e.clone())),
+            false => target(Some(e.into()), None),
+        })
+        .collect()
 }
 
 /// The controllers this host may report to, and the one that answered last.
@@ -466,8 +485,28 @@ async fn attach(
 
 #[cfg(test)]
 mod tests {
-    use super::isolation_margin;
+    use super::{isolation_margin, targets};
     use std::time::Duration;
+
+    /// Several controllers are tried in the order given, each a socket or a URL.
+    #[test]
+    fn every_endpoint_is_a_target_in_order() {
+        let text = "host = \"h1\"\ngroup = \"vms\"\nendpoints = [\"/run/c1.sock\", \"http://127.0.0.1:9191\"]";
+        let section: crate::live::controller_config::ControllerSection = toml::from_str(text).unwrap();
+        let t = targets(&section);
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].socket.to_str(), t[0].url.as_deref()),
+            (Some("/run/c1.sock"), None)
+        );
+        assert_eq!(t[1].url.as_deref(), Some("http://127.0.0.1:9191"));
+        let one: crate::live::controller_config::ControllerSection =
+            toml::from_str("host = \"h1\"\ngroup = \"vms\"").unwrap();
+        assert_eq!(
+            targets(&one)[0].socket,
+            std::path::PathBuf::from(crate::controller::DEFAULT_SOCKET)
+        );
+    }
 
     /// A host detaches two intervals and a second before the controller's timeout, and never
     /// sooner than half of it.

@@ -175,24 +175,6 @@ impl ControllerSection {
         self.interface.replace("{vm}", vm)
     }
 
-    /// The controllers to report to, in the order to try them.
-    pub fn targets(&self) -> Vec<crate::http::client::Target> {
-        let target = |socket: Option<PathBuf>, url: Option<String>| crate::http::client::Target {
-            socket: socket.unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
-            url,
-            token_file: self.token_file.clone(),
-        };
-        if self.endpoints.is_empty() {
-            return vec![target(self.socket.clone(), self.url.clone())];
-        }
-        (self.endpoints.iter())
-            .map(|e| match e.starts_with("http://") {
-                true => target(None, Some(e.clone())),
-                false => target(Some(PathBuf::from(e)), None),
-            })
-            .collect()
-    }
-
     /// How often to report.
     pub fn interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS))
@@ -214,15 +196,8 @@ mod tests {
     #[test]
     fn endpoints_name_every_controller_and_bad_ones_are_refused_by_key() {
         let s = section("endpoints = [\"/run/c1.sock\", \"http://127.0.0.1:9191\"]").unwrap();
-        let t = s.targets();
-        assert_eq!(t.len(), 2);
-        assert_eq!(
-            (t[0].socket.to_str(), t[0].url.as_deref()),
-            (Some("/run/c1.sock"), None)
-        );
-        assert_eq!(t[1].url.as_deref(), Some("http://127.0.0.1:9191"));
-        let one = section("socket = \"/run/c.sock\"").unwrap();
-        assert_eq!(one.targets().len(), 1);
+        assert_eq!(s.endpoints.len(), 2);
+        section("socket = \"/run/c.sock\"").unwrap();
         for (extra, key) in [
             ("endpoints = [\"http://10.0.0.1:9191\"]", "controller.endpoints[0]"),
             ("endpoints = [\"/a.sock\", \"c.sock\"]", "controller.endpoints[1]"),
