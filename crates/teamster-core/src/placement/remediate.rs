@@ -141,6 +141,15 @@ impl Cluster {
     pub fn remediate(&mut self) -> Remedy {
         let mut remedy = Remedy::default();
         for host in self.violations() {
+            // An unavailable host may still be forwarding for its VMs: moving one would make it
+            // active twice. Its violation stands, as a fault.
+            if let Some(why) = &self.hosts[&host].unavailable {
+                remedy.faults.push(Fault {
+                    host: host.clone(),
+                    why: format!("its VMs are not moved while it is unavailable ({why})"),
+                });
+                continue;
+            }
             let plan = match self.fewest_moves(&host) {
                 Search::Found(plan) => Some(plan),
                 Search::Impossible => None,

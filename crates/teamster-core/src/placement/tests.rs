@@ -148,6 +148,17 @@ fn an_unavailable_host_receives_no_vm() {
     let remedy = c.remediate();
     assert!(remedy.migrations.is_empty(), "{:?}", remedy.migrations);
     assert_eq!(remedy.faults.len(), 1);
+    // host1 unavailable and over its admission, host2 available: host1's VMs are not moved
+    // (it may still be forwarding for them).
+    c.set_unavailable("host2", None).unwrap();
+    c.set_unavailable("host1", Some("silent".into())).unwrap();
+    let remedy = c.remediate();
+    assert!(remedy.migrations.is_empty(), "{remedy:?}");
+    assert!(
+        remedy.faults[0].why.contains("not moved while it is unavailable"),
+        "{remedy:?}"
+    );
+    c.set_unavailable("host1", None).unwrap();
     // Available again: remediation moves a VM there.
     c.set_unavailable("host2", None).unwrap();
     let remedy = c.remediate();

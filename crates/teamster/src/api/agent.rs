@@ -58,6 +58,9 @@ struct Memory {
     isolated: bool,
 }
 
+/// The longest host timeout a controller may give (its --host-timeout-s range).
+const MAX_HOST_TIMEOUT_S: u64 = 3600;
+
 /// How much sooner than the controller's host timeout a host that cannot report detaches its
 /// VMs: two report intervals and a second (the controller acts on whole seconds), at most half
 /// the timeout.
@@ -73,7 +76,8 @@ impl Memory {
         }
         let (sent, timeout) = self.answered?;
         let interval = section.interval();
-        (!timeout.is_zero()).then(|| sent + timeout - isolation_margin(timeout, interval))
+        let after = timeout.checked_sub(isolation_margin(timeout, interval))?;
+        (!timeout.is_zero()).then(|| sent.checked_add(after)).flatten()
     }
 }
 
@@ -88,10 +92,20 @@ pub async fn run(state: ApiState, section: ControllerSection) {
     let mut tick = tokio::time::interval(section.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        if let Some(at) = memory.isolation_at(&section) {
-            if !memory.isolated && tokio::time::Instant::now() >= at {
+        // The isolation time has a timer of its own: a long interval between reports cannot
+        // delay it. (A turn's requests end by then too.)
+        let isolation = memory.isolation_at(&section).filter(|_| !memory.isolated);
+        let isolate_now = async {
+            match isolation {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = isolate_now => {
                 isolate(&state, &section, &mut memory).await;
+                continue;
             }
         }
         match turn(&state, &section, &mut controllers, &mut memory).await {
@@ -251,8 +265,11 @@ async fn turn(
         return Err(format!("the controller does not know host {host}; registering again"));
     }
     if a.status != 200 {
-        // A shape it does not take as it is (an uplink it does not know): send it again.
-        memory.registered = None;
+        // A shape it does not take as it is (an uplink it does not know): send it again; a
+        // controller that cannot save now (503) knows the host still.
+        if a.status != 503 {
+            memory.registered = None;
+        }
         return Err(format!(
             "report refused ({}): {}",
             a.status,
@@ -261,7 +278,20 @@ async fn turn(
     }
     let told: crate::controller::api::Told =
         serde_json::from_slice(&a.body).map_err(|e| format!("unexpected answer to the report: {e}"))?;
-    memory.answered = Some((sent, Duration::from_secs(told.host_timeout_s)));
+    // The controller's own range (2-3600 s): a larger figure is not to be trusted whole.
+    let timeout = Duration::from_secs(told.host_timeout_s.min(MAX_HOST_TIMEOUT_S));
+    if 2 * section.interval() + Duration::from_secs(1) > timeout / 2 && !timeout.is_zero() {
+        let e = format!(
+            "reports every {} ms are too rare for the controller's host timeout of {} s: this host detaches its VMs {} ms after its last answer when cut off (interval_ms at most a quarter of the timeout less a second keeps a margin of two reports)",
+            section.interval().as_millis(),
+            timeout.as_secs(),
+            (timeout - isolation_margin(timeout, section.interval())).as_millis()
+        );
+        if memory.refused.insert("\u{0}interval".into(), e.clone()).as_ref() != Some(&e) {
+            notes.push(format!("controller: {e}"));
+        }
+    }
+    memory.answered = Some((sent, timeout));
     if std::mem::take(&mut memory.isolated) {
         notes.push("controller: answered again: the VMs assigned here are attached".to_string());
     }

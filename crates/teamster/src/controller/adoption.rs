@@ -7,7 +7,10 @@
 //! running on that host, as a fact (without admission: it runs there already; a host it
 //! overloads is mended by migrations, or is a fault). A VM the controller knows already (on
 //! this or another host) is left as the controller has it, and one whose name or MAC is bad
-//! or taken is refused; each refusal is named in the answer. A host may adopt for itself only:
+//! or taken, or whose pool the host does not have, is refused; each refusal is named in the
+//! answer. Not checked yet: the pools' cluster-wide quotas (an adopted VM is a fact), and
+//! when adoption is open (any time, to any client with the API's credential, until hosts
+//! have identities of their own). A host may adopt for itself only:
 //! it names itself in the path, and (once hosts have identities) its identity must match.
 
 use super::state::{ClusterState, Outcome, Refusal, VmRecord, MAX_VMS};
@@ -44,8 +47,16 @@ impl ClusterState {
         }
         let mut next = self.clone();
         let mut out = Outcome::default();
+        let shape = &self.hosts[host].shape;
+        let has_pool = |p: &str| {
+            p == "vm" || shape.pools.iter().any(|x| x.name == p) || shape.traffic_classes.iter().any(|c| c.class == p)
+        };
         for a in &req.vms {
-            match next.adoptable(a) {
+            let checked = next.adoptable(a).and_then(|()| match has_pool(&a.pool) {
+                true => Ok(()),
+                false => Err(format!("host {host} has no class or pool `{}`", a.pool)),
+            });
+            match checked {
                 Ok(()) if next.vms.len() < MAX_VMS => {
                     let record = VmRecord {
                         mac: a.mac.clone(),

@@ -35,11 +35,17 @@ pub struct Shared {
 #[derive(Clone)]
 pub struct ControllerState(pub Arc<Mutex<Shared>>);
 
-/// Seconds since the epoch: the controller's clock for what it records.
+/// Seconds since the epoch: the controller's clock for what it records and for its hosts'
+/// silence. It is the wall clock read once, at the first call, advanced by the monotonic
+/// clock: a wall clock stepped while the controller runs (NTP) neither makes every host silent
+/// at once nor hides a silent one.
 pub fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    static START: std::sync::OnceLock<(u64, std::time::Instant)> = std::sync::OnceLock::new();
+    let (wall, at) = *START.get_or_init(|| {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        (wall.map_or(0, |d| d.as_secs()), std::time::Instant::now())
+    });
+    wall + at.elapsed().as_secs()
 }
 
 impl From<Refusal> for ApiError {
@@ -62,6 +68,10 @@ pub async fn watch_hosts(s: ControllerState) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Looked at in place: the state is copied only when a host newly fails.
+        if s.0.lock().await.state.failing(now_s()).is_empty() {
+            continue;
+        }
         match change(&s, |c, now| c.fail_silent(now)).await {
             Ok(Json(out)) => {
                 for e in &out.events {
@@ -156,7 +166,7 @@ pub struct Told {
 }
 
 #[utoipa::path(post, path = "/api/v1/hosts/{name}/report", params(("name" = String, Path)), request_body = HostReport,
-    responses((status = 200, body = Vec<view::Assignment>), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Told), (status = 404, body = ErrorBody)))]
 async fn report(
     State(s): State<ControllerState>,
     Path(name): Path<String>,

@@ -3,7 +3,9 @@
 //! Model. A host is heard when it registers or reports. Its silence is the time since it was
 //! last heard, or since this controller began to listen ([`ClusterState::listening_since_s`]:
 //! its start or its taking the lead), whichever is later: a controller that was away does not
-//! hold its own absence against the hosts. A host silent for longer than the host timeout
+//! hold its own absence against the hosts. If an earlier controller of this state told hosts a
+//! longer host timeout ([`ClusterState::host_timeout_given_s`]), that much longer: a host cut
+//! off detaches its VMs by the timeout it was last told. A host silent for longer than the host timeout
 //! ([`super::state::HostTimeout`]) is *unavailable*: placement, migrations and remediation send
 //! it nothing. The controller's watch ([`ClusterState::fail_silent`], every second) then marks
 //! it *down*, once, with an event naming the silence, and restarts its VMs elsewhere where
@@ -22,7 +24,10 @@ impl ClusterState {
     /// longer than the host timeout.
     pub fn silent(&self, name: &str, now_s: u64) -> Option<String> {
         let h = self.hosts.get(name)?;
-        let quiet = now_s.saturating_sub(h.reported_s.max(self.listening_since_s));
+        // After a start, hosts answered with a longer timeout (by an earlier controller) are
+        // given that long: they detach their VMs only that late.
+        let longer = self.host_timeout_given_s.saturating_sub(self.host_timeout.0);
+        let quiet = now_s.saturating_sub(h.reported_s.max(self.listening_since_s + longer));
         (quiet > self.host_timeout.0).then(|| {
             format!(
                 "not responding: no report for {quiet} s (host timeout {} s)",
@@ -31,14 +36,19 @@ impl ClusterState {
         })
     }
 
+    /// The hosts silent past the host timeout and not down yet, with why.
+    pub fn failing(&self, now_s: u64) -> Vec<(String, String)> {
+        (self.hosts.iter())
+            .filter(|(_, h)| h.down_since_s.is_none())
+            .filter_map(|(n, _)| Some((n.clone(), self.silent(n, now_s)?)))
+            .collect()
+    }
+
     /// Marks down every host silent past the host timeout that is not down yet, and restarts
     /// its VMs where admission allows (see the module documentation). Unchanged (nothing to
     /// save) if no host newly failed.
     pub fn fail_silent(&mut self, now_s: u64) -> Result<Outcome, Refusal> {
-        let failing: Vec<(String, String)> = (self.hosts.iter())
-            .filter(|(_, h)| h.down_since_s.is_none())
-            .filter_map(|(n, _)| Some((n.clone(), self.silent(n, now_s)?)))
-            .collect();
+        let failing = self.failing(now_s);
         if failing.is_empty() {
             return Ok(Outcome {
                 unchanged: true,

@@ -42,9 +42,9 @@ pub struct ControllerArgs {
     /// The cluster's keys in etcd: `<prefix>/state` and the election `<prefix>/leader`.
     #[arg(long, default_value = "teamster")]
     etcd_prefix: String,
-    /// Seconds a host may go without reporting before it takes no new VMs (2-3600; hosts
-    /// report every second by default): placement, migrations and remediation pass it by
-    /// until it reports again. Its VMs stay assigned to it.
+    /// Seconds a host may go without reporting before it takes no new VMs and is then marked
+    /// down, its VMs restarted elsewhere where they fit (2-3600; hosts report every second by
+    /// default, and detach their VMs a little before this when cut off).
     #[arg(long, default_value_t = state::DEFAULT_HOST_TIMEOUT_S, value_parser = clap::value_parser!(u64).range(2..=3600))]
     host_timeout_s: u64,
     /// The leader's etcd lease, in seconds (1-60): a leader gone for this long is replaced.
@@ -101,6 +101,11 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     let mut state = store.load()?.unwrap_or_default();
     state.host_timeout = state::HostTimeout(args.host_timeout_s);
     state.listening_since_s = api::now_s();
+    if state.host_timeout_given_s < args.host_timeout_s {
+        // Stored before any host is told it.
+        state.host_timeout_given_s = args.host_timeout_s;
+        store.save(&state)?;
+    }
     if state.cluster_id == 0 {
         state.cluster_id = fresh_id();
         store.save(&state)?;

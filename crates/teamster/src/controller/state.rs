@@ -145,6 +145,10 @@ pub struct ClusterState {
     /// Set by the controller from its arguments; not part of the stored state.
     #[serde(skip)]
     pub host_timeout: HostTimeout,
+    /// The longest host timeout a controller of this state has told hosts (seconds): a
+    /// controller started with a shorter one waits that much longer before it fails a host.
+    #[serde(default)]
+    pub host_timeout_given_s: u64,
     /// When this controller began to hear hosts (its start, or its taking the lead): a host's
     /// silence counts from its last report or from this, whichever is later, so a controller
     /// that was away does not fail every host at once. Not stored.

@@ -358,6 +358,10 @@ fn a_new_state_adopts_what_hosts_run() {
             a("bad", "01:00:5e:00:00:01", 0),
             a("twin", "02:00:00:00:00:09", 0),
             a("db", "02:00:00:00:00:03", 500),
+            Assignment {
+                pool: "nfs".into(),
+                ..a("nopool", "02:00:00:00:00:04", 0)
+            },
         ],
     };
     let before = s.clone();
@@ -428,4 +432,26 @@ fn the_assignment_index_follows_every_change() {
     s.power_off("vm1", 4).unwrap();
     assert!(names(&mut index, &s, "host1").is_empty());
     assert!(names(&mut index, &s, "host9").is_empty());
+}
+
+/// A controller started with a shorter host timeout than an earlier one told the hosts waits
+/// out the longer one before it fails a host: a host cut off detaches its VMs only that late.
+#[test]
+fn a_shorter_timeout_after_a_restart_waits_out_the_longer_one() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(15),
+        host_timeout_given_s: 60,
+        listening_since_s: 1000,
+        ..ClusterState::default()
+    };
+    s.register("h1", shape(), 990).unwrap();
+    s.hosts.get_mut("h1").unwrap().reported_s = 990;
+    // 990 + 60 = 1050: the host detaches its VMs by then; the controller waits until 1060.
+    assert_eq!(s.silent("h1", 1058), None);
+    assert!(s.fail_silent(1058).unwrap().unchanged);
+    assert!(s.silent("h1", 1061).is_some());
+    // Heard again: its own timeout from then on.
+    s.report("h1", &report(&[], &[]), 1070).unwrap();
+    assert_eq!(s.silent("h1", 1075), None);
+    assert!(s.silent("h1", 1086).is_some());
 }
