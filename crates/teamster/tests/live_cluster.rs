@@ -224,6 +224,14 @@ fn power_on_c1(socket: &Path) {
     must_ctl(socket, &args);
 }
 
+/// Whether the controller at `socket` has VM c1 on host1.
+fn c1_on_host1(socket: &Path) -> bool {
+    let (_, out, _) = ctl(socket, &["cluster", "--json"]);
+    serde_json::from_str::<serde_json::Value>(&out)
+        .ok()
+        .is_some_and(|v| (v["vms"].as_array().into_iter().flatten()).any(|m| m["name"] == "c1" && m["host"] == "host1"))
+}
+
 /// Host `host`'s attached ports, from its status.
 fn attached(status: &Path) -> Vec<String> {
     let s = netns::status(status);
@@ -533,19 +541,32 @@ fn a_host_cut_off_from_its_controller_detaches_its_vms_in_time() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         assert_eq!(attached(&status), ["c1"], "c1 detached while the new state adopts it");
-        let (_, out, _) = ctl(&csock, &["cluster", "--json"]);
-        let on_host1 = serde_json::from_str::<serde_json::Value>(&out).ok().is_some_and(|v| {
-            (v["vms"].as_array().into_iter().flatten()).any(|m| m["name"] == "c1" && m["host"] == "host1")
-        });
-        if on_host1 {
+        if c1_on_host1(&csock) {
             break;
         }
-        assert!(Instant::now() < deadline, "the new state did not adopt c1: {out}");
+        assert!(Instant::now() < deadline, "the new state did not adopt c1");
         std::thread::sleep(Duration::from_millis(100));
     }
     // Obeyed from then on: c1 powered off is detached.
     must_ctl(&csock, &["vm", "off", "c1"]);
     await_that("host1 detached c1", || attached(&status).is_empty());
+
+    // The state lost while the host had isolated its VMs: what isolation detached is offered
+    // for adoption, adopted, and attached again.
+    power_on_c1(&csock);
+    await_that("host1 attached c1", || attached(&status) == ["c1"]);
+    drop(_reap);
+    std::fs::remove_file(dir.path().join("state.redb")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while !attached(&status).is_empty() {
+        assert!(Instant::now() < deadline, "c1 not detached by isolation");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut fourth = controller();
+    let _reap = Reap(&mut fourth);
+    await_that("the new state adopted c1 and host1 attached it", || {
+        c1_on_host1(&csock) && attached(&status) == ["c1"]
+    });
 }
 
 /// Two controllers behind etcd (lease 2 s), a host given both (`endpoints`): the leader killed

@@ -56,6 +56,9 @@ struct Memory {
     answered: Option<(tokio::time::Instant, Duration)>,
     /// The assigned VMs are detached for isolation (until the next answered report).
     isolated: bool,
+    /// The ports isolation detached: a controller whose state was lost meanwhile is offered
+    /// them for adoption with the ones attached (they ran here until then).
+    detached: Vec<PortFile>,
 }
 
 /// The longest host timeout a controller may give (its --host-timeout-s range).
@@ -205,6 +208,11 @@ impl Controllers {
 async fn isolate(state: &ApiState, section: &ControllerSection, memory: &mut Memory) {
     let Some((sent, timeout)) = memory.answered else { return };
     memory.isolated = true;
+    let assigned: Vec<PortFile> = (state.config.lock().await.ports.iter())
+        .filter(|p| p.origin == PortOrigin::Assigned)
+        .cloned()
+        .collect();
+    memory.detached.extend(assigned);
     let mut notes = vec![format!(
         "controller: no report answered for {} s, nearly its host timeout of {} s: the VMs assigned here are detached, so that none is active here and where the controller restarts it",
         sent.elapsed().as_secs(),
@@ -297,6 +305,8 @@ async fn turn(
     }
     let known = *memory.cluster_id.get_or_insert(told.cluster_id);
     if known == told.cluster_id {
+        // The controller that assigned them answers: what isolation detached is its to give.
+        memory.detached.clear();
         notes.extend(attach(state, section, &told.assignments, true, &mut memory.refused).await);
         return Ok(notes);
     }
@@ -323,6 +333,7 @@ async fn turn(
     notes.extend(adopted.events.iter().map(|e| format!("controller: {e}")));
     memory.cluster_id = Some(told.cluster_id);
     memory.refused.remove("");
+    memory.detached.clear();
     notes.extend(attach(state, section, &adopted.assignments, true, &mut memory.refused).await);
     Ok(notes)
 }
@@ -336,8 +347,10 @@ async fn adopt(
     memory: &Memory,
     cluster_id: u64,
 ) -> Result<crate::controller::api::Adopted, String> {
-    let running: Vec<Assignment> = (state.config.lock().await.ports.iter())
-        .filter(|p| p.origin == PortOrigin::Assigned)
+    let config = state.config.lock().await;
+    let attached = (config.ports.iter()).filter(|p| p.origin == PortOrigin::Assigned);
+    let detached = (memory.detached.iter()).filter(|d| !config.ports.iter().any(|p| p.name == d.name));
+    let running: Vec<Assignment> = (attached.chain(detached))
         .map(|p| Assignment {
             vm: p.name.clone(),
             mac: p.mac.clone(),
@@ -349,6 +362,7 @@ async fn adopt(
             moving_from: None,
         })
         .collect();
+    drop(config);
     let body = json!({ "cluster_id": cluster_id, "vms": running });
     let path = format!("/api/v1/hosts/{}/adopt", crate::http::client::segment(&section.host));
     let a = controllers
