@@ -69,7 +69,11 @@ pub async fn watch_hosts(s: ControllerState) {
     loop {
         tick.tick().await;
         // Looked at in place: the state is copied only when a host newly fails.
-        if s.0.lock().await.state.failing(now_s()).is_empty() {
+        let quiet = {
+            let state = &s.0.lock().await.state;
+            state.failing(now_s()).is_empty() && state.restarts_due(now_s()).is_empty()
+        };
+        if quiet {
             continue;
         }
         match change(&s, |c, now| c.fail_silent(now)).await {

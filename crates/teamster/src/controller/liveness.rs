@@ -11,13 +11,18 @@
 //! it *down*, once, with an event naming the silence, and restarts its VMs elsewhere where
 //! admission allows: each moves as a migration from the down host (largest reservation first,
 //! each where initial placement puts it), and one that fits nowhere stays assigned to the down
-//! host with a fault naming each host's reason. When the host is heard again it is up (an
+//! host with a fault naming each host's reason, and is tried again every [`RESTART_RETRY_S`]
+//! (it moves once room appears). When the host is heard again it is up (an
 //! event), takes VMs again, and is answered with its assignments without the VMs that left:
 //! its agent detaches them. A host registered with `isolation = "keep"` (it goes on forwarding
 //! for its VMs when cut off) is marked down all the same, but its VMs stay assigned to it,
 //! with a fault: restarting them elsewhere would make them active twice.
 
 use super::state::{vm_of, ClusterState, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
+use teamster_core::placement::Cluster;
+
+/// How often the VMs of a down host that fitted nowhere are tried again (seconds).
+pub const RESTART_RETRY_S: u64 = 30;
 
 impl ClusterState {
     /// Why host `name` takes no new VMs at `now_s`, if it does not: it has been silent for
@@ -44,12 +49,25 @@ impl ClusterState {
             .collect()
     }
 
+    /// The down hosts whose VMs are due another try at restarting elsewhere: hosts that let
+    /// them be restarted, still holding some, whose last try is [`RESTART_RETRY_S`] old.
+    pub fn restarts_due(&self, now_s: u64) -> Vec<String> {
+        (self.hosts.iter())
+            .filter(|(_, h)| h.down_since_s.is_some() && h.shape.isolation != Isolation::Keep)
+            .filter(|(_, h)| now_s >= h.restart_tried_s.saturating_add(RESTART_RETRY_S))
+            .filter(|(n, _)| self.vms.values().any(|v| &v.host == *n))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
     /// Marks down every host silent past the host timeout that is not down yet, and restarts
-    /// its VMs where admission allows (see the module documentation). Unchanged (nothing to
-    /// save) if no host newly failed.
+    /// its VMs where admission allows (see the module documentation); tries again, every
+    /// [`RESTART_RETRY_S`], for the VMs of down hosts that fitted nowhere before. Unchanged
+    /// (nothing to save) if no host newly failed and no VM moved.
     pub fn fail_silent(&mut self, now_s: u64) -> Result<Outcome, Refusal> {
         let failing = self.failing(now_s);
-        if failing.is_empty() {
+        let due = self.restarts_due(now_s);
+        if failing.is_empty() && due.is_empty() {
             return Ok(Outcome {
                 unchanged: true,
                 ..Outcome::default()
@@ -68,42 +86,72 @@ impl ClusterState {
                 next.note_fault(&host, why.to_string(), now_s);
                 continue;
             }
-            let mut leaving: Vec<(String, VmRecord)> = (next.vms.iter())
-                .filter(|(_, v)| v.host == host)
-                .map(|(n, v)| (n.clone(), v.clone()))
-                .collect();
-            leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
-            for (name, v) in leaving {
-                let vm = c.remove_vm(&name).unwrap_or_else(|| vm_of(&name, &v));
-                match c.choose(&vm) {
-                    Ok(placed) => {
-                        c.assume(vm, &placed.host).map_err(Refusal::Conflict)?;
-                        let record = MigrationRecord {
-                            at_s: now_s,
-                            vm: name.clone(),
-                            from: host.clone(),
-                            to: placed.host.clone(),
-                            reservation: v.reservation,
-                            why: format!(
-                                "{host} is down ({why}); {} has the most headroom for {name}",
-                                placed.host
-                            ),
-                        };
-                        let rec = next.vms.get_mut(&name).expect("listed");
-                        rec.host = placed.host;
-                        rec.moving_from = Some(host.clone());
-                        out.migrations.push(record.clone());
-                        super::state::push(&mut next.migrations, record);
-                    }
-                    Err(refused) => {
-                        c.assume(vm, &host).map_err(Refusal::Conflict)?;
+            next.restart(&mut c, &host, &why, now_s, &mut out, true)?;
+        }
+        for host in due {
+            let why = "down".to_string();
+            next.restart(&mut c, &host, &why, now_s, &mut out, false)?;
+        }
+        if out.migrations.is_empty() && out.events.is_empty() {
+            // Retries that moved nothing: only their times change (kept in memory).
+            *self = next;
+            return Ok(Outcome {
+                unchanged: true,
+                ..Outcome::default()
+            });
+        }
+        next.commit(now_s, out, self, true)
+    }
+
+    /// Restarts the VMs of down host `host` where placement puts them, largest first, as
+    /// migrations; one that fits nowhere stays, with a fault if `tell` (the first try).
+    fn restart(
+        &mut self,
+        c: &mut Cluster,
+        host: &str,
+        why: &str,
+        now_s: u64,
+        out: &mut Outcome,
+        tell: bool,
+    ) -> Result<(), Refusal> {
+        self.hosts.get_mut(host).expect("listed").restart_tried_s = now_s;
+        let mut leaving: Vec<(String, VmRecord)> = (self.vms.iter())
+            .filter(|(_, v)| v.host == host)
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
+        for (name, v) in leaving {
+            let vm = c.remove_vm(&name).unwrap_or_else(|| vm_of(&name, &v));
+            match c.choose(&vm) {
+                Ok(placed) => {
+                    c.assume(vm, &placed.host).map_err(Refusal::Conflict)?;
+                    let record = MigrationRecord {
+                        at_s: now_s,
+                        vm: name.clone(),
+                        from: host.to_string(),
+                        to: placed.host.clone(),
+                        reservation: v.reservation,
+                        why: format!(
+                            "{host} is down ({why}); {} has the most headroom for {name}",
+                            placed.host
+                        ),
+                    };
+                    let rec = self.vms.get_mut(&name).expect("listed");
+                    rec.host = placed.host;
+                    rec.moving_from = Some(host.to_string());
+                    out.migrations.push(record.clone());
+                    super::state::push(&mut self.migrations, record);
+                }
+                Err(refused) => {
+                    c.assume(vm, host).map_err(Refusal::Conflict)?;
+                    if tell {
                         let why = format!("VM {name} cannot restart elsewhere: {refused}");
                         out.events.push(format!("{host}: {why}"));
-                        next.note_fault(&host, why, now_s);
+                        self.note_fault(host, why, now_s);
                     }
                 }
             }
         }
-        next.commit(now_s, out, self, true)
+        Ok(())
     }
 }

@@ -91,6 +91,9 @@ pub struct HostRecord {
     /// cleared by its next report or registration.
     #[serde(default)]
     pub down_since_s: Option<u64>,
+    /// When its VMs were last tried elsewhere, while it is down (in memory only).
+    #[serde(skip)]
+    pub restart_tried_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -299,6 +302,7 @@ impl ClusterState {
                 reported_s: now_s,
                 loads: BTreeMap::new(),
                 down_since_s: None,
+                restart_tried_s: 0,
             },
         );
         next.commit(now_s, Outcome::default(), self, true)

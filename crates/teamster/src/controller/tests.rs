@@ -1,3 +1,4 @@
+use super::liveness::RESTART_RETRY_S;
 use super::state::*;
 use std::collections::BTreeMap;
 use teamster_core::units::Bandwidth;
@@ -301,6 +302,15 @@ fn a_vm_that_fits_nowhere_stays_and_a_returning_controller_waits() {
         "{why}"
     );
     assert!(out.events.iter().any(|e| e.contains("cannot restart")));
+    // Room appears on h2: big1 is tried again after the retry time, and moves.
+    s.power_off("big2", 512).unwrap();
+    s.report("h2", &report(&[], &[]), 539).unwrap();
+    let faults = s.faults.len();
+    assert!(s.fail_silent(540).unwrap().unchanged, "not before {RESTART_RETRY_S} s");
+    let out = s.fail_silent(541).unwrap();
+    let moved: Vec<_> = out.migrations.iter().map(|m| (m.vm.as_str(), m.to.as_str())).collect();
+    assert_eq!(moved, [("big1", "h2")]);
+    assert_eq!(s.faults.len(), faults, "a retry adds no fault");
 }
 
 /// A host registered with `isolation = "keep"` goes on forwarding for its VMs when cut off:
