@@ -322,7 +322,7 @@ fn figure_2_live_at_a_hundredth_of_the_scale() {
         if code != 0 {
             eprintln!("ctl cluster while the hosts start: exit {code}: {err}");
         }
-        code == 0 && out.contains("host2")
+        code == 0 && out.contains("host1") && out.contains("host2")
     });
     for i in 1..=3u32 {
         let vm = format!("c{i}");
