@@ -8,6 +8,7 @@ pub mod bench_cmd;
 pub mod controller;
 pub mod ctl;
 pub mod http;
+pub mod identity;
 pub mod ioc_cmd;
 pub mod libvirt_hook;
 pub mod live;

@@ -65,14 +65,17 @@ fn tcp_address(c: &mut Controller) -> String {
     let mut line = String::new();
     let mut out = c.child.stdout.take().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !line.contains("http://") && Instant::now() < deadline {
+    while !line.contains("API on http") && Instant::now() < deadline {
         let mut b = [0u8; 256];
         let n = out.read(&mut b).unwrap();
         assert!(n > 0, "the controller's output ended: {line}");
         line.push_str(&String::from_utf8_lossy(&b[..n]));
     }
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-    line.split("http://")
+    line.split("API on http")
+        .nth(1)
+        .unwrap()
+        .split("://")
         .nth(1)
         .unwrap()
         .split_whitespace()
@@ -560,4 +563,278 @@ fn a_state_directory_swapped_by_another_user_during_start_is_never_loaded() {
     std::fs::remove_file(shared.join("state")).unwrap();
     std::os::unix::fs::symlink(&good, shared.join("state")).unwrap();
     assert_eq!(one_start(&state, &socket), Ok(vec!["legit".to_string()]));
+}
+
+/// Runs `teamster controller ca ARGS`: (exit code, standard error).
+fn ca(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "ca"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// A request over TLS as `teamster ctl` and the hosts' agents make it: (status, body), or the
+/// connection's error.
+fn tls_request(
+    url: &str,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+    token: Option<&Path>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let target = teamster::http::client::Target {
+        socket: PathBuf::new(),
+        url: Some(url.to_string()),
+        token_file: token.map(Path::to_path_buf),
+        ca: Some(ca.to_path_buf()),
+        cert: identity.map(|i| i.0.to_path_buf()),
+        key: identity.map(|i| i.1.to_path_buf()),
+        tls: None,
+    };
+    let body = body.map(|b| serde_json::from_str(b).unwrap());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = rt.block_on(teamster::http::client::request(&target, method, path, body))?;
+    Ok((a.status, String::from_utf8_lossy(&a.body).to_string()))
+}
+
+/// The controller on the network: its CA made and its certificates issued by `teamster
+/// controller ca` (keys 0600, nothing overwritten); a TLS listener on every address; each host
+/// may register and report only as itself (another host's certificate, a client certificate, a
+/// foreign CA's, an expired one or a denied host's: refused, nothing changed); operators'
+/// requests need the token and a host's certificate grants none of them.
+#[test]
+fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cadir = dir.path().join("ca");
+    let cad = cadir.to_str().unwrap();
+    assert_eq!(ca(&["init", "--dir", cad]).0, 0);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&cadir.join("ca.key")), 0o600);
+    assert_eq!(mode(&cadir.join("ca.pem")), 0o644);
+    let before = std::fs::read(cadir.join("ca.key")).unwrap();
+    let (code, err) = ca(&["init", "--dir", cad]);
+    assert!(code == 2 && err.contains("ca.pem exists already"), "{err}");
+    assert_eq!(
+        std::fs::read(cadir.join("ca.key")).unwrap(),
+        before,
+        "init overwrote the CA's key"
+    );
+    assert_eq!(
+        ca(&["issue-server", "ctl", "--dir", cad, "--address", "127.0.0.1"]).0,
+        0
+    );
+    for h in ["host1", "host2", "host3"] {
+        assert_eq!(ca(&["issue-host", h, "--dir", cad]).0, 0);
+    }
+    assert_eq!(mode(&cadir.join("host-host1.key")), 0o600);
+    assert_eq!(ca(&["issue-client", "etcd-client", "--dir", cad]).0, 0);
+    let (code, err) = ca(&["issue-host", "Host_1", "--dir", cad]);
+    assert!(code == 2 && err.contains("lowercase"), "{err}");
+    let (code, err) = ca(&["issue-host", "host1", "--dir", cad]);
+    assert!(code == 2 && err.contains("exists already"), "{err}");
+    // A foreign CA's certificate for host1, and an expired one of ours.
+    let foreign = dir.path().join("foreign");
+    let fd = foreign.to_str().unwrap();
+    assert_eq!(ca(&["init", "--dir", fd]).0, 0);
+    assert_eq!(ca(&["issue-host", "host1", "--dir", fd]).0, 0);
+    let ours = teamster::controller::ca::Authority::load(
+        &std::fs::read_to_string(cadir.join("ca.pem")).unwrap(),
+        &std::fs::read_to_string(cadir.join("ca.key")).unwrap(),
+    )
+    .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let old = (now - time::Duration::days(10), now - time::Duration::days(1));
+    let expired = ours.issue(&teamster::controller::ca::Kind::Host, "host1", old).unwrap();
+    let (exp_pem, exp_key) = (dir.path().join("expired.pem"), dir.path().join("expired.key"));
+    std::fs::write(&exp_pem, expired.cert_pem).unwrap();
+    std::fs::write(&exp_key, expired.key_pem).unwrap();
+    std::fs::set_permissions(&exp_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let token = dir.path().join("token");
+    std::fs::write(&token, "operator-token-42\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let deny = dir.path().join("deny");
+    std::fs::write(&deny, "# compromised\nhost3\n").unwrap();
+    let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
+    let mut c = start(
+        dir.path(),
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            token.to_str().unwrap(),
+            "--tls-cert",
+            &f("server-ctl.pem"),
+            "--tls-key",
+            &f("server-ctl.key"),
+            "--client-ca",
+            &f("ca.pem"),
+            "--deny-hosts",
+            deny.to_str().unwrap(),
+        ],
+    );
+    let port = tcp_address(&mut c).rsplit(':').next().unwrap().to_string();
+    let url = format!("https://127.0.0.1:{port}");
+    let ca_pem = cadir.join("ca.pem");
+    let id = |h: &str| (cadir.join(format!("host-{h}.pem")), cadir.join(format!("host-{h}.key")));
+    let (h1, h2, h3) = (id("host1"), id("host2"), id("host3"));
+    let as_host = |who: &(PathBuf, PathBuf), method: &str, path: &str, body: Option<&str>| {
+        tls_request(&url, &ca_pem, Some((&who.0, &who.1)), None, method, path, body)
+    };
+    let report = r#"{"links": {"uplink1": true}}"#;
+
+    // Each host as itself.
+    assert_eq!(as_host(&h1, "PUT", "/api/v1/hosts/host1", Some(SHAPE)).unwrap().0, 200);
+    assert_eq!(as_host(&h2, "PUT", "/api/v1/hosts/host2", Some(SHAPE)).unwrap().0, 200);
+    assert_eq!(
+        as_host(&h1, "POST", "/api/v1/hosts/host1/report", Some(report))
+            .unwrap()
+            .0,
+        200
+    );
+    let before = cluster(&c.socket);
+    // host1's certificate for host2: refused, nothing changed.
+    let down = r#"{"links": {"uplink1": false}}"#;
+    let (status, body) = as_host(&h1, "POST", "/api/v1/hosts/host2/report", Some(down)).unwrap();
+    assert!(status == 403 && body.contains("not this host's"), "{status} {body}");
+    assert_eq!(as_host(&h1, "PUT", "/api/v1/hosts/host2", Some(SHAPE)).unwrap().0, 403);
+    assert_eq!(as_host(&h1, "PUT", "/api/v1/hosts/host9", Some(SHAPE)).unwrap().0, 403);
+    // A client certificate proves no host; nor does the operator's token.
+    let client = (
+        cadir.join("client-etcd-client.pem"),
+        cadir.join("client-etcd-client.key"),
+    );
+    assert_eq!(
+        as_host(&client, "PUT", "/api/v1/hosts/host1", Some(SHAPE)).unwrap().0,
+        403
+    );
+    let (status, _) = tls_request(
+        &url,
+        &ca_pem,
+        None,
+        Some(&token),
+        "POST",
+        "/api/v1/hosts/host2/report",
+        Some(down),
+    )
+    .unwrap();
+    assert_eq!(status, 401);
+    // host3 holds a valid certificate but is denied.
+    let (status, body) = as_host(&h3, "PUT", "/api/v1/hosts/host3", Some(SHAPE)).unwrap();
+    assert!(status == 403 && body.contains("deny list"), "{status} {body}");
+    // A foreign CA's certificate and an expired one fail in the handshake.
+    let fh = (foreign.join("host-host1.pem"), foreign.join("host-host1.key"));
+    let e = as_host(&fh, "POST", "/api/v1/hosts/host1/report", Some(down)).unwrap_err();
+    assert!(e.contains("TLS") || e.contains("API"), "{e}");
+    let e = as_host(
+        &(exp_pem.clone(), exp_key.clone()),
+        "POST",
+        "/api/v1/hosts/host1/report",
+        Some(down),
+    );
+    assert!(e.is_err(), "an expired certificate was taken: {e:?}");
+    let mut after = cluster(&c.socket);
+    for v in [&mut after] {
+        for h in v["hosts"].as_array_mut().unwrap() {
+            h["reported_s"] = before["hosts"][0]["reported_s"].clone();
+        }
+    }
+    let mut before = before;
+    for h in before["hosts"].as_array_mut().unwrap() {
+        h["reported_s"] = after["hosts"][0]["reported_s"].clone();
+    }
+    assert_eq!(after["hosts"], before["hosts"], "a refused request changed the cluster");
+
+    // Operators: the token, over TLS, through `teamster ctl`; a host's certificate grants none.
+    let vm = r#"{"name": "c1", "mac": "02:00:00:00:00:01"}"#;
+    let (status, body) = as_host(&h1, "POST", "/api/v1/vms", Some(vm)).unwrap();
+    assert!(status == 403 && body.contains("operator"), "{status} {body}");
+    assert_eq!(as_host(&h1, "GET", "/api/v1/cluster", None).unwrap().0, 403);
+    assert_eq!(as_host(&h1, "DELETE", "/api/v1/hosts/host2", None).unwrap().0, 403);
+    let (status, _) = tls_request(&url, &ca_pem, None, None, "POST", "/api/v1/vms", Some(vm)).unwrap();
+    assert_eq!(status, 401);
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args([
+            "ctl",
+            "--url",
+            &url,
+            "--ca",
+            ca_pem.to_str().unwrap(),
+            "--token-file",
+            token.to_str().unwrap(),
+        ])
+        .args([
+            "vm",
+            "power-on",
+            "c1",
+            "--mac",
+            "02:00:00:00:00:01",
+            "--reservation",
+            "1G",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(where_vms_are(&cluster(&c.socket)).len(), 1);
+    // Without --ca, https:// is refused before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["ctl", "--url", &url, "--token-file", token.to_str().unwrap(), "cluster"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--ca"));
+    // Plain HTTP to the TLS port gets no answer.
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    use std::io::Write;
+    let _ = s.write_all(b"GET /api/v1/cluster HTTP/1.1\r\nhost: x\r\nauthorization: Bearer operator-token-42\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "plain HTTP was answered on the TLS port");
+    drop(c);
+
+    // Bad TLS arguments: a clear error naming them, exit 2.
+    let tls_args = |cert: &str, key: &str| {
+        let t = token.to_str().unwrap().to_string();
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            &t,
+            "--tls-cert",
+            &f(cert),
+            "--tls-key",
+            &f(key),
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .chain(["--client-ca".to_string(), f("ca.pem")])
+        .collect::<Vec<_>>()
+    };
+    let plain = ["--listen", "0.0.0.0:0", "--token-file", token.to_str().unwrap()].map(str::to_string);
+    for (args, says) in [
+        (plain.to_vec(), "needs TLS"),
+        (tls_args("ca.pem", "host-host1.key"), "certificate and key"),
+        (tls_args("server-ctl.pem", "missing.key"), "--tls-key"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+            .arg("controller")
+            .args(&args)
+            .args(["--state", dir.path().join("s2.redb").to_str().unwrap()])
+            .args(["--socket", dir.path().join("x.sock").to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code() == Some(2) && err.contains(says), "{args:?}: {err}");
+    }
 }

@@ -35,7 +35,7 @@ use super::ApiState;
 use crate::controller::view::Assignment;
 use crate::http::client::{request, Target};
 use crate::live::config::{PortFile, PortOrigin, SwitchFile};
-use crate::live::controller_config::{ControllerSection, Isolation};
+use crate::live::controller_config::{is_url, ControllerSection, Isolation};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -139,16 +139,25 @@ pub async fn run(state: ApiState, section: ControllerSection) {
 /// The controllers to report to, in the order to try them: `endpoints`, or the one `url` or
 /// `socket` names (the default socket if neither).
 fn targets(section: &ControllerSection) -> Vec<Target> {
-    let target = |socket: Option<std::path::PathBuf>, url: Option<String>| Target {
-        socket: socket.unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
-        url,
-        token_file: section.token_file.clone(),
+    let target = |socket: Option<std::path::PathBuf>, url: Option<String>| {
+        let mut t = Target {
+            socket: socket.unwrap_or_else(|| crate::controller::DEFAULT_SOCKET.into()),
+            url,
+            token_file: section.token_file.clone(),
+            ca: section.ca.clone(),
+            cert: section.cert.clone(),
+            key: section.key.clone(),
+            tls: None,
+        };
+        // Made once here; if the files cannot be read now, each request tries again and says why.
+        t.tls = crate::http::client::tls_config(&t).ok().flatten();
+        t
     };
     if section.endpoints.is_empty() {
         return vec![target(section.socket.clone(), section.url.clone())];
     }
     (section.endpoints.iter())
-        .map(|e| match e.starts_with("http://") {
+        .map(|e| match is_url(e) {
             true => target(None, Some(e.clone())),
             false => target(Some(e.into()), None),
         })

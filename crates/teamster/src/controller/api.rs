@@ -7,6 +7,7 @@
 //! and only then in force. A store that cannot be written refuses the change (503) and
 //! changes nothing.
 
+use super::access::{self, Access};
 use super::state::{
     ClusterState, FaultRecord, HostReport, HostShape, MigrationRecord, Outcome, PowerOn, Refusal, VmChange,
 };
@@ -17,7 +18,7 @@ use crate::http::error::{ApiError, ErrorBody};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, patch, post, put};
+use axum::routing::{delete, get, patch, post, put};
 use axum::{middleware, Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -117,23 +118,35 @@ async fn change(
     Ok(Json(out))
 }
 
-/// The router; with `token`, every request must present it (the TCP listener).
-pub fn router(state: ControllerState, token: Option<Arc<String>>) -> Router {
-    let app = Router::new()
+/// The router of a listener whose requests prove their role by `access` (see
+/// [`super::access`]).
+pub fn router(state: ControllerState, access: Access) -> Router {
+    let hosts = Router::new()
+        .route("/api/v1/hosts/{name}", put(register))
+        .route("/api/v1/hosts/{name}/report", post(report))
+        .route("/api/v1/hosts/{name}/adopt", post(adopt));
+    let operators = Router::new()
         .route("/openapi.json", get(document))
         .route("/metrics", get(metrics))
         .route("/api/v1/cluster", get(cluster))
-        .route("/api/v1/hosts/{name}", put(register).delete(remove_host))
-        .route("/api/v1/hosts/{name}/report", post(report))
-        .route("/api/v1/hosts/{name}/adopt", post(adopt))
+        .route("/api/v1/hosts/{name}", delete(remove_host))
         .route("/api/v1/vms", post(power_on))
         .route("/api/v1/vms/{name}", patch(set_vm).delete(power_off))
-        .route("/api/v1/quotas/{pool}", put(set_quota))
+        .route("/api/v1/quotas/{pool}", put(set_quota));
+    let (hosts, operators) = match &access {
+        Access::Tls { token, denied } => (
+            hosts.route_layer(middleware::from_fn_with_state(denied.clone(), access::require_host)),
+            operators.route_layer(middleware::from_fn_with_state(token.clone(), access::require_operator)),
+        ),
+        _ => (hosts, operators),
+    };
+    let app = hosts
+        .merge(operators)
         .fallback(|| async { ApiError(StatusCode::NOT_FOUND, "no such endpoint: see /openapi.json".into()) })
         .with_state(state);
-    match token {
-        Some(t) => app.layer(middleware::from_fn_with_state(t, crate::http::auth::require_token)),
-        None => app,
+    match access {
+        Access::Token(t) => app.layer(middleware::from_fn_with_state(t, crate::http::auth::require_token)),
+        Access::Owner | Access::Tls { .. } => app,
     }
 }
 

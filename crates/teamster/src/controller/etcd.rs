@@ -34,16 +34,16 @@ pub struct EtcdStore {
 }
 
 impl EtcdStore {
-    /// Connects to `endpoints`, takes a lease of `ttl_s` seconds and campaigns under `prefix`;
+    /// Connects to etcd through `client`, takes a lease of `ttl_s` seconds and campaigns under `prefix`;
     /// returns once this controller leads (the wait is announced on standard output). `lost`
     /// is called if the lease lapses afterwards (leadership is gone).
     pub fn lead(
-        endpoints: Vec<String>,
+        client: Gateway,
         prefix: String,
         ttl_s: i64,
         lost: impl FnOnce(String) + Send + 'static,
     ) -> Result<EtcdStore, String> {
-        let shown = endpoints.join(",");
+        let shown = client.shown().to_string();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let (jobs, mut todo) = tokio::sync::mpsc::unbounded_channel::<Job>();
         let who = format!("{}-{}", hostname(), std::process::id());
@@ -58,7 +58,7 @@ impl EtcdStore {
                     }
                 };
                 rt.block_on(async move {
-                    let (client, leader, lease_lost) = match campaign(&endpoints, &prefix, ttl_s, &who).await {
+                    let (client, leader, lease_lost) = match campaign(client, &prefix, ttl_s, &who).await {
                         Ok(x) => x,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -123,12 +123,11 @@ impl Store for EtcdStore {
 /// Takes and keeps a lease, and campaigns until this controller leads: the client, the
 /// leadership, and a future that ends (with why) when the lease lapses.
 async fn campaign(
-    endpoints: &[String],
+    client: Gateway,
     prefix: &str,
     ttl_s: i64,
     who: &str,
 ) -> Result<(Gateway, Leadership, impl std::future::Future<Output = String>), String> {
-    let client = Gateway::new(endpoints)?;
     let shown = client.shown().to_string();
     let lease = client.lease_grant(ttl_s).await?;
     let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));

@@ -8,6 +8,10 @@
 //! protobuf's JSON: `bytes` fields are base64, 64-bit integers are decimal strings (taken as
 //! numbers too), and fields at their zero value are left out of answers.
 //!
+//! `https://` endpoints are spoken to over TLS (etcd's `--cert-file`, with
+//! `--client-cert-auth` a client certificate too: `teamster controller ca issue-client`); every
+//! endpoint of a cluster has the same scheme.
+//!
 //! Each call opens its own connection (to the first endpoint that accepts one, in order), so a
 //! campaign that waits for the leadership never holds up a lease keep-alive.
 
@@ -24,11 +28,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes an answer may have (the cluster state is one value: far below this).
 const ANSWER_LIMIT: usize = 64 << 20;
 
-/// A client of the gateway of one etcd cluster (`http://host:port` endpoints).
+/// A client of the gateway of one etcd cluster (`http://host:port` endpoints, or
+/// `https://host:port` with a TLS configuration).
 #[derive(Debug, Clone)]
 pub struct Gateway {
     endpoints: Vec<String>,
     shown: String,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// The leadership a campaign won: the election key, its creation revision, and the lease.
@@ -40,32 +46,47 @@ pub struct Leadership {
 }
 
 impl Gateway {
-    /// A client of `endpoints` (`http://host:port`, or `host:port`); refused if there are none
-    /// or one names another scheme (TLS to etcd is not supported: put it on a private network
-    /// or a local proxy).
-    pub fn new(endpoints: &[String]) -> Result<Gateway, String> {
+    /// A client of `endpoints` (`http://host:port` or `host:port`; or `https://host:port`,
+    /// spoken to with `tls`); refused if there are none, one names another scheme, or the
+    /// schemes are mixed or do not match `tls`.
+    pub fn new(endpoints: &[String], tls: Option<std::sync::Arc<rustls::ClientConfig>>) -> Result<Gateway, String> {
         let shown = endpoints.join(",");
         if endpoints.is_empty() {
             return Err("etcd: no endpoints".into());
         }
         let mut hosts = Vec::new();
         for e in endpoints {
-            let host = match e.split_once("://") {
-                None => e.as_str(),
-                Some(("http", rest)) => rest,
+            let (secure, host) = match e.split_once("://") {
+                None => (false, e.as_str()),
+                Some(("http", rest)) => (false, rest),
+                Some(("https", rest)) => (true, rest),
                 Some((scheme, _)) => {
-                    return Err(format!("etcd {e}: `{scheme}://` is not supported (only http://)"));
+                    return Err(format!(
+                        "etcd {e}: `{scheme}://` is not supported (http:// or https://)"
+                    ));
                 }
             };
+            match (secure, &tls) {
+                (true, None) => {
+                    return Err(format!("etcd {e}: https:// needs the CA certificate (--etcd-ca)"));
+                }
+                (false, Some(_)) => {
+                    return Err(format!(
+                        "etcd {e}: not https://, but TLS is configured (every endpoint takes the same scheme)"
+                    ));
+                }
+                _ => {}
+            }
             let host = host.trim_end_matches('/');
             if host.is_empty() || host.contains('/') {
-                return Err(format!("etcd {e}: expected http://HOST:PORT"));
+                return Err(format!("etcd {e}: expected http://HOST:PORT or https://HOST:PORT"));
             }
             hosts.push(host.to_string());
         }
         Ok(Gateway {
             endpoints: hosts,
             shown,
+            tls,
         })
     }
 
@@ -177,6 +198,18 @@ impl Gateway {
             return Err(format!("etcd {}: cannot connect ({})", self.shown, why.join("; ")));
         };
         let err = |e: &dyn std::fmt::Display| format!("etcd {host}{path}: {e}");
+        let stream: Box<dyn crate::http::client::Stream> = match &self.tls {
+            None => Box::new(stream),
+            Some(config) => {
+                let name = crate::http::tls::server_name(host)?;
+                let connecting = tokio_rustls::TlsConnector::from(config.clone()).connect(name, stream);
+                match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Err(e)) => return Err(err(&format!("TLS: {e}"))),
+                    Err(_) => return Err(err(&format!("no TLS handshake within {CONNECT_TIMEOUT:?}"))),
+                }
+            }
+        };
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .map_err(|e| err(&e))?;
@@ -222,12 +255,14 @@ mod tests {
 
     #[test]
     fn endpoints_are_plain_http_host_ports() {
-        let g = Gateway::new(&["http://127.0.0.1:2379".into(), "10.0.0.2:2379/".into()]).unwrap();
+        let g = Gateway::new(&["http://127.0.0.1:2379".into(), "10.0.0.2:2379/".into()], None).unwrap();
         assert_eq!(g.endpoints, ["127.0.0.1:2379", "10.0.0.2:2379"]);
-        assert!(Gateway::new(&[]).unwrap_err().contains("no endpoints"));
-        let e = Gateway::new(&["https://etcd:2379".into()]).unwrap_err();
-        assert!(e.contains("https://") && e.contains("not supported"), "{e}");
-        assert!(Gateway::new(&["http://etcd:2379/v3".into()]).is_err());
+        assert!(Gateway::new(&[], None).unwrap_err().contains("no endpoints"));
+        let e = Gateway::new(&["https://etcd:2379".into()], None).unwrap_err();
+        assert!(e.contains("https://") && e.contains("--etcd-ca"), "{e}");
+        let e = Gateway::new(&["unix://etcd".into()], None).unwrap_err();
+        assert!(e.contains("not supported"), "{e}");
+        assert!(Gateway::new(&["http://etcd:2379/v3".into()], None).is_err());
     }
 
     /// Debian's etcd on free loopback ports with its data in `dir` (None, where there is no
@@ -276,7 +311,7 @@ mod tests {
         let Some((mut child, url)) = etcd(dir.path()) else {
             return;
         };
-        let g = Gateway::new(&[url]).unwrap();
+        let g = Gateway::new(&[url], None).unwrap();
         let (a, b) = (g.lease_grant(10).await.unwrap(), g.lease_grant(10).await.unwrap());
         assert!(g.lease_keep_alive(a).await.unwrap() > 0);
         let first = g.campaign("t/leader", "a", a).await.unwrap();

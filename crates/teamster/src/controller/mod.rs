@@ -8,8 +8,10 @@
 //! remediation are `core::placement`'s; the rules of a change are in [`state`], the store
 //! behind it in [`store`], the API in [`api`].
 
+pub mod access;
 pub mod adoption;
 pub mod api;
+pub mod ca;
 pub mod etcd;
 pub mod etcd_gateway;
 pub mod liveness;
@@ -29,16 +31,29 @@ pub const DEFAULT_SOCKET: &str = "/run/teamster/controller.sock";
 pub const DEFAULT_STATE: &str = "/var/lib/teamster/controller.redb";
 
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ControllerArgs {
+    #[command(subcommand)]
+    command: Option<ControllerCommand>,
     /// The embedded store's file (created if missing; its directory must be writable by no one
     /// but root and the controller's user).
     #[arg(long, default_value = DEFAULT_STATE)]
     state: PathBuf,
     /// Keep the state in etcd instead, shared by several controllers of which one leads:
-    /// its client URLs, comma-separated (e.g. http://127.0.0.1:2379; plain http only, spoken
-    /// through etcd's JSON gateway).
+    /// its client URLs, comma-separated (e.g. http://127.0.0.1:2379, or https://10.0.0.5:2379
+    /// with --etcd-ca; spoken through etcd's JSON gateway).
     #[arg(long, value_delimiter = ',', conflicts_with = "state")]
     etcd: Vec<String>,
+    /// For https:// etcd endpoints: the CA certificate (PEM) that signed etcd's.
+    #[arg(long, requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present to etcd (its --client-cert-auth), with
+    /// --etcd-key (`teamster controller ca issue-client`).
+    #[arg(long, requires_all = ["etcd_key", "etcd_ca"])]
+    etcd_cert: Option<PathBuf>,
+    /// The private key of --etcd-cert (PEM; readable by its owner only).
+    #[arg(long, requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
     /// The cluster's keys in etcd: `<prefix>/state` and the election `<prefix>/leader`.
     #[arg(long, default_value = "teamster")]
     etcd_prefix: String,
@@ -53,19 +68,68 @@ pub struct ControllerArgs {
     /// The API's unix socket (mode 0600; its directory is created 0755 if missing).
     #[arg(long, default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
-    /// Also serve the API on this loopback TCP address (port 0: a free port, printed at
-    /// start); every request must then carry the bearer token.
+    /// Also serve the API on this TCP address (port 0: a free port, printed at start): on
+    /// loopback, every request carries the bearer token; on any other address, TLS is needed
+    /// (--tls-cert, --tls-key, --client-ca), hosts prove their names with their certificates
+    /// and operators present the token.
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// A file holding the bearer token for --listen (or set TEAMSTER_API_TOKEN); readable by
-    /// its owner only.
+    /// its owner only. With TLS it is the operators' credential alone.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Serve --listen over TLS with this certificate (PEM, its chain after it; `teamster
+    /// controller ca issue-server`).
+    #[arg(long, requires_all = ["tls_key", "client_ca", "listen"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; readable by its owner only).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA certificate (PEM) that signs the hosts' certificates.
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
+    /// Hosts refused over TLS whatever certificate they present: a file of host names, one
+    /// per line (`#` comments), read at start. For a host whose key is lost or whose machine
+    /// is compromised; restart the controller (or its followers in turn) after changing it.
+    #[arg(long, requires = "tls_cert")]
+    deny_hosts: Option<PathBuf>,
 }
 
-/// Runs the controller until SIGTERM or SIGINT.
+/// The TLS listener's configuration and deny list, from the arguments (`None` without
+/// --tls-cert).
+fn tls_of(args: &ControllerArgs) -> Result<Option<(Arc<rustls::ServerConfig>, access::Denied)>, String> {
+    let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.client_ca) else {
+        return Ok(None);
+    };
+    let chain = crate::http::tls::read_certificates(cert, "--tls-cert")?;
+    let key_text = safe_file::read_private(key, "--tls-key")?;
+    let key = crate::http::tls::private_key(&key_text).map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let cas = crate::http::tls::read_certificates(ca, "--client-ca")?;
+    let config = crate::http::tls::server_config(chain, key, &cas)?;
+    let denied = match &args.deny_hosts {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("--deny-hosts {}: {e}", f.display()))?;
+            access::Denied::parse(&text).map_err(|e| format!("--deny-hosts {}: {e}", f.display()))?
+        }
+        None => access::Denied::default(),
+    };
+    Ok(Some((config, denied)))
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ControllerCommand {
+    /// The cluster's certificate authority: make it, and issue certificates for controllers,
+    /// hosts and etcd (see docs/cluster.md).
+    Ca(ca::CaArgs),
+}
+
+/// Runs the controller until SIGTERM or SIGINT (or `ca`'s command, at once).
 pub fn run(args: ControllerArgs) -> ExitCode {
-    match serve(args) {
+    let done = match args.command {
+        Some(ControllerCommand::Ca(c)) => ca::run(c).map_err(|e| format!("ca: {e}")),
+        None => serve(args),
+    };
+    match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("teamster controller: {e}");
@@ -75,9 +139,12 @@ pub fn run(args: ControllerArgs) -> ExitCode {
 }
 
 fn serve(args: ControllerArgs) -> Result<(), String> {
+    let tls = tls_of(&args)?;
     let token = match args.listen {
-        Some(addr) if !addr.ip().is_loopback() => {
-            return Err(format!("--listen {addr}: only a loopback address is allowed"));
+        Some(addr) if !addr.ip().is_loopback() && tls.is_none() => {
+            return Err(format!(
+                "--listen {addr}: an address other than loopback needs TLS (--tls-cert, --tls-key and --client-ca)"
+            ));
         }
         Some(_) => {
             let t = match &args.token_file {
@@ -128,19 +195,29 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(crate::http::listen::serve(
             unix,
-            api::router(shared.clone(), None),
+            api::router(shared.clone(), access::Access::Owner),
             crate::http::admission::Rules::Owner,
         ));
         if let (Some(addr), Some(token)) = (args.listen, token) {
             let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| e.to_string())?;
-            println!("teamster controller: API on http://{bound}");
-            let app = api::router(shared.clone(), Some(Arc::new(token)));
-            tasks.spawn(crate::http::listen::serve(
-                tcp,
-                app,
-                crate::http::admission::Rules::Token,
-            ));
+            let token = Arc::new(token);
+            match tls {
+                Some((config, denied)) => {
+                    println!("teamster controller: API on https://{bound}");
+                    let app = api::router(shared.clone(), access::Access::Tls { token, denied });
+                    tasks.spawn(crate::http::listen::serve_tls(tcp, app, config));
+                }
+                None => {
+                    println!("teamster controller: API on http://{bound}");
+                    let app = api::router(shared.clone(), access::Access::Token(token));
+                    tasks.spawn(crate::http::listen::serve(
+                        tcp,
+                        app,
+                        crate::http::admission::Rules::Token,
+                    ));
+                }
+            }
         }
         tasks.spawn(api::watch_hosts(shared.clone()));
         println!("teamster controller: API on {shown}");
@@ -163,7 +240,15 @@ fn open_store(args: &ControllerArgs) -> Result<Box<dyn store::Store>, String> {
             return Err(format!("--lease-s {}: expected 1 to 60 seconds", args.lease_s));
         }
         teamster_core::host::check_name("prefix", &args.etcd_prefix).map_err(|e| format!("--etcd-prefix: {e}"))?;
-        let store = etcd::EtcdStore::lead(args.etcd.clone(), args.etcd_prefix.clone(), args.lease_s, |why| {
+        let tls = match &args.etcd_ca {
+            Some(ca) => Some(
+                crate::http::client::tls_from_files(ca, args.etcd_cert.as_deref(), args.etcd_key.as_deref())
+                    .map_err(|e| format!("etcd: {e}"))?,
+            ),
+            None => None,
+        };
+        let gateway = etcd_gateway::Gateway::new(&args.etcd, tls)?;
+        let store = etcd::EtcdStore::lead(gateway, args.etcd_prefix.clone(), args.lease_s, |why| {
             // Another controller leads from now on: this one must not act a moment longer.
             eprintln!("teamster controller: {why}: no longer the leader; stopping");
             std::process::exit(3);

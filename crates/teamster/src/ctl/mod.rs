@@ -8,7 +8,7 @@ mod actions;
 mod cluster;
 mod tables;
 
-use crate::http::client::{authorise, host_port};
+use crate::http::client::authorise;
 pub use crate::http::client::{request, segment, Answer, Target, DEFAULT_SOCKET};
 use crate::live::snapshot::{EventView, GroupView, NodeView, PortView, Snapshot, UplinkView};
 use actions::{group_action, port_action, uplink_action, GroupAction, PortAction, UplinkAction};
@@ -144,20 +144,8 @@ async fn watch(ctl: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String)
         .body(Full::new(Bytes::new()))
         .map_err(|e| (2, e.to_string()))?;
     let req = authorise(args, req).map_err(|e| (2, e))?;
-    let mut body = match &args.url {
-        Some(url) => {
-            open_stream(
-                tokio::net::TcpStream::connect(host_port(url).map_err(|e| (2, e))?).await,
-                url,
-                req,
-            )
-            .await?
-        }
-        None => {
-            let shown = args.socket.display().to_string();
-            open_stream(tokio::net::UnixStream::connect(&args.socket).await, &shown, req).await?
-        }
-    };
+    let stream = crate::http::client::connect(args).await.map_err(|e| (2, e))?;
+    let mut body = open_stream(stream, req).await?;
     let (mut pending, mut seen, mut last_event) = (String::new(), 0u64, None::<u64>);
     while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame.map_err(|e| (2, format!("stream: {e}")))?;
@@ -192,15 +180,10 @@ async fn watch(ctl: &CtlArgs, count: Option<u64>) -> Result<String, (u8, String)
 }
 
 /// Opens a streaming exchange over a connected stream, checking the answer's status.
-async fn open_stream<S>(
-    stream: std::io::Result<S>,
-    shown: &str,
+async fn open_stream(
+    stream: Box<dyn crate::http::client::Stream>,
     req: hyper::Request<Full<Bytes>>,
-) -> Result<hyper::body::Incoming, (u8, String)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let stream = stream.map_err(|e| (2, format!("cannot reach the switch at {shown}: {e}")))?;
+) -> Result<hyper::body::Incoming, (u8, String)> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
         .map_err(|e| (2, format!("API handshake: {e}")))?;

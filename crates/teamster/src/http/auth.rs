@@ -46,10 +46,14 @@ fn same(given: &[u8], token: &[u8]) -> bool {
     given.len() == token.len() && given.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
+/// Whether `req` presents `token` (a token of none is never presented).
+pub fn presents(req: &Request, token: &str) -> bool {
+    !token.is_empty() && same(&presented(req).unwrap_or_default(), token.as_bytes())
+}
+
 /// Refuses a request that does not present the token (see the module documentation).
 pub async fn require_token(State(token): State<Arc<String>>, req: Request, next: Next) -> Response {
-    let given = presented(&req).unwrap_or_default();
-    if !token.is_empty() && same(&given, token.as_bytes()) {
+    if presents(&req, &token) {
         if let Some(standing) = req.extensions().get::<Arc<Standing>>() {
             standing.prove();
         }

@@ -1,12 +1,15 @@
 //! The asking side of the APIs: one HTTP/1.1 request to a Teamster API (the switch's or the
-//! cluster controller's) over its unix socket, or over TCP with the bearer token. `teamster
-//! ctl`, the libvirt hook and the switch's agent of the controller ask through it.
+//! cluster controller's) over its unix socket, or over TCP with the bearer token, or over TLS
+//! (`https://`, the controller's listener on the network; see [`super::tls`]) with the token
+//! or a host's certificate. `teamster ctl`, the libvirt hook and the switch's agent of the
+//! controller ask through it.
 
 use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where `teamster run` puts its API socket unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/teamster/teamster.sock";
@@ -17,12 +20,62 @@ pub struct Target {
     /// The daemon's API socket.
     #[arg(long, default_value = DEFAULT_SOCKET, global = true)]
     pub socket: PathBuf,
-    /// Talk to the API over TCP instead, e.g. http://127.0.0.1:9180.
+    /// Talk to the API over TCP instead, e.g. http://127.0.0.1:9180, or over TLS to a
+    /// controller on the network, e.g. https://10.0.0.1:9443 (with --ca).
     #[arg(long, global = true)]
     pub url: Option<String>,
     /// A file holding the bearer token for --url (or set TEAMSTER_API_TOKEN).
     #[arg(long, global = true)]
     pub token_file: Option<PathBuf>,
+    /// For an https:// --url: the CA certificate (PEM) the controller's certificate must be
+    /// signed by.
+    #[arg(long, global = true)]
+    pub ca: Option<PathBuf>,
+    /// For an https:// --url: a client certificate (PEM) to present, with --key.
+    #[arg(long, global = true, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM; readable by its owner only).
+    #[arg(long, global = true, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// The TLS configuration made of --ca, --cert and --key, once made (made at each request
+    /// otherwise).
+    #[arg(skip)]
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// The TLS configuration of `args` for an https:// URL: trusting `ca`, presenting `cert` and
+/// `key` if given. `None` for any other URL.
+pub fn tls_config(args: &Target) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    if !args.url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+        return Ok(None);
+    }
+    let ca = args
+        .ca
+        .as_ref()
+        .ok_or("an https:// URL needs the CA certificate (--ca, or `ca` in [controller])")?;
+    tls_from_files(ca, args.cert.as_deref(), args.key.as_deref()).map(Some)
+}
+
+/// A client's TLS configuration trusting the CA certificate in file `ca`, presenting the
+/// certificate in `cert` with the key in `key` (its owner's alone) if given.
+pub fn tls_from_files(
+    ca: &std::path::Path,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let cas = super::tls::read_certificates(ca, "CA certificate")?;
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((super::tls::read_certificates(c, "certificate")?, read_key(k)?)),
+        (None, None) => None,
+        _ => return Err("a client certificate needs both the certificate and its key".into()),
+    };
+    super::tls::client_config(&cas, identity)
+}
+
+/// The PEM private key of file `path`, which must be its owner's alone.
+fn read_key(path: &std::path::Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
+    let text = crate::live::safe_file::read_private(path, "key")?;
+    super::tls::private_key(&text).map_err(|e| format!("key {}: {e}", path.display()))
 }
 
 /// A name as one path segment of a URL: every byte but letters, digits and `-._~` escaped, so a
@@ -64,11 +117,48 @@ pub fn authorise(args: &Target, mut req: hyper::Request<Full<Bytes>>) -> Result<
     Ok(req)
 }
 
-/// `HOST:PORT` of an `http://HOST:PORT` URL.
+/// `HOST:PORT` of an `http://HOST:PORT` or `https://HOST:PORT` URL.
 pub fn host_port(url: &str) -> Result<String, String> {
-    url.strip_prefix("http://")
+    (url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")))
         .map(|h| h.trim_end_matches('/').to_string())
-        .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT"))
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT or https://HOST:PORT"))
+}
+
+/// A connection to an API, whichever its transport.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for S {}
+
+/// Connects to the API `args` names: its unix socket, its TCP address, or its TLS listener
+/// (the handshake done, the controller's certificate checked against the CA for the URL's
+/// host).
+pub async fn connect(args: &Target) -> Result<Box<dyn Stream>, String> {
+    let Some(url) = &args.url else {
+        let stream = tokio::net::UnixStream::connect(&args.socket).await.map_err(|e| {
+            format!(
+                "cannot reach the API at {}: {e} (is `teamster run` or `teamster controller` running? --socket PATH)",
+                args.socket.display()
+            )
+        })?;
+        return Ok(Box::new(stream));
+    };
+    let address = host_port(url)?;
+    let tls = match &args.tls {
+        Some(t) => Some(t.clone()),
+        None => tls_config(args)?,
+    };
+    let stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .map_err(|e| format!("cannot reach {url}: {e}"))?;
+    let Some(config) = tls else {
+        return Ok(Box::new(stream));
+    };
+    let name = super::tls::server_name(&address)?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("{url}: TLS: {e}"))?;
+    Ok(Box::new(stream))
 }
 
 /// Sends one request to the API over the unix socket or TCP.
@@ -85,23 +175,7 @@ pub async fn request(args: &Target, method: &str, path: &str, body: Option<Value
         None => Bytes::new(),
     };
     let req = authorise(args, req.body(Full::new(payload)).map_err(|e| e.to_string())?)?;
-    match &args.url {
-        Some(url) => {
-            let stream = tokio::net::TcpStream::connect(host_port(url)?)
-                .await
-                .map_err(|e| format!("cannot reach {url}: {e}"))?;
-            send(stream, req).await
-        }
-        None => {
-            let stream = tokio::net::UnixStream::connect(&args.socket).await.map_err(|e| {
-                format!(
-                    "cannot reach the API at {}: {e} (is `teamster run` or `teamster controller` running? --socket PATH)",
-                    args.socket.display()
-                )
-            })?;
-            send(stream, req).await
-        }
-    }
+    send(connect(args).await?, req).await
 }
 
 /// One HTTP/1.1 exchange over `stream`.

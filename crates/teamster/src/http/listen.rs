@@ -63,6 +63,24 @@ impl Accept for tokio::net::UnixListener {
 
 /// Serves `router` on `listener` for ever, under `rules` (see [`super::admission`]).
 pub async fn serve<L: Accept>(listener: L, router: Router, rules: Rules) {
+    serve_with(listener, router, rules, None).await
+}
+
+/// Serves `router` over TLS on `listener` for ever, under the token's rules (see
+/// [`super::admission`]). The handshake must end within [`HEAD_TIMEOUT`]; the certificate a
+/// client presented goes with each of its requests ([`super::tls::Presented`]), and a request
+/// that passes its role's check proves the connection.
+pub async fn serve_tls<L: Accept>(listener: L, router: Router, tls: Arc<rustls::ServerConfig>) {
+    serve_with(
+        listener,
+        router,
+        Rules::Token,
+        Some(tokio_rustls::TlsAcceptor::from(tls)),
+    )
+    .await
+}
+
+async fn serve_with<L: Accept>(listener: L, router: Router, rules: Rules, tls: Option<tokio_rustls::TlsAcceptor>) {
     let table: Table = Arc::default();
     let mut finder = (rules == Rules::Token).then(PeerFinder::new);
     let mut noted: HashMap<Peer, Instant> = HashMap::new();
@@ -105,8 +123,43 @@ pub async fn serve<L: Accept>(listener: L, router: Router, rules: Rules) {
         if let Admission::Refuse(_) = admission {
             continue; // the newcomer is dropped, so closed
         }
-        tokio::spawn(connection(io, router.clone(), standing, table.clone()));
+        match &tls {
+            None => tokio::spawn(connection(io, router.clone(), standing, table.clone())),
+            Some(acceptor) => tokio::spawn(tls_connection(
+                acceptor.clone(),
+                io,
+                router.clone(),
+                standing,
+                table.clone(),
+            )),
+        };
     }
+}
+
+/// Makes the TLS handshake of a newcomer, then serves it as [`connection`] does, each request
+/// carrying the certificate it presented; a handshake that fails or takes longer than
+/// [`HEAD_TIMEOUT`] closes it.
+async fn tls_connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    acceptor: tokio_rustls::TlsAcceptor,
+    io: I,
+    router: Router,
+    standing: Arc<Standing>,
+    table: Table,
+) {
+    let handshake = tokio::select! {
+        h = tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(io)) => h.ok().and_then(Result::ok),
+        _ = standing.evict.notified() => None,
+    };
+    let Some(stream) = handshake else {
+        super::tls::HANDSHAKES_FAILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut live = table.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|c| !Arc::ptr_eq(c, &standing));
+        return;
+    };
+    // A verified certificate does not prove the connection yet: a request must pass its
+    // role's check first (a host's own name, not denied; or the token), which proves it.
+    let presented = super::tls::Presented::of(stream.get_ref().1);
+    connection(stream, router.layer(axum::Extension(presented)), standing, table).await
 }
 
 /// Counts a TCP newcomer's admission, and says on standard error that `peer` is held at its

@@ -7,6 +7,8 @@
 //! - [`auth`]: the bearer token every TCP request must carry;
 //! - [`body`]: a request body is one JSON object of bounded size, read within a time limit;
 //! - [`error`]: the error answer, a status and `{"error": "..."}`;
+//! - [`tls`]: TLS and certificate identities (the controller's listener on the network, its
+//!   hosts, its etcd);
 //! - [`client`]: the asking side, one request to an API over its socket or TCP (`teamster ctl`
 //!   and the switch's agent of the controller use it).
 //!
@@ -19,3 +21,4 @@ pub mod client;
 pub mod error;
 pub mod listen;
 pub mod peer;
+pub mod tls;

@@ -9,6 +9,9 @@
 //! TCP table, and sock_diag (the netlink family `ss` uses) looks it up by its four-tuple in
 //! one request and answers with its owner's uid and its inode.
 //!
+//! A client of the TLS listener on the network that is not in this host's table is on another
+//! machine: its peer is its address.
+//!
 //! A peer is therefore the uid owning the client's socket. A client socket no process holds
 //! any more (closed: an orphan or a TIME-WAIT entry, inode 0, which sock_diag reports as
 //! uid 0) is not root's: the connection is [`Found::Gone`] and is closed at once, since no one
@@ -86,8 +89,11 @@ impl PeerFinder {
     pub fn find(&mut self, local: SocketAddr, remote: SocketAddr) -> Found {
         match self.owner(local, remote) {
             Some(Lookup::Owner { uid, inode }) if inode != 0 => Found::Peer(Peer::User(uid)),
-            Some(Lookup::Owner { .. }) | Some(Lookup::NoSuchSocket) => Found::Gone,
-            None => Found::Peer(Peer::Address(remote.ip())),
+            Some(Lookup::Owner { .. }) => Found::Gone,
+            // On loopback the client must be in this table; from another address (the TLS
+            // listener on the network) it is on another machine, and its address is its peer.
+            Some(Lookup::NoSuchSocket) if remote.ip().is_loopback() => Found::Gone,
+            Some(Lookup::NoSuchSocket) | None => Found::Peer(Peer::Address(remote.ip())),
         }
     }
 

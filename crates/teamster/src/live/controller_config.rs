@@ -6,6 +6,9 @@
 //! socket = "/run/teamster/controller.sock"   # its unix socket (the default)
 //! token_file = "/etc/teamster/controller.token"  # the bearer token for url
 //! endpoints = ["/run/teamster/c1.sock", "http://127.0.0.1:9191"]  # or several controllers
+//! ca = "/etc/teamster/ca.pem"     # for https:// controllers: the cluster's CA certificate,
+//! cert = "/etc/teamster/host-host1.pem"  # this host's certificate (`ca issue-host`),
+//! key = "/etc/teamster/host-host1.key"   # and its key (0600)
 //! host = "host1"                  # this host's name in the cluster
 //! interface = "{vm}"              # the interface of a VM's port: {vm} is the VM's name
 //! group = "vms"                   # the port group of VMs the controller gives no group
@@ -18,9 +21,16 @@
 //! gives neither `url` nor `socket` (nor `endpoints`).
 //!
 //! `endpoints` names every controller of a cluster that runs several behind etcd (each a
-//! loopback URL or a unix socket path; at most 16), instead of `url` or `socket`: only the
+//! loopback URL, an https:// URL or a unix socket path; at most 16), instead of `url` or `socket`: only the
 //! leader serves, and the host reports to the one that answered last, trying the others in
 //! turn when it does not (within the same report's time), so it follows the leader by itself.
+//!
+//! A controller on the network is reached over TLS only: `https://HOST:PORT` (an IP address or
+//! a DNS name its certificate names), with `ca`, the cluster's CA certificate that signed the
+//! controller's, and `cert` and `key`, this host's certificate (`teamster controller ca
+//! issue-host NAME`), which proves the host is `host` and no other; then `host` must be one
+//! lowercase DNS label. A plain `http://` URL must be on loopback (the single machine's
+//! default, with `token_file`).
 //!
 //! With it, the switch registers its shape (uplinks, traffic classes, pools, reservation cap,
 //! `derived`) under `host`, reports its uplinks' link states and the VMs whose ports it has
@@ -51,6 +61,12 @@ pub struct ControllerSection {
     pub token_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
     pub host: String,
     #[serde(default = "default_interface")]
     pub interface: String,
@@ -97,7 +113,7 @@ pub fn fill(section: &mut ControllerSection) {
         return;
     }
     if let (None, None, Some(e)) = (&section.url, &section.socket, ENDPOINT.get()) {
-        if e.starts_with("http://") {
+        if is_url(e) {
             section.url = Some(e.clone());
         } else {
             section.socket = Some(PathBuf::from(e));
@@ -108,13 +124,26 @@ pub fn fill(section: &mut ControllerSection) {
 /// The most controllers a host is given.
 pub const MAX_ENDPOINTS: usize = 16;
 
-/// Checks that `url` is a loopback http://IP:PORT.
+/// Whether `e` names a controller by URL (not by its socket's path).
+pub fn is_url(e: &str) -> bool {
+    e.starts_with("http://") || e.starts_with("https://")
+}
+
+/// Checks that `url` is a loopback http://IP:PORT, or an https://HOST:PORT.
 fn check_url(key: &str, url: &str) -> Result<(), String> {
+    if let Some(rest) = url.strip_prefix("https://") {
+        let rest = rest.trim_end_matches('/');
+        let port = rest.rsplit_once(':').and_then(|(h, p)| (!h.is_empty()).then_some(p));
+        if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)) || rest.contains('/') {
+            return Err(format!("{key} = \"{url}\": expected https://HOST:PORT"));
+        }
+        return Ok(());
+    }
     let rest = url.strip_prefix("http://").unwrap_or("");
     let addr: Option<std::net::SocketAddr> = rest.trim_end_matches('/').parse().ok();
     if !addr.is_some_and(|a| a.ip().is_loopback()) {
         return Err(format!(
-            "{key} = \"{url}\": expected http://IP:PORT on loopback (a remote controller is reached through a local proxy or its unix socket)"
+            "{key} = \"{url}\": expected http://IP:PORT on loopback, or https://HOST:PORT for a controller on the network"
         ));
     }
     Ok(())
@@ -140,14 +169,15 @@ impl ControllerSection {
             check_url("controller.url", url)?;
         }
         for (i, e) in self.endpoints.iter().enumerate() {
-            if e.starts_with("http://") {
+            if is_url(e) {
                 check_url(&format!("controller.endpoints[{i}]"), e)?;
             } else if !e.starts_with('/') {
                 return Err(format!(
-                    "controller.endpoints[{i}] = \"{e}\": expected http://IP:PORT on loopback or an absolute socket path"
+                    "controller.endpoints[{i}] = \"{e}\": expected http://IP:PORT on loopback, https://HOST:PORT or an absolute socket path"
                 ));
             }
         }
+        self.check_tls()?;
         if !self.interface.contains("{vm}") {
             return Err(format!(
                 "controller.interface = \"{}\": expected a name with {{vm}} in it (each VM's port needs its own interface)",
@@ -168,6 +198,31 @@ impl ControllerSection {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Checks `ca`, `cert` and `key`: an https:// controller needs `ca`; `cert` and `key` come
+    /// together, and then `host` must be a name a certificate can prove.
+    fn check_tls(&self) -> Result<(), String> {
+        let https = self
+            .url
+            .iter()
+            .chain(&self.endpoints)
+            .any(|e| e.starts_with("https://"));
+        if https && self.ca.is_none() {
+            return Err("controller.ca: an https:// controller needs the cluster's CA certificate".into());
+        }
+        match (&self.cert, &self.key) {
+            (Some(_), None) => return Err("controller.key: controller.cert needs its key".into()),
+            (None, Some(_)) => return Err("controller.cert: controller.key needs its certificate".into()),
+            (Some(_), Some(_)) if !https => {
+                return Err("controller.cert: a certificate is for https:// controllers only".into());
+            }
+            (Some(_), Some(_)) => {
+                crate::identity::host_label(&self.host).map_err(|e| format!("controller.host: {e}"))?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
     }
 
     /// The interface of VM `vm`'s port.
@@ -203,6 +258,16 @@ mod tests {
             ("endpoints = [\"/a.sock\", \"c.sock\"]", "controller.endpoints[1]"),
             ("endpoints = [\"/a.sock\"]\nsocket = \"/b.sock\"", "not both"),
             ("url = \"http://192.0.2.1:1\"", "controller.url"),
+            ("url = \"https://192.0.2.1\"", "controller.url"),
+            ("url = \"https://192.0.2.1:1\"", "controller.ca"),
+            (
+                "url = \"https://192.0.2.1:1\"\nca = \"/c\"\ncert = \"/x\"",
+                "controller.key",
+            ),
+            (
+                "url = \"http://127.0.0.1:1\"\nca = \"/c\"\ncert = \"/x\"\nkey = \"/k\"",
+                "https:// controllers only",
+            ),
         ] {
             let e = section(extra).unwrap_err();
             assert!(e.contains(key), "{extra}: {e}");

@@ -162,6 +162,11 @@ impl TrustedDir {
         &self.path
     }
 
+    /// Whether `name` exists here (as anything: a symlink is not followed).
+    pub fn exists(&self, name: &OsStr) -> bool {
+        fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+    }
+
     /// The target's permission bits, if `name` is a regular file here.
     fn mode_of(&self, name: &OsStr) -> Option<u32> {
         let st: FileStat = fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;

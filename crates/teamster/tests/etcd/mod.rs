@@ -24,11 +24,36 @@ pub fn free_port() -> u16 {
 }
 
 /// etcd on free loopback ports with its data in `dir`; its client URL.
+#[allow(dead_code)] // not every test binary speaks plain HTTP to it
 pub fn etcd(dir: &Path) -> (Killed, String) {
+    start(dir, None)
+}
+
+/// etcd serving its clients over TLS only, with `cadir`'s `server-NAME.pem` and `.key` for
+/// its certificate, requiring client certificates signed by `cadir`'s `ca.pem`; its https://
+/// client URL.
+#[allow(dead_code)] // not every test binary speaks TLS
+pub fn etcd_tls(dir: &Path, cadir: &Path, name: &str) -> (Killed, String) {
+    start(dir, Some((cadir, name)))
+}
+
+fn start(dir: &Path, tls: Option<(&Path, &str)>) -> (Killed, String) {
     let (client, peer) = (free_port(), free_port());
-    let c = format!("http://127.0.0.1:{client}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let c = format!("{scheme}://127.0.0.1:{client}");
     let p = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
+    let mut command = Command::new("etcd");
+    if let Some((cadir, name)) = tls {
+        command
+            .arg("--cert-file")
+            .arg(cadir.join(format!("server-{name}.pem")))
+            .arg("--key-file")
+            .arg(cadir.join(format!("server-{name}.key")))
+            .arg("--trusted-ca-file")
+            .arg(cadir.join("ca.pem"))
+            .arg("--client-cert-auth");
+    }
+    let child = command
         .args(["--name", "t", "--data-dir"])
         .arg(dir.join("etcd"))
         .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
