@@ -4,20 +4,29 @@
 # example configuration are usable. Prints the package's path. Needs cargo-deb (installed here
 # if missing) and dpkg-deb.
 #
-#   packaging/build-deb.sh [--profile PROFILE]   # release by default; CI checks a dev build's
+#   packaging/build-deb.sh [--profile PROFILE] [--no-build]   # release by default; CI checks
+#   a dev build's, with --no-build: the binaries already in target/ (CI's workspace build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=release
-case "${1:-}" in
-  "") ;;
-  --profile) profile="${2:?build-deb: --profile needs a cargo profile (release, dev)}" ;;
-  *) echo "build-deb: unknown argument \`$1\` (expected --profile PROFILE)" >&2; exit 2 ;;
-esac
+build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile="${2:?build-deb: --profile needs a cargo profile (release, dev)}"; shift 2 ;;
+    --no-build) build=0; shift ;;
+    *) echo "build-deb: unknown argument \`$1\` (expected --profile PROFILE or --no-build)" >&2; exit 2 ;;
+  esac
+done
 dir=$profile
 [ "$profile" = dev ] && dir=debug
 command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --quiet
 # The switch, and the simulator beside it (`teamster simulate` runs it; the switch does not link it).
-cargo build --profile "$profile" -p teamster -p teamster-sim
+if [ "$build" = 1 ]; then
+  cargo build --profile "$profile" -p teamster -p teamster-sim
+fi
+for b in teamster teamster-sim; do
+  [ -x "target/$dir/$b" ] || { echo "build-deb: target/$dir/$b is not built" >&2; exit 1; }
+done
 rm -rf target/assets
 "target/$dir/teamster" generate target/assets
 deb=$(cargo deb -p teamster --no-build --profile "$profile" --quiet | tail -1)

@@ -704,6 +704,19 @@ fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
         200
     );
     let before = cluster(&c.socket);
+    // Hostile reports from a host with a valid certificate: too large, wrongly typed, naming
+    // an uplink it lacks. Each refused, nothing changed (checked with the rest below).
+    let huge = format!(
+        r#"{{"links": {{"uplink1": true}}, "attached": ["{}"]}}"#,
+        "v".repeat(70 * 1024)
+    );
+    let at_report = "/api/v1/hosts/host1/report";
+    // (413, or the connection cut while the rest of the body was still being sent.)
+    let r = as_host(&h1, "POST", at_report, Some(&huge));
+    assert!(matches!(r, Ok((413, _)) | Err(_)), "{r:?}");
+    assert_eq!(as_host(&h1, "POST", at_report, Some(r#"{"links": 5}"#)).unwrap().0, 422);
+    let (status, body) = as_host(&h1, "POST", at_report, Some(r#"{"links": {"eth9": false}}"#)).unwrap();
+    assert!(status == 400 && body.contains("no uplink `eth9`"), "{status} {body}");
     // host1's certificate for host2: refused, nothing changed.
     let down = r#"{"links": {"uplink1": false}}"#;
     let (status, body) = as_host(&h1, "POST", "/api/v1/hosts/host2/report", Some(down)).unwrap();
@@ -744,6 +757,15 @@ fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
         Some(down),
     );
     assert!(e.is_err(), "an expired certificate was taken: {e:?}");
+    let (_, metrics) = http(&c.socket, "GET", "/metrics", None);
+    let failed: u64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("teamster_api_tls_handshakes_failed_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        failed >= 2,
+        "the foreign and expired certificates' handshakes are counted: {failed}"
+    );
     let mut after = cluster(&c.socket);
     for v in [&mut after] {
         for h in v["hosts"].as_array_mut().unwrap() {
@@ -837,4 +859,69 @@ fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.code() == Some(2) && err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// `teamster controller load` at a small scale against a TLS controller: its simulated hosts
+/// register and report with certificates of their own, the operator's power-ons are timed, and
+/// it reports what the controller held (the figures at scale are in docs/cluster.md).
+#[test]
+fn the_load_generator_drives_a_tls_controller() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cadir = dir.path().join("ca");
+    let cad = cadir.to_str().unwrap();
+    assert_eq!(ca(&["init", "--dir", cad]).0, 0);
+    assert_eq!(
+        ca(&["issue-server", "ctl", "--dir", cad, "--address", "127.0.0.1"]).0,
+        0
+    );
+    let token = dir.path().join("token");
+    std::fs::write(&token, "operator\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
+    let mut c = start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            token.to_str().unwrap(),
+            "--tls-cert",
+            &f("server-ctl.pem"),
+            "--tls-key",
+            &f("server-ctl.key"),
+            "--client-ca",
+            &f("ca.pem"),
+        ],
+    );
+    let port = tcp_address(&mut c).rsplit(':').next().unwrap().to_string();
+    let pid = c.child.id().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args([
+            "controller",
+            "load",
+            "--url",
+            &format!("https://127.0.0.1:{port}"),
+            "--ca-dir",
+            cad,
+        ])
+        .args(["--token-file", token.to_str().unwrap(), "--hosts", "5", "--vms", "4"])
+        .args(["--seconds", "2", "--interval-ms", "200", "--pid", &pid])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let answered: f64 = (text.lines())
+        .find_map(|l| l.split("answered 200 ").nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(answered > 0.0, "{text}");
+    assert!(
+        text.contains("controller CPU:") && text.contains("store writes/s:"),
+        "{text}"
+    );
+    // The hosts are in the cluster, with the VMs placed among them.
+    let view = cluster(&c.socket);
+    assert_eq!(view["hosts"].as_array().unwrap().len(), 5);
+    assert!(view["vms"].as_array().unwrap().len() >= 4, "{view}");
 }

@@ -1,7 +1,7 @@
 //! Two controllers sharing one cluster through Debian's etcd: exactly one leads (serves its
-//! API), the other waits; the leader killed with SIGKILL is replaced within its lease, and the
-//! new leader goes on from the stored state. A controller that cannot reach etcd says so and
-//! exits.
+//! API), the other waits, answering 503 with where the leader is; the leader killed with
+//! SIGKILL is replaced within its lease, and the new leader goes on from the stored state. A
+//! controller that cannot reach etcd says so and exits.
 
 #[path = "../../teamster-dp/tests/live/mod.rs"]
 #[allow(dead_code)] // this test uses only the skip rule
@@ -34,6 +34,7 @@ fn controller(dir: &Path, name: &str, etcd: &str) -> (Killed, PathBuf) {
             "--socket",
         ])
         .arg(&socket)
+        .args(["--advertise", &format!("https://{name}.example:9443")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -41,11 +42,12 @@ fn controller(dir: &Path, name: &str, etcd: &str) -> (Killed, PathBuf) {
     (Killed(child), socket)
 }
 
-/// Waits (up to `secs`) until the controller at `socket` serves; how long that took.
+/// Waits (up to `secs`) until the controller at `socket` serves as the leader; how long that
+/// took.
 fn serving(socket: &Path, secs: u64) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
-        if UnixStream::connect(socket).is_ok() {
+        if UnixStream::connect(socket).is_ok() && http(socket, "GET", "/api/v1/cluster", None).0 == 200 {
             return Some(start.elapsed());
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -71,8 +73,15 @@ fn one_controller_leads_and_the_other_takes_over_within_the_lease() {
     let (mut a, a_sock) = controller(dir.path(), "a", &url);
     serving(&a_sock, 20).expect("the first controller leads");
     let (_b, b_sock) = controller(dir.path(), "b", &url);
-    // The second waits in the campaign: it does not serve.
+    // The second waits in the campaign: it does not serve, but names the leader.
     assert_eq!(serving(&b_sock, 2), None, "two controllers lead at once");
+    let (status, body) = http(&b_sock, "POST", "/api/v1/hosts/h1/report", Some("{}"));
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, v["leader"].as_str()),
+        (503, Some("https://a.example:9443")),
+        "{body}"
+    );
     let shape = r#"{"uplinks": [{"name": "u1", "capacity": "10G"}], "traffic_classes": [{"class": "vm", "reservation": "7.5G"}]}"#;
     assert_eq!(http(&a_sock, "PUT", "/api/v1/hosts/h1", Some(shape)).0, 200);
     let vm = r#"{"name": "vm1", "host": "h1", "reservation": "1G", "mac": "02:00:00:00:00:01"}"#;

@@ -663,10 +663,14 @@ fn a_host_follows_the_leader_when_the_leader_is_killed() {
         (etcd::Killed(child), socket)
     };
     let (mut a, a_sock) = controller("a");
-    await_that("controller a leads", || {
-        std::os::unix::net::UnixStream::connect(&a_sock).is_ok()
-    });
+    await_that("controller a leads", || ctl(&a_sock, &["cluster"]).0 == 0);
     let (_b, b_sock) = controller("b");
+    // b follows: it answers, 503, with where a is (what a campaigned with: its --listen).
+    await_that("controller b names the leader", || {
+        ctl(&b_sock, &["cluster"])
+            .2
+            .contains(&format!("the leader is at https://127.0.0.1:{}", ports[0]))
+    });
     let hdir = dir.path().join("host1");
     std::fs::create_dir(&hdir).unwrap();
     let endpoints = format!(

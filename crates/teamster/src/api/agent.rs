@@ -171,11 +171,19 @@ struct Controllers {
 }
 
 impl Controllers {
+    /// Which of the targets a follower's 503 names as the leader, if any.
+    fn leader_named(&self, body: &[u8]) -> Option<usize> {
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let url = v.get("leader")?.as_str()?.trim_end_matches('/');
+        (self.targets.iter()).position(|t| t.url.as_deref().is_some_and(|u| u.trim_end_matches('/') == url))
+    }
+
     /// One request to the controllers, bounded in time: REQUEST_TIMEOUT, or until `until`
     /// (the time to isolate) if sooner, so that controllers that do not answer cannot delay it.
     /// The one that answered last is asked first; one that cannot be reached, or answers 503
     /// (not the leader, or its store unwritable), makes way for the next, each given an equal
-    /// share of the time left, so the host follows the leader by itself.
+    /// share of the time left, so the host follows the leader by itself; a follower that names
+    /// the leader (one of the targets) sends the host there next.
     async fn ask(
         &mut self,
         method: &str,
@@ -188,9 +196,10 @@ impl Controllers {
             deadline = deadline.min(u);
         }
         let n = self.targets.len().max(1);
+        let mut order: Vec<usize> = (0..n).map(|k| (self.current + k) % n).collect();
         let mut errors = Vec::new();
         for k in 0..n {
-            let i = (self.current + k) % n;
+            let i = order[k];
             let Some(target) = self.targets.get(i) else { break };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let share = left / (n - k) as u32;
@@ -200,7 +209,15 @@ impl Controllers {
                 .clone()
                 .unwrap_or_else(|| target.socket.display().to_string());
             match attempt {
-                Ok(Ok(a)) if a.status == 503 && k + 1 < n => errors.push(format!("{name}: 503")),
+                Ok(Ok(a)) if a.status == 503 && k + 1 < n => {
+                    // A follower names the leader: ask it next, if this host was given it.
+                    if let Some(j) = self.leader_named(&a.body) {
+                        if let Some(at) = order[k + 1..].iter().position(|&x| x == j) {
+                            order[k + 1..].swap(0, at);
+                        }
+                    }
+                    errors.push(format!("{name}: 503"));
+                }
                 Ok(Ok(a)) => {
                     self.current = i;
                     return Ok(a);
@@ -559,6 +576,26 @@ mod tests {
             targets(&one)[0].socket,
             std::path::PathBuf::from(crate::controller::DEFAULT_SOCKET)
         );
+    }
+
+    /// A follower's 503 that names one of the host's controllers sends it there next.
+    #[test]
+    fn a_follower_naming_the_leader_points_to_that_target() {
+        let text = "host = \"h1\"\ngroup = \"vms\"\nendpoints = [\"/run/c1.sock\", \"http://127.0.0.1:9191\", \"http://127.0.0.1:9192\"]";
+        let section: crate::live::controller_config::ControllerSection = toml::from_str(text).unwrap();
+        let c = super::Controllers {
+            targets: targets(&section),
+            current: 0,
+        };
+        let said = |leader: &str| format!("{{\"error\": \"x\", \"leader\": {leader}}}").into_bytes();
+        assert_eq!(c.leader_named(&said("\"http://127.0.0.1:9192/\"")), Some(2));
+        assert_eq!(
+            c.leader_named(&said("\"https://10.9.9.9:1\"")),
+            None,
+            "not one of the host's"
+        );
+        assert_eq!(c.leader_named(&said("null")), None);
+        assert_eq!(c.leader_named(b"not json"), None);
     }
 
     /// A host detaches two intervals and a second before the controller's timeout, and never

@@ -8,16 +8,24 @@
 //! overloads is mended by migrations, or is a fault). A VM the controller knows already (on
 //! this or another host) is left as the controller has it, and one whose name or MAC is bad
 //! or taken, or whose pool the host does not have, is refused; each refusal is named in the
-//! answer. Not checked yet: the pools' cluster-wide quotas (an adopted VM is a fact), and
-//! when adoption is open (any time, to any client with the API's credential, until hosts
-//! have identities of their own). A host may adopt for itself only:
-//! it names itself in the path, and (once hosts have identities) its identity must match.
+//! answer. Not checked yet: the pools' cluster-wide quotas (an adopted VM is a fact).
+//!
+//! Adoption records VMs without admission, so it is open only while a state is new: for
+//! [`ADOPTION_WINDOW_S`] after the controller made it (its hosts find the new identity on
+//! their next report, within seconds). Afterwards a host offering VMs is refused (409), and
+//! those VMs are detached as any the controller does not assign: a host, even one holding a
+//! valid certificate, cannot record VMs of its choosing in a cluster that is running. A host
+//! may adopt for itself only: it names itself in the path, and on the TLS listener its
+//! certificate must prove that name ([`super::access`]).
 
 use super::state::{ClusterState, Outcome, Refusal, VmRecord, MAX_VMS};
 use super::view::Assignment;
 use serde::Deserialize;
 use teamster_core::host;
 use teamster_core::wire::MacAddr;
+
+/// How long adoption stays open after a state is made anew, in seconds.
+pub const ADOPTION_WINDOW_S: u64 = 600;
 
 /// What a host asks to be adopted.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -35,6 +43,11 @@ impl ClusterState {
     pub fn adopt(&mut self, host: &str, req: &Adopt, now_s: u64) -> Result<Outcome, Refusal> {
         if !self.hosts.contains_key(host) {
             return Err(Refusal::Unknown(format!("no host {host}: register it first")));
+        }
+        if now_s > self.adoption_until_s {
+            return Err(Refusal::Conflict(format!(
+                "adoption is closed: it is open for {ADOPTION_WINDOW_S} s after a controller makes its state anew"
+            )));
         }
         if req.cluster_id != self.cluster_id {
             return Err(Refusal::Conflict(format!(

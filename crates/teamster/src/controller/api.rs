@@ -107,6 +107,7 @@ async fn change(
         shared.state = next;
         return Ok(Json(out));
     }
+    let saving = std::time::Instant::now();
     shared.store.save(&next).map_err(|e| {
         eprintln!("teamster controller: {e}");
         ApiError(
@@ -114,9 +115,18 @@ async fn change(
             format!("cannot save to the store, nothing changed: {e}"),
         )
     })?;
+    STORE_SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    STORE_SAVE_MICROS.fetch_add(
+        saving.elapsed().as_micros() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     shared.state = next;
     Ok(Json(out))
 }
+
+/// States saved to the store since start, and the time those saves took (for `/metrics`).
+static STORE_SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static STORE_SAVE_MICROS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The router of a listener whose requests prove their role by `access` (see
 /// [`super::access`]).
@@ -313,6 +323,15 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
         text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
     }
     text.push_str(&crate::http::admission::TCP_TALLY.text());
+    let saves = STORE_SAVES.load(std::sync::atomic::Ordering::Relaxed);
+    let save_s = STORE_SAVE_MICROS.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+    text.push_str(&format!(
+        "# HELP teamster_controller_store_saves States saved to the store (each accepted change).\n# TYPE teamster_controller_store_saves counter\nteamster_controller_store_saves_total {saves}\n# HELP teamster_controller_store_save_seconds Time spent saving states to the store.\n# TYPE teamster_controller_store_save_seconds counter\nteamster_controller_store_save_seconds_total {save_s}\n"
+    ));
+    let failed = crate::http::tls::HANDSHAKES_FAILED.load(std::sync::atomic::Ordering::Relaxed);
+    text.push_str(&format!(
+        "# HELP teamster_api_tls_handshakes_failed TLS handshakes not completed: a certificate refused, not TLS, or too slow.\n# TYPE teamster_api_tls_handshakes_failed counter\nteamster_api_tls_handshakes_failed_total {failed}\n"
+    ));
     text.push_str("# EOF\n");
     (
         [(

@@ -339,14 +339,18 @@ fn refuse_existing(dir: &TrustedDir, names: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `base.key` (0600) and then `base.pem` (0644) into `dir`.
+/// Writes `base.key` (0600) and then `base.pem` (0644) into `dir`, each only where nothing of
+/// its name is (even one made since [`refuse_existing`] looked); if the certificate cannot be
+/// written, the key written for it is removed, so that nothing half-issued is left.
 fn write(dir: &TrustedDir, base: &str, issued: &Issued) -> Result<(), String> {
-    for (name, bytes, mode) in [
-        (format!("{base}.key"), &issued.key_pem, 0o600),
-        (format!("{base}.pem"), &issued.cert_pem, 0o644),
-    ] {
-        dir.replace(std::ffi::OsStr::new(&name), bytes.as_bytes(), Some(mode))
-            .map_err(|e| format!("{}/{name}: {e}", dir.path().display()))?;
+    let (key, pem) = (format!("{base}.key"), format!("{base}.pem"));
+    let shown = |name: &str, e: std::io::Error| format!("{}/{name}: {e}; nothing written", dir.path().display());
+    let os = std::ffi::OsStr::new;
+    dir.create_new(os(&key), issued.key_pem.as_bytes(), 0o600)
+        .map_err(|e| shown(&key, e))?;
+    if let Err(e) = dir.create_new(os(&pem), issued.cert_pem.as_bytes(), 0o644) {
+        let _ = dir.remove(os(&key));
+        return Err(shown(&pem, e));
     }
     Ok(())
 }

@@ -33,20 +33,78 @@ pub struct EtcdStore {
     endpoints: String,
 }
 
+/// A controller's campaign under way: its lease is granted, and it leads once [`Campaign::won`]
+/// returns. Meanwhile it may tell who leads ([`Campaign::leader`]).
+pub struct Campaign {
+    ready: mpsc::Receiver<Result<(), String>>,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    shown: String,
+    client: Gateway,
+    election: String,
+}
+
+impl Campaign {
+    /// Waits until this controller leads: its store.
+    pub fn won(self) -> Result<EtcdStore, String> {
+        match self.ready.recv() {
+            Ok(Ok(())) => Ok(EtcdStore {
+                jobs: self.jobs,
+                endpoints: self.shown,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!("etcd {}: the store's thread ended", self.shown)),
+        }
+    }
+
+    /// Who tells where the election's leader is.
+    pub fn leader(&self) -> Leader {
+        Leader {
+            client: self.client.clone(),
+            election: self.election.clone(),
+        }
+    }
+}
+
+/// Finds where an election's leader is reached.
+#[derive(Clone)]
+pub struct Leader {
+    client: Gateway,
+    election: String,
+}
+
+impl Leader {
+    /// The URL the leader advertised, if there is a leader and it said.
+    pub async fn find(&self) -> Option<String> {
+        let value = self.client.leader(&self.election).await.ok().flatten()?;
+        let text = String::from_utf8(value).ok()?;
+        let url = text.split_once(' ')?.1.trim();
+        (!url.is_empty()).then(|| url.to_string())
+    }
+}
+
 impl EtcdStore {
-    /// Connects to etcd through `client`, takes a lease of `ttl_s` seconds and campaigns under `prefix`;
-    /// returns once this controller leads (the wait is announced on standard output). `lost`
-    /// is called if the lease lapses afterwards (leadership is gone).
+    /// Connects to etcd through `client`, takes a lease of `ttl_s` seconds and campaigns
+    /// under `prefix`, as the controller reached at `advertise` (what followers tell hosts);
+    /// returns once the lease is granted (the wait to lead is announced on standard output):
+    /// [`Campaign::won`] waits for the leadership. `lost` is called if the lease lapses
+    /// afterwards (leadership is gone).
     pub fn lead(
         client: Gateway,
         prefix: String,
         ttl_s: i64,
+        advertise: Option<String>,
         lost: impl FnOnce(String) + Send + 'static,
-    ) -> Result<EtcdStore, String> {
+    ) -> Result<Campaign, String> {
         let shown = client.shown().to_string();
+        let (gateway, election) = (client.clone(), format!("{prefix}/leader"));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let (jobs, mut todo) = tokio::sync::mpsc::unbounded_channel::<Job>();
-        let who = format!("{}-{}", hostname(), std::process::id());
+        let who = format!(
+            "{}-{} {}",
+            hostname(),
+            std::process::id(),
+            advertise.unwrap_or_default()
+        );
         std::thread::Builder::new()
             .name("teamster-etcd".into())
             .spawn(move || {
@@ -58,7 +116,7 @@ impl EtcdStore {
                     }
                 };
                 rt.block_on(async move {
-                    let (client, leader, lease_lost) = match campaign(client, &prefix, ttl_s, &who).await {
+                    let (client, leader, lease_lost) = match campaign(client, &prefix, ttl_s, &who, &ready_tx).await {
                         Ok(x) => x,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -88,8 +146,15 @@ impl EtcdStore {
                 });
             })
             .map_err(|e| format!("etcd thread: {e}"))?;
+        // The first word: the lease is granted (or why not).
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(EtcdStore { jobs, endpoints: shown }),
+            Ok(Ok(())) => Ok(Campaign {
+                ready: ready_rx,
+                jobs,
+                shown,
+                client: gateway,
+                election,
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!("etcd {shown}: the store's thread ended")),
         }
@@ -127,9 +192,11 @@ async fn campaign(
     prefix: &str,
     ttl_s: i64,
     who: &str,
+    granted: &mpsc::Sender<Result<(), String>>,
 ) -> Result<(Gateway, Leadership, impl std::future::Future<Output = String>), String> {
     let shown = client.shown().to_string();
     let lease = client.lease_grant(ttl_s).await?;
+    let _ = granted.send(Ok(()));
     let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
     // Kept alive from now on, while campaigning too; ends when the lease lapses.
     let keeper = client.clone();
@@ -149,7 +216,7 @@ async fn campaign(
     });
     println!("teamster controller: waiting to lead {prefix} at etcd {shown}");
     let leader = client.campaign(&format!("{prefix}/leader"), who, lease).await?;
-    println!("teamster controller: leading {prefix} as {who}");
+    println!("teamster controller: leading {prefix} as {}", who.trim_end());
     let lapsed = async move {
         lapsed_rx
             .await

@@ -133,6 +133,21 @@ impl Gateway {
         })
     }
 
+    /// The value the leader of election `name` campaigned with, if it has a leader.
+    pub async fn leader(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        match self
+            .call("/v3/election/leader", json!({ "name": BASE64.encode(name) }))
+            .await
+        {
+            Ok(a) => {
+                let value = a.get("kv").and_then(|kv| kv.get("value")).and_then(Value::as_str);
+                Ok(value.and_then(|v| BASE64.decode(v).ok()))
+            }
+            Err(e) if e.contains("no leader") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The value of `key`, if it exists.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         let a = self.call("/v3/kv/range", json!({ "key": BASE64.encode(key) })).await?;

@@ -17,6 +17,11 @@
 //! its agent detaches them. A host registered with `isolation = "keep"` (it goes on forwarding
 //! for its VMs when cut off) is marked down all the same, but its VMs stay assigned to it,
 //! with a fault: restarting them elsewhere would make them active twice.
+//!
+//! A host heard again after being down is *held down* for a host timeout
+//! ([`ClusterState::held_down`]): unavailable as a silent one is, so a host whose link to the
+//! controller flaps (down, up, down again) attracts no new VMs that the next flap would have to
+//! restart elsewhere; it takes VMs once it has reported steadily for that long.
 
 use super::state::{vm_of, ClusterState, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
 use teamster_core::placement::Cluster;
@@ -37,6 +42,19 @@ impl ClusterState {
             format!(
                 "not responding: no report for {quiet} s (host timeout {} s)",
                 self.host_timeout.0
+            )
+        })
+    }
+
+    /// Why host `name` takes no new VMs at `now_s` though it reports, if it does not: it was
+    /// heard again after being down less than a host timeout ago.
+    pub fn held_down(&self, name: &str, now_s: u64) -> Option<String> {
+        let back = self.hosts.get(name)?.up_again_s?;
+        let hold = self.host_timeout.0;
+        (now_s < back.saturating_add(hold)).then(|| {
+            format!(
+                "held down: up again {} s ago after being down; takes new VMs after {hold} s of reports",
+                now_s.saturating_sub(back)
             )
         })
     }

@@ -14,7 +14,9 @@ pub mod api;
 pub mod ca;
 pub mod etcd;
 pub mod etcd_gateway;
+pub mod follower;
 pub mod liveness;
+pub mod load;
 pub mod state;
 pub mod store;
 pub mod view;
@@ -62,6 +64,11 @@ pub struct ControllerArgs {
     /// default, and detach their VMs a little before this when cut off).
     #[arg(long, default_value_t = state::DEFAULT_HOST_TIMEOUT_S, value_parser = clap::value_parser!(u64).range(2..=3600))]
     host_timeout_s: u64,
+    /// With --etcd: the URL hosts reach this controller at (e.g. https://10.0.0.11:9443), which
+    /// the other controllers name to hosts while this one leads (default: the --listen
+    /// address, unless that is every address).
+    #[arg(long, requires = "etcd")]
+    advertise: Option<String>,
     /// The leader's etcd lease, in seconds (1-60): a leader gone for this long is replaced.
     #[arg(long, default_value_t = 5)]
     lease_s: i64,
@@ -121,12 +128,16 @@ enum ControllerCommand {
     /// The cluster's certificate authority: make it, and issue certificates for controllers,
     /// hosts and etcd (see docs/cluster.md).
     Ca(ca::CaArgs),
+    /// Simulated hosts against a running controller over its TLS API: reports per second
+    /// held, latencies, the controller's CPU, memory and store writes (see docs/cluster.md).
+    Load(load::LoadArgs),
 }
 
 /// Runs the controller until SIGTERM or SIGINT (or `ca`'s command, at once).
 pub fn run(args: ControllerArgs) -> ExitCode {
     let done = match args.command {
         Some(ControllerCommand::Ca(c)) => ca::run(c).map_err(|e| format!("ca: {e}")),
+        Some(ControllerCommand::Load(l)) => load::run(l).map_err(|e| format!("load: {e}")),
         None => serve(args),
     };
     match done {
@@ -164,52 +175,78 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     lock_name.push(".lock");
     let shown = args.socket.display().to_string();
     let _lock = dir.lock(&lock_name, &format!("a controller is already serving on {shown}"))?;
-    let store = open_store(&args)?;
-    let mut state = store.load()?.unwrap_or_default();
-    state.host_timeout = state::HostTimeout(args.host_timeout_s);
-    state.listening_since_s = api::now_s();
-    if state.host_timeout_given_s < args.host_timeout_s {
-        // Stored before any host is told it.
-        state.host_timeout_given_s = args.host_timeout_s;
-        store.save(&state)?;
-    }
-    if state.cluster_id == 0 {
-        state.cluster_id = fresh_id();
-        store.save(&state)?;
-    }
-    println!(
-        "teamster controller: {} hosts, {} VMs from the {}",
-        state.hosts.len(),
-        state.vms.len(),
-        store.describe()
-    );
-    let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
-        state,
-        store,
-        index: Default::default(),
-    })));
+    let pending = open_store(&args, advertised(&args, tls.is_some()))?;
     let rt =
         (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
-    rt.block_on(async move {
-        let unix = crate::http::listen::bind_unix(&args.socket)?;
+    let socket = args.socket.clone();
+    let served = rt.block_on(async move {
+        let unix = Arc::new(crate::http::listen::bind_unix(&args.socket)?);
+        let tcp = match args.listen {
+            Some(addr) => {
+                let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
+                let bound = tcp.local_addr().map_err(|e| e.to_string())?;
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                println!("teamster controller: API on {scheme}://{bound}");
+                Some(Arc::new(tcp))
+            }
+            None => None,
+        };
+        let store = match pending {
+            Pending::Ready(store) => store,
+            Pending::Campaign(campaign) => {
+                // Until it leads, it answers where the leader is.
+                let known = follower::Known::default();
+                let mut following = tokio::task::JoinSet::new();
+                following.spawn(follower::look_up(campaign.leader(), known.clone()));
+                following.spawn(crate::http::listen::serve(
+                    unix.clone(),
+                    follower::router(known.clone()),
+                    crate::http::admission::Rules::Owner,
+                ));
+                if let Some(tcp) = &tcp {
+                    let app = follower::router(known.clone());
+                    match &tls {
+                        Some((config, _)) => {
+                            following.spawn(crate::http::listen::serve_tls(tcp.clone(), app, config.clone()))
+                        }
+                        None => following.spawn(crate::http::listen::serve(
+                            tcp.clone(),
+                            app,
+                            crate::http::admission::Rules::Token,
+                        )),
+                    };
+                }
+                let won = tokio::task::spawn_blocking(move || campaign.won()).await;
+                following.abort_all();
+                Box::new(won.map_err(|e| format!("etcd: {e}"))??)
+            }
+        };
+        let state = prepare(&*store, args.host_timeout_s)?;
+        println!(
+            "teamster controller: {} hosts, {} VMs from the {}",
+            state.hosts.len(),
+            state.vms.len(),
+            store.describe()
+        );
+        let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
+            state,
+            store,
+            index: Default::default(),
+        })));
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(crate::http::listen::serve(
             unix,
             api::router(shared.clone(), access::Access::Owner),
             crate::http::admission::Rules::Owner,
         ));
-        if let (Some(addr), Some(token)) = (args.listen, token) {
-            let tcp = (tokio::net::TcpListener::bind(addr).await).map_err(|e| format!("--listen {addr}: {e}"))?;
-            let bound = tcp.local_addr().map_err(|e| e.to_string())?;
+        if let (Some(tcp), Some(token)) = (tcp, token) {
             let token = Arc::new(token);
             match tls {
                 Some((config, denied)) => {
-                    println!("teamster controller: API on https://{bound}");
                     let app = api::router(shared.clone(), access::Access::Tls { token, denied });
                     tasks.spawn(crate::http::listen::serve_tls(tcp, app, config));
                 }
                 None => {
-                    println!("teamster controller: API on http://{bound}");
                     let app = api::router(shared.clone(), access::Access::Token(token));
                     tasks.spawn(crate::http::listen::serve(
                         tcp,
@@ -228,13 +265,49 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
             _ = tokio::signal::ctrl_c() => None,
             r = tasks.join_next() => Some(format!("a listener stopped: {r:?}")),
         };
-        let _ = std::fs::remove_file(&args.socket);
         ended.map_or(Ok(()), Err)
-    })
+    });
+    let _ = std::fs::remove_file(&socket);
+    served
 }
 
-/// The store the arguments name: etcd (once this controller leads), or the embedded file.
-fn open_store(args: &ControllerArgs) -> Result<Box<dyn store::Store>, String> {
+/// The state to serve, from `store`: made anew if there is none (a fresh cluster identity, and
+/// adoption open for a while), and told the host timeout (stored before any host is told it).
+fn prepare(store: &dyn store::Store, host_timeout_s: u64) -> Result<state::ClusterState, String> {
+    let mut state = store.load()?.unwrap_or_default();
+    state.host_timeout = state::HostTimeout(host_timeout_s);
+    state.listening_since_s = api::now_s();
+    if state.host_timeout_given_s < host_timeout_s {
+        state.host_timeout_given_s = host_timeout_s;
+        store.save(&state)?;
+    }
+    if state.cluster_id == 0 {
+        state.cluster_id = fresh_id();
+        state.adoption_until_s = api::now_s() + adoption::ADOPTION_WINDOW_S;
+        store.save(&state)?;
+    }
+    Ok(state)
+}
+
+/// Where hosts reach this controller, as it campaigns with it: `--advertise`, or its
+/// `--listen` address unless that is every address (0.0.0.0, ::).
+fn advertised(args: &ControllerArgs, tls: bool) -> Option<String> {
+    if let Some(a) = &args.advertise {
+        return Some(a.clone());
+    }
+    let addr = args.listen.filter(|a| !a.ip().is_unspecified())?;
+    Some(format!("{}://{addr}", if tls { "https" } else { "http" }))
+}
+
+/// A store ready to serve, or a campaign for one.
+enum Pending {
+    Ready(Box<dyn store::Store>),
+    Campaign(etcd::Campaign),
+}
+
+/// The store the arguments name: a campaign for etcd's (once this controller leads; its lease
+/// granted already, so etcd is reachable), or the embedded file.
+fn open_store(args: &ControllerArgs, advertise: Option<String>) -> Result<Pending, String> {
     if !args.etcd.is_empty() {
         if !(1..=60).contains(&args.lease_s) {
             return Err(format!("--lease-s {}: expected 1 to 60 seconds", args.lease_s));
@@ -248,18 +321,18 @@ fn open_store(args: &ControllerArgs) -> Result<Box<dyn store::Store>, String> {
             None => None,
         };
         let gateway = etcd_gateway::Gateway::new(&args.etcd, tls)?;
-        let store = etcd::EtcdStore::lead(gateway, args.etcd_prefix.clone(), args.lease_s, |why| {
+        let campaign = etcd::EtcdStore::lead(gateway, args.etcd_prefix.clone(), args.lease_s, advertise, |why| {
             // Another controller leads from now on: this one must not act a moment longer.
             eprintln!("teamster controller: {why}: no longer the leader; stopping");
             std::process::exit(3);
         })?;
-        return Ok(Box::new(store));
+        return Ok(Pending::Campaign(campaign));
     }
     // Opened once (made 0700 where missing, its own only), checked, and from then on named by
     // its descriptor alone: the store file is opened relative to it.
     let (state_dir, name) = safe_file::split(&args.state).map_err(|e| format!("--state {e}"))?;
     let dir = TrustedDir::open_or_make(&state_dir, "--state directory", 0o700)?;
-    Ok(Box::new(store::EmbeddedStore::open(&dir, &name)?))
+    Ok(Pending::Ready(Box::new(store::EmbeddedStore::open(&dir, &name)?)))
 }
 
 /// A cluster's identity: the clock's nanoseconds mixed with the process ID (an identity, not

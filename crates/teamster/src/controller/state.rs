@@ -91,6 +91,10 @@ pub struct HostRecord {
     /// cleared by its next report or registration.
     #[serde(default)]
     pub down_since_s: Option<u64>,
+    /// When it was last heard again after being down: it takes no new VMs for a host timeout
+    /// after that ([`ClusterState::held_down`]).
+    #[serde(default)]
+    pub up_again_s: Option<u64>,
     /// When its VMs were last tried elsewhere, while it is down (in memory only).
     #[serde(skip)]
     pub restart_tried_s: u64,
@@ -145,6 +149,10 @@ pub struct ClusterState {
     /// talking to a controller with another (say, a lost and recreated) state.
     #[serde(default)]
     pub cluster_id: u64,
+    /// Until when hosts may offer VMs for adoption (seconds since the epoch; 0: never): set
+    /// when the state is made anew ([`super::adoption`]).
+    #[serde(default)]
+    pub adoption_until_s: u64,
     /// Set by the controller from its arguments; not part of the stored state.
     #[serde(skip)]
     pub host_timeout: HostTimeout,
@@ -272,7 +280,7 @@ impl ClusterState {
             for d in &h.shape.derived {
                 c.derive(name, d).map_err(|e| format!("host {name}: derived: {e}"))?;
             }
-            c.set_unavailable(name, self.silent(name, now_s))?;
+            c.set_unavailable(name, self.silent(name, now_s).or_else(|| self.held_down(name, now_s)))?;
         }
         for (pool, q) in &self.quotas {
             c.set_quota(pool, *q);
@@ -294,6 +302,11 @@ impl ClusterState {
         }
         let mut next = self.clone();
         let registered_s = self.hosts.get(name).map_or(now_s, |h| h.registered_s);
+        let was = self.hosts.get(name);
+        let up_again_s = match was.and_then(|h| h.down_since_s) {
+            Some(_) => Some(now_s),
+            None => was.and_then(|h| h.up_again_s),
+        };
         next.hosts.insert(
             name.to_string(),
             HostRecord {
@@ -302,6 +315,7 @@ impl ClusterState {
                 reported_s: now_s,
                 loads: BTreeMap::new(),
                 down_since_s: None,
+                up_again_s,
                 restart_tried_s: 0,
             },
         );
@@ -526,6 +540,9 @@ impl ClusterState {
         rec.reported_s = now_s;
         rec.loads = r.loads.clone();
         let was_down = rec.down_since_s.take();
+        if was_down.is_some() {
+            rec.up_again_s = Some(now_s);
+        }
         for u in &mut rec.shape.uplinks {
             if let Some(up) = links.get(&u.name) {
                 u.up = *up;
@@ -537,7 +554,11 @@ impl ClusterState {
             }
         }
         if let Some(since) = was_down {
-            let why = format!("host up again: reporting after {} s down", now_s.saturating_sub(since));
+            let why = format!(
+                "host up again: reporting after {} s down; takes no new VMs for {} s",
+                now_s.saturating_sub(since),
+                self.host_timeout.0
+            );
             next.note_fault(host, why, now_s);
         }
         next.commit(now_s, Outcome::default(), self, true)

@@ -272,6 +272,24 @@ fn a_silent_host_is_failed_and_its_vms_restart_elsewhere() {
         .back()
         .is_some_and(|f| f.host == "h1" && f.why.contains("host up again")));
     assert_eq!(s.assigned("h1").count(), 0);
+    // Held down for a host timeout: it alone has room, and still takes no new VM (a flapping
+    // host attracts none that its next flap would have to restart).
+    let new = || {
+        let mut p = vm("new", "auto");
+        p.reservation = Some(gbps(1000));
+        p
+    };
+    let e = s.power_on(new(), 118).unwrap_err();
+    assert!(matches!(&e, Refusal::Conflict(m) if m.contains("held down")), "{e:?}");
+    heard(&mut s, "h1", 122);
+    assert!(s.held_down("h1", 122).is_some());
+    // Reporting steadily for the timeout, it takes VMs again.
+    heard(&mut s, "h1", 123);
+    assert_eq!(s.held_down("h1", 123), None);
+    assert_eq!(
+        s.power_on(vm("new", "auto"), 123).unwrap().placed.as_deref(),
+        Some("h1")
+    );
 }
 
 /// A VM that fits on no other host stays assigned to the down host, with a fault naming what
@@ -343,6 +361,7 @@ fn a_new_state_adopts_what_hosts_run() {
     use super::view::Assignment;
     let mut s = ClusterState {
         cluster_id: 7,
+        adoption_until_s: 1 + super::adoption::ADOPTION_WINDOW_S,
         ..ClusterState::default()
     };
     s.register("h1", shape(), 1).unwrap();
@@ -406,6 +425,20 @@ fn a_new_state_adopts_what_hosts_run() {
     // The same again adopts nothing and changes nothing.
     let again = s.adopt("h1", &req, 3).unwrap();
     assert!(again.unchanged);
+    // Once the window has passed, adoption is refused whole.
+    let late = Adopt {
+        cluster_id: 7,
+        vms: vec![a("late", "02:00:00:00:00:05", 0)],
+    };
+    let before = s.clone();
+    let e = s
+        .adopt("h1", &late, 2 + super::adoption::ADOPTION_WINDOW_S)
+        .unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Conflict(m) if m.contains("adoption is closed")),
+        "{e:?}"
+    );
+    assert_eq!(s, before);
 }
 
 /// A host's report is answered from the index of each host's VMs, which follows every change

@@ -51,6 +51,18 @@ impl Accept for tokio::net::TcpListener {
     }
 }
 
+/// A listener shared: served by one server after another (a controller's follower, then its
+/// leader's API) without closing it in between.
+impl<L: Accept + Sync> Accept for Arc<L> {
+    type Io = L::Io;
+    fn accept(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send {
+        L::accept(self)
+    }
+    fn addresses(io: &Self::Io) -> Option<(SocketAddr, SocketAddr)> {
+        L::addresses(io)
+    }
+}
+
 impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
     async fn accept(&self) -> std::io::Result<Self::Io> {

@@ -177,6 +177,28 @@ impl TrustedDir {
     /// `mode`, or with `None` the mode of the file it replaces (0644 if there is none).
     pub fn replace(&self, name: &OsStr, bytes: &[u8], mode: Option<u32>) -> std::io::Result<()> {
         let mode = mode.or_else(|| self.mode_of(name)).unwrap_or(0o644);
+        self.write(name, bytes, mode, false)
+    }
+
+    /// Creates `name` with `bytes` and `mode`, whole or not at all, only if nothing named
+    /// `name` exists: an `AlreadyExists` error otherwise, even for one made meanwhile (the
+    /// finished temporary is hard-linked to `name`, which never replaces).
+    pub fn create_new(&self, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+        self.write(name, bytes, mode, true)
+    }
+
+    /// Removes the file (or symlink, never followed) `name` here.
+    pub fn remove(&self, name: &OsStr) -> std::io::Result<()> {
+        Ok(nix::unistd::unlinkat(
+            &self.fd,
+            name,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )?)
+    }
+
+    /// Writes `bytes` to a temporary with `mode`, synced, then puts it at `name`: replacing
+    /// what is there, or with `exclusive` only where nothing is.
+    fn write(&self, name: &OsStr, bytes: &[u8], mode: u32, exclusive: bool) -> std::io::Result<()> {
         let (tmp, fd) = self.create_temporary(name)?;
         let result = (|| {
             // The creation mode went through the umask; set exactly what was asked.
@@ -185,7 +207,12 @@ impl TrustedDir {
             f.write_all(bytes)?;
             f.sync_all()?;
             drop(f);
-            renameat(&self.fd, tmp.as_os_str(), &self.fd, name)?;
+            if exclusive {
+                nix::unistd::linkat(&self.fd, tmp.as_os_str(), &self.fd, name, AtFlags::empty())?;
+                nix::unistd::unlinkat(&self.fd, tmp.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir)?;
+            } else {
+                renameat(&self.fd, tmp.as_os_str(), &self.fd, name)?;
+            }
             nix::unistd::fsync(&self.fd)?;
             Ok(())
         })();
@@ -540,6 +567,28 @@ mod tests {
             "newer"
         );
         assert!(!dir.join("switch.toml").exists());
+    }
+
+    #[test]
+    fn a_new_file_never_replaces_anything_not_even_a_symlink() {
+        let top = tempfile::tempdir().unwrap();
+        let d = TrustedDir::open(top.path(), "x").unwrap();
+        d.create_new(OsStr::new("k"), b"first", 0o600).unwrap();
+        assert_eq!(std::fs::metadata(top.path().join("k")).unwrap().mode() & 0o777, 0o600);
+        let e = d.create_new(OsStr::new("k"), b"second", 0o600).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(top.path().join("k")).unwrap(), b"first");
+        std::os::unix::fs::symlink(top.path().join("elsewhere"), top.path().join("l")).unwrap();
+        assert!(d.create_new(OsStr::new("l"), b"x", 0o600).is_err());
+        assert!(!top.path().join("elsewhere").exists(), "written through a symlink");
+        // No temporary is left behind.
+        let names: Vec<_> = std::fs::read_dir(top.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        d.remove(OsStr::new("l")).unwrap();
+        assert!(top.path().join("elsewhere").symlink_metadata().is_err());
     }
 
     #[test]
