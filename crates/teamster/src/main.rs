@@ -205,10 +205,11 @@ enum IocCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Run { .. }) {
+    if !matches!(cli.command, Command::Run { .. } | Command::Controller(_)) {
         // A command's output piped into `head` ends it quietly, as for any Unix tool, rather
-        // than a panic on the closed pipe. The daemon keeps SIGPIPE ignored (Rust's default):
-        // a client gone from its socket must not stop the switch.
+        // than a panic on the closed pipe. The daemons (the switch, the controller, and the
+        // controller's load generator) keep SIGPIPE ignored (Rust's default): a client gone
+        // from its socket must not stop them.
         // SAFETY: restoring a signal's default disposition at start, before any thread exists.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }

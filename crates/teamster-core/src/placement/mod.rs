@@ -21,7 +21,8 @@
 //! give, and so up to the root's share of the capacity. A VM no host admits is refused with each host's reason. Deterministic: hosts
 //! are considered in name order. A host marked unavailable ([`Cluster::set_unavailable`]: it
 //! stopped reporting) keeps its VMs but receives none, by placement, by hand or by
-//! remediation.
+//! remediation; a host marked closed ([`Cluster::set_closed`]: heard again after a failure,
+//! held down) receives none either, but its VMs may be moved off it.
 
 mod remediate;
 pub use remediate::{Fault, Migration, Remedy};
@@ -67,6 +68,10 @@ pub struct Host {
     /// Why the host takes no VMs now (it stopped reporting, say), or None: it takes them. Its
     /// VMs stay where they are; placement and remediation send it none.
     pub unavailable: Option<String>,
+    /// Why the host takes no new VMs though it is heard (held down after a failure), or None.
+    /// Unlike an unavailable host, it forwards only for the VMs it has, so remediation may move
+    /// them off it.
+    pub closed: Option<String>,
 }
 
 impl Host {
@@ -118,7 +123,7 @@ impl Host {
     /// The headroom `vm` would leave here, or why this host does not take it (unavailable, or
     /// it fails admission).
     pub fn admits(&self, vm: &Vm) -> Result<Bandwidth, String> {
-        match &self.unavailable {
+        match self.unavailable.as_ref().or(self.closed.as_ref()) {
             Some(why) => Err(why.clone()),
             None => self.headroom_with(&[vm]),
         }
@@ -197,6 +202,7 @@ impl Cluster {
             vms: Vec::new(),
             derived: Vec::new(),
             unavailable: None,
+            closed: None,
         };
         self.hosts.insert(name.to_string(), host);
         Ok(())
@@ -218,6 +224,14 @@ impl Cluster {
     pub fn set_unavailable(&mut self, host: &str, why: Option<String>) -> Result<(), String> {
         let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
         h.unavailable = why;
+        Ok(())
+    }
+
+    /// Marks host `host` as taking no new VMs though it is heard, and why (None: it takes them
+    /// again); its own VMs may still be moved off it.
+    pub fn set_closed(&mut self, host: &str, why: Option<String>) -> Result<(), String> {
+        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        h.closed = why;
         Ok(())
     }
 

@@ -256,7 +256,7 @@ impl Cluster {
         let mut plan = Vec::new();
         for vm in order {
             let best = (self.hosts.values())
-                .filter(|o| o.name != from && o.unavailable.is_none())
+                .filter(|o| o.name != from && o.unavailable.is_none() && o.closed.is_none())
                 .filter_map(|o| {
                     let mut extra: Vec<&Vm> = (arriving.iter())
                         .filter(|(h, _)| *h == o.name)

@@ -166,6 +166,24 @@ fn an_unavailable_host_receives_no_vm() {
     assert_eq!(remedy.migrations[0].to, "host2");
 }
 
+/// A closed host (heard again after a failure, held down) receives no VM, but unlike an
+/// unavailable one its own VMs may be moved off it when it is over its admission.
+#[test]
+fn a_closed_host_receives_no_vm_but_may_lose_its_own() {
+    let mut c = fig2_cluster();
+    c.place_on(vm("a", Bandwidth::from_gbps(5)), "host1").unwrap();
+    c.set_closed("host2", Some("held down".into())).unwrap();
+    let placed = c.place(vm("b", Bandwidth::from_gbps(1))).unwrap();
+    assert_eq!(placed.host, "host1", "host2 has the most headroom, and is closed");
+    assert!(c.migrate("a", "host2").unwrap_err().contains("held down"));
+    c.set_closed("host2", None).unwrap();
+    c.set_closed("host1", Some("held down".into())).unwrap();
+    c.set_reservation("a", 0, Bandwidth::from_gbps(7)).unwrap();
+    let remedy = c.remediate();
+    assert_eq!(remedy.migrations.len(), 1, "{remedy:?}");
+    assert_eq!(remedy.migrations[0].from, "host1");
+}
+
 proptest! {
     /// Whatever the hosts and VMs, every VM placed passes admission on its host with all the
     /// others there, the pool's quota holds, and the same input gives the same placement.

@@ -148,6 +148,7 @@ fn targets(section: &ControllerSection) -> Vec<Target> {
             cert: section.cert.clone(),
             key: section.key.clone(),
             tls: None,
+            source: None,
         };
         // Made once here; if the files cannot be read now, each request tries again and says why.
         t.tls = crate::http::client::tls_config(&t).ok().flatten();

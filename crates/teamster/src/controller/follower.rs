@@ -10,7 +10,7 @@
 //! given anyway.
 
 use super::etcd::Leader;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::Serialize;
@@ -58,7 +58,12 @@ fn answer(known: &Known) -> Response {
         Some(url) => format!("this controller does not lead; the leader is at {url}"),
         None => "this controller does not lead, and no leader is known yet".to_string(),
     };
-    (StatusCode::SERVICE_UNAVAILABLE, Json(NotLeader { error, leader })).into_response()
+    // Closed after the answer: a client that keeps its connection would otherwise go on being
+    // told by this follower's connection task after this controller leads.
+    let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(NotLeader { error, leader })).into_response();
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 #[cfg(test)]
@@ -75,6 +80,7 @@ mod tests {
         };
         let r = answer(&known);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::CONNECTION], "close");
         assert_eq!(body(r).await["leader"], serde_json::Value::Null);
         *known.0.lock().unwrap() = Some("https://10.0.0.11:9443".into());
         let v = body(answer(&known)).await;

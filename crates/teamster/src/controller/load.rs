@@ -54,6 +54,13 @@ pub struct LoadArgs {
     /// The controller's process, for its CPU and memory.
     #[arg(long)]
     pid: Option<u32>,
+    /// Each simulated host connects from its own address: this one for the first, the next
+    /// for the second, and so on (they must be this machine's, e.g. added to an interface of
+    /// a namespace of the generator's own). Without it, every host connects from the system's
+    /// choice, so a controller on the same machine sees them all as one local user, whose
+    /// connections still in their handshake it caps (16).
+    #[arg(long)]
+    source_from: Option<std::net::Ipv4Addr>,
 }
 
 /// Each host's shape: two 25G uplinks, the vm class and a pool.
@@ -70,6 +77,18 @@ struct Tally {
     errors: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
+/// The most latencies kept of each kind (later ones are not: the percentiles are of the first).
+const LATENCIES_KEPT: usize = 1 << 20;
+
+/// What was counted over the window.
+struct Counted {
+    reports_sent: u64,
+    reports_ok: u64,
+    report_ms: Vec<f64>,
+    power_on_ms: Vec<f64>,
+    errors: std::collections::BTreeMap<String, u64>,
+}
+
 impl Tally {
     fn error(&self, kind: String) {
         *self
@@ -78,6 +97,30 @@ impl Tally {
             .unwrap_or_else(|e| e.into_inner())
             .entry(kind)
             .or_default() += 1;
+    }
+
+    fn latency(&self, of: &Mutex<Vec<f64>>, ms: f64) {
+        let mut v = of.lock().unwrap_or_else(|e| e.into_inner());
+        if v.len() < LATENCIES_KEPT {
+            v.push(ms);
+        }
+    }
+
+    /// Forgets everything counted so far (the window starts).
+    fn reset(&self) {
+        self.snapshot();
+    }
+
+    /// What was counted since the last reset, and a reset.
+    fn snapshot(&self) -> Counted {
+        let take = |m: &Mutex<Vec<f64>>| std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner()));
+        Counted {
+            reports_sent: self.reports_sent.swap(0, Ordering::Relaxed),
+            reports_ok: self.reports_ok.swap(0, Ordering::Relaxed),
+            report_ms: take(&self.report_ms),
+            power_on_ms: take(&self.power_on_ms),
+            errors: std::mem::take(&mut *self.errors.lock().unwrap_or_else(|e| e.into_inner())),
+        }
     }
 }
 
@@ -99,6 +142,7 @@ pub fn run(args: LoadArgs) -> Result<(), String> {
         cert: None,
         key: None,
         tls: Some(crate::http::tls::client_config(&cas, None)?),
+        source: None,
     };
     eprintln!("load: making {} host certificates", args.hosts);
     let mut hosts = Vec::new();
@@ -109,6 +153,9 @@ pub fn run(args: LoadArgs) -> Result<(), String> {
         let key = crate::http::tls::private_key(&issued.key_pem)?;
         let mut t = operator.clone();
         (t.token_file, t.tls) = (None, Some(crate::http::tls::client_config(&cas, Some((chain, key)))?));
+        t.source = args
+            .source_from
+            .map(|a| std::net::IpAddr::V4((u32::from(a) + (i - 1) as u32).into()));
         hosts.push((name, t));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -148,7 +195,18 @@ async fn drive(args: LoadArgs, operator: Target, hosts: Vec<(String, Target)>) -
         hosts.len(),
         started.elapsed().as_secs_f64()
     );
+    // The hosts report from now on, through the power-ons too (a host silent for the host
+    // timeout would be failed); what they did before the window is not counted.
     let tally = Arc::new(Tally::default());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let interval = Duration::from_millis(args.interval_ms);
+    let mut reporting = tokio::task::JoinSet::new();
+    for (k, (name, t)) in hosts.into_iter().enumerate() {
+        let (tally, stop) = (tally.clone(), stop.clone());
+        // Spread over the interval, as hosts started at different times are.
+        let offset = interval.mul_f64(k as f64 / args.hosts as f64);
+        reporting.spawn(report_loop(name, t, tally, offset, interval, stop));
+    }
     let started = Instant::now();
     for i in 1..=args.vms {
         let (t, sem, tally) = (operator.clone(), sem.clone(), tally.clone());
@@ -168,20 +226,10 @@ async fn drive(args: LoadArgs, operator: Target, hosts: Vec<(String, Target)>) -
             started.elapsed().as_secs_f64()
         );
     }
-    tally.power_on_ms.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    tally.reset();
     let before = Sample::take(&operator, args.pid).await;
     let window = Duration::from_secs(args.seconds);
-    let interval = Duration::from_millis(args.interval_ms);
     let until = tokio::time::Instant::now() + window;
-    for (k, (name, t)) in hosts.into_iter().enumerate() {
-        let tally = tally.clone();
-        // Spread over the interval, as hosts started at different times are.
-        let offset = interval.mul_f64(k as f64 / args.hosts as f64);
-        set.spawn(async move {
-            report_loop(name, t, tally, offset, interval, until).await;
-            Ok(())
-        });
-    }
     if args.power_ons_per_s > 0 {
         let (t, tally) = (operator.clone(), tally.clone());
         let every = Duration::from_secs(1) / args.power_ons_per_s.min(1000) as u32;
@@ -198,22 +246,26 @@ async fn drive(args: LoadArgs, operator: Target, hosts: Vec<(String, Target)>) -
             Ok(())
         });
     }
+    tokio::time::sleep_until(until).await;
+    let counted = tally.snapshot();
+    let after = Sample::take(&operator, args.pid).await;
+    stop.store(true, Ordering::Relaxed);
     while let Some(r) = set.join_next().await {
         r.map_err(|e| e.to_string())??;
     }
-    let after = Sample::take(&operator, args.pid).await;
-    print(&args, &tally, &before, &after, window);
+    while reporting.join_next().await.is_some() {}
+    print(&args, &counted, &before, &after, window);
     Ok(())
 }
 
-/// One simulated host: a report every `interval` until `until`, attaching what it is told.
+/// One simulated host: a report every `interval` until `stop`, attaching what it is told.
 async fn report_loop(
     name: String,
     t: Target,
     tally: Arc<Tally>,
     offset: Duration,
     interval: Duration,
-    until: tokio::time::Instant,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     tokio::time::sleep(offset).await;
     let mut tick = tokio::time::interval(interval);
@@ -222,7 +274,7 @@ async fn report_loop(
     let mut attached: Vec<String> = Vec::new();
     loop {
         tick.tick().await;
-        if tokio::time::Instant::now() >= until {
+        if stop.load(Ordering::Relaxed) {
             return;
         }
         let body = serde_json::json!({"links": {"uplink1": true, "uplink2": true}, "attached": attached});
@@ -232,16 +284,25 @@ async fn report_loop(
             Ok(a) if a.status == 200 => {
                 let ms = sent.elapsed().as_secs_f64() * 1e3;
                 tally.reports_ok.fetch_add(1, Ordering::Relaxed);
-                tally.report_ms.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+                tally.latency(&tally.report_ms, ms);
                 if let Ok(told) = serde_json::from_slice::<serde_json::Value>(&a.body) {
                     let names = told["assignments"].as_array().into_iter().flatten();
                     attached = names.filter_map(|v| v["vm"].as_str().map(str::to_string)).collect();
                 }
             }
             Ok(a) => tally.error(format!("report: HTTP {}", a.status)),
-            Err(e) => tally.error(format!("report: {}", e.split(':').next().unwrap_or("error"))),
+            Err(e) => tally.error(format!("report: {}", kind(&e))),
         }
     }
+}
+
+/// An error's kind: its text without the URL, cut short.
+fn kind(e: &str) -> String {
+    let text = match e.find("://") {
+        Some(i) => e[i..].split_once(": ").map_or(e, |(_, rest)| rest),
+        None => e,
+    };
+    text.chars().take(80).collect()
 }
 
 /// Powers VM `name` on (100 Mbit/s reserved, a MAC from `n`), its latency taken.
@@ -259,10 +320,10 @@ async fn power_on(t: &Target, name: &str, n: u64, tally: &Tally) {
     match request(t, "POST", "/api/v1/vms", Some(body)).await {
         Ok(a) if a.status == 201 => {
             let ms = sent.elapsed().as_secs_f64() * 1e3;
-            tally.power_on_ms.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+            tally.latency(&tally.power_on_ms, ms);
         }
         Ok(a) => tally.error(format!("power-on: HTTP {}", a.status)),
-        Err(e) => tally.error(format!("power-on: {}", e.split(':').next().unwrap_or("error"))),
+        Err(e) => tally.error(format!("power-on: {}", kind(&e))),
     }
 }
 
@@ -325,13 +386,13 @@ fn percentile(v: &mut [f64], p: f64) -> Option<f64> {
     Some(v[i.min(v.len() - 1)])
 }
 
-fn print(args: &LoadArgs, tally: &Tally, before: &Sample, after: &Sample, window: Duration) {
+fn print(args: &LoadArgs, counted: &Counted, before: &Sample, after: &Sample, window: Duration) {
     let secs = window.as_secs_f64();
     let asked = args.hosts as f64 * 1000.0 / args.interval_ms as f64;
-    let sent = tally.reports_sent.load(Ordering::Relaxed) as f64 / secs;
-    let ok = tally.reports_ok.load(Ordering::Relaxed) as f64 / secs;
-    let mut reports = tally.report_ms.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut power_ons = tally.power_on_ms.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let sent = counted.reports_sent as f64 / secs;
+    let ok = counted.reports_ok as f64 / secs;
+    let mut reports = counted.report_ms.clone();
+    let mut power_ons = counted.power_on_ms.clone();
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1} ms"));
     println!(
         "hosts {}  VMs {}  window {secs:.0} s  interval {} ms",
@@ -360,7 +421,7 @@ fn print(args: &LoadArgs, tally: &Tally, before: &Sample, after: &Sample, window
     if let (Some(a), Some(b)) = (after.saves, before.saves) {
         println!("store writes/s: {:.1}", (a - b) / elapsed);
     }
-    for (kind, n) in tally.errors.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (kind, n) in &counted.errors {
         println!("errors: {kind}: {n}");
     }
 }

@@ -175,6 +175,9 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
     lock_name.push(".lock");
     let shown = args.socket.display().to_string();
     let _lock = dir.lock(&lock_name, &format!("a controller is already serving on {shown}"))?;
+    if tls.is_some() {
+        raise_open_files(crate::http::admission::MAX_NETWORK_CONNECTIONS as u64 + 256);
+    }
     let pending = open_store(&args, advertised(&args, tls.is_some()))?;
     let rt =
         (tokio::runtime::Builder::new_current_thread().enable_all().build()).map_err(|e| format!("runtime: {e}"))?;
@@ -297,6 +300,31 @@ fn advertised(args: &ControllerArgs, tls: bool) -> Option<String> {
     }
     let addr = args.listen.filter(|a| !a.ip().is_unspecified())?;
     Some(format!("{}://{addr}", if tls { "https" } else { "http" }))
+}
+
+/// Raises this process's limit of open files to `wanted` if it is lower, as far as the hard
+/// limit allows (the usual soft limit, 1024, is below what a TLS listener for a cluster's hosts
+/// keeps); says so on standard error if it cannot.
+fn raise_open_files(wanted: u64) {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on this process, with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 || l.rlim_cur >= wanted {
+            return;
+        }
+        l.rlim_cur = wanted.min(l.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+    }
+    if l.rlim_cur < wanted {
+        eprintln!(
+            "teamster controller: open files limited to {} (hard limit): the TLS listener may refuse hosts before {} connections",
+            l.rlim_cur,
+            crate::http::admission::MAX_NETWORK_CONNECTIONS
+        );
+    }
 }
 
 /// A store ready to serve, or a campaign for one.

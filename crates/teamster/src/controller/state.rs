@@ -280,7 +280,8 @@ impl ClusterState {
             for d in &h.shape.derived {
                 c.derive(name, d).map_err(|e| format!("host {name}: derived: {e}"))?;
             }
-            c.set_unavailable(name, self.silent(name, now_s).or_else(|| self.held_down(name, now_s)))?;
+            c.set_unavailable(name, self.silent(name, now_s))?;
+            c.set_closed(name, self.held_down(name, now_s))?;
         }
         for (pool, q) in &self.quotas {
             c.set_quota(pool, *q);
@@ -514,7 +515,10 @@ impl ClusterState {
         });
         // A host heard again after its timeout (or down) takes VMs again: remediation may now
         // use it.
-        let back = self.silent(host, now_s).is_some() || h.down_since_s.is_some();
+        // And one whose hold-down is over: the full path clears it, and remediation may use
+        // the host again (faults waiting for room are tried).
+        let held_over = h.up_again_s.is_some() && self.held_down(host, now_s).is_none();
+        let back = self.silent(host, now_s).is_some() || h.down_since_s.is_some() || held_over;
         if !links_same || confirms || back {
             return Ok(false);
         }
@@ -542,6 +546,11 @@ impl ClusterState {
         let was_down = rec.down_since_s.take();
         if was_down.is_some() {
             rec.up_again_s = Some(now_s);
+        } else if rec
+            .up_again_s
+            .is_some_and(|t| now_s >= t.saturating_add(self.host_timeout.0))
+        {
+            rec.up_again_s = None;
         }
         for u in &mut rec.shape.uplinks {
             if let Some(up) = links.get(&u.name) {

@@ -286,6 +286,7 @@ fn a_silent_host_is_failed_and_its_vms_restart_elsewhere() {
     // Reporting steadily for the timeout, it takes VMs again.
     heard(&mut s, "h1", 123);
     assert_eq!(s.held_down("h1", 123), None);
+    assert_eq!(s.hosts["h1"].up_again_s, None, "the report after the hold-down ends it");
     assert_eq!(
         s.power_on(vm("new", "auto"), 123).unwrap().placed.as_deref(),
         Some("h1")

@@ -137,7 +137,7 @@ pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
                 vms,
                 reported_s: h.reported_s,
                 violation,
-                unavailable: s.silent(name, now_s),
+                unavailable: s.silent(name, now_s).or_else(|| s.held_down(name, now_s)),
                 down_since_s: h.down_since_s,
             }
         })

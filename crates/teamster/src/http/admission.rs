@@ -1,7 +1,8 @@
 //! Which connections the API's listeners keep, so that idle, slow, many or churning clients
 //! cannot starve it.
 //!
-//! The model. Each listener keeps at most [`MAX_CONNECTIONS`] at once, counted separately, so
+//! The model. Each listener keeps at most [`MAX_CONNECTIONS`] at once (a controller's TLS
+//! listener on the network [`MAX_NETWORK_CONNECTIONS`], for its hosts), counted separately, so
 //! a flood on one never touches the other: the unix socket, root's alone, stays usable while
 //! the TCP one is full, and the two caps together stay far below the usual limit of 1024 open
 //! files. On the unix socket a newcomer that finds it full is refused.
@@ -34,8 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// Connections kept at once per listener.
+/// Connections kept at once per listener (the unix socket's, the loopback TCP one's).
 pub const MAX_CONNECTIONS: usize = 64;
+/// Connections kept at once by a TLS listener on the network, which serves every host of a
+/// cluster (each reporting every second on a connection of its own).
+pub const MAX_NETWORK_CONNECTIONS: usize = 1024;
 /// Unproven TCP connections one peer may hold at once.
 pub const MAX_UNPROVEN_PER_PEER: usize = 16;
 /// How long a TCP connection may take to present its token before its own peer's newcomers,
@@ -79,6 +83,19 @@ pub enum Rules {
     Owner,
     /// TCP with a bearer token: peers, their shares and eviction.
     Token,
+    /// TLS on the network: as `Token`, with room for a cluster's hosts
+    /// ([`MAX_NETWORK_CONNECTIONS`]).
+    Network,
+}
+
+impl Rules {
+    /// How many connections a listener under these rules keeps at once.
+    pub fn capacity(self) -> usize {
+        match self {
+            Rules::Owner | Rules::Token => MAX_CONNECTIONS,
+            Rules::Network => MAX_NETWORK_CONNECTIONS,
+        }
+    }
 }
 
 /// Where a newcomer goes.
@@ -116,7 +133,7 @@ pub enum Refusal {
 /// connections oldest first (see the module documentation for the rules and why).
 pub fn admit(table: &[Arc<Standing>], peer: Peer, rules: Rules, now: Instant) -> Admission {
     if rules == Rules::Owner {
-        return match table.len() < MAX_CONNECTIONS {
+        return match table.len() < rules.capacity() {
             true => Admission::Take,
             false => Admission::Refuse(Refusal::Full),
         };
@@ -132,7 +149,7 @@ pub fn admit(table: &[Arc<Standing>], peer: Peer, rules: Rules, now: Instant) ->
             None => Admission::Refuse(Refusal::PeerLimit),
         };
     }
-    if table.len() < MAX_CONNECTIONS {
+    if table.len() < rules.capacity() {
         return Admission::Take;
     }
     if let Some((heaviest, n)) = heaviest(table) {

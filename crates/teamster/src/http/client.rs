@@ -41,6 +41,10 @@ pub struct Target {
     /// otherwise).
     #[arg(skip)]
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The local address TCP connections are made from (the system's choice if none): a load
+    /// generator's simulated hosts each have their own.
+    #[arg(skip)]
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// The TLS configuration of `args` for an https:// URL: trusting `ca`, presenting `cert` and
@@ -125,6 +129,22 @@ pub fn host_port(url: &str) -> Result<String, String> {
         .ok_or_else(|| format!("--url {url}: expected http://HOST:PORT or https://HOST:PORT"))
 }
 
+/// A TCP connection to `address` (HOST:PORT, HOST an IP address) from local address `ip`.
+async fn connect_from(ip: std::net::IpAddr, address: &str) -> std::io::Result<tokio::net::TcpStream> {
+    let to: std::net::SocketAddr = (address.parse()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a source address needs an IP to connect to",
+        )
+    })?;
+    let socket = match to {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(std::net::SocketAddr::new(ip, 0))?;
+    socket.connect(to).await
+}
+
 /// A connection to an API, whichever its transport.
 pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for S {}
@@ -147,9 +167,11 @@ pub async fn connect(args: &Target) -> Result<Box<dyn Stream>, String> {
         Some(t) => Some(t.clone()),
         None => tls_config(args)?,
     };
-    let stream = tokio::net::TcpStream::connect(&address)
-        .await
-        .map_err(|e| format!("cannot reach {url}: {e}"))?;
+    let stream = match args.source {
+        None => tokio::net::TcpStream::connect(&address).await,
+        Some(ip) => connect_from(ip, &address).await,
+    }
+    .map_err(|e| format!("cannot reach {url}: {e}"))?;
     let Some(config) = tls else {
         return Ok(Box::new(stream));
     };

@@ -78,7 +78,7 @@ pub async fn serve<L: Accept>(listener: L, router: Router, rules: Rules) {
     serve_with(listener, router, rules, None).await
 }
 
-/// Serves `router` over TLS on `listener` for ever, under the token's rules (see
+/// Serves `router` over TLS on `listener` for ever, under the network rules (see
 /// [`super::admission`]). The handshake must end within [`HEAD_TIMEOUT`]; the certificate a
 /// client presented goes with each of its requests ([`super::tls::Presented`]), and a request
 /// that passes its role's check proves the connection.
@@ -86,7 +86,7 @@ pub async fn serve_tls<L: Accept>(listener: L, router: Router, tls: Arc<rustls::
     serve_with(
         listener,
         router,
-        Rules::Token,
+        Rules::Network,
         Some(tokio_rustls::TlsAcceptor::from(tls)),
     )
     .await
@@ -94,7 +94,7 @@ pub async fn serve_tls<L: Accept>(listener: L, router: Router, tls: Arc<rustls::
 
 async fn serve_with<L: Accept>(listener: L, router: Router, rules: Rules, tls: Option<tokio_rustls::TlsAcceptor>) {
     let table: Table = Arc::default();
-    let mut finder = (rules == Rules::Token).then(PeerFinder::new);
+    let mut finder = (rules != Rules::Owner).then(PeerFinder::new);
     let mut noted: HashMap<Peer, Instant> = HashMap::new();
     loop {
         let io = match listener.accept().await {
@@ -129,7 +129,7 @@ async fn serve_with<L: Accept>(listener: L, router: Router, rules: Rules, tls: O
             }
             admission
         };
-        if rules == Rules::Token {
+        if rules != Rules::Owner {
             account(admission, peer, &mut noted, now);
         }
         if let Admission::Refuse(_) = admission {

@@ -209,7 +209,11 @@ impl TrustedDir {
             drop(f);
             if exclusive {
                 nix::unistd::linkat(&self.fd, tmp.as_os_str(), &self.fd, name, AtFlags::empty())?;
-                nix::unistd::unlinkat(&self.fd, tmp.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir)?;
+                // Made: what follows only tidies (the temporary is removed below on an error,
+                // and a leftover one by remove_temporaries), so it cannot fail the creation.
+                let _ = nix::unistd::unlinkat(&self.fd, tmp.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+                let _ = nix::unistd::fsync(&self.fd);
+                return Ok(());
             } else {
                 renameat(&self.fd, tmp.as_os_str(), &self.fd, name)?;
             }
