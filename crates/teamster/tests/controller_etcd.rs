@@ -1,7 +1,7 @@
 //! Two controllers sharing one cluster through Debian's etcd: exactly one leads (serves its
 //! API), the other waits, answering 503 with where the leader is; the leader killed with
-//! SIGKILL is replaced within its lease, and the new leader goes on from the stored state. A
-//! controller that cannot reach etcd says so and exits.
+//! SIGKILL is replaced within its lease, and the new leader goes on from the stored state; a
+//! follower whose lease lapses stops. A controller that cannot reach etcd says so and exits.
 
 #[path = "../../teamster-dp/tests/live/mod.rs"]
 #[allow(dead_code)] // this test uses only the skip rule
@@ -104,6 +104,61 @@ fn one_controller_leads_and_the_other_takes_over_within_the_lease() {
     // And it acts: a change is saved through it.
     let vm2 = r#"{"name": "vm2", "reservation": "1G"}"#;
     assert_eq!(http(&b_sock, "POST", "/api/v1/vms", Some(vm2)).0, 201);
+}
+
+/// One call to etcd's JSON gateway at `url` (http://HOST:PORT): its answer.
+fn etcd_call(url: &str, path: &str, body: &str) -> serde_json::Value {
+    let s = std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (status, answer) = http1::exchange(s, "POST", path, None, Some(body));
+    assert_eq!(status, 200, "{path}: {answer}");
+    serde_json::from_str(&answer).unwrap()
+}
+
+/// A follower whose lease lapses while it waits to lead (revoked here, as when it is cut off
+/// from etcd for longer than the lease) stops, saying why, rather than wait in a campaign it
+/// can no longer win while answering hosts as a follower.
+#[test]
+fn a_follower_whose_lease_lapses_stops() {
+    let have = Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !live::skip_unless(have, "etcd (Debian's etcd-server)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = etcd(dir.path());
+    let (_a, a_sock) = controller(dir.path(), "a", &url);
+    serving(&a_sock, 20).expect("the first controller leads");
+    let (mut b, b_sock) = controller(dir.path(), "b", &url);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(UnixStream::connect(&b_sock).is_ok() && http(&b_sock, "GET", "/api/v1/cluster", None).0 == 503) {
+        assert!(Instant::now() < deadline, "b does not follow");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The leader's lease is the one its election key holds; every other is b's.
+    let name = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "teamster/leader");
+    let leader = etcd_call(&url, "/v3/election/leader", &format!(r#"{{"name": "{name}"}}"#));
+    let leading = leader["kv"]["lease"].as_str().unwrap().to_string();
+    let leases = etcd_call(&url, "/v3/lease/leases", "{}");
+    for l in leases["leases"].as_array().unwrap() {
+        let id = l["ID"].as_str().unwrap();
+        if id != leading {
+            etcd_call(&url, "/v3/lease/revoke", &format!(r#"{{"ID": "{id}"}}"#));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(LEASE_S + 10);
+    let status = loop {
+        if let Some(status) = b.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "b waits on with its lease gone");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status}");
+    // a still leads.
+    assert_eq!(http(&a_sock, "GET", "/api/v1/cluster", None).0, 200);
 }
 
 #[test]

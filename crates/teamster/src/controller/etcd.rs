@@ -210,12 +210,21 @@ async fn campaign(
             }
         }
     };
-    let (lapsed_tx, lapsed_rx) = tokio::sync::oneshot::channel::<String>();
+    let (lapsed_tx, mut lapsed_rx) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {
         let _ = lapsed_tx.send(kept.await);
     });
     println!("teamster controller: waiting to lead {prefix} at etcd {shown}");
-    let leader = client.campaign(&format!("{prefix}/leader"), who, lease).await?;
+    // A lease that lapses while this controller waits ends the wait: its campaign could never
+    // win, and a follower stuck in it would go on answering as if it could.
+    let election = format!("{prefix}/leader");
+    let leader = tokio::select! {
+        won = client.campaign(&election, who, lease) => won?,
+        why = &mut lapsed_rx => {
+            let why = why.unwrap_or_else(|_| "the lease keeper stopped".to_string());
+            return Err(format!("etcd {shown}: {why} while waiting to lead"));
+        }
+    };
     println!("teamster controller: leading {prefix} as {}", who.trim_end());
     let lapsed = async move {
         lapsed_rx
