@@ -593,6 +593,26 @@ fn a_state_directory_swapped_by_another_user_during_start_is_never_loaded() {
     assert_eq!(one_start(&state, &socket), Ok(vec!["legit".to_string()]));
 }
 
+/// A TLS controller's arguments: listening on `listen` with the token in `token`, presenting
+/// `cadir`'s `cert` and `key`, taking hosts' certificates signed by its `ca.pem`.
+fn tls_args(listen: &str, token: &Path, cadir: &Path, cert: &str, key: &str) -> Vec<String> {
+    let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
+    let token = token.to_str().unwrap().to_string();
+    [
+        "--listen".to_string(),
+        listen.to_string(),
+        "--token-file".to_string(),
+        token,
+        "--tls-cert".to_string(),
+        f(cert),
+        "--tls-key".to_string(),
+        f(key),
+        "--client-ca".to_string(),
+        f("ca.pem"),
+    ]
+    .to_vec()
+}
+
 /// Runs `teamster controller ca ARGS`: (exit code, standard error).
 fn ca(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
@@ -695,24 +715,9 @@ fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     let deny = dir.path().join("deny");
     std::fs::write(&deny, "# compromised\nhost3\n").unwrap();
-    let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
-    let mut c = start(
-        dir.path(),
-        &[
-            "--listen",
-            "0.0.0.0:0",
-            "--token-file",
-            token.to_str().unwrap(),
-            "--tls-cert",
-            &f("server-ctl.pem"),
-            "--tls-key",
-            &f("server-ctl.key"),
-            "--client-ca",
-            &f("ca.pem"),
-            "--deny-hosts",
-            deny.to_str().unwrap(),
-        ],
-    );
+    let mut args = tls_args("0.0.0.0:0", &token, &cadir, "server-ctl.pem", "server-ctl.key");
+    args.extend(["--deny-hosts".to_string(), deny.to_str().unwrap().to_string()]);
+    let mut c = start(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
     let port = tcp_address(&mut c).rsplit(':').next().unwrap().to_string();
     let url = format!("https://127.0.0.1:{port}");
     let ca_pem = cadir.join("ca.pem");
@@ -855,28 +860,17 @@ fn over_tls_a_host_acts_only_as_itself_and_operators_need_the_token() {
     drop(c);
 
     // Bad TLS arguments: a clear error naming them, exit 2.
-    let tls_args = |cert: &str, key: &str| {
-        let t = token.to_str().unwrap().to_string();
-        [
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-            &t,
-            "--tls-cert",
-            &f(cert),
-            "--tls-key",
-            &f(key),
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .chain(["--client-ca".to_string(), f("ca.pem")])
-        .collect::<Vec<_>>()
-    };
     let plain = ["--listen", "0.0.0.0:0", "--token-file", token.to_str().unwrap()].map(str::to_string);
     for (args, says) in [
         (plain.to_vec(), "needs TLS"),
-        (tls_args("ca.pem", "host-host1.key"), "certificate and key"),
-        (tls_args("server-ctl.pem", "missing.key"), "--tls-key"),
+        (
+            tls_args("127.0.0.1:0", &token, &cadir, "ca.pem", "host-host1.key"),
+            "certificate and key",
+        ),
+        (
+            tls_args("127.0.0.1:0", &token, &cadir, "server-ctl.pem", "missing.key"),
+            "--tls-key",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
             .arg("controller")
@@ -907,22 +901,8 @@ fn the_load_generator_drives_a_tls_controller() {
     let token = dir.path().join("token");
     std::fs::write(&token, "operator\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
-    let mut c = start(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-            token.to_str().unwrap(),
-            "--tls-cert",
-            &f("server-ctl.pem"),
-            "--tls-key",
-            &f("server-ctl.key"),
-            "--client-ca",
-            &f("ca.pem"),
-        ],
-    );
+    let args = tls_args("127.0.0.1:0", &token, &cadir, "server-ctl.pem", "server-ctl.key");
+    let mut c = start(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
     let port = tcp_address(&mut c).rsplit(':').next().unwrap().to_string();
     let pid = c.child.id().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_teamster"))

@@ -42,6 +42,16 @@ fn controller(dir: &Path, name: &str, etcd: &str) -> (Killed, PathBuf) {
     (Killed(child), socket)
 }
 
+/// Whether Debian's etcd is here to test with (a skip, said, where it may be missing; a
+/// failure where the live tests are required).
+fn have_etcd() -> bool {
+    let have = Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    live::skip_unless(have, "etcd (Debian's etcd-server)")
+}
+
 /// Waits (up to `secs`) until the controller at `socket` serves as the leader; how long that
 /// took.
 fn serving(socket: &Path, secs: u64) -> Option<Duration> {
@@ -61,11 +71,7 @@ fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, St
 
 #[test]
 fn one_controller_leads_and_the_other_takes_over_within_the_lease() {
-    let have = Command::new("etcd")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !live::skip_unless(have, "etcd (Debian's etcd-server)") {
+    if !have_etcd() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -120,11 +126,7 @@ fn etcd_call(url: &str, path: &str, body: &str) -> serde_json::Value {
 /// can no longer win while answering hosts as a follower.
 #[test]
 fn a_follower_whose_lease_lapses_stops() {
-    let have = Command::new("etcd")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !live::skip_unless(have, "etcd (Debian's etcd-server)") {
+    if !have_etcd() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

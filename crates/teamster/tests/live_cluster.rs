@@ -196,6 +196,22 @@ interval_ms = 200
     )
 }
 
+/// Runs `teamster controller ca ARGS --dir DIR`, which must succeed.
+fn ca_in(dir: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "ca"])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("timeout")
         .arg("20")
@@ -588,38 +604,14 @@ fn a_host_follows_the_leader_when_the_leader_is_killed() {
     let _topology = Cluster::up();
     let dir = tempfile::tempdir().unwrap();
     let cadir = dir.path().join("ca");
-    let ca = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-            .args(["controller", "ca"])
-            .args(args)
-            .args(["--dir", cadir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let ca = |args: &[&str]| ca_in(&cadir, args);
     ca(&["init"]);
     ca(&["issue-server", "controller", "--address", "127.0.0.1"]);
     ca(&["issue-host", "host1"]);
     // etcd trusts a CA of its own: one that signs hosts' certificates would let any host
     // write the cluster's state.
     let etcd_ca = dir.path().join("etcd-ca");
-    let e_ca = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-            .args(["controller", "ca"])
-            .args(args)
-            .args(["--dir", etcd_ca.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let e_ca = |args: &[&str]| ca_in(&etcd_ca, args);
     e_ca(&["init"]);
     e_ca(&["issue-server", "etcd", "--address", "127.0.0.1"]);
     e_ca(&["issue-client", "controller"]);
@@ -770,23 +762,9 @@ fn a_client_on_another_machine_reaches_the_tls_listener() {
     let dir = tempfile::tempdir().unwrap();
     let cadir = dir.path().join("ca");
     let bin = env!("CARGO_BIN_EXE_teamster");
-    for args in [
-        vec!["init"],
-        vec!["issue-server", "ctl", "--address", "10.251.7.1"],
-        vec!["issue-host", "host1"],
-    ] {
-        let out = Command::new(bin)
-            .args(["controller", "ca"])
-            .args(&args)
-            .args(["--dir", cadir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    ca_in(&cadir, &["init"]);
+    ca_in(&cadir, &["issue-server", "ctl", "--address", "10.251.7.1"]);
+    ca_in(&cadir, &["issue-host", "host1"]);
     let f = |n: &str| cadir.join(n).to_str().unwrap().to_string();
     let token = dir.path().join("token");
     std::fs::write(&token, "operator-token\n").unwrap();

@@ -191,6 +191,15 @@ impl Authority {
         Ok(Authority { cert, key })
     }
 
+    /// The CA kept in directory `dir`: `ca.pem` (its first certificate) and `ca.key` (its
+    /// owner's alone).
+    pub fn open(dir: &std::path::Path) -> Result<Authority, String> {
+        let cert = tls::read_certificates(&dir.join("ca.pem"), "CA certificate")?.remove(0);
+        let key = safe_file::read_private(&dir.join("ca.key"), "CA key")?;
+        let key = KeyPair::from_pem(&key).map_err(|_| "ca.key: not a usable PEM private key".to_string())?;
+        Ok(Authority { cert, key })
+    }
+
     /// The CA's certificate.
     pub fn certificate(&self) -> &CertificateDer<'static> {
         &self.cert
@@ -307,10 +316,7 @@ pub fn run(args: CaArgs) -> Result<(), String> {
 /// Issues `kind`'s certificate for `name` from the CA in `out.ca.dir`, written to `out.out`.
 fn issue(out: Issue, kind: Kind, name: &str) -> Result<(), String> {
     let ca_dir = TrustedDir::open(&out.ca.dir, "--dir")?;
-    let cert = tls::read_certificates(&ca_dir.path().join("ca.pem"), "CA certificate")?.remove(0);
-    let key = safe_file::read_private(&ca_dir.path().join("ca.key"), "CA key")?;
-    let key = KeyPair::from_pem(&key).map_err(|_| "ca.key: not a usable PEM private key".to_string())?;
-    let authority = Authority { cert, key };
+    let authority = Authority::open(ca_dir.path())?;
     let dir = match &out.out {
         Some(o) => TrustedDir::open_or_make(o, "--out", 0o700)?,
         None => ca_dir,

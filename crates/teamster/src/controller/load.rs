@@ -130,9 +130,7 @@ pub fn run(args: LoadArgs) -> Result<(), String> {
         return Err(format!("--url {}: expected https://HOST:PORT", args.url));
     }
     let ca_pem = args.ca_dir.join("ca.pem");
-    let cert = std::fs::read_to_string(&ca_pem).map_err(|e| format!("{}: {e}", ca_pem.display()))?;
-    let key = crate::live::safe_file::read_private(&args.ca_dir.join("ca.key"), "CA key")?;
-    let ca = super::ca::Authority::load(&cert, &key)?;
+    let ca = super::ca::Authority::open(&args.ca_dir)?;
     let cas = [ca.certificate().clone()];
     let operator = Target {
         socket: PathBuf::new(),

@@ -109,8 +109,7 @@ fn tls_of(args: &ControllerArgs) -> Result<Option<(Arc<rustls::ServerConfig>, ac
         return Ok(None);
     };
     let chain = crate::http::tls::read_certificates(cert, "--tls-cert")?;
-    let key_text = safe_file::read_private(key, "--tls-key")?;
-    let key = crate::http::tls::private_key(&key_text).map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let key = crate::http::tls::read_private_key(key, "--tls-key")?;
     let cas = crate::http::tls::read_certificates(ca, "--client-ca")?;
     let config = crate::http::tls::server_config(chain, key, &cas)?;
     let denied = match &args.deny_hosts {

@@ -69,17 +69,14 @@ pub fn tls_from_files(
 ) -> Result<Arc<rustls::ClientConfig>, String> {
     let cas = super::tls::read_certificates(ca, "CA certificate")?;
     let identity = match (cert, key) {
-        (Some(c), Some(k)) => Some((super::tls::read_certificates(c, "certificate")?, read_key(k)?)),
+        (Some(c), Some(k)) => Some((
+            super::tls::read_certificates(c, "certificate")?,
+            super::tls::read_private_key(k, "key")?,
+        )),
         (None, None) => None,
         _ => return Err("a client certificate needs both the certificate and its key".into()),
     };
     super::tls::client_config(&cas, identity)
-}
-
-/// The PEM private key of file `path`, which must be its owner's alone.
-fn read_key(path: &std::path::Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
-    let text = crate::live::safe_file::read_private(path, "key")?;
-    super::tls::private_key(&text).map_err(|e| format!("key {}: {e}", path.display()))
 }
 
 /// A name as one path segment of a URL: every byte but letters, digits and `-._~` escaped, so a

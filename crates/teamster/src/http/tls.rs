@@ -53,6 +53,13 @@ pub fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'
     certificates(&text).map_err(|e| format!("{what} {shown}: {e}"))
 }
 
+/// Reads the PEM private key of file `path`, which must be its owner's alone (see
+/// [`crate::live::safe_file::read_private`]); `what` names it in errors, which never echo it.
+pub fn read_private_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
+    let text = crate::live::safe_file::read_private(path, what)?;
+    private_key(&text).map_err(|e| format!("{what} {}: {e}", path.display()))
+}
+
 /// The certificates of PEM text, in order; at least one.
 pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
