@@ -179,3 +179,23 @@ fn a_controller_that_cannot_reach_etcd_says_so_and_exits() {
     assert!(started.elapsed() < Duration::from_secs(15));
     assert!(!dir.path().join("c.sock").exists(), "it served nothing");
 }
+
+/// A host timeout too short for the lease would have every host detach its VMs while the next
+/// controller takes the lead: refused at start, naming both and the least that works.
+#[test]
+fn a_host_timeout_shorter_than_a_failover_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
+        .args(["controller", "--etcd", "http://127.0.0.1:9", "--lease-s", "5"])
+        .args(["--host-timeout-s", "6", "--socket"])
+        .arg(dir.path().join("c.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--host-timeout-s 6 is too short for --lease-s 5") && err.contains("at least 9"),
+        "{err}"
+    );
+    assert!(!dir.path().join("c.sock").exists(), "it served nothing");
+}

@@ -7,8 +7,10 @@
 //! receiver, as the simulator's greedy sources): each VM's throughput follows it within 10% (or
 //! 2% of the line, for a VM whose model rate is a small part of it), and pings to each migrating VM are counted through its migration.
 
+mod controllers;
 mod etcd;
 mod netns;
+use controllers::{ca_in, ctl};
 use netns::*;
 
 use std::path::Path;
@@ -194,35 +196,6 @@ group = "vms"
 interval_ms = 200
 "#
     )
-}
-
-/// Runs `teamster controller ca ARGS --dir DIR`, which must succeed.
-fn ca_in(dir: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args(["controller", "ca"])
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("timeout")
-        .arg("20")
-        .arg(env!("CARGO_BIN_EXE_teamster"))
-        .args(["ctl", "--socket"])
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 fn must_ctl(socket: &Path, args: &[&str]) -> String {

@@ -59,6 +59,9 @@ struct Memory {
     /// The ports isolation detached: a controller whose state was lost meanwhile is offered
     /// them for adoption with the ones attached (they ran here until then).
     detached: Vec<PortFile>,
+    /// VMs the last answer took from this host: reported detached at once, not an interval
+    /// later, since their destination waits for that to attach them.
+    letting_go: Vec<String>,
 }
 
 /// The longest host timeout a controller may give (its --host-timeout-s range).
@@ -104,12 +107,15 @@ pub async fn run(state: ApiState, section: ControllerSection) {
                 None => std::future::pending().await,
             }
         };
+        // Isolation first: when its time has come and a report is due too, a turn started
+        // instead would run its requests past it (its bound is the isolation time, then gone).
         tokio::select! {
-            _ = tick.tick() => {}
+            biased;
             _ = isolate_now => {
                 isolate(&state, &section, &mut memory).await;
                 continue;
             }
+            _ = tick.tick() => {}
         }
         match turn(&state, &section, &mut controllers, &mut memory).await {
             Ok(notes) => {
@@ -119,6 +125,14 @@ pub async fn run(state: ApiState, section: ControllerSection) {
                 }
                 if !notes.is_empty() {
                     apply(&state, None, notes).await;
+                }
+                let gone = std::mem::take(&mut memory.letting_go);
+                if !gone.is_empty() {
+                    // Once the switch shows them detached (within an interval), report again.
+                    let mut shown = state.snapshots.clone();
+                    let detached = shown.wait_for(|s| !(s.ports.iter()).any(|p| p.attached && gone.contains(&p.name)));
+                    let _ = tokio::time::timeout(section.interval(), detached).await;
+                    tick.reset_immediately();
                 }
             }
             Err(e) => {
@@ -334,6 +348,10 @@ async fn turn(
     if known == told.cluster_id {
         // The controller that assigned them answers: what isolation detached is its to give.
         memory.detached.clear();
+        memory.letting_go = (attached.iter())
+            .filter(|n| !told.assignments.iter().any(|a| a.vm == **n))
+            .map(|n| n.to_string())
+            .collect();
         notes.extend(attach(state, section, &told.assignments, true, &mut memory.refused).await);
         return Ok(notes);
     }

@@ -3,9 +3,14 @@
 //! a change is checked whole and refused with a 4xx naming the problem; OpenAPI at
 //! `/openapi.json`, metrics at `/metrics`.
 //!
-//! A change is serialised behind one lock: made on a copy of the state, saved to the store,
-//! and only then in force. A store that cannot be written refuses the change (503) and
-//! changes nothing.
+//! Changes are made one at a time (the store's lock, held for the whole change): each is made
+//! on a copy of the state, saved to the store, and only then in force. A store that cannot be
+//! written refuses the change (503) and changes nothing. The state in force has a lock of its
+//! own, held only to read it or to take a report in place, never while the store writes: a
+//! slow store (etcd electing a new leader) delays changes, not the answers to hosts' reports,
+//! so no host isolates its VMs for it. A report that needs a change the store cannot keep
+//! is still answered (the host is heard, its assignments as they stand); its next report
+//! asks again.
 
 use super::access::{self, Access};
 use super::state::{
@@ -25,16 +30,36 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use utoipa::OpenApi;
 
-/// The state in force and its store, behind one lock.
+/// The state in force, behind its own lock.
 pub struct Shared {
     pub state: ClusterState,
-    pub store: Box<dyn Store>,
     /// Each host's VMs, for the answers to reports.
     pub index: view::AssignmentIndex,
 }
 
+/// The state in force, and the store whose lock makes changes one at a time.
 #[derive(Clone)]
-pub struct ControllerState(pub Arc<Mutex<Shared>>);
+pub struct ControllerState {
+    shared: Arc<Mutex<Shared>>,
+    store: Arc<Mutex<Box<dyn Store>>>,
+}
+
+impl ControllerState {
+    pub fn new(state: ClusterState, store: Box<dyn Store>) -> ControllerState {
+        ControllerState {
+            shared: Arc::new(Mutex::new(Shared {
+                state,
+                index: Default::default(),
+            })),
+            store: Arc::new(Mutex::new(store)),
+        }
+    }
+
+    /// The state in force, locked briefly.
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().await
+    }
+}
 
 /// Seconds since the epoch: the controller's clock for what it records and for its hosts'
 /// silence. It is the wall clock read once, at the first call, advanced by the monotonic
@@ -71,7 +96,7 @@ pub async fn watch_hosts(s: ControllerState) {
         tick.tick().await;
         // Looked at in place: the state is copied only when a host newly fails.
         let quiet = {
-            let state = &s.0.lock().await.state;
+            let state = &s.lock().await.state;
             state.failing(now_s()).is_empty() && state.restarts_due(now_s()).is_empty()
         };
         if quiet {
@@ -97,18 +122,27 @@ async fn change(
     s: &ControllerState,
     f: impl FnOnce(&mut ClusterState, u64) -> Result<Outcome, Refusal>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let mut shared = s.0.lock().await;
-    let mut next = shared.state.clone();
+    // One change at a time: the store's lock is held until the change is in force.
+    let store = s.store.clone().lock_owned().await;
+    let mut next = s.lock().await.state.clone();
     let out = f(&mut next, now_s())?;
     // A report that changed nothing but its time writes nothing: the time is kept in memory
     // (a controller that takes over reads the last saved one, and the host's next report
     // brings it up to date within an interval).
     if out.unchanged {
-        shared.state = next;
+        put_in_force(s, next).await;
         return Ok(Json(out));
     }
     let saving = std::time::Instant::now();
-    shared.store.save(&next).map_err(|e| {
+    // The write blocks (a file's fsync, etcd's answer): on a thread of its own, so that the
+    // answers to reports go on meanwhile.
+    let (store, next, saved) = tokio::task::spawn_blocking(move || {
+        let saved = store.save(&next);
+        (store, next, saved)
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the store's write: {e}")))?;
+    saved.map_err(|e| {
         eprintln!("teamster controller: {e}");
         ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -120,8 +154,16 @@ async fn change(
         saving.elapsed().as_micros() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    shared.state = next;
+    put_in_force(s, next).await;
+    drop(store);
     Ok(Json(out))
+}
+
+/// Puts `next` in force, keeping what reports taken in place said while it was made.
+async fn put_in_force(s: &ControllerState, mut next: ClusterState) {
+    let mut shared = s.lock().await;
+    next.keep_heard(&shared.state);
+    shared.state = next;
 }
 
 /// States saved to the store since start, and the time those saves took (for `/metrics`).
@@ -162,7 +204,7 @@ pub fn router(state: ControllerState, access: Access) -> Router {
 
 #[utoipa::path(get, path = "/api/v1/cluster", responses((status = 200, body = ClusterView)))]
 async fn cluster(State(s): State<ControllerState>) -> Json<ClusterView> {
-    Json(view::cluster(&s.0.lock().await.state, now_s()))
+    Json(view::cluster(&s.lock().await.state, now_s()))
 }
 
 #[utoipa::path(put, path = "/api/v1/hosts/{name}", params(("name" = String, Path)), request_body = HostShape,
@@ -205,11 +247,17 @@ async fn report(
     // Most reports change nothing but the host's time: taken in place, with no copy of the
     // state and nothing written. Others go through a change; their migrations are in the
     // cluster view, and the host needs its assignments.
-    let mut shared = s.0.lock().await;
+    let mut shared = s.lock().await;
     if !shared.state.touch(&name, &r, now_s())? {
         drop(shared);
-        let _migrations = change(&s, |c, now| c.report(&name, &r, now)).await?;
-        shared = s.0.lock().await;
+        let changed = change(&s, |c, now| c.report(&name, &r, now)).await;
+        shared = s.lock().await;
+        match changed {
+            Ok(_migrations) => {}
+            // Not kept (the store): the host is heard all the same and told what stands.
+            Err(e) if e.0 == StatusCode::SERVICE_UNAVAILABLE => shared.state.heard(&name, &r, now_s()),
+            Err(e) => return Err(e),
+        }
     }
     Ok(Json(Told {
         cluster_id: shared.state.cluster_id,
@@ -240,7 +288,7 @@ async fn adopt(
     for e in &out.events {
         println!("teamster controller: {e}");
     }
-    let mut shared = s.0.lock().await;
+    let mut shared = s.lock().await;
     Ok(Json(Adopted {
         events: out.events,
         assignments: {
@@ -293,7 +341,7 @@ async fn set_quota(
 
 /// Prometheus text: hosts, VMs, reservations that cannot be kept, migrations and faults kept.
 async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
-    let v = view::cluster(&s.0.lock().await.state, now_s());
+    let v = view::cluster(&s.lock().await.state, now_s());
     let lines = [
         ("teamster_controller_hosts", "Hosts registered.", v.hosts.len()),
         ("teamster_controller_vms", "VMs powered on.", v.vms.len()),
@@ -404,11 +452,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_change_the_store_cannot_keep_is_refused_and_changes_nothing() {
-        let s = ControllerState(Arc::new(Mutex::new(Shared {
-            state: ClusterState::default(),
-            store: Box::new(Unwritable),
-            index: Default::default(),
-        })));
+        let s = ControllerState::new(ClusterState::default(), Box::new(Unwritable));
         let shape: HostShape = serde_json::from_str(r#"{"uplinks": [{"name": "u", "capacity": "1G"}]}"#).unwrap();
         let e = change(&s, |c, now| c.register("h", shape, now)).await.err().unwrap();
         assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);
@@ -417,6 +461,6 @@ mod tests {
             "{}",
             e.1
         );
-        assert_eq!(s.0.lock().await.state, ClusterState::default());
+        assert_eq!(s.lock().await.state, ClusterState::default());
     }
 }

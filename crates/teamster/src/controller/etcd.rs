@@ -200,13 +200,29 @@ async fn campaign(
     let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
     // Kept alive from now on, while campaigning too; ends when the lease lapses.
     let keeper = client.clone();
+    // A keep-alive that fails (its member killed mid-call, an election under way) is tried
+    // again, through whichever member answers, until the lease's time has passed since the
+    // last one etcd answered: only then may another controller have taken the lead.
     let kept = async move {
+        let ttl = Duration::from_secs(ttl_s as u64);
+        let mut renewed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(every).await;
-            match keeper.lease_keep_alive(lease).await {
-                Ok(ttl) if ttl > 0 => {}
-                Ok(_) => return "etcd lease expired".to_string(),
-                Err(e) => return format!("etcd lease keep-alive failed: {e}"),
+            loop {
+                // Counted from when it was sent: etcd renewed the lease no sooner.
+                let sent = tokio::time::Instant::now();
+                // A call sent to a member whose leader just died is never answered: given a
+                // third of the lease, then sent again.
+                let answer = tokio::time::timeout(every, keeper.lease_keep_alive(lease)).await;
+                match answer.unwrap_or_else(|_| Err(format!("no answer within {every:?}"))) {
+                    Ok(left) if left > 0 => {
+                        renewed = sent;
+                        break;
+                    }
+                    Ok(_) => return "etcd lease expired".to_string(),
+                    Err(e) if renewed.elapsed() >= ttl => return format!("etcd lease keep-alive failed: {e}"),
+                    Err(_) => tokio::time::sleep(KEEP_ALIVE_RETRY).await,
+                }
             }
         }
     };
@@ -217,12 +233,23 @@ async fn campaign(
     println!("teamster controller: waiting to lead {prefix} at etcd {shown}");
     // A lease that lapses while this controller waits ends the wait: its campaign could never
     // win, and a follower stuck in it would go on answering as if it could.
+    // A campaign whose etcd member goes away (killed, cut off) is made again, on the lease it
+    // had, through whichever member answers: campaigning again with the same lease finds the
+    // same election key, so nothing is duplicated; the wait ends only when the lease lapses.
     let election = format!("{prefix}/leader");
-    let leader = tokio::select! {
-        won = client.campaign(&election, who, lease) => won?,
-        why = &mut lapsed_rx => {
-            let why = why.unwrap_or_else(|_| "the lease keeper stopped".to_string());
-            return Err(format!("etcd {shown}: {why} while waiting to lead"));
+    let leader = loop {
+        tokio::select! {
+            won = client.campaign(&election, who, lease) => match won {
+                Ok(leader) => break leader,
+                Err(e) => {
+                    eprintln!("teamster controller: {e}; campaigning again");
+                    tokio::time::sleep(CAMPAIGN_RETRY).await;
+                }
+            },
+            why = &mut lapsed_rx => {
+                let why = why.unwrap_or_else(|_| "the lease keeper stopped".to_string());
+                return Err(format!("etcd {shown}: {why} while waiting to lead"));
+            }
         }
     };
     println!("teamster controller: leading {prefix} as {}", who.trim_end());
@@ -243,13 +270,33 @@ async fn load(client: &Gateway, key: &str) -> Result<Option<ClusterState>, Strin
     }
 }
 
-/// Writes the state if this controller still leads (its election key as it won it).
+/// How long a keep-alive that failed waits before it is tried again.
+const KEEP_ALIVE_RETRY: Duration = Duration::from_millis(200);
+/// How long a campaign that failed (its etcd member gone) waits before it is made again.
+const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
+/// How long one attempt to save may take before it is made again, and how many are made: a
+/// write sent to a member whose leader just died is dropped by etcd, never answered, and the
+/// same write sent again once a new leader is elected (a second or two) goes through.
+const SAVE_ATTEMPT: Duration = Duration::from_millis(1500);
+const SAVE_ATTEMPTS: u32 = 3;
+
+/// Writes the state if this controller still leads (its election key as it won it). An
+/// attempt that etcd does not answer in time is made again (the same value under the same
+/// condition: writing it twice is writing it once).
 async fn save(client: &Gateway, leader: &Leadership, key: &str, bytes: Vec<u8>) -> Result<(), String> {
-    if client.put_if_leading(leader, key, &bytes).await? {
-        Ok(())
-    } else {
-        Err("this controller no longer leads; the change is not saved".into())
+    let mut why = String::new();
+    for _ in 0..SAVE_ATTEMPTS {
+        match tokio::time::timeout(SAVE_ATTEMPT, client.put_if_leading(leader, key, &bytes)).await {
+            Ok(Ok(true)) => return Ok(()),
+            Ok(Ok(false)) => return Err("this controller no longer leads; the change is not saved".into()),
+            Ok(Err(e)) => {
+                why = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(_) => why = format!("etcd {}: no answer to a write within {SAVE_ATTEMPT:?}", client.shown()),
+        }
     }
+    Err(format!("{why} ({SAVE_ATTEMPTS} attempts)"))
 }
 
 fn hostname() -> String {

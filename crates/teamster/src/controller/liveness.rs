@@ -156,7 +156,7 @@ impl ClusterState {
                     };
                     let rec = self.vms.get_mut(&name).expect("listed");
                     rec.host = placed.host;
-                    rec.moving_from = Some(host.to_string());
+                    self.begin_move(&name, host);
                     out.migrations.push(record.clone());
                     super::state::push(&mut self.migrations, record);
                 }

@@ -15,6 +15,7 @@ pub mod ca;
 pub mod etcd;
 pub mod etcd_gateway;
 pub mod follower;
+pub mod handover;
 pub mod liveness;
 pub mod load;
 pub mod state;
@@ -230,11 +231,7 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
             state.vms.len(),
             store.describe()
         );
-        let shared = api::ControllerState(Arc::new(tokio::sync::Mutex::new(api::Shared {
-            state,
-            store,
-            index: Default::default(),
-        })));
+        let shared = api::ControllerState::new(state, store);
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(crate::http::listen::serve(
             unix,
@@ -332,12 +329,27 @@ enum Pending {
     Campaign(etcd::Campaign),
 }
 
+/// How much longer than the etcd lease the host timeout must be (seconds): the isolation
+/// margin (two one-second report intervals and a second) and a second for the new leader to
+/// load the state and answer.
+pub const MIN_FAILOVER_MARGIN_S: u64 = 4;
+
 /// The store the arguments name: a campaign for etcd's (once this controller leads; its lease
 /// granted already, so etcd is reachable), or the embedded file.
 fn open_store(args: &ControllerArgs, advertise: Option<String>) -> Result<Pending, String> {
     if !args.etcd.is_empty() {
         if !(1..=60).contains(&args.lease_s) {
             return Err(format!("--lease-s {}: expected 1 to 60 seconds", args.lease_s));
+        }
+        // A host cut off for nearly its timeout detaches its VMs (two report intervals and a
+        // second before it); a new leader answers within the lease, a second to load the state
+        // and a report interval. Shorter, every failover would detach every VM.
+        let least = args.lease_s as u64 + MIN_FAILOVER_MARGIN_S;
+        if args.host_timeout_s < least {
+            return Err(format!(
+                "--host-timeout-s {} is too short for --lease-s {}: hosts would detach their VMs while the next controller takes the lead; give at least {least}",
+                args.host_timeout_s, args.lease_s
+            ));
         }
         teamster_core::host::check_name("prefix", &args.etcd_prefix).map_err(|e| format!("--etcd-prefix: {e}"))?;
         let tls = match &args.etcd_ca {

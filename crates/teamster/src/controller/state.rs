@@ -14,7 +14,7 @@
 //! nothing. Time is passed in (`now_s`, seconds since the epoch); nothing here does I/O.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use teamster_core::host::{self, ClassEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
 use teamster_core::ioc::Shares;
 use teamster_core::placement::{Cluster, Migration, Vm, Vnic};
@@ -98,6 +98,10 @@ pub struct HostRecord {
     /// When its VMs were last tried elsewhere, while it is down (in memory only).
     #[serde(skip)]
     pub restart_tried_s: u64,
+    /// VMs that left it and that it has not yet reported detached: their destinations are not
+    /// told to attach them until it has ([`super::handover`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub departing: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -318,6 +322,7 @@ impl ClusterState {
                 down_since_s: None,
                 up_again_s,
                 restart_tried_s: 0,
+                departing: was.map(|h| h.departing.clone()).unwrap_or_default(),
             },
         );
         next.commit(now_s, Outcome::default(), self, true)
@@ -519,13 +524,31 @@ impl ClusterState {
         // the host again (faults waiting for room are tried).
         let held_over = h.up_again_s.is_some() && self.held_down(host, now_s).is_none();
         let back = self.silent(host, now_s).is_some() || h.down_since_s.is_some() || held_over;
-        if !links_same || confirms || back {
+        if !links_same || confirms || back || self.releases(host, attached) {
             return Ok(false);
         }
-        let rec = self.hosts.get_mut(host).expect("found");
-        rec.reported_s = now_s;
-        rec.loads = r.loads.clone();
+        self.heard(host, r, now_s);
         Ok(true)
+    }
+
+    /// Host `host` was heard at `now_s` with report `r`: its time and measured rates, in place
+    /// (what [`Self::touch`] takes; also a report whose change the store could not keep).
+    pub fn heard(&mut self, host: &str, r: &HostReport, now_s: u64) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            rec.reported_s = rec.reported_s.max(now_s);
+            rec.loads = r.loads.clone();
+        }
+    }
+
+    /// Keeps in this state (a change about to be in force) what reports taken in place said
+    /// in `current` while the change was made: each host's latest report time and rates.
+    pub fn keep_heard(&mut self, current: &ClusterState) {
+        for (name, rec) in &mut self.hosts {
+            if let Some(now) = current.hosts.get(name).filter(|h| h.reported_s > rec.reported_s) {
+                rec.reported_s = now.reported_s;
+                rec.loads = now.loads.clone();
+            }
+        }
     }
 
     /// A host's report: its uplinks' link states and measured send rates, and the VMs whose
@@ -562,6 +585,7 @@ impl ClusterState {
                 v.moving_from = None;
             }
         }
+        next.release(host, attached);
         if let Some(since) = was_down {
             let why = format!(
                 "host up again: reporting after {} s down; takes no new VMs for {} s",
@@ -607,10 +631,7 @@ impl ClusterState {
             let record = migration_record(&m, now_s);
             let v = self.vms.get_mut(&m.vm).expect("placement moves VMs of the state");
             v.host = m.to.clone();
-            // A VM moved again before it arrived still comes from where it runs.
-            if v.moving_from.is_none() {
-                v.moving_from = Some(m.from.clone());
-            }
+            self.begin_move(&m.vm, &m.from);
             out.migrations.push(record.clone());
             push(&mut self.migrations, record);
         }
@@ -629,9 +650,10 @@ impl ClusterState {
         push(&mut self.faults, record);
     }
 
-    /// The assignments of host `host`: the VMs whose ports it should have attached.
+    /// The assignments of host `host`: the VMs whose ports it should have attached (those on
+    /// their way to it once their source has let go of them).
     pub fn assigned<'a>(&'a self, host: &'a str) -> impl Iterator<Item = (&'a String, &'a VmRecord)> + 'a {
-        self.vms.iter().filter(move |(_, v)| v.host == host)
+        (self.vms.iter()).filter(move |(n, v)| v.host == host && self.may_attach(n, v))
     }
 }
 

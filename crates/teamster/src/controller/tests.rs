@@ -472,6 +472,11 @@ fn the_assignment_index_follows_every_change() {
         ..VmChange::default()
     };
     s.set_vm("vm2", set, 3).unwrap();
+    assert!(
+        names(&mut index, &s, "host2").is_empty(),
+        "vm2 on its way: host1 holds it"
+    );
+    s.report("host1", &report(&[], &["vm1"]), 3).unwrap();
     assert_eq!(names(&mut index, &s, "host2"), ["vm2"], "vm2 moved");
     s.power_off("vm1", 4).unwrap();
     assert!(names(&mut index, &s, "host1").is_empty());
@@ -498,4 +503,90 @@ fn a_shorter_timeout_after_a_restart_waits_out_the_longer_one() {
     s.report("h1", &report(&[], &[]), 1070).unwrap();
     assert_eq!(s.silent("h1", 1075), None);
     assert!(s.silent("h1", 1086).is_some());
+}
+
+/// A migration is break before make: the destination is told to attach the VM only once the
+/// source has reported it detached; moved again before that, it still waits for its first
+/// source; from a down source, the destination is told at once.
+#[test]
+fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
+    let mut s = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    for h in ["h1", "h2", "h3"] {
+        s.register(h, shape(), 100).unwrap();
+    }
+    for (v, r) in [("a", 4000), ("b", 3000)] {
+        let mut p = vm(v, "h1");
+        p.reservation = Some(gbps(r));
+        s.power_on(p, 100).unwrap();
+    }
+    let names = |s: &ClusterState, h: &str| -> Vec<String> { s.assigned(h).map(|(n, _)| n.clone()).collect() };
+    s.report("h1", &report(&[], &["a", "b"]), 101).unwrap();
+    // b grows past what h1 holds with a: one of them moves.
+    let out = s
+        .set_vm(
+            "b",
+            VmChange {
+                reservation: Some(gbps(4000)),
+                ..VmChange::default()
+            },
+            102,
+        )
+        .unwrap();
+    let m = &out.migrations[0];
+    let (moved, to) = (m.vm.clone(), m.to.clone());
+    assert_eq!(m.from, "h1");
+    assert_eq!(s.vms[&moved].host, to);
+    assert!(!names(&s, &to).contains(&moved), "told before h1 let go");
+    assert!(!names(&s, "h1").contains(&moved), "h1 still told to keep it");
+    // h1 reports it still attached (its answer excluded it after this report was made).
+    s.report("h1", &report(&[], &["a", "b"]), 103).unwrap();
+    assert!(!names(&s, &to).contains(&moved));
+    // The destination claims it before it was told: the move ends, but that is its report.
+    // h1 reports without it: now the destination is told, and its report ends the move.
+    let still: Vec<&str> = ["a", "b"].into_iter().filter(|n| *n != moved).collect();
+    s.report("h1", &report(&[], &still), 104).unwrap();
+    assert!(s.hosts["h1"].departing.is_empty());
+    assert!(names(&s, &to).contains(&moved));
+    assert_eq!(s.vms[&moved].moving_from.as_deref(), Some("h1"));
+    let touched = s.touch(&to, &report(&[], &[&moved]), 105).unwrap();
+    assert!(!touched, "a report that ends a migration is a change");
+    s.report(&to, &report(&[], &[&moved]), 105).unwrap();
+    assert_eq!(s.vms[&moved].moving_from, None);
+
+    // Moved twice before the first destination was told: it still waits for its first source.
+    let other = if to == "h2" { "h3" } else { "h2" };
+    let mut s2 = s.clone();
+    let relocate = |s: &mut ClusterState, v: &str, from: &str, to: &str| {
+        s.vms.get_mut(v).unwrap().host = to.to_string();
+        s.begin_move(v, from);
+    };
+    relocate(&mut s2, still[0], "h1", &to);
+    relocate(&mut s2, still[0], &to, other);
+    assert_eq!(s2.vms[still[0]].moving_from.as_deref(), Some("h1"));
+    assert!(!names(&s2, other).contains(&still[0].to_string()));
+    s2.report("h1", &report(&[], &[]), 106).unwrap();
+    assert!(names(&s2, other).contains(&still[0].to_string()));
+
+    // The source goes silent and is failed: its VM restarts where it fits, told at once (a
+    // host cut off has detached its VMs by its own timer).
+    s.report(&to, &report(&[], &[&moved]), 110).unwrap();
+    s.report(other, &report(&[], &[]), 110).unwrap();
+    let out = s.fail_silent(116).unwrap();
+    let left: Vec<_> = out
+        .migrations
+        .iter()
+        .map(|m| (m.vm.as_str(), m.from.as_str()))
+        .collect();
+    assert_eq!(left, [(still[0], "h1")]);
+    let dest = out.migrations[0].to.clone();
+    assert!(names(&s, &dest).contains(&still[0].to_string()));
+    // h1 comes back still holding it (say, a stale report): the destination keeps it until
+    // h1 reports it let go.
+    s.report("h1", &report(&[], &[still[0]]), 117).unwrap();
+    assert!(!names(&s, &dest).contains(&still[0].to_string()));
+    s.report("h1", &report(&[], &[]), 118).unwrap();
+    assert!(names(&s, &dest).contains(&still[0].to_string()));
 }

@@ -177,7 +177,7 @@ impl AssignmentIndex {
         let names = self.by_host.get(host).map_or(&[][..], Vec::as_slice);
         (names.iter())
             .filter_map(|n| Some((n, s.vms.get(n)?)))
-            .filter(|(_, v)| v.host == host)
+            .filter(|(n, v)| v.host == host && s.may_attach(n, v))
             .map(|(name, v)| assignment(name, v))
             .collect()
     }

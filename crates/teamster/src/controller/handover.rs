@@ -1,0 +1,73 @@
+//! A VM's handover between hosts: break before make, so its MAC is never forwarded by two
+//! hosts at once.
+//!
+//! Model. A migration (remediation's, a down host's restart, an operator's change) reassigns
+//! the VM at once ([`super::state`]: the state holds every VM once), but the destination is
+//! not told to attach it until the source has let go of it. The source keeps the VM in its
+//! [`HostRecord::departing`] set from the move until it reports without the VM among its
+//! attached ports: it is answered without the VM from the move on, so a report that lacks it
+//! is one made after it detached it (a host's reports and their answers alternate). Only then
+//! does the VM appear in the destination's assignments ([`ClusterState::may_attach`]), and the
+//! destination's report of it attached ends the migration (`moving_from` cleared).
+//!
+//! A source that is down has let go by its own timer (a host cut off detaches its VMs before
+//! the controller fails it; one with `isolation = "keep"` never has its VMs moved), and one
+//! that no longer exists (deleted by the operator) forwards for nothing the controller gave
+//! it: the destination is told at once. A VM moved again before its destination was told
+//! still comes from its first source; once the destination was told, it comes from there.
+//!
+//! The cost of a report stays in proportion to the host's own VMs: only the departing set of
+//! the reporting host is read.
+//!
+//! [`HostRecord::departing`]: super::state::HostRecord::departing
+
+use super::state::{ClusterState, VmRecord};
+
+impl ClusterState {
+    /// Records that VM `name` leaves host `from` for where it is now assigned: its source is
+    /// `from` unless it was already on its way from a host that has not let go of it (its
+    /// destination then was never told, and the first source is still the one to wait for).
+    pub(super) fn begin_move(&mut self, name: &str, from: &str) {
+        let Some(v) = self.vms.get(name) else { return };
+        let waiting = (v.moving_from.as_deref()).is_some_and(|src| !self.released(name, src));
+        if waiting {
+            return;
+        }
+        if let Some(h) = self.hosts.get_mut(from) {
+            h.departing.insert(name.to_string());
+        }
+        self.vms.get_mut(name).expect("looked up").moving_from = Some(from.to_string());
+    }
+
+    /// Whether host `src` has let go of VM `name`: it reported without it since it left, or it
+    /// is down, or gone.
+    fn released(&self, name: &str, src: &str) -> bool {
+        self.hosts
+            .get(src)
+            .is_none_or(|h| h.down_since_s.is_some() || !h.departing.contains(name))
+    }
+
+    /// Whether VM `name` (record `v`) may be attached by the host it is assigned to: it is not
+    /// on its way from a host that still holds it.
+    pub fn may_attach(&self, name: &str, v: &VmRecord) -> bool {
+        (v.moving_from.as_deref()).is_none_or(|src| self.released(name, src))
+    }
+
+    /// Whether host `host`'s report with `attached` lets go of a departing VM (or names one the
+    /// host no longer needs to keep in its set): a change to record.
+    pub(super) fn releases(&self, host: &str, attached: &[String]) -> bool {
+        (self.hosts.get(host)).is_some_and(|h| (h.departing.iter()).any(|n| !attached.contains(n)))
+    }
+
+    /// Takes host `host`'s report of `attached`: the departing VMs it no longer has are let go
+    /// (the destination may attach them), and entries of VMs no longer moving from it dropped.
+    pub(super) fn release(&mut self, host: &str, attached: &[String]) {
+        let Some(h) = self.hosts.get(host) else { return };
+        let keep: std::collections::BTreeSet<String> = (h.departing.iter())
+            .filter(|n| attached.contains(n))
+            .filter(|n| (self.vms.get(*n)).is_some_and(|v| v.moving_from.as_deref() == Some(host)))
+            .cloned()
+            .collect();
+        self.hosts.get_mut(host).expect("looked up").departing = keep;
+    }
+}
