@@ -194,8 +194,90 @@ fn a_host_timeout_shorter_than_a_failover_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--host-timeout-s 6 is too short for --lease-s 5") && err.contains("at least 9"),
+        err.contains("--host-timeout-s 6 is too short for --lease-s 5") && err.contains("at least 13"),
         "{err}"
     );
     assert!(!dir.path().join("c.sock").exists(), "it served nothing");
+}
+
+/// The keys under `prefix` in etcd at `url`, decoded.
+fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
+    let b64 = |s: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().unwrap() += 1;
+    let body = format!(
+        r#"{{"key": "{}", "range_end": "{}", "keys_only": true}}"#,
+        b64(prefix.as_bytes()),
+        b64(&end)
+    );
+    let a = etcd_call(url, "/v3/kv/range", &body);
+    (a["kvs"].as_array().into_iter().flatten())
+        .map(|kv| {
+            let k = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, kv["key"].as_str().unwrap())
+                .unwrap();
+            String::from_utf8(k).unwrap()
+        })
+        .collect()
+}
+
+/// A cluster kept in etcd by an earlier controller (the whole state as one value under
+/// `teamster/state`) is served as it was, and written as records at the first change, the old
+/// value removed; a change then writes its own records alone.
+#[test]
+fn a_state_of_the_earlier_layout_in_etcd_is_served_and_moved_to_records() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, url) = etcd(dir.path());
+    let old = r#"{"hosts": {"h1": {"shape": {"uplinks": [{"name": "u1", "capacity": "10G"}], "traffic_classes": [{"class": "vm", "reservation": "7.5G"}]}, "registered_s": 1, "reported_s": 1}},
+        "vms": {"vm1": {"pool": "vm", "reservation": "1G", "shares": "normal", "limit": null, "host": "h1", "moving_from": null}},
+        "quotas": {}, "migrations": [], "faults": [], "generation": 4, "cluster_id": 77, "host_timeout_given_s": 3600}"#;
+    let b64 = |s: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    let put = format!(
+        r#"{{"key": "{}", "value": "{}"}}"#,
+        b64(b"teamster/state"),
+        b64(old.as_bytes())
+    );
+    etcd_call(&url, "/v3/kv/put", &put);
+    let (_a, a_sock) = controller(dir.path(), "a", &url);
+    serving(&a_sock, 20).expect("the controller leads");
+    let (_, body) = http(&a_sock, "GET", "/api/v1/cluster", None);
+    let c: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (c["cluster_id"].as_u64(), c["vms"][0]["name"].as_str()),
+        (Some(77), Some("vm1")),
+        "{body}"
+    );
+    assert_eq!(
+        etcd_keys(&url, "teamster/state"),
+        ["teamster/state"],
+        "untouched until a change"
+    );
+    let vm2 = r#"{"name": "vm2", "host": "h1", "reservation": "1G"}"#;
+    assert_eq!(http(&a_sock, "POST", "/api/v1/vms", Some(vm2)).0, 201);
+    assert!(etcd_keys(&url, "teamster/state").is_empty(), "the old value is gone");
+    assert_eq!(
+        etcd_keys(&url, "teamster/records/"),
+        [
+            "teamster/records/cluster",
+            "teamster/records/host/h1",
+            "teamster/records/vm/vm1",
+            "teamster/records/vm/vm2"
+        ]
+    );
+    // A restarted controller reads the records.
+    drop(_a);
+    let (_b, b_sock) = controller(dir.path(), "b", &url);
+    serving(&b_sock, 20).expect("the next controller leads");
+    let (_, body) = http(&b_sock, "GET", "/api/v1/cluster", None);
+    let c: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = (c["vms"].as_array().unwrap().iter())
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (c["cluster_id"].as_u64(), names),
+        (Some(77), vec!["vm1", "vm2"]),
+        "{body}"
+    );
 }

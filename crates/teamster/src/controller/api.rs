@@ -134,28 +134,45 @@ async fn change(
         return Ok(Json(out));
     }
     let saving = std::time::Instant::now();
+    // What it writes: the records that differ from the state in force (the last saved, but for
+    // what reports move in memory alone, which no record compares).
+    let delta = next
+        .delta(&s.lock().await.state)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    STORE_RECORDS.fetch_add(
+        (delta.puts.len() + delta.deletes.len()) as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // The write blocks (a file's fsync, etcd's answer): on a thread of its own, so that the
-    // answers to reports go on meanwhile.
-    let (store, next, saved) = tokio::task::spawn_blocking(move || {
-        let saved = store.save(&next);
-        (store, next, saved)
-    })
-    .await
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the store's write: {e}")))?;
-    saved.map_err(|e| {
-        eprintln!("teamster controller: {e}");
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("cannot save to the store, nothing changed: {e}"),
-        )
-    })?;
+    // answers to reports go on meanwhile. Saved and put in force by a task of its own too: a
+    // request given up by its client (its handler dropped) cannot leave a change saved that
+    // is not in force, for the next change to overwrite.
+    let shared = s.clone();
+    let landing = tokio::spawn(async move {
+        let written = tokio::task::spawn_blocking(move || {
+            let saved = store.save(&next, &delta);
+            (store, next, saved)
+        })
+        .await;
+        let (store, next, saved) = written.map_err(|e| format!("the store's write: {e}"))?;
+        if saved.is_ok() {
+            put_in_force(&shared, next).await;
+        }
+        drop(store);
+        saved.map_err(|e| {
+            eprintln!("teamster controller: {e}");
+            format!("cannot save to the store, nothing changed: {e}")
+        })
+    });
+    let landed = landing
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the store's write: {e}")))?;
+    landed.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
     STORE_SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     STORE_SAVE_MICROS.fetch_add(
         saving.elapsed().as_micros() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
-    put_in_force(s, next).await;
-    drop(store);
     Ok(Json(out))
 }
 
@@ -169,6 +186,8 @@ async fn put_in_force(s: &ControllerState, mut next: ClusterState) {
 /// States saved to the store since start, and the time those saves took (for `/metrics`).
 static STORE_SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static STORE_SAVE_MICROS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Records written or removed by those saves.
+static STORE_RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The router of a listener whose requests prove their role by `access` (see
 /// [`super::access`]).
@@ -254,8 +273,11 @@ async fn report(
         shared = s.lock().await;
         match changed {
             Ok(_migrations) => {}
-            // Not kept (the store): the host is heard all the same and told what stands.
-            Err(e) if e.0 == StatusCode::SERVICE_UNAVAILABLE => shared.state.heard(&name, &r, now_s()),
+            // Not kept (the store): the host is heard all the same and told what stands; but
+            // not by a controller that has learnt it no longer leads (it is stopping).
+            Err(e) if e.0 == StatusCode::SERVICE_UNAVAILABLE && !e.1.contains("no longer leads") => {
+                shared.state.heard(&name, &r, now_s())
+            }
             Err(e) => return Err(e),
         }
     }
@@ -373,6 +395,10 @@ async fn metrics(State(s): State<ControllerState>) -> impl IntoResponse {
     text.push_str(&crate::http::admission::TCP_TALLY.text());
     let saves = STORE_SAVES.load(std::sync::atomic::Ordering::Relaxed);
     let save_s = STORE_SAVE_MICROS.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+    let records = STORE_RECORDS.load(std::sync::atomic::Ordering::Relaxed);
+    text.push_str(&format!(
+        "# HELP teamster_controller_store_records Records written or removed by those saves (a change writes only what it changed).\n# TYPE teamster_controller_store_records counter\nteamster_controller_store_records_total {records}\n"
+    ));
     text.push_str(&format!(
         "# HELP teamster_controller_store_saves States saved to the store (each accepted change).\n# TYPE teamster_controller_store_saves counter\nteamster_controller_store_saves_total {saves}\n# HELP teamster_controller_store_save_seconds Time spent saving states to the store.\n# TYPE teamster_controller_store_save_seconds counter\nteamster_controller_store_save_seconds_total {save_s}\n"
     ));
@@ -442,7 +468,7 @@ mod tests {
         fn load(&self) -> Result<Option<ClusterState>, String> {
             Ok(None)
         }
-        fn save(&self, _: &ClusterState) -> Result<(), String> {
+        fn save(&self, _: &ClusterState, _: &super::super::records::Delta) -> Result<(), String> {
             Err("the disk is full".into())
         }
         fn describe(&self) -> String {

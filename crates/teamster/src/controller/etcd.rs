@@ -4,9 +4,13 @@
 //! and campaigns with it for the election `<prefix>/leader`; etcd makes one campaigner the
 //! leader, and a leader whose lease lapses (the process killed, cut off from etcd) is one no
 //! longer, so the next campaigner wins within `ttl`. Only the leader serves the API: the
-//! others wait in the campaign. The state is one JSON value under `<prefix>/state`, written in
-//! a transaction that holds only while the writer's election key still exists as it was when it
-//! won: a deposed leader cannot overwrite its successor. A leader that loses its lease stops
+//! others wait in the campaign. The state is records under `<prefix>/records/`
+//! ([`super::records`]: `host/NAME`, `vm/NAME`, `cluster`), a change writing only its delta,
+//! in transactions that hold only while the writer's election key still exists as it was when
+//! it won: a deposed leader cannot overwrite its successor. A delta larger than one
+//! transaction (etcd's 128 operations) is cut into several, hosts before VMs before the
+//! cluster's record; a state in the earlier layout (one value under `<prefix>/state`) is read,
+//! written whole as records at the first save, and then removed. A leader that loses its lease stops
 //! acting at once (the process exits, its supervisor restarts it, and it campaigns again); a
 //! new leader loads the stored state and goes on from there.
 //!
@@ -16,21 +20,33 @@
 //! jobs and wait for the answer.
 
 use super::etcd_gateway::{Gateway, Leadership};
+use super::records::Delta;
 use super::state::ClusterState;
 use super::store::Store;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// What the store's thread is asked.
+/// What the store's thread is asked: to load (the state, and whether it was in the earlier
+/// layout), or to write (keys under the prefix: deletes, each of a key or of every key under
+/// it, then puts).
 enum Job {
-    Load(mpsc::Sender<Result<Option<ClusterState>, String>>),
-    Save(Vec<u8>, mpsc::Sender<Result<(), String>>),
+    Load(mpsc::Sender<Result<(Option<ClusterState>, bool), String>>),
+    Save(Writes, mpsc::Sender<Result<(), String>>),
+}
+
+/// One save's writes, keys in full.
+struct Writes {
+    deletes: Vec<(String, bool)>,
+    puts: Vec<(String, Vec<u8>)>,
 }
 
 /// The etcd store of a controller that leads.
 pub struct EtcdStore {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     endpoints: String,
+    prefix: String,
+    /// The state was read from the earlier layout (`<prefix>/state`): written whole next.
+    legacy: std::sync::atomic::AtomicBool,
 }
 
 /// A controller's campaign under way: its lease is granted, and it leads once [`Campaign::won`]
@@ -41,6 +57,7 @@ pub struct Campaign {
     shown: String,
     client: Gateway,
     election: String,
+    prefix: String,
 }
 
 impl Campaign {
@@ -50,6 +67,8 @@ impl Campaign {
             Ok(Ok(())) => Ok(EtcdStore {
                 jobs: self.jobs,
                 endpoints: self.shown,
+                prefix: self.prefix,
+                legacy: Default::default(),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!("etcd {}: the store's thread ended", self.shown)),
@@ -96,7 +115,7 @@ impl EtcdStore {
         lost: impl FnOnce(String) + Send + 'static,
     ) -> Result<Campaign, String> {
         let shown = client.shown().to_string();
-        let (gateway, election) = (client.clone(), format!("{prefix}/leader"));
+        let (gateway, election, store_prefix) = (client.clone(), format!("{prefix}/leader"), prefix.clone());
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let (jobs, mut todo) = tokio::sync::mpsc::unbounded_channel::<Job>();
         let who = format!(
@@ -124,22 +143,44 @@ impl EtcdStore {
                         }
                     };
                     let _ = ready_tx.send(Ok(()));
-                    let state_key = format!("{prefix}/state");
                     let mut lease_lost = std::pin::pin!(lease_lost);
+                    // The election key is looked at every third of the lease: a leader whose
+                    // key is gone (another may lead) stops, whether or not it writes.
+                    let mut look = tokio::time::interval(Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100)));
+                    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     loop {
                         tokio::select! {
                             why = &mut lease_lost => {
                                 lost(why);
                                 return;
                             }
+                            _ = look.tick() => {
+                                if let Ok(false) = client.still_leads(&leader).await {
+                                    lost(DEPOSED.to_string());
+                                    return;
+                                }
+                            }
                             job = todo.recv() => match job {
                                 None => return,
                                 Some(Job::Load(answer)) => {
-                                    let _ = answer.send(load(&client, &state_key).await);
+                                    let _ = answer.send(load(&client, &prefix).await);
                                 }
-                                Some(Job::Save(bytes, answer)) => {
-                                    let _ = answer.send(save(&client, &leader, &state_key, bytes).await);
-                                }
+                                // A save races the lease: one that lapses meanwhile ends
+                                // the leadership at once, not when the write gives up.
+                                Some(Job::Save(writes, answer)) => tokio::select! {
+                                    saved = save(&client, &leader, writes) => {
+                                        let deposed = matches!(&saved, Err(e) if e == DEPOSED);
+                                        let _ = answer.send(saved);
+                                        if deposed {
+                                            lost(DEPOSED.to_string());
+                                            return;
+                                        }
+                                    }
+                                    why = &mut lease_lost => {
+                                        lost(why);
+                                        return;
+                                    }
+                                },
                             },
                         }
                     }
@@ -154,6 +195,7 @@ impl EtcdStore {
                 shown,
                 client: gateway,
                 election,
+                prefix: store_prefix,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!("etcd {shown}: the store's thread ended")),
@@ -172,12 +214,46 @@ impl EtcdStore {
 
 impl Store for EtcdStore {
     fn load(&self) -> Result<Option<ClusterState>, String> {
-        self.ask(Job::Load)
+        let (state, legacy) = self.ask(Job::Load)?;
+        self.legacy.store(legacy, std::sync::atomic::Ordering::Relaxed);
+        Ok(state)
     }
 
-    fn save(&self, state: &ClusterState) -> Result<(), String> {
-        let bytes = serde_json::to_vec(state).map_err(|e| e.to_string())?;
-        self.ask(|tx| Job::Save(bytes, tx))
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
+        let records = records_prefix(&self.prefix);
+        let legacy = self.legacy.load(std::sync::atomic::Ordering::Relaxed);
+        let whole;
+        let delta = if legacy {
+            // Written anew: whatever records a half-made earlier move left go first (in a
+            // transaction of their own: etcd refuses one that deletes a range and puts in it).
+            let clear = Writes {
+                deletes: vec![(records.clone(), true)],
+                puts: Vec::new(),
+            };
+            self.ask(|tx| Job::Save(clear, tx))?;
+            whole = state.records()?;
+            &whole
+        } else {
+            delta
+        };
+        if delta.is_empty() {
+            return Ok(());
+        }
+        let writes = Writes {
+            deletes: (delta.deletes.iter()).map(|k| (format!("{records}{k}"), false)).collect(),
+            puts: (delta.puts.iter()).map(|(k, v)| (format!("{records}{k}"), v.clone())).collect(),
+        };
+        self.ask(|tx| Job::Save(writes, tx))?;
+        if legacy {
+            // The old value goes once the records hold the whole state.
+            let old = Writes {
+                deletes: vec![(format!("{}/state", self.prefix), false)],
+                puts: Vec::new(),
+            };
+            self.ask(|tx| Job::Save(old, tx))?;
+        }
+        self.legacy.store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -195,6 +271,8 @@ async fn campaign(
     granted: &mpsc::Sender<Result<(), String>>,
 ) -> Result<(Gateway, Leadership, impl std::future::Future<Output = String>), String> {
     let shown = client.shown().to_string();
+    // The lease runs from no sooner than its grant was asked for.
+    let mut renewed = tokio::time::Instant::now();
     let lease = client.lease_grant(ttl_s).await?;
     let _ = granted.send(Ok(()));
     let every = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
@@ -205,23 +283,28 @@ async fn campaign(
     // last one etcd answered: only then may another controller have taken the lead.
     let kept = async move {
         let ttl = Duration::from_secs(ttl_s as u64);
-        let mut renewed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(every).await;
             loop {
+                // Each attempt ends by the lease's end at the latest: past it, another
+                // controller may lead, and this one must stop.
+                let left = (renewed + ttl).saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return "etcd lease keep-alive failed: no renewal within the lease".to_string();
+                }
                 // Counted from when it was sent: etcd renewed the lease no sooner.
                 let sent = tokio::time::Instant::now();
                 // A call sent to a member whose leader just died is never answered: given a
                 // third of the lease, then sent again.
-                let answer = tokio::time::timeout(every, keeper.lease_keep_alive(lease)).await;
-                match answer.unwrap_or_else(|_| Err(format!("no answer within {every:?}"))) {
-                    Ok(left) if left > 0 => {
+                let answer = tokio::time::timeout(every.min(left), keeper.lease_keep_alive(lease)).await;
+                match answer {
+                    Ok(Ok(ttl_left)) if ttl_left > 0 => {
                         renewed = sent;
                         break;
                     }
-                    Ok(_) => return "etcd lease expired".to_string(),
-                    Err(e) if renewed.elapsed() >= ttl => return format!("etcd lease keep-alive failed: {e}"),
-                    Err(_) => tokio::time::sleep(KEEP_ALIVE_RETRY).await,
+                    Ok(Ok(_)) => return "etcd lease expired".to_string(),
+                    Ok(Err(_)) => tokio::time::sleep(KEEP_ALIVE_RETRY.min(left)).await,
+                    Err(_) => {}
                 }
             }
         }
@@ -261,46 +344,152 @@ async fn campaign(
     Ok((client, leader, lapsed))
 }
 
-async fn load(client: &Gateway, key: &str) -> Result<Option<ClusterState>, String> {
-    match client.get(key).await? {
-        None => Ok(None),
+/// Where the records are kept under the prefix.
+fn records_prefix(prefix: &str) -> String {
+    format!("{prefix}/records/")
+}
+
+/// The state under `prefix`: its records, or else the earlier layout's one value (`<prefix>/state`,
+/// said with `true`: to be written anew), or none.
+async fn load(client: &Gateway, prefix: &str) -> Result<(Option<ClusterState>, bool), String> {
+    let records = records_prefix(prefix);
+    let all = client.range_prefix(&records).await?;
+    let read = (all.iter()).map(|(k, v)| (k.strip_prefix(records.as_str()).unwrap_or(k), v.as_slice()));
+    if let Some(state) = ClusterState::from_records(read).map_err(|e| format!("etcd {records}: {e}"))? {
+        return Ok((Some(state), false));
+    }
+    let key = format!("{prefix}/state");
+    match client.get(&key).await? {
+        None => Ok((None, false)),
         Some(value) => serde_json::from_slice(&value)
-            .map(Some)
+            .map(|s| (Some(s), true))
             .map_err(|e| format!("etcd {key}: {e}")),
     }
 }
 
+/// How many operations one transaction holds at most (etcd's `--max-txn-ops` is 128 unless
+/// raised), and how many bytes of values (its `--max-request-bytes` is 1.5 MiB, and the
+/// gateway's base64 makes four bytes of three).
+const TXN_OPS: usize = 128;
+const TXN_BYTES: usize = 768 * 1024;
+
+/// Cuts `writes` into transactions under etcd's limits, in order: deletes, then puts (the
+/// cluster's record, the last put, in the last).
+fn batches(writes: Writes) -> Vec<Writes> {
+    let mut out = vec![Writes {
+        deletes: Vec::new(),
+        puts: Vec::new(),
+    }];
+    let mut bytes = 0;
+    let full = |w: &Writes, more: usize, bytes: usize| {
+        w.deletes.len() + w.puts.len() >= TXN_OPS || (bytes + more > TXN_BYTES && !w.puts.is_empty())
+    };
+    for d in writes.deletes {
+        if full(out.last().expect("one"), 0, bytes) {
+            out.push(Writes {
+                deletes: Vec::new(),
+                puts: Vec::new(),
+            });
+            bytes = 0;
+        }
+        out.last_mut().expect("one").deletes.push(d);
+    }
+    for (k, v) in writes.puts {
+        if full(out.last().expect("one"), k.len() + v.len(), bytes) {
+            out.push(Writes {
+                deletes: Vec::new(),
+                puts: Vec::new(),
+            });
+            bytes = 0;
+        }
+        bytes += k.len() + v.len();
+        out.last_mut().expect("one").puts.push((k, v));
+    }
+    out
+}
+
+/// What a write says when etcd refused it because another controller leads now: this one
+/// stops at once.
+const DEPOSED: &str = "this controller no longer leads (its election key is gone); the change is not saved";
 /// How long a keep-alive that failed waits before it is tried again.
 const KEEP_ALIVE_RETRY: Duration = Duration::from_millis(200);
 /// How long a campaign that failed (its etcd member gone) waits before it is made again.
 const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
-/// How long one attempt to save may take before it is made again, and how many are made: a
+/// How long one attempt to write may take before it is made again, and how many are made: a
 /// write sent to a member whose leader just died is dropped by etcd, never answered, and the
 /// same write sent again once a new leader is elected (a second or two) goes through.
 const SAVE_ATTEMPT: Duration = Duration::from_millis(1500);
 const SAVE_ATTEMPTS: u32 = 3;
 
-/// Writes the state if this controller still leads (its election key as it won it). An
-/// attempt that etcd does not answer in time is made again (the same value under the same
-/// condition: writing it twice is writing it once).
-async fn save(client: &Gateway, leader: &Leadership, key: &str, bytes: Vec<u8>) -> Result<(), String> {
-    let mut why = String::new();
-    for _ in 0..SAVE_ATTEMPTS {
-        match tokio::time::timeout(SAVE_ATTEMPT, client.put_if_leading(leader, key, &bytes)).await {
-            Ok(Ok(true)) => return Ok(()),
-            Ok(Ok(false)) => return Err("this controller no longer leads; the change is not saved".into()),
-            Ok(Err(e)) => {
-                why = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
+/// Writes `writes` if this controller still leads (its election key as it won it), in as many
+/// transactions as etcd's limits need (a change that moves hundreds of VMs): each record is
+/// whole in one, hosts before VMs before the cluster's record, so a controller killed between
+/// two finds every VM on one host. An attempt that etcd does not answer in time is made again
+/// (the same values under the same condition: writing them twice is writing them once).
+async fn save(client: &Gateway, leader: &Leadership, writes: Writes) -> Result<(), String> {
+    for batch in batches(writes) {
+        let mut why = String::new();
+        let mut done = false;
+        for _ in 0..SAVE_ATTEMPTS {
+            let attempt = client.txn_if_leading(leader, &batch.puts, &batch.deletes);
+            match tokio::time::timeout(SAVE_ATTEMPT, attempt).await {
+                Ok(Ok(true)) => {
+                    done = true;
+                    break;
+                }
+                Ok(Ok(false)) => return Err(DEPOSED.into()),
+                Ok(Err(e)) => {
+                    why = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(_) => why = format!("etcd {}: no answer to a write within {SAVE_ATTEMPT:?}", client.shown()),
             }
-            Err(_) => why = format!("etcd {}: no answer to a write within {SAVE_ATTEMPT:?}", client.shown()),
+        }
+        if !done {
+            return Err(format!("{why} ({SAVE_ATTEMPTS} attempts)"));
         }
     }
-    Err(format!("{why} ({SAVE_ATTEMPTS} attempts)"))
+    Ok(())
 }
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "controller".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delta larger than etcd takes in one transaction is cut in order: deletes first, puts
+    /// after, none over 128 operations or about 768 KiB of values, the last put (the
+    /// cluster's record) in the last.
+    #[test]
+    fn a_large_delta_is_cut_under_etcds_limits_in_order() {
+        let puts: Vec<(String, Vec<u8>)> = (0..300).map(|i| (format!("p/vm/{i:03}"), vec![0; 10])).collect();
+        let deletes: Vec<(String, bool)> = (0..5).map(|i| (format!("p/vm/gone{i}"), false)).collect();
+        let out = batches(Writes {
+            deletes: deletes.clone(),
+            puts: puts.clone(),
+        });
+        assert!(out.iter().all(|b| b.deletes.len() + b.puts.len() <= TXN_OPS));
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].deletes, deletes);
+        let flat: Vec<(String, Vec<u8>)> = out.iter().flat_map(|b| b.puts.clone()).collect();
+        assert_eq!(flat, puts, "every put once, in order");
+        // Large values: cut by bytes.
+        let big: Vec<(String, Vec<u8>)> = (0..4).map(|i| (format!("p/host/{i}"), vec![0; 300 * 1024])).collect();
+        let out = batches(Writes {
+            deletes: Vec::new(),
+            puts: big,
+        });
+        assert_eq!(out.iter().map(|b| b.puts.len()).collect::<Vec<_>>(), [2, 2]);
+        // One value larger than the limit still goes, alone.
+        let huge = batches(Writes {
+            deletes: Vec::new(),
+            puts: vec![("p/host/x".into(), vec![0; TXN_BYTES + 1])],
+        });
+        assert_eq!(huge.len(), 1);
+    }
 }

@@ -35,6 +35,9 @@ pub struct Gateway {
     endpoints: Vec<String>,
     shown: String,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The endpoint tried first; moved on by a call that fails, so that retries go to another
+    /// member (one that takes connections but has lost its quorum answers nothing in time).
+    first: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The leadership a campaign won: the election key, its creation revision, and the lease.
@@ -87,6 +90,7 @@ impl Gateway {
             endpoints: hosts,
             shown,
             tls,
+            first: Default::default(),
         })
     }
 
@@ -121,7 +125,7 @@ impl Gateway {
             "value": BASE64.encode(value),
             "lease": lease.to_string(),
         });
-        let a = self.call_waiting("/v3/election/campaign", body).await?;
+        let a = (self.call_waiting("/v3/election/campaign", body).await).inspect_err(|_| self.move_on())?;
         let l = a.get("leader").ok_or_else(|| self.odd("election/campaign", &a))?;
         let key = (l.get("key").and_then(Value::as_str))
             .and_then(|k| BASE64.decode(k).ok())
@@ -163,6 +167,65 @@ impl Gateway {
     /// Puts `value` at `key` if `leader`'s election key still has the creation revision it won
     /// with (the campaigner still leads): whether it did.
     pub async fn put_if_leading(&self, leader: &Leadership, key: &str, value: &[u8]) -> Result<bool, String> {
+        self.txn_if_leading(leader, &[(key.to_string(), value.to_vec())], &[])
+            .await
+    }
+
+    /// Every key under `prefix` with its value, in key order, read a page at a time (an
+    /// answer stays well under the gateway's size limits however many records there are).
+    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let end = prefix_end(prefix.as_bytes());
+        let mut from = prefix.as_bytes().to_vec();
+        let mut all = Vec::new();
+        loop {
+            let body = json!({
+                "key": BASE64.encode(&from),
+                "range_end": BASE64.encode(&end),
+                "limit": RANGE_PAGE.to_string(),
+            });
+            let a = self.call("/v3/kv/range", body).await?;
+            let kvs = a.get("kvs").and_then(Value::as_array).cloned().unwrap_or_default();
+            for kv in &kvs {
+                let key = (kv.get("key").and_then(Value::as_str))
+                    .and_then(|k| BASE64.decode(k).ok())
+                    .and_then(|k| String::from_utf8(k).ok())
+                    .ok_or_else(|| self.odd("kv/range", &a))?;
+                let value = match kv.get("value").and_then(Value::as_str) {
+                    None => Vec::new(),
+                    Some(v) => BASE64.decode(v).map_err(|_| self.odd("kv/range", &a))?,
+                };
+                all.push((key, value));
+            }
+            let more = a.get("more").and_then(Value::as_bool).unwrap_or(false);
+            match all.last() {
+                Some((last, _)) if more && !kvs.is_empty() => {
+                    from = last.as_bytes().to_vec();
+                    from.push(0);
+                }
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// Puts `puts` and deletes `deletes` (a key, or with `prefix` true every key under it) in
+    /// one transaction, if `leader` still leads: whether it did.
+    pub async fn txn_if_leading(
+        &self,
+        leader: &Leadership,
+        puts: &[(String, Vec<u8>)],
+        deletes: &[(String, bool)],
+    ) -> Result<bool, String> {
+        let mut ops: Vec<Value> = Vec::with_capacity(puts.len() + deletes.len());
+        for (key, prefix) in deletes {
+            let mut d = json!({ "key": BASE64.encode(key) });
+            if *prefix {
+                d["range_end"] = json!(BASE64.encode(prefix_end(key.as_bytes())));
+            }
+            ops.push(json!({ "request_delete_range": d }));
+        }
+        for (key, value) in puts {
+            ops.push(json!({ "request_put": { "key": BASE64.encode(key), "value": BASE64.encode(value) } }));
+        }
         let body = json!({
             "compare": [{
                 "target": "CREATE",
@@ -170,7 +233,7 @@ impl Gateway {
                 "key": BASE64.encode(&leader.key),
                 "create_revision": leader.rev.to_string(),
             }],
-            "success": [{ "request_put": { "key": BASE64.encode(key), "value": BASE64.encode(value) } }],
+            "success": ops,
         });
         let a = self.call("/v3/kv/txn", body).await?;
         Ok(a.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
@@ -186,12 +249,35 @@ impl Gateway {
     /// A call that answers at once: bounded to [`REQUEST_TIMEOUT`].
     async fn call(&self, path: &str, body: Value) -> Result<Value, String> {
         match tokio::time::timeout(REQUEST_TIMEOUT, self.call_waiting(path, body)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(format!(
-                "etcd {}{path}: no answer within {REQUEST_TIMEOUT:?}",
-                self.shown
-            )),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => {
+                self.move_on();
+                Err(e)
+            }
+            Err(_) => {
+                self.move_on();
+                Err(format!(
+                    "etcd {}{path}: no answer within {REQUEST_TIMEOUT:?}",
+                    self.shown
+                ))
+            }
         }
+    }
+
+    /// The next call starts at the next endpoint.
+    fn move_on(&self) {
+        self.first.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `leader`'s election key still exists as it was won (its creation revision):
+    /// false once it was deleted, say by a campaign of this lease that etcd cancelled and
+    /// resigned after a retry had found the key.
+    pub async fn still_leads(&self, leader: &Leadership) -> Result<bool, String> {
+        let a = self
+            .call("/v3/kv/range", json!({ "key": BASE64.encode(&leader.key) }))
+            .await?;
+        let kv = a.get("kvs").and_then(Value::as_array).and_then(|k| k.first());
+        Ok(kv.is_some_and(|kv| int(kv, "create_revision") == Some(leader.rev)))
     }
 
     /// Posts `body` to `path` at the first endpoint that takes a connection; the answer as JSON,
@@ -199,7 +285,9 @@ impl Gateway {
     async fn call_waiting(&self, path: &str, body: Value) -> Result<Value, String> {
         let mut why = Vec::new();
         let mut stream = None;
-        for host in &self.endpoints {
+        let n = self.endpoints.len();
+        let first = self.first.load(std::sync::atomic::Ordering::Relaxed);
+        for host in (0..n).map(|k| &self.endpoints[(first + k) % n]) {
             match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(host.as_str())).await {
                 Ok(Ok(s)) => {
                     stream = Some((host, s));
@@ -253,6 +341,23 @@ impl Gateway {
             None => Ok(value),
         }
     }
+}
+
+/// Keys read per page of a range.
+const RANGE_PAGE: usize = 1000;
+
+/// The end of the range of keys that start with `prefix` (etcd's `range_end`): the prefix with
+/// its last byte below 0xff incremented, the bytes after it dropped.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: to the end of the keys.
+    vec![0]
 }
 
 /// A 64-bit integer field of a gateway answer: a decimal string, or a number.
@@ -353,6 +458,20 @@ mod tests {
         assert!(!g.put_if_leading(&first, "t/state", b"stale").await.unwrap());
         assert!(g.put_if_leading(&second, "t/state", b"two").await.unwrap());
         assert_eq!(g.get("t/state").await.unwrap().as_deref(), Some(&b"two"[..]));
+        // Records: many puts and deletes in one transaction, read back a page at a time.
+        let puts: Vec<(String, Vec<u8>)> = (0..2500).map(|i| (format!("t/r/k{i:05}"), vec![b'x'; 3])).collect();
+        for chunk in puts.chunks(100) {
+            assert!(g.txn_if_leading(&second, chunk, &[]).await.unwrap());
+        }
+        assert!(!g.txn_if_leading(&first, &puts[..1], &[]).await.unwrap(), "deposed");
+        let read = g.range_prefix("t/r/").await.unwrap();
+        assert_eq!(read, puts, "every record, in key order, across pages");
+        let gone = [("t/r/k00000".to_string(), false), ("t/r/k01".to_string(), true)];
+        assert!(g.txn_if_leading(&second, &[], &gone).await.unwrap());
+        assert_eq!(g.range_prefix("t/r/").await.unwrap().len(), 2500 - 1 - 1000);
+        assert!(g.range_prefix("t/none/").await.unwrap().is_empty());
+        assert_eq!(prefix_end(b"a/"), b"a0");
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b");
         let _ = child.kill();
         let _ = child.wait();
         let e = g.get("t/state").await.unwrap_err();

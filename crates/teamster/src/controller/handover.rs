@@ -11,9 +11,9 @@
 //! destination's report of it attached ends the migration (`moving_from` cleared).
 //!
 //! A source that is down has let go by its own timer (a host cut off detaches its VMs before
-//! the controller fails it; one with `isolation = "keep"` never has its VMs moved), and one
-//! that no longer exists (deleted by the operator) forwards for nothing the controller gave
-//! it: the destination is told at once. A VM moved again before its destination was told
+//! the controller fails it), unless it keeps forwarding when cut off (`isolation = "keep"`:
+//! then only its report lets go); and one that no longer exists was deleted by the operator,
+//! which is refused while it runs VMs and is heard: the destination is told at once. A VM moved again before its destination was told
 //! still comes from its first source; once the destination was told, it comes from there.
 //!
 //! The cost of a report stays in proportion to the host's own VMs: only the departing set of
@@ -21,7 +21,14 @@
 //!
 //! [`HostRecord::departing`]: super::state::HostRecord::departing
 
-use super::state::{ClusterState, VmRecord};
+use super::state::{ClusterState, HostRecord, Isolation, VmRecord};
+
+/// Whether host `h` is down and detaches its VMs when cut off: it has let go of every VM (it
+/// did so by its own timer before the controller failed it), and its `departing` set is
+/// emptied when it is failed.
+pub(super) fn gone_quiet(h: &HostRecord) -> bool {
+    h.down_since_s.is_some() && h.shape.isolation != Isolation::Keep
+}
 
 impl ClusterState {
     /// Records that VM `name` leaves host `from` for where it is now assigned: its source is
@@ -33,18 +40,20 @@ impl ClusterState {
         if waiting {
             return;
         }
-        if let Some(h) = self.hosts.get_mut(from) {
+        // A source that has let go by its own timer (down, detaching) holds nothing to wait for.
+        if let Some(h) = self.hosts.get_mut(from).filter(|h| !gone_quiet(h)) {
             h.departing.insert(name.to_string());
         }
         self.vms.get_mut(name).expect("looked up").moving_from = Some(from.to_string());
     }
 
     /// Whether host `src` has let go of VM `name`: it reported without it since it left, or it
-    /// is down, or gone.
-    fn released(&self, name: &str, src: &str) -> bool {
+    /// is down (and detaches when cut off: a host with `isolation = "keep"` forwards on), or
+    /// gone (deleted: refused while it runs VMs and is heard).
+    pub(super) fn released(&self, name: &str, src: &str) -> bool {
         self.hosts
             .get(src)
-            .is_none_or(|h| h.down_since_s.is_some() || !h.departing.contains(name))
+            .is_none_or(|h| gone_quiet(h) || !h.departing.contains(name))
     }
 
     /// Whether VM `name` (record `v`) may be attached by the host it is assigned to: it is not
@@ -56,15 +65,22 @@ impl ClusterState {
     /// Whether host `host`'s report with `attached` lets go of a departing VM (or names one the
     /// host no longer needs to keep in its set): a change to record.
     pub(super) fn releases(&self, host: &str, attached: &[String]) -> bool {
-        (self.hosts.get(host)).is_some_and(|h| (h.departing.iter()).any(|n| !attached.contains(n)))
+        let Some(h) = self.hosts.get(host).filter(|h| !h.departing.is_empty()) else {
+            return false;
+        };
+        let attached: std::collections::HashSet<&str> = attached.iter().map(String::as_str).collect();
+        (h.departing.iter()).any(|n| !attached.contains(n.as_str()))
     }
 
     /// Takes host `host`'s report of `attached`: the departing VMs it no longer has are let go
     /// (the destination may attach them), and entries of VMs no longer moving from it dropped.
     pub(super) fn release(&mut self, host: &str, attached: &[String]) {
-        let Some(h) = self.hosts.get(host) else { return };
+        let Some(h) = self.hosts.get(host).filter(|h| !h.departing.is_empty()) else {
+            return;
+        };
+        let attached: std::collections::HashSet<&str> = attached.iter().map(String::as_str).collect();
         let keep: std::collections::BTreeSet<String> = (h.departing.iter())
-            .filter(|n| attached.contains(n))
+            .filter(|n| attached.contains(n.as_str()))
             .filter(|n| (self.vms.get(*n)).is_some_and(|v| v.moving_from.as_deref() == Some(host)))
             .cloned()
             .collect();

@@ -95,7 +95,12 @@ impl ClusterState {
         let mut out = Outcome::default();
         let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
         for (host, why) in failing {
-            next.hosts.get_mut(&host).expect("listed").down_since_s = Some(now_s);
+            let rec = next.hosts.get_mut(&host).expect("listed");
+            rec.down_since_s = Some(now_s);
+            // It has detached what was leaving it (unless it keeps forwarding when cut off).
+            if super::handover::gone_quiet(rec) {
+                rec.departing.clear();
+            }
             out.events.push(format!("{host}: host down: {why}"));
             next.note_fault(&host, format!("host down: {why}"), now_s);
             if next.hosts[&host].shape.isolation == Isolation::Keep {

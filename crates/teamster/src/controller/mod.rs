@@ -18,6 +18,7 @@ pub mod follower;
 pub mod handover;
 pub mod liveness;
 pub mod load;
+pub mod records;
 pub mod state;
 pub mod store;
 pub mod view;
@@ -273,17 +274,20 @@ fn serve(args: ControllerArgs) -> Result<(), String> {
 /// The state to serve, from `store`: made anew if there is none (a fresh cluster identity, and
 /// adoption open for a while), and told the host timeout (stored before any host is told it).
 fn prepare(store: &dyn store::Store, host_timeout_s: u64) -> Result<state::ClusterState, String> {
-    let mut state = store.load()?.unwrap_or_default();
+    let was = store.load()?.unwrap_or_default();
+    let mut state = was.clone();
     state.host_timeout = state::HostTimeout(host_timeout_s);
     state.listening_since_s = api::now_s();
     if state.host_timeout_given_s < host_timeout_s {
         state.host_timeout_given_s = host_timeout_s;
-        store.save(&state)?;
     }
     if state.cluster_id == 0 {
         state.cluster_id = fresh_id();
         state.adoption_until_s = api::now_s() + adoption::ADOPTION_WINDOW_S;
-        store.save(&state)?;
+    }
+    let delta = state.delta(&was)?;
+    if !delta.is_empty() {
+        store.save(&state, &delta)?;
     }
     Ok(state)
 }
@@ -329,10 +333,11 @@ enum Pending {
     Campaign(etcd::Campaign),
 }
 
-/// How much longer than the etcd lease the host timeout must be (seconds): the isolation
-/// margin (two one-second report intervals and a second) and a second for the new leader to
-/// load the state and answer.
-pub const MIN_FAILOVER_MARGIN_S: u64 = 4;
+/// How much longer than the etcd lease the host timeout must be (seconds): the hosts'
+/// isolation margin (two one-second report intervals and a second: 3 s), a second for the new
+/// leader to load the state, the share of a report's 5 s that a host spends on a dead leader
+/// before it asks the next controller (2.5 s with two), and a report interval (1 s).
+pub const MIN_FAILOVER_MARGIN_S: u64 = 8;
 
 /// The store the arguments name: a campaign for etcd's (once this controller leads; its lease
 /// granted already, so etcd is reachable), or the embedded file.
@@ -341,9 +346,9 @@ fn open_store(args: &ControllerArgs, advertise: Option<String>) -> Result<Pendin
         if !(1..=60).contains(&args.lease_s) {
             return Err(format!("--lease-s {}: expected 1 to 60 seconds", args.lease_s));
         }
-        // A host cut off for nearly its timeout detaches its VMs (two report intervals and a
-        // second before it); a new leader answers within the lease, a second to load the state
-        // and a report interval. Shorter, every failover would detach every VM.
+        // A host cut off for nearly its timeout detaches its VMs; a new leader is reached
+        // within the lease and MIN_FAILOVER_MARGIN_S less that margin. Shorter, a failover
+        // could detach every VM.
         let least = args.lease_s as u64 + MIN_FAILOVER_MARGIN_S;
         if args.host_timeout_s < least {
             return Err(format!(

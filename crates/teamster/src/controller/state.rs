@@ -431,8 +431,17 @@ impl ClusterState {
     /// Takes host `name` out of the cluster: its VMs restart where placement puts them;
     /// refused, changing nothing, if one fits nowhere.
     pub fn remove_host(&mut self, name: &str, now_s: u64) -> Result<Outcome, Refusal> {
-        if !self.hosts.contains_key(name) {
+        let Some(h) = self.hosts.get(name) else {
             return Err(Refusal::Unknown(format!("no host {name}")));
+        };
+        // A host that is heard forwards for its VMs: moving them now would make them active
+        // twice, and it would register again at its next report.
+        let runs = self.vms.values().any(|v| v.host == name);
+        if runs && h.down_since_s.is_none() && self.silent(name, now_s).is_none() {
+            return Err(Refusal::Conflict(format!(
+                "host {name} is heard (it reported {} s ago) and runs VMs: stop its switch or wait until it is down before deleting it",
+                now_s.saturating_sub(h.reported_s)
+            )));
         }
         let mut next = self.clone();
         next.hosts.remove(name);
@@ -450,11 +459,13 @@ impl ClusterState {
             let placed = c
                 .place(vm_of(&n, &v))
                 .map_err(|e| Refusal::Conflict(format!("host {name} cannot go: {e}")))?;
+            // One still on its way here from a host that holds it waits for that host still.
+            let from = (v.moving_from.clone()).filter(|src| src != name && !self.released(&n, src));
             next.vms.insert(
                 n,
                 VmRecord {
                     host: placed.host,
-                    moving_from: None,
+                    moving_from: from,
                     ..v
                 },
             );

@@ -1,36 +1,50 @@
 //! Where the controller keeps its state: behind [`Store`], so an embedded file serves one
 //! controller and a shared store several.
 //!
+//! The state is kept as records ([`super::records`]: one per host, one per VM, the cluster's
+//! own), and a change is saved as its delta: what it made, changed or removed, in one
+//! transaction, so a change writes in proportion to itself and a report that changes nothing
+//! writes nothing. A store that holds the state in the earlier layout (one JSON value) is read
+//! from it and written whole in the new one at its first save, the old value removed in the
+//! same transaction.
+//!
 //! [`EmbeddedStore`] is a redb database (one file, ACID: a write is either wholly on disk or
-//! not at all, whatever kills the process; it is flushed before `save` returns). The state is
-//! one JSON value under one key, written in one transaction, so a restarted controller reads
-//! exactly the last state it accepted. redb locks the file: a second controller on the same
-//! file is refused at start. The file is opened once, relative to its checked directory's
-//! descriptor, and redb is handed the open file (its `FileBackend`), so a directory or name
-//! swapped after the check redirects nothing.
+//! not at all, whatever kills the process; it is flushed before `save` returns), so a
+//! restarted controller reads exactly the last state it accepted. redb locks the file: a
+//! second controller on the same file is refused at start. The file is opened once, relative
+//! to its checked directory's descriptor, and redb is handed the open file (its
+//! `FileBackend`), so a directory or name swapped after the check redirects nothing.
 
+use super::records::Delta;
 use super::state::ClusterState;
 use crate::live::safe_file::TrustedDir;
-use redb::{ReadableDatabase, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A place the cluster's state is loaded from and saved to.
 pub trait Store: Send {
     /// The last state saved, or None for a new store.
     fn load(&self) -> Result<Option<ClusterState>, String>;
-    /// Saves `state` durably: after `Ok`, a restart loads it.
-    fn save(&self, state: &ClusterState) -> Result<(), String>;
+    /// Saves `state`, whose records that differ from the last saved state's are `delta`,
+    /// durably: after `Ok`, a restart loads it.
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String>;
     /// What it is, for logs and errors.
     fn describe(&self) -> String;
 }
 
-const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("teamster-controller");
-const KEY: &str = "cluster";
+/// The records, by key.
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("teamster-records");
+/// The earlier layout: the whole state under one key.
+const LEGACY: TableDefinition<&str, &[u8]> = TableDefinition::new("teamster-controller");
+const LEGACY_KEY: &str = "cluster";
 
 /// The embedded store: a redb file.
 pub struct EmbeddedStore {
     db: redb::Database,
     path: String,
+    /// The state was read from the earlier layout: the next save writes it whole.
+    legacy: AtomicBool,
 }
 
 impl EmbeddedStore {
@@ -50,7 +64,11 @@ impl EmbeddedStore {
                 }
                 e => format!("state file {shown}: {e}"),
             })?;
-        Ok(EmbeddedStore { db, path: shown })
+        Ok(EmbeddedStore {
+            db,
+            path: shown,
+            legacy: AtomicBool::new(false),
+        })
     }
 }
 
@@ -58,26 +76,66 @@ impl Store for EmbeddedStore {
     fn load(&self) -> Result<Option<ClusterState>, String> {
         let err = |e: &dyn std::fmt::Display| format!("state file {}: {e}", self.path);
         let txn = self.db.begin_read().map_err(|e| err(&e))?;
-        let table = match txn.open_table(TABLE) {
+        match txn.open_table(RECORDS) {
+            Ok(table) => {
+                let mut records = Vec::new();
+                for entry in table.iter().map_err(|e| err(&e))? {
+                    let (k, v) = entry.map_err(|e| err(&e))?;
+                    records.push((k.value().to_string(), v.value().to_vec()));
+                }
+                let read = ClusterState::from_records(records.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                if let Some(state) = read.map_err(|e| err(&e))? {
+                    return Ok(Some(state));
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(err(&e)),
+        }
+        let table = match txn.open_table(LEGACY) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(err(&e)),
         };
-        let Some(value) = table.get(KEY).map_err(|e| err(&e))? else {
+        let Some(value) = table.get(LEGACY_KEY).map_err(|e| err(&e))? else {
             return Ok(None);
         };
-        serde_json::from_slice(value.value()).map(Some).map_err(|e| err(&e))
+        let state = serde_json::from_slice(value.value()).map_err(|e| err(&e))?;
+        self.legacy.store(true, Ordering::Relaxed);
+        Ok(Some(state))
     }
 
-    fn save(&self, state: &ClusterState) -> Result<(), String> {
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
         let err = |e: &dyn std::fmt::Display| format!("state file {}: {e}", self.path);
-        let bytes = serde_json::to_vec(state).map_err(|e| err(&e))?;
-        let txn = self.db.begin_write().map_err(|e| err(&e))?;
-        {
-            let mut table = txn.open_table(TABLE).map_err(|e| err(&e))?;
-            table.insert(KEY, bytes.as_slice()).map_err(|e| err(&e))?;
+        let legacy = self.legacy.load(Ordering::Relaxed);
+        let whole;
+        let delta = if legacy {
+            whole = state.records()?;
+            &whole
+        } else {
+            delta
+        };
+        if delta.is_empty() {
+            return Ok(());
         }
-        txn.commit().map_err(|e| err(&e))
+        let txn = self.db.begin_write().map_err(|e| err(&e))?;
+        if legacy {
+            txn.delete_table(RECORDS).map_err(|e| err(&e))?;
+        }
+        {
+            let mut table = txn.open_table(RECORDS).map_err(|e| err(&e))?;
+            for (k, v) in &delta.puts {
+                table.insert(k.as_str(), v.as_slice()).map_err(|e| err(&e))?;
+            }
+            for k in &delta.deletes {
+                table.remove(k.as_str()).map_err(|e| err(&e))?;
+            }
+        }
+        if legacy {
+            txn.delete_table(LEGACY).map_err(|e| err(&e))?;
+        }
+        txn.commit().map_err(|e| err(&e))?;
+        self.legacy.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -100,7 +158,7 @@ mod tests {
             generation: 7,
             ..ClusterState::default()
         };
-        store.save(&s).unwrap();
+        store.save(&s, &s.records().unwrap()).unwrap();
         let e = EmbeddedStore::open(&trusted, name).err().unwrap();
         assert!(e.contains("another controller"), "{e}");
         drop(store);
@@ -115,5 +173,53 @@ mod tests {
         std::fs::create_dir(dir.path().join("dir.redb")).unwrap();
         let e = EmbeddedStore::open(&trusted, OsStr::new("dir.redb")).err().unwrap();
         assert!(e.contains("dir.redb"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    /// A state file of the earlier layout (one JSON value) is read, and written whole in
+    /// records at the first save, the old value gone; later saves write their delta alone.
+    #[test]
+    fn a_state_of_the_earlier_layout_is_read_and_moved_to_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let trusted = TrustedDir::open(dir.path(), "x").unwrap();
+        let name = OsStr::new("state.redb");
+        let shape: super::super::state::HostShape =
+            serde_json::from_value(serde_json::json!({"uplinks": [{"name": "u", "capacity": "10G"}]})).unwrap();
+        let mut old = ClusterState::default();
+        old.register("h1", shape, 1).unwrap();
+        {
+            let store = EmbeddedStore::open(&trusted, name).unwrap();
+            let txn = store.db.begin_write().unwrap();
+            {
+                let mut t = txn.open_table(LEGACY).unwrap();
+                t.insert(LEGACY_KEY, serde_json::to_vec(&old).unwrap().as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let store = EmbeddedStore::open(&trusted, name).unwrap();
+        assert_eq!(store.load().unwrap().as_ref(), Some(&old));
+        let mut next = old.clone();
+        next.generation += 1;
+        // Its delta names the cluster's record alone; the save writes the host's too.
+        let delta = next.delta(&old).unwrap();
+        assert_eq!(delta.puts.len(), 1);
+        store.save(&next, &delta).unwrap();
+        drop(store);
+        let store = EmbeddedStore::open(&trusted, name).unwrap();
+        assert_eq!(store.load().unwrap(), Some(next.clone()));
+        let txn = store.db.begin_read().unwrap();
+        assert!(matches!(
+            txn.open_table(LEGACY),
+            Err(redb::TableError::TableDoesNotExist(_))
+        ));
+        let keys: Vec<String> = (txn.open_table(RECORDS).unwrap().iter().unwrap())
+            .map(|e| e.unwrap().0.value().to_string())
+            .collect();
+        assert_eq!(keys, ["cluster", "host/h1"]);
     }
 }

@@ -583,10 +583,28 @@ fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
     assert_eq!(left, [(still[0], "h1")]);
     let dest = out.migrations[0].to.clone();
     assert!(names(&s, &dest).contains(&still[0].to_string()));
-    // h1 comes back still holding it (say, a stale report): the destination keeps it until
-    // h1 reports it let go.
-    s.report("h1", &report(&[], &[still[0]]), 117).unwrap();
-    assert!(!names(&s, &dest).contains(&still[0].to_string()));
-    s.report("h1", &report(&[], &[]), 118).unwrap();
+    // h1 comes back, having detached it by its own timer: the destination keeps it.
+    assert!(s.hosts["h1"].departing.is_empty(), "emptied when h1 was failed");
+    s.report("h1", &report(&[], &[]), 117).unwrap();
     assert!(names(&s, &dest).contains(&still[0].to_string()));
+
+    // A source that keeps forwarding when cut off (isolation = "keep") has let go only when
+    // it says so, down or not.
+    let mut k = ClusterState {
+        host_timeout: HostTimeout(10),
+        ..ClusterState::default()
+    };
+    let mut keep = shape();
+    keep.isolation = Isolation::Keep;
+    k.register("k1", keep, 100).unwrap();
+    k.register("h2", shape(), 100).unwrap();
+    let mut p = vm("x", "k1");
+    p.reservation = Some(gbps(1000));
+    k.power_on(p, 100).unwrap();
+    k.vms.get_mut("x").unwrap().host = "h2".into();
+    k.begin_move("x", "k1");
+    k.report("h2", &report(&[], &[]), 110).unwrap();
+    k.fail_silent(112).unwrap();
+    assert!(k.hosts["k1"].down_since_s.is_some());
+    assert!(!names(&k, "h2").contains(&"x".to_string()), "k1 may forward it still");
 }
