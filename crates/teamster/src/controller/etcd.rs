@@ -222,8 +222,7 @@ impl Store for EtcdStore {
     fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
         let records = records_prefix(&self.prefix);
         let legacy = self.legacy.load(std::sync::atomic::Ordering::Relaxed);
-        let whole;
-        let delta = if legacy {
+        if legacy {
             // Written anew: whatever records a half-made earlier move left go first (in a
             // transaction of their own: etcd refuses one that deletes a range and puts in it).
             let clear = Writes {
@@ -231,17 +230,18 @@ impl Store for EtcdStore {
                 puts: Vec::new(),
             };
             self.ask(|tx| Job::Save(clear, tx))?;
-            whole = state.records()?;
-            &whole
-        } else {
-            delta
-        };
+        }
+        let delta = delta.or_whole(state, legacy)?;
         if delta.is_empty() {
             return Ok(());
         }
         let writes = Writes {
-            deletes: (delta.deletes.iter()).map(|k| (format!("{records}{k}"), false)).collect(),
-            puts: (delta.puts.iter()).map(|(k, v)| (format!("{records}{k}"), v.clone())).collect(),
+            deletes: (delta.deletes.iter())
+                .map(|k| (format!("{records}{k}"), false))
+                .collect(),
+            puts: (delta.puts.iter())
+                .map(|(k, v)| (format!("{records}{k}"), v.clone()))
+                .collect(),
         };
         self.ask(|tx| Job::Save(writes, tx))?;
         if legacy {

@@ -24,7 +24,7 @@ const HOST: &str = "host/";
 const VM: &str = "vm/";
 
 /// What a change writes: records put (key, JSON), in the order to write them, and keys removed.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delta {
     pub puts: Vec<(String, Vec<u8>)>,
     pub deletes: Vec<String>,
@@ -33,6 +33,15 @@ pub struct Delta {
 impl Delta {
     pub fn is_empty(&self) -> bool {
         self.puts.is_empty() && self.deletes.is_empty()
+    }
+
+    /// What a store writes for `state`: this delta, or every record of `state` when the store
+    /// is written anew (`whole`: it held the earlier layout).
+    pub fn or_whole<'a>(&'a self, state: &ClusterState, whole: bool) -> Result<std::borrow::Cow<'a, Delta>, String> {
+        match whole {
+            true => state.records().map(std::borrow::Cow::Owned),
+            false => Ok(std::borrow::Cow::Borrowed(self)),
+        }
     }
 }
 

@@ -169,6 +169,22 @@ pub struct ClusterState {
     /// that was away does not fail every host at once. Not stored.
     #[serde(skip)]
     pub listening_since_s: u64,
+    /// The hosts that did not admit their VMs after the last change, as of its generation (in
+    /// memory only): the next change's "before", without building this state's placement view
+    /// again.
+    #[serde(skip)]
+    pub violated: Cached<(u64, Vec<String>)>,
+}
+
+/// A value computed from the state and kept with it in memory: two states are equal whatever
+/// their caches hold.
+#[derive(Debug, Clone, Default)]
+pub struct Cached<T>(pub Option<T>);
+
+impl<T> PartialEq for Cached<T> {
+    fn eq(&self, _: &Cached<T>) -> bool {
+        true
+    }
 }
 
 /// A refused change: the HTTP status it maps to, and why.
@@ -399,7 +415,8 @@ impl ClusterState {
         out.placed = Some(host.clone());
         let mut next = self.clone();
         next.vms.insert(req.name, VmRecord { host, ..record });
-        next.commit(now_s, out, self, false)
+        // The view placement made holds the VM where it went: the state's, as it now is.
+        next.commit_on(c, now_s, out, self, false)
     }
 
     /// Changes VM `name`'s controls; if its host can no longer hold them, VMs migrate.
@@ -425,7 +442,7 @@ impl ClusterState {
         let reservation = rec.reservation;
         let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
         c.set_reservation(name, 0, reservation).map_err(Refusal::Conflict)?;
-        next.commit(now_s, Outcome::default(), self, false)
+        next.commit_on(c, now_s, Outcome::default(), self, false)
     }
 
     /// Takes host `name` out of the cluster: its VMs restart where placement puts them;
@@ -614,14 +631,29 @@ impl ClusterState {
     /// `fact` (a host's registration or report: a lost uplink happened whether or not it
     /// fits), which stands with its fault recorded.
     pub(super) fn commit(
+        self,
+        now_s: u64,
+        out: Outcome,
+        was: &mut ClusterState,
+        fact: bool,
+    ) -> Result<Outcome, Refusal> {
+        let c = self.cluster(now_s).map_err(Refusal::Conflict)?;
+        self.commit_on(c, now_s, out, was, fact)
+    }
+
+    /// [`Self::commit`], with `c` this state's placement view already built (by the change).
+    pub(super) fn commit_on(
         mut self,
+        mut c: Cluster,
         now_s: u64,
         mut out: Outcome,
         was: &mut ClusterState,
         fact: bool,
     ) -> Result<Outcome, Refusal> {
-        let mut c = self.cluster(now_s).map_err(Refusal::Conflict)?;
-        let before = was.cluster(now_s).map(|c| c.violations()).unwrap_or_default();
+        let before = match &was.violated.0 {
+            Some((generation, hosts)) if *generation == was.generation => hosts.clone(),
+            _ => was.cluster(now_s).map(|c| c.violations()).unwrap_or_default(),
+        };
         let remedy = c.remediate();
         // A host that could not be mended before (a lost uplink) does not block other changes.
         let new_fault = remedy.faults.iter().find(|f| !before.contains(&f.host));
@@ -647,6 +679,7 @@ impl ClusterState {
             push(&mut self.migrations, record);
         }
         self.generation += 1;
+        self.violated = Cached(Some((self.generation, c.violations())));
         *was = self;
         Ok(out)
     }

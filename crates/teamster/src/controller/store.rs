@@ -107,13 +107,7 @@ impl Store for EmbeddedStore {
     fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
         let err = |e: &dyn std::fmt::Display| format!("state file {}: {e}", self.path);
         let legacy = self.legacy.load(Ordering::Relaxed);
-        let whole;
-        let delta = if legacy {
-            whole = state.records()?;
-            &whole
-        } else {
-            delta
-        };
+        let delta = delta.or_whole(state, legacy)?;
         if delta.is_empty() {
             return Ok(());
         }
