@@ -139,10 +139,7 @@ async fn change(
     let delta = next
         .delta(&s.lock().await.state)
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    STORE_RECORDS.fetch_add(
-        (delta.puts.len() + delta.deletes.len()) as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    let records = (delta.puts.len() + delta.deletes.len()) as u64;
     // The write blocks (a file's fsync, etcd's answer): on a thread of its own, so that the
     // answers to reports go on meanwhile. Saved and put in force by a task of its own too: a
     // request given up by its client (its handler dropped) cannot leave a change saved that
@@ -169,6 +166,7 @@ async fn change(
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the store's write: {e}")))?;
     landed.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
     STORE_SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    STORE_RECORDS.fetch_add(records, std::sync::atomic::Ordering::Relaxed);
     STORE_SAVE_MICROS.fetch_add(
         saving.elapsed().as_micros() as u64,
         std::sync::atomic::Ordering::Relaxed,

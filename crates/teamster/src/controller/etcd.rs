@@ -34,10 +34,17 @@ enum Job {
     Save(Writes, mpsc::Sender<Result<(), String>>),
 }
 
-/// One save's writes, keys in full.
+/// One save's writes, keys in full, in the order they are to land.
 struct Writes {
-    deletes: Vec<(String, bool)>,
-    puts: Vec<(String, Vec<u8>)>,
+    ops: Vec<Op>,
+}
+
+/// A write: a key put, a key deleted, or every key under a prefix deleted.
+#[derive(Debug, Clone, PartialEq)]
+enum Op {
+    Put(String, Vec<u8>),
+    Delete(String),
+    DeletePrefix(String),
 }
 
 /// The etcd store of a controller that leads.
@@ -169,10 +176,19 @@ impl EtcdStore {
                                 // the leadership at once, not when the write gives up.
                                 Some(Job::Save(writes, answer)) => tokio::select! {
                                     saved = save(&client, &leader, writes) => {
-                                        let deposed = matches!(&saved, Err(e) if e == DEPOSED);
+                                        // A write that failed may have landed, in part or
+                                        // whole (a timed-out transaction etcd applied, a batch
+                                        // of several): what etcd holds is no longer known to
+                                        // be the state in force, so this leader stops and the
+                                        // next one reads it.
+                                        let stop = match &saved {
+                                            Err(e) if e == DEPOSED => Some(DEPOSED.to_string()),
+                                            Err(e) => Some(format!("a write's outcome is unknown ({e}); stopping, so that the next leader reads what etcd holds")),
+                                            Ok(()) => None,
+                                        };
                                         let _ = answer.send(saved);
-                                        if deposed {
-                                            lost(DEPOSED.to_string());
+                                        if let Some(why) = stop {
+                                            lost(why);
                                             return;
                                         }
                                     }
@@ -226,8 +242,7 @@ impl Store for EtcdStore {
             // Written anew: whatever records a half-made earlier move left go first (in a
             // transaction of their own: etcd refuses one that deletes a range and puts in it).
             let clear = Writes {
-                deletes: vec![(records.clone(), true)],
-                puts: Vec::new(),
+                ops: vec![Op::DeletePrefix(records.clone())],
             };
             self.ask(|tx| Job::Save(clear, tx))?;
         }
@@ -236,22 +251,9 @@ impl Store for EtcdStore {
             return Ok(());
         }
         let writes = Writes {
-            deletes: (delta.deletes.iter())
-                .map(|k| (format!("{records}{k}"), false))
-                .collect(),
-            puts: (delta.puts.iter())
-                .map(|(k, v)| (format!("{records}{k}"), v.clone()))
-                .collect(),
+            ops: ordered(&records, &delta, legacy.then(|| format!("{}/state", self.prefix))),
         };
         self.ask(|tx| Job::Save(writes, tx))?;
-        if legacy {
-            // The old value goes once the records hold the whole state.
-            let old = Writes {
-                deletes: vec![(format!("{}/state", self.prefix), false)],
-                puts: Vec::new(),
-            };
-            self.ask(|tx| Job::Save(old, tx))?;
-        }
         self.legacy.store(false, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -373,37 +375,37 @@ async fn load(client: &Gateway, prefix: &str) -> Result<(Option<ClusterState>, b
 const TXN_OPS: usize = 128;
 const TXN_BYTES: usize = 768 * 1024;
 
-/// Cuts `writes` into transactions under etcd's limits, in order: deletes, then puts (the
-/// cluster's record, the last put, in the last).
-fn batches(writes: Writes) -> Vec<Writes> {
-    let mut out = vec![Writes {
-        deletes: Vec::new(),
-        puts: Vec::new(),
-    }];
+/// `delta`'s writes under `records`, in the order that leaves the store readable whatever
+/// transaction a controller dies after: records put (hosts, then VMs), VM records deleted,
+/// host records deleted (no VM record names a host whose record is gone), the earlier layout's
+/// value removed (`legacy`), and the cluster's record last.
+fn ordered(records: &str, delta: &Delta, legacy: Option<String>) -> Vec<Op> {
+    let key = |k: &str| format!("{records}{k}");
+    let (cluster, puts): (Vec<_>, Vec<_>) = (delta.puts.iter()).partition(|(k, _)| k == super::records::CLUSTER);
+    let mut ops: Vec<Op> = puts.into_iter().map(|(k, v)| Op::Put(key(k), v.clone())).collect();
+    let (vms, hosts): (Vec<_>, Vec<_>) = (delta.deletes.iter()).partition(|k| k.starts_with("vm/"));
+    ops.extend(vms.into_iter().chain(hosts).map(|k| Op::Delete(key(k))));
+    ops.extend(legacy.map(Op::Delete));
+    ops.extend(cluster.into_iter().map(|(k, v)| Op::Put(key(k), v.clone())));
+    ops
+}
+
+/// Cuts `writes` into transactions under etcd's limits, keeping their order.
+fn batches(writes: Writes) -> Vec<Vec<Op>> {
+    let mut out: Vec<Vec<Op>> = vec![Vec::new()];
     let mut bytes = 0;
-    let full = |w: &Writes, more: usize, bytes: usize| {
-        w.deletes.len() + w.puts.len() >= TXN_OPS || (bytes + more > TXN_BYTES && !w.puts.is_empty())
-    };
-    for d in writes.deletes {
-        if full(out.last().expect("one"), 0, bytes) {
-            out.push(Writes {
-                deletes: Vec::new(),
-                puts: Vec::new(),
-            });
+    for op in writes.ops {
+        let size = match &op {
+            Op::Put(k, v) => k.len() + v.len(),
+            Op::Delete(k) | Op::DeletePrefix(k) => k.len(),
+        };
+        let last = out.last().expect("one");
+        if last.len() >= TXN_OPS || (bytes + size > TXN_BYTES && !last.is_empty()) {
+            out.push(Vec::new());
             bytes = 0;
         }
-        out.last_mut().expect("one").deletes.push(d);
-    }
-    for (k, v) in writes.puts {
-        if full(out.last().expect("one"), k.len() + v.len(), bytes) {
-            out.push(Writes {
-                deletes: Vec::new(),
-                puts: Vec::new(),
-            });
-            bytes = 0;
-        }
-        bytes += k.len() + v.len();
-        out.last_mut().expect("one").puts.push((k, v));
+        bytes += size;
+        out.last_mut().expect("one").push(op);
     }
     out
 }
@@ -428,10 +430,19 @@ const SAVE_ATTEMPTS: u32 = 3;
 /// (the same values under the same condition: writing them twice is writing them once).
 async fn save(client: &Gateway, leader: &Leadership, writes: Writes) -> Result<(), String> {
     for batch in batches(writes) {
+        let mut puts = Vec::new();
+        let mut deletes = Vec::new();
+        for op in batch {
+            match op {
+                Op::Put(k, v) => puts.push((k, v)),
+                Op::Delete(k) => deletes.push((k, false)),
+                Op::DeletePrefix(k) => deletes.push((k, true)),
+            }
+        }
         let mut why = String::new();
         let mut done = false;
         for _ in 0..SAVE_ATTEMPTS {
-            let attempt = client.txn_if_leading(leader, &batch.puts, &batch.deletes);
+            let attempt = client.txn_if_leading(leader, &puts, &deletes);
             match tokio::time::timeout(SAVE_ATTEMPT, attempt).await {
                 Ok(Ok(true)) => {
                     done = true;
@@ -467,28 +478,39 @@ mod tests {
     /// cluster's record) in the last.
     #[test]
     fn a_large_delta_is_cut_under_etcds_limits_in_order() {
-        let puts: Vec<(String, Vec<u8>)> = (0..300).map(|i| (format!("p/vm/{i:03}"), vec![0; 10])).collect();
-        let deletes: Vec<(String, bool)> = (0..5).map(|i| (format!("p/vm/gone{i}"), false)).collect();
-        let out = batches(Writes {
-            deletes: deletes.clone(),
-            puts: puts.clone(),
-        });
-        assert!(out.iter().all(|b| b.deletes.len() + b.puts.len() <= TXN_OPS));
+        let puts: Vec<(String, Vec<u8>)> = (0..300)
+            .map(|i| (format!("vm/{i:03}"), vec![0; 10]))
+            .chain([("cluster".to_string(), vec![1])])
+            .collect();
+        let delta = Delta {
+            puts,
+            deletes: vec!["host/gone".into(), "vm/gone".into()],
+        };
+        let ops = ordered("p/", &delta, Some("p-old".into()));
+        // Puts, the VM's delete, the host's, the old value, the cluster's record last.
+        assert_eq!(ops[299], Op::Put("p/vm/299".into(), vec![0; 10]));
+        assert_eq!(
+            ops[300..],
+            [
+                Op::Delete("p/vm/gone".into()),
+                Op::Delete("p/host/gone".into()),
+                Op::Delete("p-old".into()),
+                Op::Put("p/cluster".into(), vec![1])
+            ]
+        );
+        let out = batches(Writes { ops: ops.clone() });
+        assert!(out.iter().all(|b| b.len() <= TXN_OPS));
         assert_eq!(out.len(), 3);
-        assert_eq!(out[0].deletes, deletes);
-        let flat: Vec<(String, Vec<u8>)> = out.iter().flat_map(|b| b.puts.clone()).collect();
-        assert_eq!(flat, puts, "every put once, in order");
+        assert_eq!(out.concat(), ops, "every write once, in order");
         // Large values: cut by bytes.
-        let big: Vec<(String, Vec<u8>)> = (0..4).map(|i| (format!("p/host/{i}"), vec![0; 300 * 1024])).collect();
-        let out = batches(Writes {
-            deletes: Vec::new(),
-            puts: big,
-        });
-        assert_eq!(out.iter().map(|b| b.puts.len()).collect::<Vec<_>>(), [2, 2]);
+        let big: Vec<Op> = (0..4)
+            .map(|i| Op::Put(format!("p/host/{i}"), vec![0; 300 * 1024]))
+            .collect();
+        let out = batches(Writes { ops: big });
+        assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
         // One value larger than the limit still goes, alone.
         let huge = batches(Writes {
-            deletes: Vec::new(),
-            puts: vec![("p/host/x".into(), vec![0; TXN_BYTES + 1])],
+            ops: vec![Op::Put("p/host/x".into(), vec![0; TXN_BYTES + 1])],
         });
         assert_eq!(huge.len(), 1);
     }

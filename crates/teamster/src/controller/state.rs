@@ -454,6 +454,11 @@ impl ClusterState {
         // A host that is heard forwards for its VMs: moving them now would make them active
         // twice, and it would register again at its next report.
         let runs = self.vms.values().any(|v| v.host == name);
+        if runs && h.shape.isolation == Isolation::Keep {
+            return Err(Refusal::Conflict(format!(
+                "host {name} goes on forwarding for its VMs when cut off (isolation = keep), down or not: power them off before deleting it"
+            )));
+        }
         if runs && h.down_since_s.is_none() && self.silent(name, now_s).is_none() {
             return Err(Refusal::Conflict(format!(
                 "host {name} is heard (it reported {} s ago) and runs VMs: stop its switch or wait until it is down before deleting it",

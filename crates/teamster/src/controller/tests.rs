@@ -607,4 +607,8 @@ fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
     k.fail_silent(112).unwrap();
     assert!(k.hosts["k1"].down_since_s.is_some());
     assert!(!names(&k, "h2").contains(&"x".to_string()), "k1 may forward it still");
+    // Nor may it be deleted while it runs VMs, down or not: it may forward for them still.
+    k.vms.get_mut("x").unwrap().host = "k1".into();
+    let e = k.remove_host("k1", 200).unwrap_err();
+    assert!(e.message().contains("isolation = keep"), "{e:?}");
 }
