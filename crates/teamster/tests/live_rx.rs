@@ -347,7 +347,12 @@ fn dynamic_netqueue_spreads_a_queue_its_thread_cannot_keep_up_with() {
     let (q1, q2) = (filter_queue(&v, vm1).unwrap(), filter_queue(&v, vm2).unwrap());
     assert_ne!(q1, q2, "the flood and the other VM on queues of their own: {v}");
     let capacity = v["uplinks"][0]["queues"][1]["capacity"].as_f64().unwrap();
-    assert!(capacity < 250_000.0, "queue 1's capacity is measured: {capacity}");
+    // Measured, not the configured default (250,000 frames/s): what the thread took, which on
+    // a quiet moment may be above the default as well as below (340,906 was seen).
+    assert!(
+        (capacity - 250_000.0).abs() > 1.0,
+        "queue 1's capacity is the configured default, not measured: {capacity}"
+    );
     // The other VM, on a queue of its own, answers beside the flood.
     let out = ping("tmt-remote", "10.77.0.2", "100", "0.05");
     let t = rtts(&out);
