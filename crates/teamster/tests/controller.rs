@@ -4,12 +4,14 @@
 //! under way. As root, a local user attacks it: churning connections without the token, and
 //! swapping a symlink for its state directory while it starts.
 
+mod controllers;
 mod http1;
 #[path = "../../teamster-dp/tests/live/mod.rs"]
 #[allow(dead_code)] // as_root: this binary needs root only for its attacker
 mod live;
 mod local_user;
 
+use controllers::ctl;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -87,17 +89,6 @@ fn tcp_address(c: &mut Controller) -> String {
 /// One HTTP/1.1 request over the unix socket: (status, body).
 fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     http1::request(socket, method, path, body)
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_teamster"))
-        .args(["ctl", "--socket"])
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 fn cluster(socket: &Path) -> serde_json::Value {

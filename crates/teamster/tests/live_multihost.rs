@@ -119,9 +119,7 @@ impl Machines {
             .chain(CONTROLLERS.map(|c| (controller_ns(c), controller_addr(c))));
         for (ns, addr) in members {
             let port = mgmt_port(&ns);
-            must(&[
-                "ip", "-n", MGMT, "link", "add", &port, "type", "veth", "peer", "name", "mgmt", "netns", &ns,
-            ]);
+            veth(MGMT, &port, &ns, "mgmt");
             must(&["ip", "-n", MGMT, "link", "set", &port, "master", "br0"]);
             must(&["ip", "-n", MGMT, "link", "set", &port, "up"]);
             must(&["ip", "-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "mgmt"]);
@@ -131,21 +129,7 @@ impl Machines {
         for h in HOSTS {
             for u in [1, 2] {
                 let port = format!("h{h}u{u}");
-                must(&[
-                    "ip",
-                    "-n",
-                    PHYS,
-                    "link",
-                    "add",
-                    &port,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    &format!("up{u}"),
-                    "netns",
-                    &host_ns(h),
-                ]);
+                veth(PHYS, &port, &host_ns(h), &format!("up{u}"));
                 must(&["ip", "-n", PHYS, "link", "set", &port, "master", "br0"]);
                 must(&["ip", "-n", PHYS, "link", "set", &port, "up"]);
                 must(&["ip", "-n", &host_ns(h), "link", "set", &format!("up{u}"), "up"]);
@@ -155,21 +139,7 @@ impl Machines {
         for i in VMS {
             for h in HOSTS {
                 let (port, inside) = (vm_name(i), format!("e{h}"));
-                must(&[
-                    "ip",
-                    "-n",
-                    &host_ns(h),
-                    "link",
-                    "add",
-                    &port,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    &inside,
-                    "netns",
-                    &vm_ns(i),
-                ]);
+                veth(&host_ns(h), &port, &vm_ns(i), &inside);
                 must(&["ip", "-n", &vm_ns(i), "link", "set", &inside, "address", &vm_mac(i)]);
                 must(&["ip", "-n", &vm_ns(i), "link", "set", &inside, "up"]);
                 must(&["ip", "-n", &host_ns(h), "link", "set", &port, "up"]);
@@ -189,6 +159,13 @@ impl Drop for Machines {
     fn drop(&mut self) {
         Machines::clean();
     }
+}
+
+/// A veth pair: `name` in namespace `ns`, its peer `peer` in `peer_ns`.
+fn veth(ns: &str, name: &str, peer_ns: &str, peer: &str) {
+    must(&[
+        "ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", peer, "netns", peer_ns,
+    ]);
 }
 
 /// The management bridge's port towards namespace `ns`.

@@ -164,13 +164,6 @@ impl Gateway {
         }
     }
 
-    /// Puts `value` at `key` if `leader`'s election key still has the creation revision it won
-    /// with (the campaigner still leads): whether it did.
-    pub async fn put_if_leading(&self, leader: &Leadership, key: &str, value: &[u8]) -> Result<bool, String> {
-        self.txn_if_leading(leader, &[(key.to_string(), value.to_vec())], &[])
-            .await
-    }
-
     /// Every key under `prefix` with its value, in key order, read a page at a time (an
     /// answer stays well under the gateway's size limits however many records there are).
     pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
@@ -437,7 +430,10 @@ mod tests {
         let first = g.campaign("t/leader", "a", a).await.unwrap();
         assert_eq!(first.lease, a);
         assert_eq!(g.get("t/state").await.unwrap(), None);
-        assert!(g.put_if_leading(&first, "t/state", b"one").await.unwrap());
+        assert!(g
+            .txn_if_leading(&first, &[("t/state".into(), b"one".to_vec())], &[])
+            .await
+            .unwrap());
         assert_eq!(g.get("t/state").await.unwrap().as_deref(), Some(&b"one"[..]));
         let waiting = tokio::spawn({
             let g = g.clone();
@@ -455,8 +451,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_ne!(second.key, first.key);
-        assert!(!g.put_if_leading(&first, "t/state", b"stale").await.unwrap());
-        assert!(g.put_if_leading(&second, "t/state", b"two").await.unwrap());
+        assert!(!g
+            .txn_if_leading(&first, &[("t/state".into(), b"stale".to_vec())], &[])
+            .await
+            .unwrap());
+        assert!(g
+            .txn_if_leading(&second, &[("t/state".into(), b"two".to_vec())], &[])
+            .await
+            .unwrap());
         assert_eq!(g.get("t/state").await.unwrap().as_deref(), Some(&b"two"[..]));
         // Records: many puts and deletes in one transaction, read back a page at a time.
         let puts: Vec<(String, Vec<u8>)> = (0..2500).map(|i| (format!("t/r/k{i:05}"), vec![b'x'; 3])).collect();
