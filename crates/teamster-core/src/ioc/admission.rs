@@ -159,7 +159,7 @@ pub fn set_controls(
 }
 
 /// The reservation children of `id` may share, and a phrase naming where it comes from.
-fn quota(tree: &Tree, id: NodeId, capacity: Bandwidth, cap: ReservationCap) -> (Bandwidth, String) {
+pub(crate) fn quota(tree: &Tree, id: NodeId, capacity: Bandwidth, cap: ReservationCap) -> (Bandwidth, String) {
     let node = tree.node(id);
     if node.parent.is_none() {
         let pool = Bandwidth::from_bps_f64(capacity.bps_f64() * cap.get());

@@ -25,12 +25,14 @@
 //! held down) receives none either, but its VMs may be moved off it.
 
 mod remediate;
+mod standing;
 pub use remediate::{Fault, Migration, Remedy};
 
 use crate::ioc::admission::admit;
 use crate::ioc::{NodeId, NodeSpec, ReservationCap, Shares, Tree};
 use crate::units::Bandwidth;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One vNIC of a VM: its reservation (and shares, limit) under a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +74,8 @@ pub struct Host {
     /// Unlike an unavailable host, it forwards only for the VMs it has, so remediation may move
     /// them off it.
     pub closed: Option<String>,
+    /// Its standing, once asked: see [`standing`].
+    kept: standing::Kept,
 }
 
 impl Host {
@@ -108,6 +112,21 @@ impl Host {
         Ok(tree)
     }
 
+    /// The first node at or above `id` in `tree` whose reservation is its own (not derived):
+    /// where a leaf added under `id` counts against a quota.
+    fn top(&self, tree: &Tree, id: NodeId) -> NodeId {
+        let mut at = id;
+        while let (Some(parent), true) = (tree.node(at).parent, self.derived.contains(&at)) {
+            at = parent;
+        }
+        at
+    }
+
+    /// What the children of node `id` in `tree` reserve in all.
+    fn reserved_under(&self, tree: &Tree, id: NodeId) -> u64 {
+        (tree.node(id).children.iter()).fold(0u64, |a, c| a.saturating_add(tree.node(*c).spec.reservation.bps()))
+    }
+
     /// The free reservation of node `id` in `tree`: what it may hand its children (the cap's
     /// share of the capacity at the root, its own reservation below) minus what they reserve.
     fn slack(&self, tree: &Tree, id: NodeId) -> u64 {
@@ -116,8 +135,7 @@ impl Host {
             None => (self.capacity.bps_f64() * self.cap.get()) as u64,
             Some(_) => node.spec.reservation.bps(),
         };
-        let used = (node.children.iter()).fold(0u64, |a, c| a.saturating_add(tree.node(*c).spec.reservation.bps()));
-        quota.saturating_sub(used)
+        quota.saturating_sub(self.reserved_under(tree, id))
     }
 
     /// The headroom `vm` would leave here, or why this host does not take it (unavailable, or
@@ -135,11 +153,7 @@ impl Host {
     /// the cap's part of the capacity. A derived node's own slack is always 0, so reading it
     /// would make every such host look full.
     fn room(&self, tree: &Tree, id: NodeId) -> u64 {
-        let mut at = id;
-        while let (Some(parent), true) = (tree.node(at).parent, self.derived.contains(&at)) {
-            at = parent;
-        }
-        self.slack(tree, at)
+        self.slack(tree, self.top(tree, id))
     }
 
     /// The reservation headroom with `extra` placed: the least room (see `room`) of the pools
@@ -156,8 +170,36 @@ impl Host {
                 .filter_map(|v| tree.find(&v.pool))
                 .collect()
         };
-        let least = pools.into_iter().map(|p| self.room(&tree, p)).min().unwrap_or(0);
-        Ok(Bandwidth::from_bps(least))
+        Ok(self.headroom_in(&tree, pools))
+    }
+
+    /// The least room (see `room`) of nodes `pools` of `tree`.
+    fn headroom_in(&self, tree: &Tree, pools: Vec<NodeId>) -> Bandwidth {
+        Bandwidth::from_bps(pools.into_iter().map(|p| self.room(tree, p)).min().unwrap_or(0))
+    }
+
+    /// [`Host::admits`], read off the host's standing where it answers exactly.
+    fn admits_kept(&self, vm: &Vm) -> Result<Bandwidth, String> {
+        match self.unavailable.as_ref().or(self.closed.as_ref()) {
+            Some(why) => Err(why.clone()),
+            None => self.headroom_kept(&[vm]),
+        }
+    }
+
+    /// Adds `vm` to the host's VMs, in name order (as a view built from a state lists them, so
+    /// the first VM admission names is the same however the host came to hold them).
+    fn push_vm(&mut self, vm: Vm) {
+        let at = self.vms.partition_point(|v| v.name < vm.name);
+        self.vms.insert(at, vm);
+    }
+
+    /// A copy of the host to try changes on, without its standing (which the changes would
+    /// leave stale).
+    fn trial(&self) -> Host {
+        Host {
+            kept: Default::default(),
+            ..self.clone()
+        }
     }
 }
 
@@ -180,12 +222,19 @@ pub struct Refused {
 }
 
 /// The cluster: hosts by name, and pools' cluster-wide quotas.
+///
+/// A copy shares everything with the original until one of them changes, and then copies only
+/// what changed (a host, a path of the maps): a controller makes each change on a copy, and its
+/// cost is then in proportion to the change, not to the cluster.
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
-    hosts: BTreeMap<String, Host>,
+    hosts: imbl::OrdMap<String, Arc<Host>>,
     quotas: BTreeMap<String, Bandwidth>,
     /// Each VM's host, kept with the hosts' lists, so finding a VM does not scan them all.
-    located: std::collections::HashMap<String, String>,
+    located: imbl::HashMap<String, String>,
+    /// What each pool's vNICs reserve over all hosts, kept with the hosts' lists (a quota's
+    /// check does not add up every VM).
+    pooled: BTreeMap<String, u64>,
 }
 
 impl Cluster {
@@ -203,14 +252,15 @@ impl Cluster {
             derived: Vec::new(),
             unavailable: None,
             closed: None,
+            kept: Default::default(),
         };
-        self.hosts.insert(name.to_string(), host);
+        self.hosts.insert(name.to_string(), Arc::new(host));
         Ok(())
     }
 
     /// Makes node `node` of host `host`'s tree derived: its reservation is its children's.
     pub fn derive(&mut self, host: &str, node: &str) -> Result<(), String> {
-        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        let h = self.host_mut(host).ok_or_else(|| format!("no host {host}"))?;
         let id = (h.tree.find(node))
             .filter(|id| *id != NodeId::ROOT)
             .ok_or_else(|| format!("host {host} has no class or pool `{node}`"))?;
@@ -223,7 +273,10 @@ impl Cluster {
     /// Marks host `host` as taking no VMs, and why (None: it takes them again).
     pub fn set_unavailable(&mut self, host: &str, why: Option<String>) -> Result<(), String> {
         let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
-        h.unavailable = why;
+        // Its standing does not depend on it: kept (and the host not copied if unchanged).
+        if h.unavailable != why {
+            Arc::make_mut(h).unavailable = why;
+        }
         Ok(())
     }
 
@@ -231,7 +284,9 @@ impl Cluster {
     /// again); its own VMs may still be moved off it.
     pub fn set_closed(&mut self, host: &str, why: Option<String>) -> Result<(), String> {
         let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
-        h.closed = why;
+        if h.closed != why {
+            Arc::make_mut(h).closed = why;
+        }
         Ok(())
     }
 
@@ -241,11 +296,54 @@ impl Cluster {
     }
 
     pub fn host(&self, name: &str) -> Option<&Host> {
-        self.hosts.get(name)
+        self.hosts.get(name).map(|h| &**h)
     }
 
     pub fn hosts(&self) -> impl Iterator<Item = &Host> {
-        self.hosts.values()
+        self.hosts.values().map(|h| &**h)
+    }
+
+    /// Host `name`, to change its VMs, tree or capacity: its standing is dropped (copied first
+    /// if a copy of the cluster shares it).
+    fn host_mut(&mut self, name: &str) -> Option<&mut Host> {
+        let h = Arc::make_mut(self.hosts.get_mut(name)?);
+        h.kept = Default::default();
+        Some(h)
+    }
+
+    /// Counts `vm`'s reservations into its pools' totals (`sign` 1), or out of them (-1).
+    fn pool_vm(&mut self, vm: &Vm, sign: i8) {
+        for v in &vm.vnics {
+            let total = self.pooled.entry(v.pool.clone()).or_default();
+            *total = match sign {
+                1 => total.saturating_add(v.reservation.bps()),
+                _ => {
+                    debug_assert!(
+                        *total >= v.reservation.bps(),
+                        "pool {} counted out more than in",
+                        v.pool
+                    );
+                    total.saturating_sub(v.reservation.bps())
+                }
+            };
+        }
+    }
+
+    /// Puts `vm` on host `host` (known), in the lists and totals.
+    fn put(&mut self, vm: Vm, host: &str) {
+        self.pool_vm(&vm, 1);
+        self.located.insert(vm.name.clone(), host.to_string());
+        self.host_mut(host).expect("a known host").push_vm(vm);
+    }
+
+    /// Takes `vm` off host `host`, out of the lists and totals.
+    fn take(&mut self, vm: &str, host: &str) -> Option<Vm> {
+        let h = self.host_mut(host)?;
+        let i = h.vms.iter().position(|v| v.name == vm)?;
+        let taken = h.vms.remove(i);
+        self.located.remove(vm);
+        self.pool_vm(&taken, -1);
+        Some(taken)
     }
 
     /// The host VM `vm` runs on.
@@ -265,7 +363,7 @@ impl Cluster {
             if asked == 0 {
                 continue;
             }
-            let used = (self.hosts.values().flat_map(|h| &h.vms)).fold(0u64, |a, v| a.saturating_add(in_pool(v)));
+            let used = self.pooled.get(pool).copied().unwrap_or(0);
             if used.saturating_add(asked) > quota.bps() {
                 let free = Bandwidth::from_bps(quota.bps().saturating_sub(used));
                 return Some(format!(
@@ -292,8 +390,9 @@ impl Cluster {
                 reasons: vec![("cluster".into(), why)],
             });
         }
-        let considered: Vec<(String, Result<Bandwidth, String>)> =
-            (self.hosts.values()).map(|h| (h.name.clone(), h.admits(vm))).collect();
+        let considered: Vec<(String, Result<Bandwidth, String>)> = (self.hosts.values())
+            .map(|h| (h.name.clone(), h.admits_kept(vm)))
+            .collect();
         let best = (considered.iter())
             .filter_map(|(name, r)| Some((name, *r.as_ref().ok()?)))
             .max_by(|(a, ha), (b, hb)| {
@@ -318,8 +417,7 @@ impl Cluster {
     /// Powers `vm` on: chooses its host and places it there.
     pub fn place(&mut self, vm: Vm) -> Result<Placed, Refused> {
         let placed = self.choose(&vm)?;
-        self.located.insert(vm.name.clone(), placed.host.clone());
-        self.hosts.get_mut(&placed.host).expect("chosen").vms.push(vm);
+        self.put(vm, &placed.host);
         Ok(placed)
     }
 
@@ -330,9 +428,10 @@ impl Cluster {
         if self.host_of(&vm.name).is_some() {
             return Err(format!("VM {} is placed already", vm.name));
         }
-        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
-        self.located.insert(vm.name.clone(), host.to_string());
-        h.vms.push(vm);
+        if !self.hosts.contains_key(host) {
+            return Err(format!("no host {host}"));
+        }
+        self.put(vm, host);
         Ok(())
     }
 
@@ -342,9 +441,8 @@ impl Cluster {
             return Err(why);
         }
         let h = self.hosts.get(host).ok_or_else(|| format!("no host {host}"))?;
-        h.admits(&vm)?;
-        self.located.insert(vm.name.clone(), host.to_string());
-        self.hosts.get_mut(host).expect("found").vms.push(vm);
+        h.admits_kept(&vm)?;
+        self.put(vm, host);
         Ok(())
     }
 }

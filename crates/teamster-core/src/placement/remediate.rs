@@ -13,7 +13,7 @@
 //! mended is a [`Fault`] naming it and what is short, and none of its VMs move; the moves
 //! planned for other hosts stand.
 
-use super::{Cluster, Vm};
+use super::{Cluster, Host, Vm};
 use crate::units::Bandwidth;
 
 /// One migration of a plan.
@@ -44,7 +44,7 @@ impl Cluster {
     /// The hosts whose VMs no longer pass admission there, in name order.
     pub fn violations(&self) -> Vec<String> {
         (self.hosts.values())
-            .filter(|h| h.headroom_with(&[]).is_err())
+            .filter(|h| h.standing().is_err())
             .map(|h| h.name.clone())
             .collect()
     }
@@ -55,30 +55,32 @@ impl Cluster {
     /// may then violate: [`Cluster::remediate`] mends it.
     pub fn set_reservation(&mut self, vm: &str, vnic: usize, reservation: Bandwidth) -> Result<(), String> {
         let host = self.host_of(vm).ok_or_else(|| format!("no VM {vm}"))?.to_string();
-        let h = self.hosts.get_mut(&host).expect("found");
-        let i = h.vms.iter().position(|v| v.name == vm).expect("on its host");
-        let mut was = h.vms.remove(i);
-        let Some(n) = was.vnics.get_mut(vnic) else {
-            h.vms.insert(i, was);
+        let was = self.hosts[&host]
+            .vms
+            .iter()
+            .find(|v| v.name == vm)
+            .expect("on its host");
+        let Some(n) = was.vnics.get(vnic) else {
             return Err(format!("VM {vm} has no vNIC {vnic}"));
         };
         if let Some(limit) = n.limit.filter(|l| *l < reservation) {
-            h.vms.insert(i, was);
             return Err(format!("VM {vm}: reservation {reservation} is above its limit {limit}"));
         }
-        let old = std::mem::replace(&mut n.reservation, reservation);
-        if let Some(why) = self.quota_breach(&was) {
-            was.vnics[vnic].reservation = old;
-            self.hosts.get_mut(&host).expect("found").vms.insert(i, was);
+        // The quota is checked with the VM's other reservations as they are, this one as asked.
+        let mut asked = was.clone();
+        asked.vnics[vnic].reservation = reservation;
+        let old = self.take(vm, &host).expect("on its host");
+        if let Some(why) = self.quota_breach(&asked) {
+            self.put(old, &host);
             return Err(why);
         }
-        self.hosts.get_mut(&host).expect("found").vms.insert(i, was);
+        self.put(asked, &host);
         Ok(())
     }
 
     /// Host `host`'s admission capacity is now `capacity` (an uplink lost or added).
     pub fn set_capacity(&mut self, host: &str, capacity: Bandwidth) -> Result<(), String> {
-        let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
+        let h = self.host_mut(host).ok_or_else(|| format!("no host {host}"))?;
         h.capacity = capacity;
         Ok(())
     }
@@ -96,27 +98,15 @@ impl Cluster {
             .iter()
             .find(|v| v.name == vm)
             .expect("on its host");
-        dest.admits(v).map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
-        let h = self.hosts.get_mut(&from).expect("found");
-        let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
-        let moved = h.vms.remove(i);
-        let m = Migration {
-            vm: vm.to_string(),
-            from,
-            to: to.to_string(),
-            reservation: moved.reservation(),
-        };
-        self.located.insert(vm.to_string(), to.to_string());
-        self.hosts.get_mut(to).expect("found").vms.push(moved);
-        Ok(m)
+        dest.admits_kept(v)
+            .map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
+        Ok(self.move_vm(&from, vm, to))
     }
 
     /// Takes VM `vm` out of the cluster (powered off, or lost with a host), giving it back.
     pub fn remove_vm(&mut self, vm: &str) -> Option<Vm> {
-        let host = self.located.remove(vm)?;
-        let h = self.hosts.get_mut(&host).expect("located VMs are on their host");
-        let i = h.vms.iter().position(|v| v.name == vm).expect("on its host");
-        Some(h.vms.remove(i))
+        let host = self.located.get(vm)?.clone();
+        Some(self.take(vm, &host).expect("located VMs are on their host"))
     }
 
     /// Takes host `host` out of the cluster (it failed), giving back the VMs that were on it.
@@ -124,14 +114,15 @@ impl Cluster {
         let h = self.hosts.remove(host).ok_or_else(|| format!("no host {host}"))?;
         for v in &h.vms {
             self.located.remove(&v.name);
+            self.pool_vm(v, -1);
         }
-        Ok(h.vms)
+        Ok(h.vms.clone())
     }
 
     /// Reservations that cannot be kept: the VMs with a reservation on violating hosts.
     pub fn violated_reservations(&self) -> usize {
         (self.hosts.values())
-            .filter(|h| h.headroom_with(&[]).is_err())
+            .filter(|h| h.standing().is_err())
             .flat_map(|h| &h.vms)
             .filter(|v| v.reservation() > Bandwidth::ZERO)
             .count()
@@ -156,7 +147,7 @@ impl Cluster {
                 Search::OverBudget => self.greedy_plan(&host),
             };
             let Some(plan) = plan else {
-                let why = self.hosts[&host].headroom_with(&[]).err().unwrap_or_default();
+                let why = self.hosts[&host].standing().as_ref().err().cloned().unwrap_or_default();
                 remedy.faults.push(Fault {
                     host: host.clone(),
                     why: format!("no set of VMs can move to hosts that admit them; {why}"),
@@ -172,24 +163,21 @@ impl Cluster {
 
     /// Moves `vm` from `from` to `to` as planned.
     fn move_vm(&mut self, from: &str, vm: &str, to: &str) -> Migration {
-        let h = self.hosts.get_mut(from).expect("violating host");
-        let i = h.vms.iter().position(|v| v.name == vm).expect("on it");
-        let moved = h.vms.remove(i);
+        let moved = self.take(vm, from).expect("on it");
         let m = Migration {
             vm: vm.to_string(),
             from: from.to_string(),
             to: to.to_string(),
             reservation: moved.reservation(),
         };
-        self.located.insert(vm.to_string(), to.to_string());
-        self.hosts.get_mut(to).expect("destination").vms.push(moved);
+        self.put(moved, to);
         m
     }
 
     /// The smallest set of VMs whose leaving mends `host` and which other hosts take (see the
     /// module documentation), with destinations.
     fn fewest_moves(&self, host: &str) -> Search {
-        let h = &self.hosts[host];
+        let h: &Host = &self.hosts[host];
         let movable: Vec<&Vm> = (h.vms.iter()).filter(|v| v.reservation() > Bandwidth::ZERO).collect();
         let mut budget = SEARCH_BUDGET;
         for k in 1..=movable.len() {
@@ -201,7 +189,7 @@ impl Cluster {
             let mut sets: Vec<(u64, Vec<String>, Vec<&Vm>)> = Vec::new();
             for_each_subset(movable.len(), k, &mut |pick| {
                 let set: Vec<&Vm> = pick.iter().map(|&i| movable[i]).collect();
-                let mut rest = h.clone();
+                let mut rest = h.trial();
                 rest.vms.retain(|v| !set.iter().any(|s| s.name == v.name));
                 if rest.headroom_with(&[]).is_ok() {
                     let moved = set.iter().fold(0u64, |a, v| a.saturating_add(v.reservation().bps()));
@@ -224,7 +212,7 @@ impl Cluster {
     fn greedy_plan(&self, host: &str) -> Option<Vec<(String, String)>> {
         let mut trial = self.clone();
         let mut plan = Vec::new();
-        while trial.hosts[host].headroom_with(&[]).is_err() {
+        while trial.hosts[host].standing().is_err() {
             let (vm, to) = trial.one_greedy_move(host)?;
             trial.move_vm(host, &vm, &to);
             plan.push((vm, to));
@@ -234,11 +222,11 @@ impl Cluster {
 
     /// One VM to move off `host` by the greedy rule, with its destination.
     fn one_greedy_move(&self, host: &str) -> Option<(String, String)> {
-        let h = &self.hosts[host];
+        let h: &Host = &self.hosts[host];
         let mut by_size: Vec<&Vm> = h.vms.iter().filter(|v| v.reservation() > Bandwidth::ZERO).collect();
         by_size.sort_by(|a, b| a.reservation().cmp(&b.reservation()).then(a.name.cmp(&b.name)));
         let enough = |vm: &Vm| {
-            let mut rest = h.clone();
+            let mut rest = h.trial();
             rest.vms.retain(|v| v.name != vm.name);
             rest.headroom_with(&[]).is_ok()
         };
@@ -263,7 +251,7 @@ impl Cluster {
                         .map(|(_, v)| *v)
                         .collect();
                     extra.push(vm);
-                    Some((o.headroom_with(&extra).ok()?, o.vms.len() + extra.len(), &o.name))
+                    Some((o.headroom_kept(&extra).ok()?, o.vms.len() + extra.len(), &o.name))
                 })
                 .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(a.2)))?;
             arriving.push((best.2, vm));

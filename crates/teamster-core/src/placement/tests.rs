@@ -400,3 +400,108 @@ fn a_host_that_cannot_be_mended_keeps_its_vms() {
     let e = c.set_reservation("capped", 0, Bandwidth::from_gbps(2)).unwrap_err();
     assert!(e.contains("above its limit"), "{e}");
 }
+
+/// A host of the test below: a 10G or 25G uplink, two classes (`vm` reserving `class_mbps`,
+/// `infra` 1G) and a pool `gold` under `vm` reserving `pool_mbps`; `derived` picks which of
+/// `vm` and `gold` are derived, `limits` their limits.
+fn standing_host(
+    class_mbps: u64,
+    pool_mbps: u64,
+    derived: u8,
+    big: bool,
+    limits: (Option<u64>, Option<u64>),
+) -> Cluster {
+    let mut t = Tree::new("uplink");
+    let spec = |name: &str, mbps: u64, limit: Option<u64>| NodeSpec {
+        name: name.into(),
+        reservation: Bandwidth::from_mbps(mbps),
+        shares: Shares::NORMAL,
+        // A limit below the reservation is not a tree the host would have.
+        limit: limit.map(|l| Bandwidth::from_mbps(l.max(mbps))),
+    };
+    let vm = t.add(NodeId::ROOT, spec("vm", class_mbps, limits.0)).unwrap();
+    t.add(NodeId::ROOT, spec("infra", 1000, None)).unwrap();
+    t.add(vm, spec("gold", pool_mbps, limits.1)).unwrap();
+    let capacity = Bandwidth::from_gbps(if big { 25 } else { 10 });
+    let mut c = Cluster::default();
+    c.add_host("h", t, capacity, ReservationCap::default()).unwrap();
+    for (bit, node) in [(1, "vm"), (2, "gold")] {
+        if derived & bit != 0 {
+            c.derive("h", node).unwrap();
+        }
+    }
+    c
+}
+
+fn a_vnic() -> impl Strategy<Value = Vnic> {
+    let pool = prop::sample::select(vec!["vm", "gold", "infra", "nope"]);
+    (pool, 0u64..6_000, prop::option::of(0u64..8_000)).prop_map(|(pool, r, limit)| Vnic {
+        pool: pool.into(),
+        reservation: Bandwidth::from_mbps(r),
+        shares: Shares::NORMAL,
+        limit: limit.map(Bandwidth::from_mbps),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The standing (a host's tree with its VMs, kept between changes) gives the same answer
+    /// as building the tree with the new VMs and checking all of it, for any VMs already there
+    /// and any asked: admitted with the same headroom, or refused with the same reason. Hosts
+    /// with derived classes and pools (with limits or not), VMs with several vNICs, pools the
+    /// host lacks, limits below reservations, names taken and hosts over their admission are
+    /// all drawn.
+    #[test]
+    fn the_standing_answers_as_the_whole_tree_does(
+        class_mbps in 0u64..8_000, pool_mbps in 0u64..8_000, derived in 0u8..4, big: bool,
+        limits in (prop::option::of(1u64..10_000), prop::option::of(1u64..10_000)),
+        there in prop::collection::vec(prop::collection::vec(a_vnic(), 1..3), 0..6),
+        asked in prop::collection::vec((0usize..8, prop::collection::vec(a_vnic(), 1..3)), 0..3),
+    ) {
+        let mut c = standing_host(class_mbps, pool_mbps, derived, big, limits);
+        for (i, vnics) in there.into_iter().enumerate() {
+            // Assumed as they are: the host may come out over its admission.
+            let _ = c.assume(Vm { name: format!("vm{i}"), vnics }, "h");
+        }
+        let h = c.host("h").unwrap();
+        let asked: Vec<Vm> = (asked.into_iter())
+            .map(|(n, vnics)| Vm { name: format!("vm{n}"), vnics })
+            .collect();
+        let asked: Vec<&Vm> = asked.iter().collect();
+        prop_assert_eq!(h.headroom_kept(&asked), h.headroom_with(&asked));
+        prop_assert_eq!(c.standing("h").unwrap(), h.headroom_with(&[]));
+    }
+}
+
+/// A host's standing follows its changes: a VM placed, its reservation raised, the host's
+/// capacity lost, the VM taken off; each time the same as the whole tree's.
+#[test]
+fn the_standing_follows_each_change_of_its_host() {
+    let mut c = fig2_cluster();
+    let whole = |c: &Cluster, h: &str| c.host(h).unwrap().headroom_with(&[]);
+    let check = |c: &Cluster| {
+        for h in ["host1", "host2"] {
+            assert_eq!(c.standing(h).unwrap(), whole(c, h), "{h}");
+        }
+    };
+    check(&c);
+    c.place_on(vm("a", Bandwidth::from_gbps(3)), "host1").unwrap();
+    check(&c);
+    let copy = c.clone();
+    c.set_reservation("a", 0, Bandwidth::from_gbps(7)).unwrap();
+    check(&c);
+    check(&copy);
+    let reserved = |c: &Cluster| c.host("host1").unwrap().vms[0].reservation();
+    assert_eq!(reserved(&copy), Bandwidth::from_gbps(3), "the copy is as it was");
+    assert_eq!(reserved(&c), Bandwidth::from_gbps(7));
+    c.set_capacity("host1", Bandwidth::from_gbps(5)).unwrap();
+    check(&c);
+    assert!(c.standing("host1").unwrap().is_err(), "7G no longer fits 75% of 5G");
+    assert_eq!(c.violations(), vec!["host1".to_string()]);
+    c.remove_vm("a").unwrap();
+    check(&c);
+    c.set_capacity("host1", Bandwidth::from_gbps(10)).unwrap();
+    check(&c);
+    assert!(c.violations().is_empty());
+}

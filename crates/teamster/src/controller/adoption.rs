@@ -99,7 +99,7 @@ impl ClusterState {
 
     /// Why VM `a` cannot be adopted, if it cannot: a bad name or MAC, a controller that knows
     /// it already, or its MAC another VM's.
-    fn adoptable(&self, a: &Assignment) -> Result<(), String> {
+    fn adoptable(&mut self, a: &Assignment) -> Result<(), String> {
         host::check_name("name", &a.vm)?;
         if let Some(v) = self.vms.get(&a.vm) {
             return Err(format!("the controller has it on {}", v.host));
@@ -120,8 +120,7 @@ impl ClusterState {
             if mac.is_multicast() || mac == MacAddr([0; 6]) {
                 return Err(format!("mac: {mac} is not a unicast address"));
             }
-            let taken = (self.vms.iter()).find(|(_, v)| v.mac.as_deref().and_then(|o| o.parse().ok()) == Some(mac));
-            if let Some((other, _)) = taken {
+            if let Some(other) = self.mac_owner(mac)? {
                 return Err(format!("mac: {mac} is VM {other}'s"));
             }
         }

@@ -13,7 +13,11 @@
 //! A source that is down has let go by its own timer (a host cut off detaches its VMs before
 //! the controller fails it), unless it keeps forwarding when cut off (`isolation = "keep"`:
 //! then only its report lets go); and one that no longer exists was deleted by the operator,
-//! which is refused while it runs VMs and is heard: the destination is told at once. A VM moved again before its destination was told
+//! which is refused while it runs VMs and is heard: the destination is told at once.
+//!
+//! A VM powered off stays in its host's departing set until that host reports it detached, so
+//! a VM of the same name (and MAC) powered on again on another host meanwhile comes from there
+//! as a migration does, and is attached only once the first host let go. A VM moved again before its destination was told
 //! still comes from its first source; once the destination was told, it comes from there.
 //!
 //! The cost of a report stays in proportion to the host's own VMs: only the departing set of
@@ -21,14 +25,7 @@
 //!
 //! [`HostRecord::departing`]: super::state::HostRecord::departing
 
-use super::state::{ClusterState, HostRecord, Isolation, VmRecord};
-
-/// Whether host `h` is down and detaches its VMs when cut off: it has let go of every VM (it
-/// did so by its own timer before the controller failed it), and its `departing` set is
-/// emptied when it is failed.
-pub(super) fn gone_quiet(h: &HostRecord) -> bool {
-    h.down_since_s.is_some() && h.shape.isolation != Isolation::Keep
-}
+use super::state::{ClusterState, VmRecord};
 
 impl ClusterState {
     /// Records that VM `name` leaves host `from` for where it is now assigned: its source is
@@ -41,7 +38,7 @@ impl ClusterState {
             return;
         }
         // A source that has let go by its own timer (down, detaching) holds nothing to wait for.
-        if let Some(h) = self.hosts.get_mut(from).filter(|h| !gone_quiet(h)) {
+        if let Some(h) = self.hosts.get_mut(from).filter(|h| !h.gone_quiet()) {
             h.departing.insert(name.to_string());
         }
         self.vms.get_mut(name).expect("looked up").moving_from = Some(from.to_string());
@@ -53,7 +50,27 @@ impl ClusterState {
     pub(super) fn released(&self, name: &str, src: &str) -> bool {
         self.hosts
             .get(src)
-            .is_none_or(|h| gone_quiet(h) || !h.departing.contains(name))
+            .is_none_or(|h| h.gone_quiet() || !h.departing.contains(name))
+    }
+
+    /// The host other than `to` that still holds VM `name`, powered off there and not yet
+    /// reported detached, if one does (a look at each host's departing set).
+    pub(super) fn still_held(&self, name: &str, to: &str) -> Option<String> {
+        (self.hosts.iter())
+            .find(|(h, rec)| h.as_str() != to && !rec.gone_quiet() && rec.departing.contains(name))
+            .map(|(h, _)| h.clone())
+    }
+
+    /// The host, and the VM powered off there, still holding MAC `mac` for a VM other than
+    /// `name`, if one does (a look at each host's departing MACs).
+    pub(super) fn mac_departing(&self, mac: teamster_core::wire::MacAddr, name: &str) -> Option<(String, String)> {
+        (self.hosts.iter())
+            .filter(|(_, rec)| !rec.gone_quiet())
+            .find_map(|(h, rec)| {
+                let (vm, _) =
+                    (rec.departing_macs.iter()).find(|(n, m)| n.as_str() != name && m.parse().ok() == Some(mac))?;
+                Some((h.clone(), vm.clone()))
+            })
     }
 
     /// Whether VM `name` (record `v`) may be attached by the host it is assigned to: it is not
@@ -79,11 +96,14 @@ impl ClusterState {
             return;
         };
         let attached: std::collections::HashSet<&str> = attached.iter().map(String::as_str).collect();
+        // Kept: what it still has of the VMs moving from it, or powered off and not yet gone.
         let keep: std::collections::BTreeSet<String> = (h.departing.iter())
             .filter(|n| attached.contains(n.as_str()))
-            .filter(|n| (self.vms.get(*n)).is_some_and(|v| v.moving_from.as_deref() == Some(host)))
+            .filter(|n| (self.vms.get(*n)).is_none_or(|v| v.moving_from.as_deref() == Some(host)))
             .cloned()
             .collect();
-        self.hosts.get_mut(host).expect("looked up").departing = keep;
+        let h = self.hosts.get_mut(host).expect("looked up");
+        h.departing_macs.retain(|n, _| keep.contains(n));
+        h.departing = keep;
     }
 }

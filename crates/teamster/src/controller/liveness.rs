@@ -73,7 +73,7 @@ impl ClusterState {
         (self.hosts.iter())
             .filter(|(_, h)| h.down_since_s.is_some() && h.shape.isolation != Isolation::Keep)
             .filter(|(_, h)| now_s >= h.restart_tried_s.saturating_add(RESTART_RETRY_S))
-            .filter(|(n, _)| self.vms.values().any(|v| &v.host == *n))
+            .filter(|(n, _)| !self.vms_on(n).is_empty())
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -93,13 +93,14 @@ impl ClusterState {
         }
         let mut next = self.clone();
         let mut out = Outcome::default();
-        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
+        let mut c = next.placement(now_s).map_err(Refusal::Conflict)?;
         for (host, why) in failing {
             let rec = next.hosts.get_mut(&host).expect("listed");
             rec.down_since_s = Some(now_s);
             // It has detached what was leaving it (unless it keeps forwarding when cut off).
-            if super::handover::gone_quiet(rec) {
+            if rec.gone_quiet() {
                 rec.departing.clear();
+                rec.departing_macs.clear();
             }
             out.events.push(format!("{host}: host down: {why}"));
             next.note_fault(&host, format!("host down: {why}"), now_s);
@@ -138,9 +139,9 @@ impl ClusterState {
         tell: bool,
     ) -> Result<(), Refusal> {
         self.hosts.get_mut(host).expect("listed").restart_tried_s = now_s;
-        let mut leaving: Vec<(String, VmRecord)> = (self.vms.iter())
-            .filter(|(_, v)| v.host == host)
-            .map(|(n, v)| (n.clone(), v.clone()))
+        let mut leaving: Vec<(String, VmRecord)> = (c.host(host).into_iter())
+            .flat_map(|h| &h.vms)
+            .filter_map(|vm| Some((vm.name.clone(), self.vms.get(&vm.name)?.clone())))
             .collect();
         leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
         for (name, v) in leaving {

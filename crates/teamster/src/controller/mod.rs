@@ -16,6 +16,8 @@ pub mod etcd;
 pub mod etcd_gateway;
 pub mod follower;
 pub mod handover;
+pub mod inventory;
+pub mod kept;
 pub mod liveness;
 pub mod load;
 pub mod records;

@@ -14,6 +14,7 @@
 //! Names are checked port-name prefixes (no `/`), so a key names one record.
 
 use super::state::{ClusterState, FaultRecord, HostRecord, MigrationRecord, VmRecord};
+use imbl::ordmap::DiffItem;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use teamster_core::units::Bandwidth;
@@ -87,6 +88,7 @@ fn same_host(a: &HostRecord, b: &HostRecord) -> bool {
         && a.down_since_s == b.down_since_s
         && a.up_again_s == b.up_again_s
         && a.departing == b.departing
+        && a.departing_macs == b.departing_macs
 }
 
 impl ClusterState {
@@ -113,23 +115,32 @@ impl ClusterState {
         })
     }
 
-    /// The records that differ from `was`'s, and the keys of those gone since.
+    /// The records that differ from `was`'s, and the keys of those gone since: from the
+    /// difference of the two states' maps, which skips what they share, so in proportion to
+    /// what changed when `self` was made from a copy of `was`.
     pub fn delta(&self, was: &ClusterState) -> Result<Delta, String> {
         let mut d = Delta::default();
-        for (name, h) in &self.hosts {
-            if !was.hosts.get(name).is_some_and(|w| same_host(w, h)) {
-                d.puts.push(json(&format!("{HOST}{name}"), h)?);
+        let mut gone_vms = Vec::new();
+        for item in was.hosts.diff(&self.hosts) {
+            match item {
+                DiffItem::Add(name, h) => d.puts.push(json(&format!("{HOST}{name}"), h)?),
+                DiffItem::Update {
+                    old: (_, w),
+                    new: (name, h),
+                } if !same_host(w, h) => d.puts.push(json(&format!("{HOST}{name}"), h)?),
+                DiffItem::Remove(name, _) => d.deletes.push(format!("{HOST}{name}")),
+                DiffItem::Update { .. } => {}
             }
         }
-        for (name, v) in &self.vms {
-            if was.vms.get(name) != Some(v) {
-                d.puts.push(json(&format!("{VM}{name}"), v)?);
+        for item in was.vms.diff(&self.vms) {
+            match item {
+                DiffItem::Add(name, v) | DiffItem::Update { new: (name, v), .. } => {
+                    d.puts.push(json(&format!("{VM}{name}"), v)?)
+                }
+                DiffItem::Remove(name, _) => gone_vms.push(format!("{VM}{name}")),
             }
         }
-        let gone_hosts = (was.hosts.keys()).filter(|n| !self.hosts.contains_key(*n));
-        d.deletes.extend(gone_hosts.map(|n| format!("{HOST}{n}")));
-        let gone_vms = (was.vms.keys()).filter(|n| !self.vms.contains_key(*n));
-        d.deletes.extend(gone_vms.map(|n| format!("{VM}{n}")));
+        d.deletes.extend(gone_vms);
         let same_cluster = self.quotas == was.quotas
             && self.migrations == was.migrations
             && self.faults == was.faults
@@ -223,7 +234,8 @@ mod tests {
     }
 
     /// A change writes what it changed: a power-on its VM and the cluster's record; a report
-    /// that only moves times writes nothing; a power-off deletes its VM's key.
+    /// that only moves times writes nothing; a power-off deletes its VM's key (and writes its
+    /// host's, which holds the VM until it reports it detached).
     #[test]
     fn a_delta_holds_what_changed_and_no_more() {
         let was = state();
@@ -240,7 +252,11 @@ mod tests {
         let mut off = s.clone();
         off.power_off("a", 4).unwrap();
         let d = off.delta(&s).unwrap();
-        assert_eq!((keys(&d), &d.deletes), (vec![CLUSTER], &vec!["vm/a".to_string()]));
+        // And its host's record: the VM stays in its departing set until it reports it gone.
+        assert_eq!(
+            (keys(&d), &d.deletes),
+            (vec!["host/h1", CLUSTER], &vec!["vm/a".to_string()])
+        );
         let mut gone = off.clone();
         let e = gone.clone().remove_host("h1", 5).unwrap_err();
         assert!(e.message().contains("is heard"), "{e:?}");

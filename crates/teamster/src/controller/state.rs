@@ -12,14 +12,22 @@
 //! quotas, remediation by the fewest migrations), and replaces the state only if it holds whole:
 //! a reservation no host can hold, an unknown host or VM, a bad shape is refused and changes
 //! nothing. Time is passed in (`now_s`, seconds since the epoch); nothing here does I/O.
+//!
+//! A change costs in proportion to what it changes: hosts and VMs are persistent maps, so the
+//! copy shares all but what the change touches; placement asks the view kept in step with the
+//! state ([`super::kept`]), and what a store writes is the difference of the maps
+//! ([`ClusterState::delta`]).
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use teamster_core::host::{self, ClassEntry, HostSpec, LbtSection, PoolEntry, UplinkDesc};
+use std::collections::{BTreeMap, VecDeque};
+use teamster_core::host;
 use teamster_core::ioc::Shares;
-use teamster_core::placement::{Cluster, Migration, Vm, Vnic};
+use teamster_core::placement::{Cluster, Migration};
 use teamster_core::units::Bandwidth;
 
+pub(super) use super::inventory::vm_of;
+pub use super::inventory::{build_host, HostRecord, HostShape, UplinkRecord, VmRecord};
+use super::kept::{Kept, Source};
 pub use crate::live::controller_config::Isolation;
 
 /// How many migrations and faults the state keeps.
@@ -44,83 +52,6 @@ pub const MAX_HOSTS: usize = 1024;
 pub const MAX_VMS: usize = 100_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UplinkRecord {
-    pub name: String,
-    #[schema(value_type = String, example = "10G")]
-    pub capacity: Bandwidth,
-    #[serde(default = "yes")]
-    pub up: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// What a host registers: its shape, from its switch.toml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HostShape {
-    pub uplinks: Vec<UplinkRecord>,
-    #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
-    pub traffic_classes: Vec<ClassEntry>,
-    #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
-    pub pools: Vec<PoolEntry>,
-    /// Classes and pools whose reservation on the host is what its VMs there reserve.
-    #[serde(default)]
-    pub derived: Vec<String>,
-    pub reservation_cap: Option<f64>,
-    /// What the host does when cut off from the controller: with "keep" it goes on forwarding
-    /// for its VMs, so they are never restarted elsewhere when it goes down.
-    #[serde(default, skip_serializing_if = "Isolation::is_default")]
-    pub isolation: Isolation,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HostRecord {
-    pub shape: HostShape,
-    pub registered_s: u64,
-    pub reported_s: u64,
-    /// Each uplink's measured send rate at the last report, bits/s (kept in memory only: a
-    /// measure, not a decision).
-    #[serde(skip)]
-    pub loads: BTreeMap<String, f64>,
-    /// Since when the host is down (it stopped reporting: [`ClusterState::fail_silent`]);
-    /// cleared by its next report or registration.
-    #[serde(default)]
-    pub down_since_s: Option<u64>,
-    /// When it was last heard again after being down: it takes no new VMs for a host timeout
-    /// after that ([`ClusterState::held_down`]).
-    #[serde(default)]
-    pub up_again_s: Option<u64>,
-    /// When its VMs were last tried elsewhere, while it is down (in memory only).
-    #[serde(skip)]
-    pub restart_tried_s: u64,
-    /// VMs that left it and that it has not yet reported detached: their destinations are not
-    /// told to attach them until it has ([`super::handover`]).
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub departing: BTreeSet<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VmRecord {
-    /// The VM's MAC on its vNIC and its port group, for the host that attaches its port.
-    #[serde(default)]
-    pub mac: Option<String>,
-    #[serde(default)]
-    pub group: Option<String>,
-    pub pool: String,
-    pub reservation: Bandwidth,
-    pub shares: Shares,
-    pub limit: Option<Bandwidth>,
-    pub host: String,
-    /// The source of a migration its destination has not confirmed yet.
-    pub moving_from: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MigrationRecord {
     pub at_s: u64,
     pub vm: String,
@@ -142,8 +73,8 @@ pub struct FaultRecord {
 /// The whole state, as stored.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
-    pub hosts: BTreeMap<String, HostRecord>,
-    pub vms: BTreeMap<String, VmRecord>,
+    pub hosts: imbl::OrdMap<String, HostRecord>,
+    pub vms: imbl::OrdMap<String, VmRecord>,
     pub quotas: BTreeMap<String, Bandwidth>,
     pub migrations: VecDeque<MigrationRecord>,
     pub faults: VecDeque<FaultRecord>,
@@ -174,6 +105,9 @@ pub struct ClusterState {
     /// again.
     #[serde(skip)]
     pub violated: Cached<(u64, Vec<String>)>,
+    /// The placement view last asked for, kept in step with the state (in memory only).
+    #[serde(skip)]
+    pub(super) kept: Cached<super::kept::Kept>,
 }
 
 /// A value computed from the state and kept with it in memory: two states are equal whatever
@@ -285,33 +219,6 @@ pub struct Outcome {
 }
 
 impl ClusterState {
-    /// The placement view of the state at `now_s`: hosts with their trees and admission
-    /// capacity (the smallest uplink up; none: zero), those that stopped reporting marked
-    /// unavailable, VMs where they are assigned, quotas.
-    pub fn cluster(&self, now_s: u64) -> Result<Cluster, String> {
-        let mut c = Cluster::default();
-        for (name, h) in &self.hosts {
-            let (tree, cap) = build_host(&h.shape).map_err(|e| format!("host {name}: {e}"))?;
-            let capacity = (h.shape.uplinks.iter().filter(|u| u.up))
-                .map(|u| u.capacity)
-                .min()
-                .unwrap_or(Bandwidth::ZERO);
-            c.add_host(name, tree, capacity, cap)?;
-            for d in &h.shape.derived {
-                c.derive(name, d).map_err(|e| format!("host {name}: derived: {e}"))?;
-            }
-            c.set_unavailable(name, self.silent(name, now_s))?;
-            c.set_closed(name, self.held_down(name, now_s))?;
-        }
-        for (pool, q) in &self.quotas {
-            c.set_quota(pool, *q);
-        }
-        for (name, v) in &self.vms {
-            c.assume(vm_of(name, v), &v.host)?;
-        }
-        Ok(c)
-    }
-
     /// Registers host `name` (or updates its shape), then mends what no longer fits.
     pub fn register(&mut self, name: &str, shape: HostShape, now_s: u64) -> Result<Outcome, Refusal> {
         host::check_name("name", name).map_err(Refusal::Bad)?;
@@ -339,6 +246,7 @@ impl ClusterState {
                 up_again_s,
                 restart_tried_s: 0,
                 departing: was.map(|h| h.departing.clone()).unwrap_or_default(),
+                departing_macs: was.map(|h| h.departing_macs.clone()).unwrap_or_default(),
             },
         );
         next.commit(now_s, Outcome::default(), self, true)
@@ -360,12 +268,13 @@ impl ClusterState {
             if mac.is_multicast() || mac == teamster_core::wire::MacAddr([0; 6]) {
                 return Err(Refusal::Bad(format!("mac: {mac} is not a unicast address")));
             }
-            if let Some((other, _)) = self
-                .vms
-                .iter()
-                .find(|(_, v)| v.mac.as_deref().and_then(|o| o.parse().ok()) == Some(mac))
-            {
+            if let Some(other) = self.mac_owner(mac).map_err(Refusal::Conflict)? {
                 return Err(Refusal::Conflict(format!("mac: {mac} is VM {other}'s")));
+            }
+            if let Some((host, other)) = self.mac_departing(mac, &req.name) {
+                return Err(Refusal::Conflict(format!(
+                    "mac: {mac} was VM {other}'s, powered off on host {host}, which has not yet reported it detached: try again after its next report"
+                )));
             }
         }
         if let Some(g) = &req.group {
@@ -388,7 +297,7 @@ impl ClusterState {
             limit: record.limit,
         };
         teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
-        let mut c = self.cluster(now_s).map_err(Refusal::Conflict)?;
+        let mut c = self.placement(now_s).map_err(Refusal::Conflict)?;
         let vm = vm_of(&req.name, &record);
         let mut out = Outcome::default();
         let host = match req.host.as_deref() {
@@ -413,8 +322,24 @@ impl ClusterState {
             }
         };
         out.placed = Some(host.clone());
+        // A VM of this name powered off on another host that has not yet reported it detached
+        // comes from there, as a migration does: its new host is told once that one let go.
+        let moving_from = self.still_held(&req.name, &host);
         let mut next = self.clone();
-        next.vms.insert(req.name, VmRecord { host, ..record });
+        // Back on the host it was powered off on: that host keeps its port, nothing to wait for.
+        let back = (next.hosts.get(&host)).is_some_and(|h| h.departing.contains(&req.name));
+        if let Some(h) = next.hosts.get_mut(&host).filter(|_| back) {
+            h.departing.remove(&req.name);
+            h.departing_macs.remove(&req.name);
+        }
+        next.vms.insert(
+            req.name,
+            VmRecord {
+                host,
+                moving_from,
+                ..record
+            },
+        );
         // The view placement made holds the VM where it went: the state's, as it now is.
         next.commit_on(c, now_s, out, self, false)
     }
@@ -440,7 +365,7 @@ impl ClusterState {
         teamster_core::ioc::admission::check_controls("vm", &spec).map_err(Refusal::Bad)?;
         // The pools' quotas, as placement checks them: the VM's other reservations plus the new.
         let reservation = rec.reservation;
-        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
+        let mut c = next.placement(now_s).map_err(Refusal::Conflict)?;
         c.set_reservation(name, 0, reservation).map_err(Refusal::Conflict)?;
         next.commit_on(c, now_s, Outcome::default(), self, false)
     }
@@ -453,7 +378,7 @@ impl ClusterState {
         };
         // A host that is heard forwards for its VMs: moving them now would make them active
         // twice, and it would register again at its next report.
-        let runs = self.vms.values().any(|v| v.host == name);
+        let runs = !self.vms_on(name).is_empty();
         if runs && h.shape.isolation == Isolation::Keep {
             return Err(Refusal::Conflict(format!(
                 "host {name} goes on forwarding for its VMs when cut off (isolation = keep), down or not: power them off before deleting it"
@@ -467,16 +392,11 @@ impl ClusterState {
         }
         let mut next = self.clone();
         next.hosts.remove(name);
-        let mut leaving: Vec<(String, VmRecord)> = Vec::new();
-        next.vms.retain(|n, v| {
-            let stays = v.host != name;
-            if !stays {
-                leaving.push((n.clone(), v.clone()));
-            }
-            stays
-        });
+        let mut leaving: Vec<(String, VmRecord)> = (self.vms_on(name).into_iter())
+            .filter_map(|n| Some((n.clone(), next.vms.remove(&n)?)))
+            .collect();
         leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
-        let mut c = next.cluster(now_s).map_err(Refusal::Conflict)?;
+        let mut c = next.placement(now_s).map_err(Refusal::Conflict)?;
         for (n, v) in leaving {
             let placed = c
                 .place(vm_of(&n, &v))
@@ -501,7 +421,18 @@ impl ClusterState {
             return Err(Refusal::Unknown(format!("no VM {name}")));
         }
         let mut next = self.clone();
-        next.vms.remove(name);
+        let gone = next.vms.remove(name).expect("looked up");
+        // Its host detaches it at its next answer: until it reports so, a VM of the same name
+        // powered on again elsewhere waits for it, and no other VM takes its MAC
+        // ([`super::handover`]). A host never told to attach it (it was on its way from a
+        // source that still holds it: that one keeps it in its own set) has nothing to let go.
+        let told = self.may_attach(name, &gone);
+        if let Some(h) = (next.hosts.get_mut(&gone.host)).filter(|h| told && !h.gone_quiet()) {
+            h.departing.insert(name.to_string());
+            if let Some(mac) = &gone.mac {
+                h.departing_macs.insert(name.to_string(), mac.clone());
+            }
+        }
         next.commit(now_s, Outcome::default(), self, false)
     }
 
@@ -576,8 +507,9 @@ impl ClusterState {
     /// Keeps in this state (a change about to be in force) what reports taken in place said
     /// in `current` while the change was made: each host's latest report time and rates.
     pub fn keep_heard(&mut self, current: &ClusterState) {
-        for (name, rec) in &mut self.hosts {
-            if let Some(now) = current.hosts.get(name).filter(|h| h.reported_s > rec.reported_s) {
+        for (name, now) in &current.hosts {
+            let later = (self.hosts.get(name)).is_some_and(|rec| now.reported_s > rec.reported_s);
+            if let Some(rec) = self.hosts.get_mut(name).filter(|_| later) {
                 rec.reported_s = now.reported_s;
                 rec.loads = now.loads.clone();
             }
@@ -636,13 +568,13 @@ impl ClusterState {
     /// `fact` (a host's registration or report: a lost uplink happened whether or not it
     /// fits), which stands with its fault recorded.
     pub(super) fn commit(
-        self,
+        mut self,
         now_s: u64,
         out: Outcome,
         was: &mut ClusterState,
         fact: bool,
     ) -> Result<Outcome, Refusal> {
-        let c = self.cluster(now_s).map_err(Refusal::Conflict)?;
+        let c = self.placement(now_s).map_err(Refusal::Conflict)?;
         self.commit_on(c, now_s, out, was, fact)
     }
 
@@ -657,7 +589,7 @@ impl ClusterState {
     ) -> Result<Outcome, Refusal> {
         let before = match &was.violated.0 {
             Some((generation, hosts)) if *generation == was.generation => hosts.clone(),
-            _ => was.cluster(now_s).map(|c| c.violations()).unwrap_or_default(),
+            _ => was.placement(now_s).map(|c| c.violations()).unwrap_or_default(),
         };
         let remedy = c.remediate();
         // A host that could not be mended before (a lost uplink) does not block other changes.
@@ -706,6 +638,75 @@ impl ClusterState {
     }
 }
 
+/// Placement's view of the state, from the view kept in step with it ([`super::kept`]).
+impl ClusterState {
+    /// What the state's view is built from.
+    fn source(&self) -> Source<'_> {
+        Source {
+            hosts: &self.hosts,
+            vms: &self.vms,
+            quotas: &self.quotas,
+        }
+    }
+
+    /// The kept view in step with this state, built anew if it cannot be brought in step.
+    fn in_step(&self) -> Result<Kept, String> {
+        if let Some(mut k) = self.kept.0.clone() {
+            if k.follow(self.source()).is_ok() {
+                return Ok(k);
+            }
+        }
+        Kept::build(self.source())
+    }
+
+    /// The placement view of the state at `now_s`: hosts with their trees and admission
+    /// capacity (the smallest uplink up; none: zero), those that stopped reporting marked
+    /// unavailable and those held down closed, VMs where they are assigned, quotas.
+    pub fn cluster(&self, now_s: u64) -> Result<Cluster, String> {
+        let mut k = self.in_step()?;
+        self.mark(k.cluster_mut(), now_s)?;
+        Ok(k.cluster().clone())
+    }
+
+    /// [`Self::cluster`], keeping the view in step for the next question.
+    pub fn placement(&mut self, now_s: u64) -> Result<Cluster, String> {
+        let mut k = self.in_step()?;
+        self.mark(k.cluster_mut(), now_s)?;
+        let c = k.cluster().clone();
+        self.kept = Cached(Some(k));
+        Ok(c)
+    }
+
+    /// The VM whose MAC is `mac`, if any (from the kept view, brought in step).
+    pub fn mac_owner(&mut self, mac: teamster_core::wire::MacAddr) -> Result<Option<String>, String> {
+        let k = self.in_step()?;
+        let owner = k.owner_of(mac).cloned();
+        self.kept = Cached(Some(k));
+        Ok(owner)
+    }
+
+    /// The VMs assigned to host `host`, by name (from the view, brought in step: in proportion
+    /// to the host's VMs and what changed since the view was kept).
+    pub fn vms_on(&self, host: &str) -> Vec<String> {
+        match self.in_step() {
+            Ok(k) => (k.cluster().host(host)).map_or_else(Vec::new, |h| h.vms.iter().map(|v| v.name.clone()).collect()),
+            Err(_) => (self.vms.iter())
+                .filter(|(_, v)| v.host == host)
+                .map(|(n, _)| n.clone())
+                .collect(),
+        }
+    }
+
+    /// Sets the hosts' time-dependent marks in `c` at `now_s`.
+    pub(super) fn mark(&self, c: &mut Cluster, now_s: u64) -> Result<(), String> {
+        for name in self.hosts.keys() {
+            c.set_unavailable(name, self.silent(name, now_s))?;
+            c.set_closed(name, self.held_down(name, now_s))?;
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn push<T>(q: &mut VecDeque<T>, item: T) {
     if q.len() >= RECENT {
         q.pop_front();
@@ -724,49 +725,5 @@ fn migration_record(m: &Migration, now_s: u64) -> MigrationRecord {
             "{} no longer admits its VMs; moving {} ({}) is among the fewest moves, then the least reservation moved, and {} has the most headroom for it",
             m.from, m.vm, m.reservation, m.to
         ),
-    }
-}
-
-/// A host's NetIOC tree and reservation cap from its shape, checked as `switch.toml` is.
-pub fn build_host(shape: &HostShape) -> Result<(teamster_core::ioc::Tree, teamster_core::ioc::ReservationCap), String> {
-    let no_ports: &[crate::live::config::PortFile] = &[];
-    let built = host::build(
-        HostSpec {
-            lbt: &LbtSection::default(),
-            reservation_cap: shape.reservation_cap,
-            uplinks: (shape.uplinks.iter())
-                .map(|u| UplinkDesc {
-                    name: u.name.clone(),
-                    capacity: u.capacity,
-                })
-                .collect(),
-            port_groups: &[],
-            traffic_classes: &shape.traffic_classes,
-            pools: &shape.pools,
-            ports: no_ports,
-        },
-        &mut |_, _| None,
-    )?;
-    for (i, d) in shape.derived.iter().enumerate() {
-        if built
-            .tree
-            .find(d)
-            .is_none_or(|id| id == teamster_core::ioc::NodeId::ROOT)
-        {
-            return Err(format!("derived[{i}]: no traffic class or pool named `{d}`"));
-        }
-    }
-    Ok((built.tree, built.reservation_cap))
-}
-
-pub(super) fn vm_of(name: &str, v: &VmRecord) -> Vm {
-    Vm {
-        name: name.to_string(),
-        vnics: vec![Vnic {
-            pool: v.pool.clone(),
-            reservation: v.reservation,
-            shares: v.shares,
-            limit: v.limit,
-        }],
     }
 }

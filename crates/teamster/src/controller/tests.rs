@@ -612,3 +612,63 @@ fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
     let e = k.remove_host("k1", 200).unwrap_err();
     assert!(e.message().contains("isolation = keep"), "{e:?}");
 }
+
+/// A VM powered off and on again at once on another host is attached there only once its
+/// first host reported it detached: the two never forward for its MAC at the same time.
+#[test]
+fn a_vm_powered_off_and_on_elsewhere_waits_for_its_first_host() {
+    let mut s = ClusterState::default();
+    s.register("h1", shape(), 1).unwrap();
+    s.register("h2", shape(), 1).unwrap();
+    s.power_on(vm("v", "h1"), 2).unwrap();
+    s.report("h1", &report(&[], &["v"]), 3).unwrap();
+    s.power_off("v", 4).unwrap();
+    assert!(s.hosts["h1"].departing.contains("v"));
+    s.power_on(vm("v", "h2"), 4).unwrap();
+    assert_eq!(s.vms["v"].moving_from.as_deref(), Some("h1"));
+    assert_eq!(s.assigned("h2").count(), 0, "h1 still forwards for it");
+    assert_eq!(s.assigned("h1").count(), 0, "h1 is told to detach it");
+    // h1 reports it still attached (its answer came after this report was made): still waits.
+    s.report("h1", &report(&[], &["v"]), 5).unwrap();
+    assert_eq!(s.assigned("h2").count(), 0);
+    // h1 reports without it: h2 is told, and its report ends the wait.
+    s.report("h1", &report(&[], &[]), 6).unwrap();
+    assert!(s.hosts["h1"].departing.is_empty());
+    assert_eq!(s.assigned("h2").map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["v"]);
+    s.report("h2", &report(&[], &["v"]), 7).unwrap();
+    assert_eq!(s.vms["v"].moving_from, None);
+    // Another VM does not take its MAC while its host still holds it.
+    let with_mac = |name: &str, host: &str| -> PowerOn {
+        serde_json::from_value(
+            serde_json::json!({"name": name, "host": host, "pool": "vm-pool", "mac": "02:00:00:00:00:07"}),
+        )
+        .unwrap()
+    };
+    s.power_on(with_mac("m", "h1"), 7).unwrap();
+    s.report("h1", &report(&[], &["m"]), 7).unwrap();
+    s.power_off("m", 7).unwrap();
+    let e = s.power_on(with_mac("other", "h2"), 7).unwrap_err();
+    assert!(e.message().contains("has not yet reported it detached"), "{e:?}");
+    s.report("h1", &report(&[], &[]), 8).unwrap();
+    assert!(s.hosts["h1"].departing_macs.is_empty());
+    s.power_on(with_mac("other", "h2"), 8).unwrap();
+    // Powered off while on its way from a host that still holds it: the destination was
+    // never told, so only the source is waited for.
+    s.power_on(vm("w", "h1"), 8).unwrap();
+    s.report("h1", &report(&[], &["w"]), 8).unwrap();
+    s.power_off("w", 8).unwrap();
+    s.power_on(vm("w", "h2"), 8).unwrap();
+    s.power_off("w", 8).unwrap();
+    assert!(!s.hosts["h2"].departing.contains("w"), "h2 never had it");
+    assert!(s.hosts["h1"].departing.contains("w"), "h1 still has it");
+    s.power_on(vm("w", "h2"), 8).unwrap();
+    assert_eq!(s.vms["w"].moving_from.as_deref(), Some("h1"));
+    s.power_off("w", 8).unwrap();
+    // Powered off and on again on the same host: nothing to wait for.
+    s.power_off("v", 8).unwrap();
+    s.power_on(vm("v", "h2"), 8).unwrap();
+    assert_eq!(s.vms["v"].moving_from, None);
+    assert!(s.assigned("h2").any(|(n, _)| n == "v"));
+    s.report("h2", &report(&[], &["v"]), 9).unwrap();
+    assert!(s.hosts["h2"].departing.is_empty());
+}

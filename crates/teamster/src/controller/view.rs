@@ -129,8 +129,8 @@ pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
                 })
                 .collect();
             let violation = (placement.as_ref())
-                .and_then(|c| c.host(name))
-                .and_then(|h| h.headroom_with(&[]).err());
+                .and_then(|c| c.standing(name))
+                .and_then(Result::err);
             HostView {
                 name: name.clone(),
                 uplinks,
@@ -154,28 +154,41 @@ pub fn cluster(s: &ClusterState, now_s: u64) -> ClusterView {
     }
 }
 
-/// What host `host` should have attached.
-/// Each host's VMs, by name, as of a state's generation: a host's report is answered from it
-/// in proportion to that host's VMs, not to the cluster's, and it is rebuilt (one pass over
-/// the VMs) only when a change made a new generation.
+/// Each host's VMs, by name, kept in step with the state: a host's report is answered in
+/// proportion to that host's VMs, not to the cluster's, and the index follows a change by the
+/// difference of the VMs' maps (what changed, not every VM).
 #[derive(Debug, Default)]
 pub struct AssignmentIndex {
-    generation: Option<u64>,
-    by_host: std::collections::HashMap<String, Vec<String>>,
+    /// The VMs the index was last brought in step with.
+    vms: imbl::OrdMap<String, VmRecord>,
+    by_host: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
 }
 
 impl AssignmentIndex {
-    /// Host `host`'s assignments in state `s`.
+    /// Host `host`'s assignments in state `s`: what it should have attached.
     pub fn assignments(&mut self, s: &ClusterState, host: &str) -> Vec<Assignment> {
-        if self.generation != Some(s.generation) {
-            self.by_host.clear();
-            for (name, v) in &s.vms {
-                self.by_host.entry(v.host.clone()).or_default().push(name.clone());
+        use imbl::ordmap::DiffItem;
+        for item in self.vms.diff(&s.vms) {
+            let (gone, new) = match item {
+                DiffItem::Add(name, v) => (None, Some((name, v))),
+                DiffItem::Update { old, new } => (Some(old), Some(new)),
+                DiffItem::Remove(name, v) => (Some((name, v)), None),
+            };
+            if let Some((name, v)) = gone {
+                if let Some(on) = self.by_host.get_mut(&v.host) {
+                    on.remove(name);
+                    if on.is_empty() {
+                        self.by_host.remove(&v.host);
+                    }
+                }
             }
-            self.generation = Some(s.generation);
+            if let Some((name, v)) = new {
+                self.by_host.entry(v.host.clone()).or_default().insert(name.clone());
+            }
         }
-        let names = self.by_host.get(host).map_or(&[][..], Vec::as_slice);
-        (names.iter())
+        self.vms = s.vms.clone();
+        let names = self.by_host.get(host);
+        (names.into_iter().flatten())
             .filter_map(|n| Some((n, s.vms.get(n)?)))
             .filter(|(n, v)| v.host == host && s.may_attach(n, v))
             .map(|(name, v)| assignment(name, v))
