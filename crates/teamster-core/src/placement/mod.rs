@@ -115,8 +115,14 @@ impl Host {
     /// The first node at or above `id` in `tree` whose reservation is its own (not derived):
     /// where a leaf added under `id` counts against a quota.
     fn top(&self, tree: &Tree, id: NodeId) -> NodeId {
+        self.climb(tree, id, |_| ())
+    }
+
+    /// [`Host::top`], calling `on_derived` with each derived node passed on the way up.
+    fn climb(&self, tree: &Tree, id: NodeId, mut on_derived: impl FnMut(NodeId)) -> NodeId {
         let mut at = id;
         while let (Some(parent), true) = (tree.node(at).parent, self.derived.contains(&at)) {
+            on_derived(at);
             at = parent;
         }
         at
@@ -160,6 +166,12 @@ impl Host {
     /// of the VMs' vNICs (of the host's classes and pools, with no `extra`); or why the host
     /// does not admit them.
     pub fn headroom_with(&self, extra: &[&Vm]) -> Result<Bandwidth, String> {
+        self.judged(extra).map(|(_, headroom)| headroom)
+    }
+
+    /// [`Host::headroom_with`], with the tree it was read from (the host's with its VMs and
+    /// `extra`'s, derived nodes set).
+    fn judged(&self, extra: &[&Vm]) -> Result<(Tree, Bandwidth), String> {
         let tree = self.tree_with(extra)?;
         admit(&tree, self.capacity, self.cap).map_err(|e| e.to_string())?;
         // The host's own nodes keep their ids in the tree with VMs (the vNICs come after).
@@ -170,12 +182,8 @@ impl Host {
                 .filter_map(|v| tree.find(&v.pool))
                 .collect()
         };
-        Ok(self.headroom_in(&tree, pools))
-    }
-
-    /// The least room (see `room`) of nodes `pools` of `tree`.
-    fn headroom_in(&self, tree: &Tree, pools: Vec<NodeId>) -> Bandwidth {
-        Bandwidth::from_bps(pools.into_iter().map(|p| self.room(tree, p)).min().unwrap_or(0))
+        let least = pools.into_iter().map(|p| self.room(&tree, p)).min().unwrap_or(0);
+        Ok((tree, Bandwidth::from_bps(least)))
     }
 
     /// [`Host::admits`], read off the host's standing where it answers exactly.

@@ -17,11 +17,11 @@
 //! dropped whenever the host's VMs, tree, capacity or cap change ([`Cluster`] changes them
 //! only through `host_mut`). Whatever the standing cannot answer exactly (a host that does not
 //! admit its VMs, a pool it lacks, a limit below a reservation, a derived node pushed past
-//! its limit, a name already there, a refusal whose reason must be worded) goes the whole way, through [`Host::headroom_with`]; a
-//! property test holds the two to the same answers.
+//! its limit, a name already there, a refusal whose reason must be worded) goes the whole way,
+//! through [`Host::headroom_with`]; a property test holds the two to the same answers.
 
 use super::{Cluster, Host, Vm};
-use crate::ioc::admission::{admit, quota};
+use crate::ioc::admission::quota;
 use crate::ioc::{NodeId, Tree};
 use crate::units::Bandwidth;
 use std::sync::{Arc, OnceLock};
@@ -36,14 +36,7 @@ pub(super) struct Kept(OnceLock<Arc<Standing>>);
 impl Host {
     /// The host's standing (see the module documentation), computed now if not yet.
     pub(super) fn standing(&self) -> &Standing {
-        self.kept.0.get_or_init(|| {
-            Arc::new((|| {
-                let tree = self.tree_with(&[])?;
-                admit(&tree, self.capacity, self.cap).map_err(|e| e.to_string())?;
-                let headroom = self.headroom_in(&tree, self.tree.ids().collect());
-                Ok((tree, headroom))
-            })())
-        })
+        self.kept.0.get_or_init(|| Arc::new(self.judged(&[])))
     }
 
     /// [`Host::headroom_with`], read off the standing where it answers exactly.
@@ -77,13 +70,9 @@ impl Host {
                 if leaf_taken || v.limit.is_some_and(|l| l < v.reservation) {
                     return None;
                 }
-                let mut at = pool;
-                while let (Some(parent), true) = (tree.node(at).parent, self.derived.contains(&at)) {
-                    count(&mut through, at, v.reservation.bps());
-                    at = parent;
-                }
-                count(&mut tops, at, v.reservation.bps());
-                reached.push(at);
+                let top = self.climb(tree, pool, |d| count(&mut through, d, v.reservation.bps()));
+                count(&mut tops, top, v.reservation.bps());
+                reached.push(top);
             }
         }
         // A derived node grows with its children: past its limit, admission refuses it.

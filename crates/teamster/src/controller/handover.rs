@@ -13,17 +13,20 @@
 //! A source that is down has let go by its own timer (a host cut off detaches its VMs before
 //! the controller fails it), unless it keeps forwarding when cut off (`isolation = "keep"`:
 //! then only its report lets go); and one that no longer exists was deleted by the operator,
-//! which is refused while it runs VMs and is heard: the destination is told at once.
+//! which is refused while it runs VMs and is heard: the destination is told at once. A VM
+//! moved again before its destination was told still comes from its first source; once the
+//! destination was told, it comes from there.
 //!
 //! A VM powered off stays in its host's departing set until that host reports it detached, so
-//! a VM of the same name (and MAC) powered on again on another host meanwhile comes from there
-//! as a migration does, and is attached only once the first host let go. A VM moved again before its destination was told
-//! still comes from its first source; once the destination was told, it comes from there.
+//! a VM of the same name powered on again on another host meanwhile comes from there as a
+//! migration does, and is attached only once the first host let go; and another VM asking for
+//! its MAC meanwhile is refused ([`HostRecord::departing_macs`]).
 //!
 //! The cost of a report stays in proportion to the host's own VMs: only the departing set of
 //! the reporting host is read.
 //!
 //! [`HostRecord::departing`]: super::state::HostRecord::departing
+//! [`HostRecord::departing_macs`]: super::state::HostRecord::departing_macs
 
 use super::state::{ClusterState, VmRecord};
 

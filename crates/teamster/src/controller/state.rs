@@ -378,7 +378,8 @@ impl ClusterState {
         };
         // A host that is heard forwards for its VMs: moving them now would make them active
         // twice, and it would register again at its next report.
-        let runs = !self.vms_on(name).is_empty();
+        let on = self.vms_on(name);
+        let runs = !on.is_empty();
         if runs && h.shape.isolation == Isolation::Keep {
             return Err(Refusal::Conflict(format!(
                 "host {name} goes on forwarding for its VMs when cut off (isolation = keep), down or not: power them off before deleting it"
@@ -392,7 +393,7 @@ impl ClusterState {
         }
         let mut next = self.clone();
         next.hosts.remove(name);
-        let mut leaving: Vec<(String, VmRecord)> = (self.vms_on(name).into_iter())
+        let mut leaving: Vec<(String, VmRecord)> = (on.into_iter())
             .filter_map(|n| Some((n.clone(), next.vms.remove(&n)?)))
             .collect();
         leaving.sort_by(|a, b| b.1.reservation.cmp(&a.1.reservation).then(a.0.cmp(&b.0)));
