@@ -18,17 +18,19 @@
 //! most reservation headroom left once it is there, ties broken by fewer VMs, then by name; so
 //! VMs balance by reservation. Headroom is the least, over the VM's pools, of what more the pool
 //! could reserve: its own free reservation, or for a derived pool what its parent could still
-//! give, and so up to the root's share of the capacity. A VM no host admits is refused with each host's reason. Deterministic: hosts
-//! are considered in name order. A host marked unavailable ([`Cluster::set_unavailable`]: it
+//! give, and so up to the root's share of the capacity. A VM no host admits is refused with
+//! each host's reason. Deterministic: the order is total. The hosts are kept ranked in that
+//! order per pool ([`ranking`]), so a choice reads the first few, not every host. A host marked unavailable ([`Cluster::set_unavailable`]: it
 //! stopped reporting) keeps its VMs but receives none, by placement, by hand or by
 //! remediation; a host marked closed ([`Cluster::set_closed`]: heard again after a failure,
 //! held down) receives none either, but its VMs may be moved off it.
 
+mod ranking;
 mod remediate;
 mod standing;
 pub use remediate::{Fault, Migration, Remedy};
 
-use crate::ioc::admission::admit;
+use crate::ioc::admission::{admit, quota};
 use crate::ioc::{NodeId, NodeSpec, ReservationCap, Shares, Tree};
 use crate::units::Bandwidth;
 use std::collections::BTreeMap;
@@ -85,7 +87,8 @@ impl Host {
         let mut tree = self.tree.clone();
         for vm in self.vms.iter().chain(extra.iter().copied()) {
             for (i, v) in vm.vnics.iter().enumerate() {
-                let pool = tree
+                // A pool is one of the host's own nodes (not a VM's leaf added before).
+                let pool = (self.tree)
                     .find(&v.pool)
                     .ok_or_else(|| format!("no pool `{}` on host {}", v.pool, self.name))?;
                 let spec = NodeSpec {
@@ -136,12 +139,10 @@ impl Host {
     /// The free reservation of node `id` in `tree`: what it may hand its children (the cap's
     /// share of the capacity at the root, its own reservation below) minus what they reserve.
     fn slack(&self, tree: &Tree, id: NodeId) -> u64 {
-        let node = tree.node(id);
-        let quota = match node.parent {
-            None => (self.capacity.bps_f64() * self.cap.get()) as u64,
-            Some(_) => node.spec.reservation.bps(),
-        };
-        quota.saturating_sub(self.reserved_under(tree, id))
+        // What admission holds the children to, to the bit: a VM fits here exactly when it
+        // reserves no more than the slack ([`ranking`] relies on it).
+        let (quota, _) = quota(tree, id, self.capacity, self.cap);
+        quota.bps().saturating_sub(self.reserved_under(tree, id))
     }
 
     /// The headroom `vm` would leave here, or why this host does not take it (unavailable, or
@@ -179,18 +180,19 @@ impl Host {
             self.tree.ids().collect()
         } else {
             (extra.iter().flat_map(|vm| &vm.vnics))
-                .filter_map(|v| tree.find(&v.pool))
+                .filter_map(|v| self.tree.find(&v.pool))
                 .collect()
         };
         let least = pools.into_iter().map(|p| self.room(&tree, p)).min().unwrap_or(0);
         Ok((tree, Bandwidth::from_bps(least)))
     }
 
-    /// [`Host::admits`], read off the host's standing where it answers exactly.
-    fn admits_kept(&self, vm: &Vm) -> Result<Bandwidth, String> {
+    /// [`Host::admits`] for the VMs `extra`, read off the host's standing where it answers
+    /// exactly.
+    fn admits_kept(&self, extra: &[&Vm]) -> Result<Bandwidth, String> {
         match self.unavailable.as_ref().or(self.closed.as_ref()) {
             Some(why) => Err(why.clone()),
-            None => self.headroom_kept(&[vm]),
+            None => self.headroom_kept(extra),
         }
     }
 
@@ -217,7 +219,12 @@ pub struct Placed {
     pub host: String,
     /// The chosen host's reservation headroom with the VM on it.
     pub headroom: Bandwidth,
-    /// Each host that admits it, with its headroom, and each that does not, with why.
+    /// The hosts placement looked at: each ranked above the chosen one that does not admit
+    /// the VM (with why), each changed since the ranking was last settled, and the chosen one
+    /// (with its headroom). It reads no others: none could leave more headroom (see
+    /// [`ranking`]); hosts that take no VMs (marked, or over their admission) are not ranked,
+    /// so not listed. A VM whose vNICs are under several pools, or that has none, is looked
+    /// for on every host, and all are listed.
     pub considered: Vec<(String, Result<Bandwidth, String>)>,
 }
 
@@ -243,6 +250,8 @@ pub struct Cluster {
     /// What each pool's vNICs reserve over all hosts, kept with the hosts' lists (a quota's
     /// check does not add up every VM).
     pooled: BTreeMap<String, u64>,
+    /// The hosts in placement's order of preference, per pool ([`ranking`]).
+    ranking: ranking::Ranking,
 }
 
 impl Cluster {
@@ -263,6 +272,7 @@ impl Cluster {
             kept: Default::default(),
         };
         self.hosts.insert(name.to_string(), Arc::new(host));
+        self.ranking.unrank(name);
         Ok(())
     }
 
@@ -284,6 +294,7 @@ impl Cluster {
         // Its standing does not depend on it: kept (and the host not copied if unchanged).
         if h.unavailable != why {
             Arc::make_mut(h).unavailable = why;
+            self.ranking.unrank(host);
         }
         Ok(())
     }
@@ -294,6 +305,7 @@ impl Cluster {
         let h = self.hosts.get_mut(host).ok_or_else(|| format!("no host {host}"))?;
         if h.closed != why {
             Arc::make_mut(h).closed = why;
+            self.ranking.unrank(host);
         }
         Ok(())
     }
@@ -315,6 +327,7 @@ impl Cluster {
     /// if a copy of the cluster shares it).
     fn host_mut(&mut self, name: &str) -> Option<&mut Host> {
         let h = Arc::make_mut(self.hosts.get_mut(name)?);
+        self.ranking.unrank(name);
         h.kept = Default::default();
         Some(h)
     }
@@ -398,24 +411,21 @@ impl Cluster {
                 reasons: vec![("cluster".into(), why)],
             });
         }
-        let considered: Vec<(String, Result<Bandwidth, String>)> = (self.hosts.values())
-            .map(|h| (h.name.clone(), h.admits_kept(vm)))
-            .collect();
-        let best = (considered.iter())
-            .filter_map(|(name, r)| Some((name, *r.as_ref().ok()?)))
-            .max_by(|(a, ha), (b, hb)| {
-                let vms = |n: &str| self.hosts[n].vms.len();
-                ha.cmp(hb).then(vms(b).cmp(&vms(a))).then(b.cmp(a))
-            });
-        match best {
+        let mut choice = self.best_for(vm, &[], None);
+        if choice.best.is_none() {
+            // Refused: each host's reason, from every host (which would also find a host the
+            // ranking missed; the property test holds it never does).
+            choice = self.read_all(vm, &[], None);
+        }
+        match choice.best {
             Some((host, headroom)) => Ok(Placed {
-                host: host.clone(),
+                host,
                 headroom,
-                considered: considered.clone(),
+                considered: choice.looked,
             }),
             None => Err(Refused {
                 vm: vm.name.clone(),
-                reasons: (considered.into_iter())
+                reasons: (choice.looked.into_iter())
                     .map(|(h, r)| (h, r.err().unwrap_or_default()))
                     .collect(),
             }),
@@ -424,6 +434,7 @@ impl Cluster {
 
     /// Powers `vm` on: chooses its host and places it there.
     pub fn place(&mut self, vm: Vm) -> Result<Placed, Refused> {
+        self.settle();
         let placed = self.choose(&vm)?;
         self.put(vm, &placed.host);
         Ok(placed)
@@ -449,7 +460,7 @@ impl Cluster {
             return Err(why);
         }
         let h = self.hosts.get(host).ok_or_else(|| format!("no host {host}"))?;
-        h.admits_kept(&vm)?;
+        h.admits_kept(&[&vm])?;
         self.put(vm, host);
         Ok(())
     }

@@ -41,14 +41,6 @@ pub struct Remedy {
 }
 
 impl Cluster {
-    /// The hosts whose VMs no longer pass admission there, in name order.
-    pub fn violations(&self) -> Vec<String> {
-        (self.hosts.values())
-            .filter(|h| h.standing().is_err())
-            .map(|h| h.name.clone())
-            .collect()
-    }
-
     /// Changes vNIC `vnic` of VM `vm`'s reservation to `reservation`; refused (nothing
     /// changed) if the VM or vNIC is unknown, the reservation is above the vNIC's limit or a
     /// pool's cluster quota would break. The host
@@ -98,7 +90,7 @@ impl Cluster {
             .iter()
             .find(|v| v.name == vm)
             .expect("on its host");
-        dest.admits_kept(v)
+        dest.admits_kept(&[v])
             .map_err(|e| format!("{to} does not admit {vm}: {e}"))?;
         Ok(self.move_vm(&from, vm, to))
     }
@@ -112,6 +104,7 @@ impl Cluster {
     /// Takes host `host` out of the cluster (it failed), giving back the VMs that were on it.
     pub fn remove_host(&mut self, host: &str) -> Result<Vec<Vm>, String> {
         let h = self.hosts.remove(host).ok_or_else(|| format!("no host {host}"))?;
+        self.ranking.unrank(host);
         for v in &h.vms {
             self.located.remove(&v.name);
             self.pool_vm(v, -1);
@@ -121,15 +114,15 @@ impl Cluster {
 
     /// Reservations that cannot be kept: the VMs with a reservation on violating hosts.
     pub fn violated_reservations(&self) -> usize {
-        (self.hosts.values())
-            .filter(|h| h.standing().is_err())
-            .flat_map(|h| &h.vms)
+        (self.violations().iter())
+            .flat_map(|h| &self.hosts[h].vms)
             .filter(|v| v.reservation() > Bandwidth::ZERO)
             .count()
     }
 
     /// Plans and applies migrations by the rule of the module documentation.
     pub fn remediate(&mut self) -> Remedy {
+        self.settle();
         let mut remedy = Remedy::default();
         for host in self.violations() {
             // An unavailable host may still be forwarding for its VMs: moving one would make it
@@ -243,19 +236,10 @@ impl Cluster {
         let mut arriving: Vec<(&str, &Vm)> = Vec::new();
         let mut plan = Vec::new();
         for vm in order {
-            let best = (self.hosts.values())
-                .filter(|o| o.name != from && o.unavailable.is_none() && o.closed.is_none())
-                .filter_map(|o| {
-                    let mut extra: Vec<&Vm> = (arriving.iter())
-                        .filter(|(h, _)| *h == o.name)
-                        .map(|(_, v)| *v)
-                        .collect();
-                    extra.push(vm);
-                    Some((o.headroom_kept(&extra).ok()?, o.vms.len() + extra.len(), &o.name))
-                })
-                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(a.2)))?;
-            arriving.push((best.2, vm));
-            plan.push((vm.name.clone(), best.2.clone()));
+            let (to, _) = self.best_for(vm, &arriving, Some(from)).best?;
+            let to = self.hosts[&to].name.as_str();
+            arriving.push((to, vm));
+            plan.push((vm.name.clone(), to.to_string()));
         }
         Some(plan)
     }

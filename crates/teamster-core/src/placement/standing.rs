@@ -65,7 +65,7 @@ impl Host {
                 return None;
             }
             for (i, v) in vm.vnics.iter().enumerate() {
-                let pool = tree.find(&v.pool)?;
+                let pool = self.tree.find(&v.pool)?;
                 let leaf_taken = tree.find(&format!("{}#{i}", vm.name)).is_some();
                 if leaf_taken || v.limit.is_some_and(|l| l < v.reservation) {
                     return None;

@@ -97,7 +97,10 @@ pub async fn watch_hosts(s: ControllerState) {
         // Looked at in place: the state is copied only when a host newly fails.
         let quiet = {
             let state = &s.lock().await.state;
-            state.failing(now_s()).is_empty() && state.restarts_due(now_s()).is_empty()
+            let now = now_s();
+            state.failing(now).is_empty()
+                && state.restarts_due(now).is_empty()
+                && state.overdue_handovers(now).is_empty()
         };
         if quiet {
             continue;

@@ -22,19 +22,60 @@
 //! migration does, and is attached only once the first host let go; and another VM asking for
 //! its MAC meanwhile is refused ([`HostRecord::departing_macs`]).
 //!
+//! A source that reports on but does not let go (its agent cannot detach the port, say) keeps
+//! the VM from running anywhere, which the controller does not override: attaching it at the
+//! destination would make its MAC active twice. So a wait longer than twice the host timeout
+//! is reported once, by the controller's watch ([`ClusterState::overdue_handovers`]), as an
+//! event and a fault naming the VM, its source and how long it has waited; the operator then
+//! sees to the source (or deletes it, once it no longer reports).
+//!
 //! The cost of a report stays in proportion to the host's own VMs: only the departing set of
 //! the reporting host is read.
 //!
 //! [`HostRecord::departing`]: super::state::HostRecord::departing
 //! [`HostRecord::departing_macs`]: super::state::HostRecord::departing_macs
 
+use super::inventory::Waiting;
 use super::state::{ClusterState, VmRecord};
 
 impl ClusterState {
+    /// The departing VMs whose hosts, heard and holding them, have not let go for longer than
+    /// twice the host timeout and were not yet reported so: (host, VM, seconds waited). A VM
+    /// without a time (the controller started since) counts from the controller's start.
+    pub fn overdue_handovers(&self, now_s: u64) -> Vec<(String, String, u64)> {
+        let limit = self.host_timeout.0.saturating_mul(2);
+        (self.hosts.iter())
+            .filter(|(_, h)| !h.departing.is_empty() && !h.gone_quiet())
+            .flat_map(|(name, h)| {
+                (h.departing.iter()).filter_map(move |vm| {
+                    let w = (h.waiting.get(vm).copied()).unwrap_or(Waiting::since(self.listening_since_s));
+                    let waited = now_s.saturating_sub(w.since_s);
+                    (!w.told && waited > limit).then(|| (name.clone(), vm.clone(), waited))
+                })
+            })
+            .collect()
+    }
+
+    /// Reports each overdue handover (see the module documentation) as an event and a fault,
+    /// once; and forgets the times of VMs no longer departing.
+    pub(super) fn tell_overdue(&mut self, now_s: u64, events: &mut Vec<String>) {
+        for (host, vm, waited) in self.overdue_handovers(now_s) {
+            let to = (self.vms.get(&vm)).map_or("nowhere (powered off)".to_string(), |v| format!("host {}", v.host));
+            let why = format!(
+                "VM {vm} has waited {waited} s for this host to detach it (it still reports it attached); it runs on {to} only once it is detached"
+            );
+            events.push(format!("{host}: {why}"));
+            self.note_fault(&host, why, now_s);
+            let h = self.hosts.get_mut(&host).expect("listed");
+            let since_s = (h.waiting.get(&vm)).map_or(self.listening_since_s, |w| w.since_s);
+            h.waiting.insert(vm, Waiting { since_s, told: true });
+        }
+    }
+
     /// Records that VM `name` leaves host `from` for where it is now assigned: its source is
     /// `from` unless it was already on its way from a host that has not let go of it (its
     /// destination then was never told, and the first source is still the one to wait for).
-    pub(super) fn begin_move(&mut self, name: &str, from: &str) {
+    pub(super) fn begin_move(&mut self, name: &str, from: &str, now_s: u64) {
         let Some(v) = self.vms.get(name) else { return };
         let waiting = (v.moving_from.as_deref()).is_some_and(|src| !self.released(name, src));
         if waiting {
@@ -43,6 +84,7 @@ impl ClusterState {
         // A source that has let go by its own timer (down, detaching) holds nothing to wait for.
         if let Some(h) = self.hosts.get_mut(from).filter(|h| !h.gone_quiet()) {
             h.departing.insert(name.to_string());
+            h.waiting.insert(name.to_string(), Waiting::since(now_s));
         }
         self.vms.get_mut(name).expect("looked up").moving_from = Some(from.to_string());
     }
@@ -57,23 +99,25 @@ impl ClusterState {
     }
 
     /// The host other than `to` that still holds VM `name`, powered off there and not yet
-    /// reported detached, if one does (a look at each host's departing set).
-    pub(super) fn still_held(&self, name: &str, to: &str) -> Option<String> {
-        (self.hosts.iter())
-            .find(|(h, rec)| h.as_str() != to && !rec.gone_quiet() && rec.departing.contains(name))
-            .map(|(h, _)| h.clone())
+    /// reported detached, if one does (from the kept view's index of departing sets).
+    pub(super) fn still_held(&mut self, name: &str, to: &str) -> Result<Option<String>, String> {
+        let holders: Vec<String> = self.stepped()?.holding(name).cloned().collect();
+        Ok(holders
+            .into_iter()
+            .find(|h| h != to && self.hosts.get(h).is_some_and(|rec| !rec.gone_quiet())))
     }
 
     /// The host, and the VM powered off there, still holding MAC `mac` for a VM other than
-    /// `name`, if one does (a look at each host's departing MACs).
-    pub(super) fn mac_departing(&self, mac: teamster_core::wire::MacAddr, name: &str) -> Option<(String, String)> {
-        (self.hosts.iter())
-            .filter(|(_, rec)| !rec.gone_quiet())
-            .find_map(|(h, rec)| {
-                let (vm, _) =
-                    (rec.departing_macs.iter()).find(|(n, m)| n.as_str() != name && m.parse().ok() == Some(mac))?;
-                Some((h.clone(), vm.clone()))
-            })
+    /// `name`, if one does (from the kept view's index of departing MACs).
+    pub(super) fn mac_departing(
+        &mut self,
+        mac: teamster_core::wire::MacAddr,
+        name: &str,
+    ) -> Result<Option<(String, String)>, String> {
+        let holders: Vec<(String, String)> = self.stepped()?.holding_mac(mac).cloned().collect();
+        Ok(holders
+            .into_iter()
+            .find(|(h, vm)| vm != name && self.hosts.get(h).is_some_and(|rec| !rec.gone_quiet())))
     }
 
     /// Whether VM `name` (record `v`) may be attached by the host it is assigned to: it is not
@@ -107,6 +151,7 @@ impl ClusterState {
             .collect();
         let h = self.hosts.get_mut(host).expect("looked up");
         h.departing_macs.retain(|n, _| keep.contains(n));
+        h.waiting.retain(|n, _| keep.contains(n));
         h.departing = keep;
     }
 }

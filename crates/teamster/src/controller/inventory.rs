@@ -74,6 +74,28 @@ pub struct HostRecord {
     /// such a MAC until the host has let go of it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub departing_macs: BTreeMap<String, String>,
+    /// Since when each departing VM has waited for the host to let go, and whether the wait
+    /// was reported overdue (in memory only: a controller that starts counts from its start;
+    /// [`super::handover`]).
+    #[serde(skip)]
+    pub waiting: BTreeMap<String, Waiting>,
+}
+
+/// How long a departing VM has waited for its host to let go ([`super::handover`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    pub since_s: u64,
+    /// Its wait was reported overdue.
+    pub told: bool,
+}
+
+impl Waiting {
+    pub fn since(now_s: u64) -> Waiting {
+        Waiting {
+            since_s: now_s,
+            told: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,15 +12,26 @@
 //! only if the host changed ([`teamster_core::placement::Cluster::standing`]).
 //!
 //! The view also indexes VMs by MAC, so a power-on's check that its MAC is free does not read
-//! every VM. Hosts' time-dependent marks (silent, held down) are set on every question, in one
-//! pass over the hosts, by the state (`ClusterState::placement`, which keeps the view, and
-//! `ClusterState::cluster`, which does not). A view that cannot be brought in step (a state
-//! that holds a VM on a host it does not have) is built from nothing, which then names what is
-//! wrong. A test holds the kept view to the one built from nothing after every kind of change.
+//! every VM, and the VMs (and MACs) that hosts still hold after they left them, so a power-on
+//! does not read every host's departing set.
+//!
+//! Hosts' time-dependent marks (silent, held down: `ClusterState::marks`) are set by the state
+//! on the hosts that need it ([`Kept::to_mark`]): those whose records changed since the view was
+//! marked, and those whose marks fall due by time alone (a host heard goes silent one host
+//! timeout after its last report; a host held down opens one host timeout after it came back),
+//! kept in order of that time. So a question marks what changed, not every host; only a view
+//! built from nothing, a change of the timeouts or of when the controller began to listen, or a
+//! question about an earlier time than the last, marks them all. Reports taken in place change
+//! a host's record (its time), so the next question looks at each host heard since the last:
+//! in proportion to the reports, each looked at once.
+//!
+//! A view that cannot be brought in step (a state that holds a VM on a host it does not have)
+//! is built from nothing, which then names what is wrong. A test holds the kept view to the one
+//! built from nothing after every kind of change.
 
 use super::inventory::{build_host, vm_of, HostRecord, VmRecord};
 use imbl::ordmap::DiffItem;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use teamster_core::placement::Cluster;
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
@@ -41,7 +52,22 @@ pub struct Kept {
     cluster: Cluster,
     /// The VMs by MAC.
     macs: imbl::HashMap<MacAddr, String>,
+    /// The hosts that still hold each VM that left them (their departing sets).
+    departing: imbl::HashMap<String, imbl::OrdSet<String>>,
+    /// The hosts and VMs (powered off there) still holding each MAC.
+    departing_macs: imbl::HashMap<MacAddr, imbl::OrdSet<(String, String)>>,
+    /// Hosts whose records changed since the view was last marked.
+    changed: imbl::OrdSet<String>,
+    /// When each host's marks next fall due by time alone, and the hosts in order of it.
+    due_of: imbl::HashMap<String, u64>,
+    due: imbl::OrdSet<(u64, String)>,
+    /// What the marks were last set with (see [`Kept::to_mark`]), and when.
+    marked: Option<(MarkedWith, u64)>,
 }
+
+/// What every host's marks depend on besides its record and the time: the host timeout, the
+/// longer timeout hosts were given before, and when the controller began to listen.
+pub type MarkedWith = (u64, u64, u64);
 
 impl Kept {
     /// The view of `s` built from nothing.
@@ -52,6 +78,7 @@ impl Kept {
         };
         for (name, h) in s.hosts {
             add_host(&mut k.cluster, name, h)?;
+            k.index_departing(name, None, Some(h));
         }
         for (pool, q) in s.quotas {
             k.cluster.set_quota(pool, *q);
@@ -89,26 +116,36 @@ impl Kept {
                 .ok_or_else(|| format!("VM {name} is not in the view"))?;
             self.forget_mac(name, old);
         }
-        for d in self.hosts.diff(s.hosts) {
+        let hosts = self.hosts.clone();
+        for d in hosts.diff(s.hosts) {
             match d {
-                DiffItem::Remove(name, _) => {
+                DiffItem::Remove(name, old) => {
                     let left = self.cluster.remove_host(name)?;
                     if let Some(vm) = left.first() {
                         return Err(format!("host {name} went with VM {} on it", vm.name));
                     }
+                    self.index_departing(name, Some(old), None);
+                    self.set_due(name, None);
                 }
                 DiffItem::Update {
                     old: (name, old),
                     new: (_, new),
-                } if old.shape != new.shape => {
-                    let vms = self.cluster.remove_host(name)?;
-                    add_host(&mut self.cluster, name, new)?;
-                    for vm in vms {
-                        self.cluster.assume(vm, name)?;
+                } => {
+                    if old.shape != new.shape {
+                        let vms = self.cluster.remove_host(name)?;
+                        add_host(&mut self.cluster, name, new)?;
+                        for vm in vms {
+                            self.cluster.assume(vm, name)?;
+                        }
                     }
+                    self.index_departing(name, Some(old), Some(new));
+                    self.changed.insert(name.clone());
                 }
-                DiffItem::Add(name, new) => add_host(&mut self.cluster, name, new)?,
-                _ => {}
+                DiffItem::Add(name, new) => {
+                    add_host(&mut self.cluster, name, new)?;
+                    self.index_departing(name, None, Some(new));
+                    self.changed.insert(name.clone());
+                }
             }
         }
         for d in &vm_diff {
@@ -139,6 +176,98 @@ impl Kept {
         self.hosts = s.hosts.clone();
         self.vms = s.vms.clone();
         Ok(())
+    }
+
+    /// Host `host`'s departing VMs and MACs, as its record was (`old`) and is (`new`), in the
+    /// indexes.
+    fn index_departing(&mut self, host: &str, old: Option<&HostRecord>, new: Option<&HostRecord>) {
+        static NO_VMS: BTreeSet<String> = BTreeSet::new();
+        static NO_MACS: BTreeMap<String, String> = BTreeMap::new();
+        let (old_vms, new_vms) = (
+            old.map_or(&NO_VMS, |r| &r.departing),
+            new.map_or(&NO_VMS, |r| &r.departing),
+        );
+        if old_vms != new_vms {
+            for vm in old_vms.difference(new_vms) {
+                if let Some(hosts) = self.departing.get_mut(vm) {
+                    hosts.remove(host);
+                    if hosts.is_empty() {
+                        self.departing.remove(vm);
+                    }
+                }
+            }
+            for vm in new_vms.difference(old_vms) {
+                self.departing.entry(vm.clone()).or_default().insert(host.to_string());
+            }
+        }
+        let (old_macs, new_macs) = (
+            old.map_or(&NO_MACS, |r| &r.departing_macs),
+            new.map_or(&NO_MACS, |r| &r.departing_macs),
+        );
+        if old_macs != new_macs {
+            let held = |m: &BTreeMap<String, String>| -> Vec<(MacAddr, String)> {
+                (m.iter())
+                    .filter_map(|(vm, mac)| Some((mac.parse().ok()?, vm.clone())))
+                    .collect()
+            };
+            for (mac, vm) in held(old_macs) {
+                if let Some(holders) = self.departing_macs.get_mut(&mac) {
+                    holders.remove(&(host.to_string(), vm));
+                    if holders.is_empty() {
+                        self.departing_macs.remove(&mac);
+                    }
+                }
+            }
+            for (mac, vm) in held(new_macs) {
+                self.departing_macs
+                    .entry(mac)
+                    .or_default()
+                    .insert((host.to_string(), vm));
+            }
+        }
+    }
+
+    /// The hosts whose departing sets hold VM `name`, in name order.
+    pub fn holding(&self, name: &str) -> impl Iterator<Item = &String> {
+        self.departing.get(name).into_iter().flatten()
+    }
+
+    /// The hosts and VMs powered off there still holding MAC `mac`, in host order.
+    pub fn holding_mac(&self, mac: MacAddr) -> impl Iterator<Item = &(String, String)> {
+        self.departing_macs.get(&mac).into_iter().flatten()
+    }
+
+    /// The hosts whose marks are to be set at `now_s` with `with` (see the module
+    /// documentation): every host if the view was never marked, was marked with other
+    /// timeouts or at a later time; else those changed since and those due by now. Taken: the
+    /// caller sets their marks and [`Kept::set_due`].
+    pub fn to_mark(&mut self, with: MarkedWith, now_s: u64) -> Vec<String> {
+        let changed = std::mem::take(&mut self.changed);
+        let again = self.marked.is_none_or(|(w, at)| w != with || now_s < at);
+        self.marked = Some((with, now_s));
+        if again {
+            self.due = Default::default();
+            self.due_of = Default::default();
+            return self.hosts.keys().cloned().collect();
+        }
+        let mut names: BTreeSet<String> = changed.into_iter().collect();
+        while let Some((t, name)) = self.due.get_min().cloned().filter(|(t, _)| *t <= now_s) {
+            self.due.remove(&(t, name.clone()));
+            self.due_of.remove(&name);
+            names.insert(name);
+        }
+        names.into_iter().collect()
+    }
+
+    /// Host `host`'s marks next fall due at `due` (None: not by time alone).
+    pub fn set_due(&mut self, host: &str, due: Option<u64>) {
+        if let Some(was) = self.due_of.remove(host) {
+            self.due.remove(&(was, host.to_string()));
+        }
+        if let Some(t) = due {
+            self.due_of.insert(host.to_string(), t);
+            self.due.insert((t, host.to_string()));
+        }
     }
 
     /// Drops VM `name`'s MAC (of its record `v`) from the index, if it is the VM indexed there.

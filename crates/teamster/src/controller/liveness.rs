@@ -26,6 +26,15 @@
 use super::state::{vm_of, ClusterState, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
 use teamster_core::placement::Cluster;
 
+/// A host's marks in the placement view ([`Cluster::set_unavailable`], [`Cluster::set_closed`]),
+/// and when they next change by time alone (None: only a change of its record changes them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marks {
+    pub unavailable: Option<String>,
+    pub closed: Option<String>,
+    pub due: Option<u64>,
+}
+
 /// How often the VMs of a down host that fitted nowhere are tried again (seconds).
 pub const RESTART_RETRY_S: u64 = 30;
 
@@ -59,6 +68,34 @@ impl ClusterState {
         })
     }
 
+    /// The marks host `name` carries in the placement view at `now_s` (see [`Marks`]); None if
+    /// there is no such host. The same rule as [`Self::silent`] and [`Self::held_down`], in
+    /// words that do not change from second to second, so the view changes only when a mark
+    /// does.
+    pub(super) fn marks(&self, name: &str, now_s: u64) -> Option<Marks> {
+        let h = self.hosts.get(name)?;
+        let timeout = self.host_timeout.0;
+        let longer = self.host_timeout_given_s.saturating_sub(timeout);
+        let heard = h.reported_s.max(self.listening_since_s + longer);
+        // Silent once the quiet passes the timeout: from `heard + timeout + 1` on.
+        let silent_from = heard.saturating_add(timeout).saturating_add(1);
+        let open_from = h.up_again_s.map(|back| back.saturating_add(timeout));
+        let unavailable = (now_s >= silent_from)
+            .then(|| format!("not responding: no report for longer than the host timeout ({timeout} s)"));
+        let closed = open_from
+            .filter(|t| now_s < *t)
+            .map(|_| format!("held down: up again after being down; takes new VMs after {timeout} s of reports"));
+        let due = [
+            (now_s < silent_from).then_some(silent_from),
+            open_from.filter(|t| now_s < *t),
+        ];
+        Some(Marks {
+            unavailable,
+            closed,
+            due: due.into_iter().flatten().min(),
+        })
+    }
+
     /// The hosts silent past the host timeout and not down yet, with why.
     pub fn failing(&self, now_s: u64) -> Vec<(String, String)> {
         (self.hosts.iter())
@@ -80,12 +117,13 @@ impl ClusterState {
 
     /// Marks down every host silent past the host timeout that is not down yet, and restarts
     /// its VMs where admission allows (see the module documentation); tries again, every
-    /// [`RESTART_RETRY_S`], for the VMs of down hosts that fitted nowhere before. Unchanged
-    /// (nothing to save) if no host newly failed and no VM moved.
+    /// [`RESTART_RETRY_S`], for the VMs of down hosts that fitted nowhere before; reports the
+    /// handovers overdue ([`super::handover`]). Unchanged (nothing to save) if no host newly
+    /// failed, no VM moved and nothing was reported.
     pub fn fail_silent(&mut self, now_s: u64) -> Result<Outcome, Refusal> {
         let failing = self.failing(now_s);
         let due = self.restarts_due(now_s);
-        if failing.is_empty() && due.is_empty() {
+        if failing.is_empty() && due.is_empty() && self.overdue_handovers(now_s).is_empty() {
             return Ok(Outcome {
                 unchanged: true,
                 ..Outcome::default()
@@ -101,6 +139,7 @@ impl ClusterState {
             if rec.gone_quiet() {
                 rec.departing.clear();
                 rec.departing_macs.clear();
+                rec.waiting.clear();
             }
             out.events.push(format!("{host}: host down: {why}"));
             next.note_fault(&host, format!("host down: {why}"), now_s);
@@ -116,6 +155,7 @@ impl ClusterState {
             let why = "down".to_string();
             next.restart(&mut c, &host, &why, now_s, &mut out, false)?;
         }
+        next.tell_overdue(now_s, &mut out.events);
         if out.migrations.is_empty() && out.events.is_empty() {
             // Retries that moved nothing: only their times change (kept in memory).
             *self = next;
@@ -162,7 +202,7 @@ impl ClusterState {
                     };
                     let rec = self.vms.get_mut(&name).expect("listed");
                     rec.host = placed.host;
-                    self.begin_move(&name, host);
+                    self.begin_move(&name, host, now_s);
                     out.migrations.push(record.clone());
                     super::state::push(&mut self.migrations, record);
                 }

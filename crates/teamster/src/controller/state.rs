@@ -26,6 +26,7 @@ use teamster_core::placement::{Cluster, Migration};
 use teamster_core::units::Bandwidth;
 
 pub(super) use super::inventory::vm_of;
+use super::inventory::Waiting;
 pub use super::inventory::{build_host, HostRecord, HostShape, UplinkRecord, VmRecord};
 use super::kept::{Kept, Source};
 pub use crate::live::controller_config::Isolation;
@@ -205,7 +206,9 @@ pub struct HostReport {
 /// What an accepted change did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Outcome {
-    /// Where a powered-on VM went, and each host's headroom or reason.
+    /// Where a powered-on VM went; `considered`: the hosts placement looked at, each with the
+    /// headroom the VM leaves there or why it does not take it (the chosen one, and those
+    /// ranked above it that refused: see `teamster_core::placement::Placed::considered`).
     pub placed: Option<String>,
     pub considered: Vec<(String, String)>,
     /// Migrations the change set off.
@@ -247,6 +250,7 @@ impl ClusterState {
                 restart_tried_s: 0,
                 departing: was.map(|h| h.departing.clone()).unwrap_or_default(),
                 departing_macs: was.map(|h| h.departing_macs.clone()).unwrap_or_default(),
+                waiting: was.map(|h| h.waiting.clone()).unwrap_or_default(),
             },
         );
         next.commit(now_s, Outcome::default(), self, true)
@@ -271,7 +275,7 @@ impl ClusterState {
             if let Some(other) = self.mac_owner(mac).map_err(Refusal::Conflict)? {
                 return Err(Refusal::Conflict(format!("mac: {mac} is VM {other}'s")));
             }
-            if let Some((host, other)) = self.mac_departing(mac, &req.name) {
+            if let Some((host, other)) = self.mac_departing(mac, &req.name).map_err(Refusal::Conflict)? {
                 return Err(Refusal::Conflict(format!(
                     "mac: {mac} was VM {other}'s, powered off on host {host}, which has not yet reported it detached: try again after its next report"
                 )));
@@ -324,13 +328,14 @@ impl ClusterState {
         out.placed = Some(host.clone());
         // A VM of this name powered off on another host that has not yet reported it detached
         // comes from there, as a migration does: its new host is told once that one let go.
-        let moving_from = self.still_held(&req.name, &host);
+        let moving_from = self.still_held(&req.name, &host).map_err(Refusal::Conflict)?;
         let mut next = self.clone();
         // Back on the host it was powered off on: that host keeps its port, nothing to wait for.
         let back = (next.hosts.get(&host)).is_some_and(|h| h.departing.contains(&req.name));
         if let Some(h) = next.hosts.get_mut(&host).filter(|_| back) {
             h.departing.remove(&req.name);
             h.departing_macs.remove(&req.name);
+            h.waiting.remove(&req.name);
         }
         next.vms.insert(
             req.name,
@@ -430,6 +435,7 @@ impl ClusterState {
         let told = self.may_attach(name, &gone);
         if let Some(h) = (next.hosts.get_mut(&gone.host)).filter(|h| told && !h.gone_quiet()) {
             h.departing.insert(name.to_string());
+            h.waiting.insert(name.to_string(), Waiting::since(now_s));
             if let Some(mac) = &gone.mac {
                 h.departing_macs.insert(name.to_string(), mac.clone());
             }
@@ -507,12 +513,22 @@ impl ClusterState {
 
     /// Keeps in this state (a change about to be in force) what reports taken in place said
     /// in `current` while the change was made: each host's latest report time and rates.
+    /// Walks the difference of the two states' hosts: the hosts the change touched and those
+    /// heard meanwhile, not every host.
     pub fn keep_heard(&mut self, current: &ClusterState) {
-        for (name, now) in &current.hosts {
-            let later = (self.hosts.get(name)).is_some_and(|rec| now.reported_s > rec.reported_s);
-            if let Some(rec) = self.hosts.get_mut(name).filter(|_| later) {
-                rec.reported_s = now.reported_s;
-                rec.loads = now.loads.clone();
+        let heard: Vec<(String, u64, BTreeMap<String, f64>)> = (self.hosts.diff(&current.hosts))
+            .filter_map(|d| match d {
+                imbl::ordmap::DiffItem::Update {
+                    old: (name, rec),
+                    new: (_, now),
+                } if now.reported_s > rec.reported_s => Some((name.clone(), now.reported_s, now.loads.clone())),
+                _ => None,
+            })
+            .collect();
+        for (name, reported_s, loads) in heard {
+            if let Some(rec) = self.hosts.get_mut(&name) {
+                rec.reported_s = reported_s;
+                rec.loads = loads;
             }
         }
     }
@@ -612,7 +628,7 @@ impl ClusterState {
             let record = migration_record(&m, now_s);
             let v = self.vms.get_mut(&m.vm).expect("placement moves VMs of the state");
             v.host = m.to.clone();
-            self.begin_move(&m.vm, &m.from);
+            self.begin_move(&m.vm, &m.from, now_s);
             out.migrations.push(record.clone());
             push(&mut self.migrations, record);
         }
@@ -665,25 +681,28 @@ impl ClusterState {
     /// unavailable and those held down closed, VMs where they are assigned, quotas.
     pub fn cluster(&self, now_s: u64) -> Result<Cluster, String> {
         let mut k = self.in_step()?;
-        self.mark(k.cluster_mut(), now_s)?;
+        self.mark(&mut k, now_s)?;
         Ok(k.cluster().clone())
     }
 
     /// [`Self::cluster`], keeping the view in step for the next question.
     pub fn placement(&mut self, now_s: u64) -> Result<Cluster, String> {
         let mut k = self.in_step()?;
-        self.mark(k.cluster_mut(), now_s)?;
+        self.mark(&mut k, now_s)?;
         let c = k.cluster().clone();
         self.kept = Cached(Some(k));
         Ok(c)
     }
 
+    /// The kept view, brought in step with the state and kept so.
+    pub(super) fn stepped(&mut self) -> Result<&Kept, String> {
+        let k = self.in_step()?;
+        Ok(self.kept.0.insert(k))
+    }
+
     /// The VM whose MAC is `mac`, if any (from the kept view, brought in step).
     pub fn mac_owner(&mut self, mac: teamster_core::wire::MacAddr) -> Result<Option<String>, String> {
-        let k = self.in_step()?;
-        let owner = k.owner_of(mac).cloned();
-        self.kept = Cached(Some(k));
-        Ok(owner)
+        Ok(self.stepped()?.owner_of(mac).cloned())
     }
 
     /// The VMs assigned to host `host`, by name (from the view, brought in step: in proportion
@@ -698,12 +717,17 @@ impl ClusterState {
         }
     }
 
-    /// Sets the hosts' time-dependent marks in `c` at `now_s`.
-    pub(super) fn mark(&self, c: &mut Cluster, now_s: u64) -> Result<(), String> {
-        for name in self.hosts.keys() {
-            c.set_unavailable(name, self.silent(name, now_s))?;
-            c.set_closed(name, self.held_down(name, now_s))?;
+    /// Sets the hosts' time-dependent marks in view `k` at `now_s`, on the hosts that need it
+    /// ([`Kept::to_mark`]), and ranks the hosts changed since it was last ranked.
+    pub(super) fn mark(&self, k: &mut Kept, now_s: u64) -> Result<(), String> {
+        let with = (self.host_timeout.0, self.host_timeout_given_s, self.listening_since_s);
+        for name in k.to_mark(with, now_s) {
+            let Some(m) = self.marks(&name, now_s) else { continue };
+            k.cluster_mut().set_unavailable(&name, m.unavailable)?;
+            k.cluster_mut().set_closed(&name, m.closed)?;
+            k.set_due(&name, m.due);
         }
+        k.cluster_mut().settle();
         Ok(())
     }
 }

@@ -167,11 +167,14 @@ fn placement_by_headroom_holds_with_derived_classes_and_pools() {
     }
     let mut new = vm("new", "auto");
     new.reservation = Some(gbps(100));
+    let c = s.cluster(2).unwrap();
+    assert_eq!(c.standing("host1").unwrap(), Ok(Bandwidth::from_mbps(500)));
+    assert_eq!(c.standing("host2").unwrap(), Ok(Bandwidth::from_mbps(7300)));
     let out = s.power_on(new, 2).unwrap();
     assert_eq!(out.placed.as_deref(), Some("host2"), "{:?}", out.considered);
-    let seen: BTreeMap<_, _> = out.considered.iter().cloned().collect();
-    assert_eq!(seen["host1"], "400Mbps headroom left");
-    assert_eq!(seen["host2"], "7.2Gbps headroom left");
+    // Host2 ranks first, so placement looks at no other.
+    let looked = vec![("host2".to_string(), "7.2Gbps headroom left".to_string())];
+    assert_eq!(out.considered, looked);
 }
 
 /// A host that has not reported within the host timeout receives no VM, by placement, by
@@ -561,7 +564,7 @@ fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
     let mut s2 = s.clone();
     let relocate = |s: &mut ClusterState, v: &str, from: &str, to: &str| {
         s.vms.get_mut(v).unwrap().host = to.to_string();
-        s.begin_move(v, from);
+        s.begin_move(v, from, 1);
     };
     relocate(&mut s2, still[0], "h1", &to);
     relocate(&mut s2, still[0], &to, other);
@@ -602,7 +605,7 @@ fn a_moving_vm_is_attached_by_its_destination_only_once_its_source_let_go() {
     p.reservation = Some(gbps(1000));
     k.power_on(p, 100).unwrap();
     k.vms.get_mut("x").unwrap().host = "h2".into();
-    k.begin_move("x", "k1");
+    k.begin_move("x", "k1", 110);
     k.report("h2", &report(&[], &[]), 110).unwrap();
     k.fail_silent(112).unwrap();
     assert!(k.hosts["k1"].down_since_s.is_some());
@@ -671,4 +674,49 @@ fn a_vm_powered_off_and_on_elsewhere_waits_for_its_first_host() {
     assert!(s.assigned("h2").any(|(n, _)| n == "v"));
     s.report("h2", &report(&[], &["v"]), 9).unwrap();
     assert!(s.hosts["h2"].departing.is_empty());
+}
+
+/// A host that reports on but never lets go of a VM that left it holds the VM's move: after
+/// twice the host timeout that wait is reported once, as an event and a fault naming the VM,
+/// the host and the wait; the controller does not attach the VM elsewhere meanwhile.
+#[test]
+fn a_handover_its_source_never_ends_is_reported_once() {
+    let mut s = ClusterState::default();
+    s.register("h1", shape(), 100).unwrap();
+    s.register("h2", shape(), 100).unwrap();
+    s.power_on(vm("v", "h1"), 100).unwrap();
+    s.report("h1", &report(&[], &["v"]), 101).unwrap();
+    s.power_off("v", 102).unwrap();
+    s.power_on(vm("v", "h2"), 102).unwrap();
+    // h1 goes on reporting v attached, every second; h2 reports too.
+    let beat = |s: &mut ClusterState, t: u64| {
+        s.report("h1", &report(&[], &["v"]), t).unwrap();
+        s.report("h2", &report(&[], &[]), t).unwrap();
+    };
+    for t in 103..=132 {
+        beat(&mut s, t);
+        assert!(s.fail_silent(t).unwrap().unchanged, "{t}: not overdue yet");
+    }
+    beat(&mut s, 133);
+    let out = s.fail_silent(133).unwrap();
+    assert!(!out.unchanged);
+    assert_eq!(out.events.len(), 1, "{:?}", out.events);
+    let said = &out.events[0];
+    assert!(
+        said.starts_with("h1: VM v has waited 31 s") && said.contains("it runs on host h2 only once it is detached"),
+        "{said}"
+    );
+    assert!(s
+        .faults
+        .back()
+        .is_some_and(|f| f.host == "h1" && f.why.contains("VM v has waited 31 s")));
+    assert_eq!(s.assigned("h2").count(), 0, "h2 is still not told");
+    for t in 134..140 {
+        beat(&mut s, t);
+        assert!(s.fail_silent(t).unwrap().unchanged, "{t}: told once");
+    }
+    // h1 lets go at last: h2 is told, and nothing is left waiting.
+    s.report("h1", &report(&[], &[]), 140).unwrap();
+    assert!(s.hosts["h1"].departing.is_empty() && s.hosts["h1"].waiting.is_empty());
+    assert_eq!(s.assigned("h2").count(), 1);
 }

@@ -52,7 +52,7 @@ fn built(s: &ClusterState, now_s: u64) -> Cluster {
         quotas: &s.quotas,
     })
     .unwrap();
-    s.mark(k.cluster_mut(), now_s).unwrap();
+    s.mark(&mut k, now_s).unwrap();
     k.cluster().clone()
 }
 
@@ -67,6 +67,38 @@ fn check(s: &mut ClusterState, now_s: u64, step: &str) {
     }
     let free = "02:00:00:00:00:ff".parse().unwrap();
     assert_eq!(s.mac_owner(free).unwrap(), None);
+    // The index of what hosts still hold is their departing sets, no more and no less.
+    let k = s.stepped().unwrap().clone();
+    let mut indexed: Vec<(String, String)> = (k.departing.iter())
+        .flat_map(|(vm, hosts)| hosts.iter().map(move |h| (h.clone(), vm.clone())))
+        .collect();
+    indexed.sort();
+    let held: Vec<(String, String)> = (s.hosts.iter())
+        .flat_map(|(h, r)| r.departing.iter().map(move |vm| (h.clone(), vm.clone())))
+        .collect();
+    assert_eq!(indexed, held, "after {step}");
+    let mut indexed: Vec<(String, String, MacAddr)> = (k.departing_macs.iter())
+        .flat_map(|(mac, held)| held.iter().map(move |(h, vm)| (h.clone(), vm.clone(), *mac)))
+        .collect();
+    indexed.sort();
+    let held: Vec<(String, String, MacAddr)> = (s.hosts.iter())
+        .flat_map(|(h, r)| {
+            (r.departing_macs.iter()).map(move |(vm, mac)| (h.clone(), vm.clone(), mac.parse().unwrap()))
+        })
+        .collect();
+    assert_eq!(indexed, held, "after {step}");
+}
+
+/// Hosts `hosts` report what they are assigned at `now_s`.
+fn reports(s: &mut ClusterState, hosts: &[&str], now_s: u64) {
+    for h in hosts {
+        let attached: Vec<String> = s.assigned(h).map(|(n, _)| n.clone()).collect();
+        let r = HostReport {
+            attached,
+            ..HostReport::default()
+        };
+        s.report(h, &r, now_s).unwrap();
+    }
 }
 
 /// The kept view follows every kind of change as the view built from nothing sees it: hosts
@@ -119,14 +151,7 @@ fn the_kept_view_follows_every_change() {
     check(&mut s, 6, "a host's shape changed");
     // h1 goes silent: the others report on; it is unavailable, then down.
     for t in [10, 20, 30] {
-        for h in ["h2", "h3"] {
-            let attached: Vec<String> = s.assigned(h).map(|(n, _)| n.clone()).collect();
-            let r = HostReport {
-                attached,
-                ..HostReport::default()
-            };
-            s.report(h, &r, t).unwrap();
-        }
+        reports(&mut s, &["h2", "h3"], t);
         check(&mut s, t, &format!("reports at {t}"));
         s.fail_silent(t).unwrap();
         check(&mut s, t, &format!("liveness at {t}"));
@@ -140,6 +165,25 @@ fn the_kept_view_follows_every_change() {
     check(&mut s, 32, "a quota");
     s.remove_host("h1", 33).unwrap();
     check(&mut s, 33, "a host deleted");
+    // Marks that change by time alone: h2 goes silent at 46 (last heard at 30, a 15 s timeout)
+    // with no change of its record, is failed, comes back at 50 and is held down until 65.
+    reports(&mut s, &["h3"], 40);
+    for t in [44, 45, 46] {
+        check(&mut s, t, &format!("time alone, at {t}"));
+    }
+    assert!(s.cluster(46).unwrap().host("h2").unwrap().unavailable.is_some());
+    s.fail_silent(46).unwrap();
+    check(&mut s, 46, "h2 down");
+    reports(&mut s, &["h2", "h3"], 50);
+    check(&mut s, 50, "h2 back");
+    for t in [55, 60, 64, 65, 66] {
+        reports(&mut s, &["h3"], t);
+        check(&mut s, t, &format!("h2 held down, at {t}"));
+    }
+    assert!(s.cluster(64).unwrap().host("h2").unwrap().closed.is_some());
+    assert!(s.cluster(65).unwrap().host("h2").unwrap().closed.is_none());
+    // Asked about an earlier time than the last: all marked again, the same as built.
+    check(&mut s, 47, "an earlier time");
     // Loaded from its records, with nothing kept: built anew, the same.
     let mut loaded =
         ClusterState::from_records((s.records().unwrap().puts.iter()).map(|(k, v)| (k.as_str(), v.as_slice())))
@@ -147,5 +191,5 @@ fn the_kept_view_follows_every_change() {
             .unwrap();
     loaded.host_timeout = s.host_timeout;
     loaded.listening_since_s = s.listening_since_s;
-    assert_eq!(summary(&loaded.cluster(34).unwrap()), summary(&s.cluster(34).unwrap()));
+    assert_eq!(summary(&loaded.cluster(66).unwrap()), summary(&s.cluster(66).unwrap()));
 }
