@@ -16,7 +16,7 @@ use super::access::{self, Access};
 use super::state::{
     ClusterState, FaultRecord, HostReport, HostShape, MigrationRecord, Outcome, PowerOn, Refusal, VmChange,
 };
-use super::store::Store;
+use super::store::{SaveError, Store};
 use super::view::{self, ClusterView};
 use crate::http::body::Body;
 use crate::http::error::{ApiError, ErrorBody};
@@ -119,16 +119,42 @@ pub async fn watch_hosts(s: ControllerState) {
     }
 }
 
+/// Why a change was not kept.
+enum NotKept {
+    /// Refused, or failed before it reached the store.
+    Refused(ApiError),
+    /// The store could not keep it; the controller goes on.
+    Unsaved(ApiError),
+    /// The store could not keep it, and this controller stops: it no longer leads.
+    Stopping(ApiError),
+}
+
+impl From<NotKept> for ApiError {
+    fn from(n: NotKept) -> ApiError {
+        match n {
+            NotKept::Refused(e) | NotKept::Unsaved(e) | NotKept::Stopping(e) => e,
+        }
+    }
+}
+
 /// Makes a change on a copy and saves it; the state in force changes only once it is saved
 /// (or at once, for a change that is only a report's time).
 async fn change(
     s: &ControllerState,
     f: impl FnOnce(&mut ClusterState, u64) -> Result<Outcome, Refusal>,
 ) -> Result<Json<Outcome>, ApiError> {
+    attempt(s, f).await.map_err(ApiError::from)
+}
+
+/// [`change`], saying why a change was not kept.
+async fn attempt(
+    s: &ControllerState,
+    f: impl FnOnce(&mut ClusterState, u64) -> Result<Outcome, Refusal>,
+) -> Result<Json<Outcome>, NotKept> {
     // One change at a time: the store's lock is held until the change is in force.
     let store = s.store.clone().lock_owned().await;
     let mut next = s.lock().await.state.clone();
-    let out = f(&mut next, now_s())?;
+    let out = f(&mut next, now_s()).map_err(|r| NotKept::Refused(r.into()))?;
     // A report that changed nothing but its time writes nothing: the time is kept in memory
     // (a controller that takes over reads the last saved one, and the host's next report
     // brings it up to date within an interval).
@@ -141,7 +167,7 @@ async fn change(
     // what reports move in memory alone, which no record compares).
     let delta = next
         .delta(&s.lock().await.state)
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        .map_err(|e| NotKept::Refused(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e)))?;
     let records = (delta.puts.len() + delta.deletes.len()) as u64;
     // The write blocks (a file's fsync, etcd's answer): on a thread of its own, so that the
     // answers to reports go on meanwhile. Saved and put in force by a task of its own too: a
@@ -154,20 +180,29 @@ async fn change(
             (store, next, saved)
         })
         .await;
-        let (store, next, saved) = written.map_err(|e| format!("the store's write: {e}"))?;
+        let (store, next, saved) = written.map_err(|e| SaveError::Failed(format!("the store's write: {e}")))?;
         if saved.is_ok() {
             put_in_force(&shared, next).await;
         }
         drop(store);
-        saved.map_err(|e| {
-            eprintln!("teamster controller: {e}");
-            format!("cannot save to the store, nothing changed: {e}")
-        })
+        saved.inspect_err(|e| eprintln!("teamster controller: {e}"))
     });
-    let landed = landing
-        .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the store's write: {e}")))?;
-    landed.map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e))?;
+    let landed = landing.await.map_err(|e| {
+        NotKept::Refused(ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the store's write: {e}"),
+        ))
+    })?;
+    landed.map_err(|e| {
+        let said = ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot save to the store, nothing changed: {e}"),
+        );
+        match e {
+            SaveError::Failed(_) => NotKept::Unsaved(said),
+            SaveError::Stopping(_) => NotKept::Stopping(said),
+        }
+    })?;
     STORE_SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     STORE_RECORDS.fetch_add(records, std::sync::atomic::Ordering::Relaxed);
     STORE_SAVE_MICROS.fetch_add(
@@ -270,16 +305,14 @@ async fn report(
     let mut shared = s.lock().await;
     if !shared.state.touch(&name, &r, now_s())? {
         drop(shared);
-        let changed = change(&s, |c, now| c.report(&name, &r, now)).await;
+        let changed = attempt(&s, |c, now| c.report(&name, &r, now)).await;
         shared = s.lock().await;
         match changed {
             Ok(_migrations) => {}
             // Not kept (the store): the host is heard all the same and told what stands; but
-            // not by a controller that has learnt it no longer leads (it is stopping).
-            Err(e) if e.0 == StatusCode::SERVICE_UNAVAILABLE && !e.1.contains("no longer leads") => {
-                shared.state.heard(&name, &r, now_s())
-            }
-            Err(e) => return Err(e),
+            // not by a controller that stops (it no longer leads).
+            Err(NotKept::Unsaved(_)) => shared.state.heard(&name, &r, now_s()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(Json(Told {
@@ -462,24 +495,57 @@ async fn document() -> Json<utoipa::openapi::OpenApi> {
 mod tests {
     use super::*;
 
-    /// A store that cannot be written (a full disk, an unreachable etcd).
-    struct Unwritable;
+    /// A store that cannot be written (a full disk), or (`true`) whose controller no longer
+    /// leads.
+    struct Unwritable(bool);
 
     impl Store for Unwritable {
         fn load(&self) -> Result<Option<ClusterState>, String> {
             Ok(None)
         }
-        fn save(&self, _: &ClusterState, _: &super::super::records::Delta) -> Result<(), String> {
-            Err("the disk is full".into())
+        fn save(&self, _: &ClusterState, _: &super::super::records::Delta) -> Result<(), SaveError> {
+            Err(match self.0 {
+                false => SaveError::Failed("the disk is full".into()),
+                true => SaveError::Stopping("this controller no longer leads".into()),
+            })
         }
         fn describe(&self) -> String {
             "unwritable".into()
         }
     }
 
+    /// A report whose change the store cannot keep is answered all the same, the host heard,
+    /// by a controller that goes on; a controller that stops (it no longer leads) refuses it
+    /// and hears nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_report_not_kept_is_heard_unless_the_controller_stops() {
+        for stops in [false, true] {
+            let shape: HostShape = serde_json::from_str(r#"{"uplinks": [{"name": "u", "capacity": "1G"}]}"#).unwrap();
+            let mut state = ClusterState::default();
+            state.register("h", shape, 1).unwrap();
+            let s = ControllerState::new(state, Box::new(Unwritable(stops)));
+            // The uplink down: a change, which the store does not keep.
+            let r: HostReport = serde_json::from_str(r#"{"links": {"u": false}}"#).unwrap();
+            let answered = report(State(s.clone()), Path("h".to_string()), Body(r)).await;
+            let heard_s = s.lock().await.state.hosts["h"].reported_s;
+            match stops {
+                false => {
+                    assert!(answered.is_ok(), "answered with what stands");
+                    assert!(heard_s > 1, "heard");
+                }
+                true => {
+                    let e = answered.err().unwrap();
+                    assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);
+                    assert!(e.1.contains("no longer leads"), "{}", e.1);
+                    assert_eq!(heard_s, 1, "not heard by a controller that stops");
+                }
+            }
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_change_the_store_cannot_keep_is_refused_and_changes_nothing() {
-        let s = ControllerState::new(ClusterState::default(), Box::new(Unwritable));
+        let s = ControllerState::new(ClusterState::default(), Box::new(Unwritable(false)));
         let shape: HostShape = serde_json::from_str(r#"{"uplinks": [{"name": "u", "capacity": "1G"}]}"#).unwrap();
         let e = change(&s, |c, now| c.register("h", shape, now)).await.err().unwrap();
         assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);

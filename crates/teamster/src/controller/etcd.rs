@@ -22,7 +22,7 @@
 use super::etcd_gateway::{Gateway, Leadership};
 use super::records::Delta;
 use super::state::ClusterState;
-use super::store::Store;
+use super::store::{SaveError, Store};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -235,7 +235,20 @@ impl Store for EtcdStore {
         Ok(state)
     }
 
-    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
+    /// Every failure stops this controller (see the worker in [`Campaign`]): a
+    /// [`SaveError::Stopping`].
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), SaveError> {
+        self.write(state, delta).map_err(SaveError::Stopping)
+    }
+
+    fn describe(&self) -> String {
+        self.describe_etcd()
+    }
+}
+
+impl EtcdStore {
+    /// [`Store::save`]'s writes.
+    fn write(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
         let records = records_prefix(&self.prefix);
         let legacy = self.legacy.load(std::sync::atomic::Ordering::Relaxed);
         if legacy {
@@ -258,7 +271,7 @@ impl Store for EtcdStore {
         Ok(())
     }
 
-    fn describe(&self) -> String {
+    fn describe_etcd(&self) -> String {
         format!("etcd store {} (leader)", self.endpoints)
     }
 }

@@ -289,7 +289,7 @@ fn prepare(store: &dyn store::Store, host_timeout_s: u64) -> Result<state::Clust
     }
     let delta = state.delta(&was)?;
     if !delta.is_empty() {
-        store.save(&state, &delta)?;
+        store.save(&state, &delta).map_err(|e| e.to_string())?;
     }
     Ok(state)
 }

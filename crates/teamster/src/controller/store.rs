@@ -28,9 +28,35 @@ pub trait Store: Send {
     fn load(&self) -> Result<Option<ClusterState>, String>;
     /// Saves `state`, whose records that differ from the last saved state's are `delta`,
     /// durably: after `Ok`, a restart loads it.
-    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String>;
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), SaveError>;
     /// What it is, for logs and errors.
     fn describe(&self) -> String;
+}
+
+/// Why a save did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SaveError {
+    /// The store could not keep the change (a full disk); the controller goes on, and a later
+    /// change may be kept.
+    Failed(String),
+    /// The store could not keep it and this controller stops: it no longer leads (another
+    /// won the election), or what the store holds is no longer known (an etcd write whose
+    /// outcome is unknown). It keeps nothing from now on.
+    Stopping(String),
+}
+
+impl std::fmt::Display for SaveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SaveError::Failed(why) | SaveError::Stopping(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<String> for SaveError {
+    fn from(why: String) -> SaveError {
+        SaveError::Failed(why)
+    }
 }
 
 /// The records, by key.
@@ -104,7 +130,7 @@ impl Store for EmbeddedStore {
         Ok(Some(state))
     }
 
-    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), String> {
+    fn save(&self, state: &ClusterState, delta: &Delta) -> Result<(), SaveError> {
         let err = |e: &dyn std::fmt::Display| format!("state file {}: {e}", self.path);
         let legacy = self.legacy.load(Ordering::Relaxed);
         let delta = delta.or_whole(state, legacy)?;
