@@ -15,6 +15,7 @@
 
 use super::{Cluster, Host, Vm};
 use crate::units::Bandwidth;
+use std::sync::Arc;
 
 /// One migration of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +110,7 @@ impl Cluster {
             self.located.remove(&v.name);
             self.pool_vm(v, -1);
         }
-        Ok(h.vms.clone())
+        Ok(Arc::unwrap_or_clone(h).vms)
     }
 
     /// Reservations that cannot be kept: the VMs with a reservation on violating hosts.

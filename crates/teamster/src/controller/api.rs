@@ -95,13 +95,7 @@ pub async fn watch_hosts(s: ControllerState) {
     loop {
         tick.tick().await;
         // Looked at in place: the state is copied only when a host newly fails.
-        let quiet = {
-            let state = &s.lock().await.state;
-            let now = now_s();
-            state.failing(now).is_empty()
-                && state.restarts_due(now).is_empty()
-                && state.overdue_handovers(now).is_empty()
-        };
+        let quiet = s.lock().await.state.watch_idle(now_s());
         if quiet {
             continue;
         }

@@ -66,9 +66,9 @@ impl ClusterState {
             );
             events.push(format!("{host}: {why}"));
             self.note_fault(&host, why, now_s);
+            let since_start = Waiting::since(self.listening_since_s);
             let h = self.hosts.get_mut(&host).expect("listed");
-            let since_s = (h.waiting.get(&vm)).map_or(self.listening_since_s, |w| w.since_s);
-            h.waiting.insert(vm, Waiting { since_s, told: true });
+            h.waiting.entry(vm).or_insert(since_start).told = true;
         }
     }
 
@@ -83,8 +83,7 @@ impl ClusterState {
         }
         // A source that has let go by its own timer (down, detaching) holds nothing to wait for.
         if let Some(h) = self.hosts.get_mut(from).filter(|h| !h.gone_quiet()) {
-            h.departing.insert(name.to_string());
-            h.waiting.insert(name.to_string(), Waiting::since(now_s));
+            h.depart(name, None, now_s);
         }
         self.vms.get_mut(name).expect("looked up").moving_from = Some(from.to_string());
     }
@@ -149,9 +148,6 @@ impl ClusterState {
             .filter(|n| (self.vms.get(*n)).is_none_or(|v| v.moving_from.as_deref() == Some(host)))
             .cloned()
             .collect();
-        let h = self.hosts.get_mut(host).expect("looked up");
-        h.departing_macs.retain(|n, _| keep.contains(n));
-        h.waiting.retain(|n, _| keep.contains(n));
-        h.departing = keep;
+        self.hosts.get_mut(host).expect("looked up").keep_departing(keep);
     }
 }

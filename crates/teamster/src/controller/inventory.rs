@@ -115,6 +115,23 @@ pub struct VmRecord {
 }
 
 impl HostRecord {
+    /// Records VM `name` as leaving the host at `now_s` (powered off there: with its MAC), to
+    /// be held until the host reports it detached ([`super::handover`]).
+    pub fn depart(&mut self, name: &str, mac: Option<&String>, now_s: u64) {
+        self.departing.insert(name.to_string());
+        self.waiting.insert(name.to_string(), Waiting::since(now_s));
+        if let Some(mac) = mac {
+            self.departing_macs.insert(name.to_string(), mac.clone());
+        }
+    }
+
+    /// Keeps of the departing VMs only those in `keep`, with their MACs and waits.
+    pub fn keep_departing(&mut self, keep: BTreeSet<String>) {
+        self.departing_macs.retain(|n, _| keep.contains(n));
+        self.waiting.retain(|n, _| keep.contains(n));
+        self.departing = keep;
+    }
+
     /// Whether the host is down and detaches its VMs when cut off: it has let go of every VM
     /// (it did so by its own timer before the controller failed it), and its `departing` set is
     /// emptied when it is failed ([`super::handover`]).

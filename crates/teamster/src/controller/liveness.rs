@@ -23,7 +23,7 @@
 //! controller flaps (down, up, down again) attracts no new VMs that the next flap would have to
 //! restart elsewhere; it takes VMs once it has reported steadily for that long.
 
-use super::state::{vm_of, ClusterState, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
+use super::state::{vm_of, ClusterState, HostRecord, Isolation, MigrationRecord, Outcome, Refusal, VmRecord};
 use teamster_core::placement::Cluster;
 
 /// A host's marks in the placement view ([`Cluster::set_unavailable`], [`Cluster::set_closed`]),
@@ -42,11 +42,7 @@ impl ClusterState {
     /// Why host `name` takes no new VMs at `now_s`, if it does not: it has been silent for
     /// longer than the host timeout.
     pub fn silent(&self, name: &str, now_s: u64) -> Option<String> {
-        let h = self.hosts.get(name)?;
-        // After a start, hosts answered with a longer timeout (by an earlier controller) are
-        // given that long: they detach their VMs only that late.
-        let longer = self.host_timeout_given_s.saturating_sub(self.host_timeout.0);
-        let quiet = now_s.saturating_sub(h.reported_s.max(self.listening_since_s + longer));
+        let quiet = now_s.saturating_sub(self.heard_s(self.hosts.get(name)?));
         (quiet > self.host_timeout.0).then(|| {
             format!(
                 "not responding: no report for {quiet} s (host timeout {} s)",
@@ -58,9 +54,9 @@ impl ClusterState {
     /// Why host `name` takes no new VMs at `now_s` though it reports, if it does not: it was
     /// heard again after being down less than a host timeout ago.
     pub fn held_down(&self, name: &str, now_s: u64) -> Option<String> {
-        let back = self.hosts.get(name)?.up_again_s?;
-        let hold = self.host_timeout.0;
-        (now_s < back.saturating_add(hold)).then(|| {
+        let h = self.hosts.get(name)?;
+        let (back, hold) = (h.up_again_s?, self.host_timeout.0);
+        (now_s < self.open_from_s(h)?).then(|| {
             format!(
                 "held down: up again {} s ago after being down; takes new VMs after {hold} s of reports",
                 now_s.saturating_sub(back)
@@ -75,11 +71,9 @@ impl ClusterState {
     pub(super) fn marks(&self, name: &str, now_s: u64) -> Option<Marks> {
         let h = self.hosts.get(name)?;
         let timeout = self.host_timeout.0;
-        let longer = self.host_timeout_given_s.saturating_sub(timeout);
-        let heard = h.reported_s.max(self.listening_since_s + longer);
         // Silent once the quiet passes the timeout: from `heard + timeout + 1` on.
-        let silent_from = heard.saturating_add(timeout).saturating_add(1);
-        let open_from = h.up_again_s.map(|back| back.saturating_add(timeout));
+        let silent_from = self.heard_s(h).saturating_add(timeout).saturating_add(1);
+        let open_from = self.open_from_s(h);
         let unavailable = (now_s >= silent_from)
             .then(|| format!("not responding: no report for longer than the host timeout ({timeout} s)"));
         let closed = open_from
@@ -96,6 +90,28 @@ impl ClusterState {
         })
     }
 
+    /// When host `h` counts as last heard: its last report, or when this controller began to
+    /// listen if later (after a start, hosts answered with a longer timeout by an earlier
+    /// controller are given that long: they detach their VMs only that late).
+    fn heard_s(&self, h: &HostRecord) -> u64 {
+        let longer = self.host_timeout_given_s.saturating_sub(self.host_timeout.0);
+        h.reported_s.max(self.listening_since_s + longer)
+    }
+
+    /// When host `h`, heard again after being down, takes new VMs again (None: it was not down).
+    fn open_from_s(&self, h: &HostRecord) -> Option<u64> {
+        Some(h.up_again_s?.saturating_add(self.host_timeout.0))
+    }
+
+    /// Whether the watch has nothing to do at `now_s`: no host newly silent, no restart due and
+    /// no handover overdue ([`Self::fail_silent`] would change nothing). Read in place, without
+    /// a copy of the state.
+    pub fn watch_idle(&self, now_s: u64) -> bool {
+        self.failing(now_s).is_empty()
+            && self.restarts_due(now_s).is_empty()
+            && self.overdue_handovers(now_s).is_empty()
+    }
+
     /// The hosts silent past the host timeout and not down yet, with why.
     pub fn failing(&self, now_s: u64) -> Vec<(String, String)> {
         (self.hosts.iter())
@@ -108,7 +124,7 @@ impl ClusterState {
     /// them be restarted, still holding some, whose last try is [`RESTART_RETRY_S`] old.
     pub fn restarts_due(&self, now_s: u64) -> Vec<String> {
         (self.hosts.iter())
-            .filter(|(_, h)| h.down_since_s.is_some() && h.shape.isolation != Isolation::Keep)
+            .filter(|(_, h)| h.gone_quiet())
             .filter(|(_, h)| now_s >= h.restart_tried_s.saturating_add(RESTART_RETRY_S))
             .filter(|(n, _)| !self.vms_on(n).is_empty())
             .map(|(n, _)| n.clone())
@@ -121,14 +137,13 @@ impl ClusterState {
     /// handovers overdue ([`super::handover`]). Unchanged (nothing to save) if no host newly
     /// failed, no VM moved and nothing was reported.
     pub fn fail_silent(&mut self, now_s: u64) -> Result<Outcome, Refusal> {
-        let failing = self.failing(now_s);
-        let due = self.restarts_due(now_s);
-        if failing.is_empty() && due.is_empty() && self.overdue_handovers(now_s).is_empty() {
+        if self.watch_idle(now_s) {
             return Ok(Outcome {
                 unchanged: true,
                 ..Outcome::default()
             });
         }
+        let (failing, due) = (self.failing(now_s), self.restarts_due(now_s));
         let mut next = self.clone();
         let mut out = Outcome::default();
         let mut c = next.placement(now_s).map_err(Refusal::Conflict)?;
@@ -137,9 +152,7 @@ impl ClusterState {
             rec.down_since_s = Some(now_s);
             // It has detached what was leaving it (unless it keeps forwarding when cut off).
             if rec.gone_quiet() {
-                rec.departing.clear();
-                rec.departing_macs.clear();
-                rec.waiting.clear();
+                rec.keep_departing(Default::default());
             }
             out.events.push(format!("{host}: host down: {why}"));
             next.note_fault(&host, format!("host down: {why}"), now_s);

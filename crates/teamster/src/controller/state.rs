@@ -26,7 +26,6 @@ use teamster_core::placement::{Cluster, Migration};
 use teamster_core::units::Bandwidth;
 
 pub(super) use super::inventory::vm_of;
-use super::inventory::Waiting;
 pub use super::inventory::{build_host, HostRecord, HostShape, UplinkRecord, VmRecord};
 use super::kept::{Kept, Source};
 pub use crate::live::controller_config::Isolation;
@@ -333,9 +332,9 @@ impl ClusterState {
         // Back on the host it was powered off on: that host keeps its port, nothing to wait for.
         let back = (next.hosts.get(&host)).is_some_and(|h| h.departing.contains(&req.name));
         if let Some(h) = next.hosts.get_mut(&host).filter(|_| back) {
-            h.departing.remove(&req.name);
-            h.departing_macs.remove(&req.name);
-            h.waiting.remove(&req.name);
+            let mut keep = h.departing.clone();
+            keep.remove(&req.name);
+            h.keep_departing(keep);
         }
         next.vms.insert(
             req.name,
@@ -434,11 +433,7 @@ impl ClusterState {
         // source that still holds it: that one keeps it in its own set) has nothing to let go.
         let told = self.may_attach(name, &gone);
         if let Some(h) = (next.hosts.get_mut(&gone.host)).filter(|h| told && !h.gone_quiet()) {
-            h.departing.insert(name.to_string());
-            h.waiting.insert(name.to_string(), Waiting::since(now_s));
-            if let Some(mac) = &gone.mac {
-                h.departing_macs.insert(name.to_string(), mac.clone());
-            }
+            h.depart(name, gone.mac.as_ref(), now_s);
         }
         next.commit(now_s, Outcome::default(), self, false)
     }
