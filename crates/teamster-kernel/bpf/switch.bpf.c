@@ -78,6 +78,23 @@ struct {
 	__type(value, struct config);
 } config SEC(".maps");
 
+/* The flowlet groups' buckets, by group * FLOWLET_BUCKETS + bucket: the program's part
+ * (current member, times, bytes), and the engine's target (its slot + 1; 0: none yet, as an
+ * array starts). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_GROUPS * FLOWLET_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct flowlet);
+} flowlets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_GROUPS * FLOWLET_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u32);
+} flowlet_targets SEC(".maps");
+
 /* The MAC table. Sized at load time (the configured total plus room for the ports' static
  * entries); the limits are enforced with the counts in `learned`, not by the map's size. */
 struct {
@@ -497,24 +514,121 @@ static __always_inline __u32 fallback(const struct group *g, __u64 key)
 	return NO_SLOT;
 }
 
-/* The uplink (slot) for a frame of port `p` (core Team::select_frame). */
-static __always_inline __u32 select_uplink(const struct iface *p, const struct key *k)
+/* core's hashed_uplink: active[h mod n] if it is up, else the rendezvous fallback on `h`. */
+static __always_inline __u32 hashed(const struct group *g, __u32 h, __u32 otherwise)
 {
-	if (p->policy == POLICY_PORT || !k->has_ip)
-		return p->uplink;
-	__u32 gi = p->group;
-	struct group *g = bpf_map_lookup_elem(&groups, &gi);
-	if (!g)
-		return p->uplink;
-	__u32 h = ip_hash(k, g->policy == POLICY_IP_L3L4);
 	__u32 n = g->active_count;
 	if (n == 0 || n > MAX_GROUP_UPLINKS)
-		return p->uplink;
+		return otherwise;
 	__u64 i = h % n;
 	asm volatile("%0 &= 7" : "+r"(i)); /* (i < n <= 8 already; the verifier needs to see it) */
 	if (g->active[i].up)
 		return g->active[i].slot;
 	return fallback(g, h);
+}
+
+/* core::teaming::hash::mac_pair_hash: FNV-1a (32-bit) over both MACs, folded. */
+static __always_inline __u32 mac_pair_hash(const __u8 *src, const __u8 *dst)
+{
+	__u32 h = 0x811c9dc5;
+	for (int i = 0; i < 6; i++) {
+		h ^= src[i];
+		h *= 0x01000193;
+	}
+	for (int i = 0; i < 6; i++) {
+		h ^= dst[i];
+		h *= 0x01000193;
+	}
+	h ^= h >> 16;
+	h ^= h >> 8;
+	return h;
+}
+
+/* core::teaming::address_hash over `fields`, with Windows' fallbacks (the 2-tuple without
+ * ports, the MACs without IP): 1 and the hash in *h, or 0 for ARP and RARP, which take the
+ * port's own uplink. */
+static __always_inline int address_hash(const struct key *k, __u8 fields, __u32 *h)
+{
+	if (k->ether_type == ETH_P_ARP_ || k->ether_type == ETH_P_RARP_)
+		return 0;
+	__u64 key;
+	if (k->has_ip && fields != FIELDS_MAC_ADDRESSES) {
+		key = ((__u64)k->src_fold << 32) | k->dst_fold;
+		if (k->has_ports && fields == FIELDS_TRANSPORT_PORTS) {
+			__u64 ports = ((__u64)k->sport << 16) | k->dport;
+			key ^= ((ports << 24) | (ports >> 40)) ^ 0x4e34;
+		}
+	} else {
+		key = 0x4d41430000000000ULL | mac_pair_hash(k->src, k->dst);
+	}
+	*h = mix(key) >> 32;
+	return 1;
+}
+
+/* True if `slot` is one of the group's live active uplinks, or (with `standby`) live standby. */
+static __always_inline int member_up(const struct group *g, __u32 slot, int standby)
+{
+	for (int i = 0; i < MAX_GROUP_UPLINKS; i++) {
+		if (i < g->active_count && g->active[i].slot == slot && g->active[i].up)
+			return 1;
+		if (standby && i < g->standby_count && g->standby[i].slot == slot && g->standby[i].up)
+			return 1;
+	}
+	return 0;
+}
+
+/* select_uplink's answer for a frame the engine must place: a flowlet bucket's first. */
+#define SELECT_PUNT 0xfffffffeu
+
+/* core Flowlets::send for the bucket of Address Hash `h` in group `gi`: a frame within a burst
+ * takes the bucket's current member while it is live and in the group; the first after an
+ * idle gap (a new flowlet), or one whose member is gone, takes the bucket's target while that
+ * is a live active member, else active[bucket mod n] (or its fallback). A bucket without a
+ * target has not sent yet: its first frame goes to the engine, which places it (core sets a
+ * first flowlet's target to the least loaded member, a sum over every bucket) and writes the
+ * target here. Two CPUs sending in one bucket may both start a flowlet; the bytes are added
+ * atomically, the rest is last-writer-wins, as good as the engine needs for its rebalance. */
+static __always_inline __u32 flowlet_uplink(const struct group *g, __u32 gi, __u32 h, __u32 len, __u64 now)
+{
+	__u32 b = mix(h) & (FLOWLET_BUCKETS - 1);
+	__u32 idx = gi * FLOWLET_BUCKETS + b;
+	__u32 *target = bpf_map_lookup_elem(&flowlet_targets, &idx);
+	struct flowlet *e = bpf_map_lookup_elem(&flowlets, &idx);
+	if (!target || !e || !*target)
+		return SELECT_PUNT;
+	__u32 wanted = member_up(g, *target - 1, 0) ? *target - 1 : hashed(g, b, NO_SLOT);
+	int idle = !e->last_seen || since(now, e->last_seen) >= g->gap_ns;
+	if (idle)
+		e->flowlet_at = now;
+	__u32 cur = e->current;
+	if (idle || cur == NO_SLOT || !member_up(g, cur, 1)) {
+		cur = wanted;
+		e->current = cur;
+	}
+	e->last_seen = now;
+	__sync_fetch_and_add(&e->bytes, len);
+	return cur;
+}
+
+/* The uplink (slot) for a frame of `len` bytes of port `p` (core Team::select_frame), or
+ * SELECT_PUNT. */
+static __always_inline __u32 select_uplink(const struct iface *p, const struct key *k, __u32 len, __u64 now)
+{
+	int ip = p->policy == POLICY_IP_L3 || p->policy == POLICY_IP_L3L4;
+	if (p->policy == POLICY_PORT || (ip && !k->has_ip))
+		return p->uplink;
+	__u32 gi = p->group;
+	struct group *g = bpf_map_lookup_elem(&groups, &gi);
+	if (!g)
+		return p->uplink;
+	__u32 h;
+	if (ip)
+		h = ip_hash(k, p->policy == POLICY_IP_L3L4);
+	else if (!address_hash(k, g->fields, &h))
+		return p->uplink;
+	else if (p->policy == POLICY_FLOWLET)
+		return flowlet_uplink(g, gi, h, len, now);
+	return hashed(g, h, p->uplink);
 }
 
 /* core Switch::spread_to: a spreading policy's frame on a member other than the port's own
@@ -607,15 +721,19 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 		if (slot_is_port(known)) {
 			add_out(t, known, EDIT_KEEP, 0, 0);
 		} else {
-			u = select_uplink(p, &k);
+			u = select_uplink(p, &k, f->len, now);
+			if (u == SELECT_PUNT)
+				return punted(skb, v, slot, PUNT_FLOWLET);
 			if (u == NO_SLOT)
 				return dropped(v, slot, DROP_NO_UPLINK);
 		}
 	} else {
+		/* A spreading policy's group frames go on the port's own member, with its own MAC. */
+		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(p, &k, f->len, now);
+		if (u == SELECT_PUNT)
+			return punted(skb, v, slot, PUNT_FLOWLET);
 		if (d)
 			walk(t, d, WALK_FLOOD, slot, EDIT_KEEP, is_group(k.dst), 0, 0);
-		/* A spreading policy's group frames go on the port's own member, with its own MAC. */
-		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(p, &k);
 	}
 	if (d && d->promiscuous)
 		walk(t, d, WALK_PROMISCUOUS, slot, EDIT_KEEP, 0, 0, 0);

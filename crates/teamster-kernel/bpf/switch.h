@@ -44,6 +44,17 @@
 #define POLICY_PORT 0     /* the port's current uplink (port ID, MAC hash, Hyper-V port, LBT, failover) */
 #define POLICY_IP_L3 1    /* IP hash over the addresses */
 #define POLICY_IP_L3L4 2  /* IP hash over addresses and ports */
+#define POLICY_ADDRESS 3  /* Address Hash over group.fields (Windows' address hash) */
+#define POLICY_FLOWLET 4  /* Dynamic's flowlet buckets (dynamic, lbt-dynamic): `flowlets` */
+
+/* group.fields: core::teaming::HashFields */
+#define FIELDS_TRANSPORT_PORTS 0
+#define FIELDS_IP_ADDRESSES 1
+#define FIELDS_MAC_ADDRESSES 2
+
+/* A flowlet group's buckets (core::teaming::flowlet::BUCKETS): `flowlets` and `flowlet_targets`
+ * hold MAX_GROUPS of them, the group's at group * FLOWLET_BUCKETS. */
+#define FLOWLET_BUCKETS 256
 
 /* out.edit */
 #define EDIT_KEEP 0
@@ -73,6 +84,8 @@
 #define PUNT_VXLAN 6            /* UDP to 4789: the engine parses the inner frame */
 #define PUNT_PARSER 7           /* a frame beyond what this parser decides exactly */
 #define PUNT_NOT_YET 8          /* from an interface attached but not in the tables yet */
+#define PUNT_FLOWLET 10         /* the first frame of a flowlet bucket without a target: the
+                                 * engine places it (on its least loaded member) */
 /* Not a punt: a copy of an ARP frame from an uplink whose sender gave a new address (the frame
  * itself is switched here), for the engine's claims (core ArpSenders). */
 #define NOTE_ARP 9
@@ -133,9 +146,23 @@ struct group {                /* `groups`, by GroupId */
 	__u8 policy;
 	__u8 active_count;
 	__u8 standby_count;
-	__u8 pad[5];
+	__u8 fields;              /* POLICY_ADDRESS, POLICY_FLOWLET: what is hashed (FIELDS_) */
+	__u8 pad[4];
 	struct group_uplink active[MAX_GROUP_UPLINKS];
 	struct group_uplink standby[MAX_GROUP_UPLINKS];
+	__u64 gap_ns;             /* POLICY_FLOWLET: the idle gap that starts a new flowlet */
+};
+
+/* A flowlet bucket as the program keeps it (`flowlets`; core::teaming::flowlet's Bucket but its
+ * target, which the engine keeps and writes in `flowlet_targets` as its slot + 1). The engine
+ * writes a bucket here only while it has no target (0 in `flowlet_targets`), when the program
+ * leaves it alone, and reads them all back. */
+struct flowlet {
+	__u64 last_seen;          /* bpf_ktime_get_ns() of its last frame; 0: never */
+	__u64 flowlet_at;         /* when its last flowlet started */
+	__u64 bytes;              /* sent through it, ever (the engine takes differences) */
+	__u32 current;            /* the slot its frames take until the next flowlet, or NO_SLOT */
+	__u32 pad;
 };
 
 struct config {               /* `config`, key 0 */

@@ -42,6 +42,17 @@ pub const UPLINK_DISCARDS: u16 = 1 << 1;
 pub const POLICY_PORT: u8 = 0;
 pub const POLICY_IP_L3: u8 = 1;
 pub const POLICY_IP_L3L4: u8 = 2;
+/// Address Hash over [`Group::fields`].
+pub const POLICY_ADDRESS: u8 = 3;
+/// Dynamic's flowlet buckets (`flowlets`, `flowlet_targets`).
+pub const POLICY_FLOWLET: u8 = 4;
+
+pub const FIELDS_TRANSPORT_PORTS: u8 = 0;
+pub const FIELDS_IP_ADDRESSES: u8 = 1;
+pub const FIELDS_MAC_ADDRESSES: u8 = 2;
+
+/// A flowlet group's buckets in `flowlets` and `flowlet_targets`, from group * this.
+pub const FLOWLET_BUCKETS: usize = 256;
 
 pub const EDIT_KEEP: u8 = 0;
 pub const EDIT_PUSH: u8 = 1;
@@ -127,9 +138,28 @@ pub struct Group {
     pub policy: u8,
     pub active_count: u8,
     pub standby_count: u8,
-    pub pad: [u8; 5],
+    /// What Address Hash and the flowlets hash (a `FIELDS_` code).
+    pub fields: u8,
+    pub pad: [u8; 4],
     pub active: [GroupUplink; MAX_GROUP_UPLINKS],
     pub standby: [GroupUplink; MAX_GROUP_UPLINKS],
+    /// The flowlets' idle gap, in ns.
+    pub gap_ns: u64,
+}
+
+/// A flowlet bucket as the program keeps it (its target is the engine's, in
+/// `flowlet_targets` as its slot + 1, 0 for none).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flowlet {
+    /// CLOCK_MONOTONIC ns of its last frame; 0: never.
+    pub last_seen: u64,
+    pub flowlet_at: u64,
+    /// Bytes sent through it, ever.
+    pub bytes: u64,
+    /// The slot its frames take until its next flowlet, or [`NO_SLOT`].
+    pub current: u32,
+    pub pad: u32,
 }
 
 #[repr(C)]
@@ -249,6 +279,7 @@ unsafe impl aya::Pod for Iface {}
 unsafe impl aya::Pod for SlotInfo {}
 unsafe impl aya::Pod for Domain {}
 unsafe impl aya::Pod for Group {}
+unsafe impl aya::Pod for Flowlet {}
 unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for FdbKey {}
 unsafe impl aya::Pod for FdbEntry {}
@@ -263,7 +294,8 @@ const _: () = {
     assert!(size_of::<Member>() == 24);
     assert!(size_of::<Domain>() == 6152);
     assert!(size_of::<GroupUplink>() == 24);
-    assert!(size_of::<Group>() == 392);
+    assert!(size_of::<Group>() == 400);
+    assert!(size_of::<Flowlet>() == 32);
     assert!(size_of::<Config>() == 40);
     assert!(size_of::<FdbKey>() == 8);
     assert!(size_of::<FdbEntry>() == 16);

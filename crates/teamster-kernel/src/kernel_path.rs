@@ -5,6 +5,7 @@
 //! frame for the interface it came from.
 
 use crate::abi::{PuntMeta, Stats};
+use crate::flowlet_sync::FlowletSync;
 use crate::mac_sync::{pull_learned, push_changes, Places};
 use crate::pins::Pins;
 use crate::program::SwitchProgram;
@@ -69,6 +70,8 @@ struct State {
     earlier: BTreeMap<u32, Vec<Earlier>>,
     /// When the NetIOC queues' drops are next read.
     next_queue_stats: Option<Instant>,
+    /// The flowlet groups' bucket targets as written.
+    flowlets: FlowletSync,
 }
 
 struct Attached {
@@ -146,6 +149,7 @@ impl KernelPath {
                 freed: Vec::new(),
                 shaping: Shaping::default(),
                 next_queue_stats: None,
+                flowlets: FlowletSync::default(),
                 pins,
                 earlier,
             }),
@@ -248,7 +252,10 @@ fn read_punts(
                                 n.push_back(bytes);
                             }
                         }
-                        Some((ifindex, _, bytes)) => {
+                        Some((ifindex, _, mut bytes)) => {
+                            // A sender's checksum offload left to the wire: completed here, as
+                            // the engine sends the bytes as they are.
+                            crate::checksum::complete_partial(&mut bytes);
                             let q = queues.read().unwrap_or_else(|e| e.into_inner()).get(&ifindex).cloned();
                             if let Some(q) = q {
                                 q.push(bytes);
@@ -507,8 +514,18 @@ fn sync_tables(
         let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
         st.next_mirror = Some(now + KernelPath::mirror_every(n));
     }
+    // The flowlet buckets: what the program sent, up (with the counters), the targets, down.
+    let counting = st.next_count.is_none_or(|t| now >= t);
+    if counting {
+        st.flowlets
+            .pull(&st.fast, switch, &places, offset)
+            .map_err(|e| e.to_string())?;
+    }
+    st.flowlets
+        .push(&mut st.fast, switch, &places, offset)
+        .map_err(|e| e.to_string())?;
     let mut extras = Vec::new();
-    if st.next_count.is_none_or(|t| now >= t) {
+    if counting {
         st.next_count = Some(now + KernelPath::COUNT_EVERY);
         let at: Vec<(Ingress, u32)> = ifs
             .ports

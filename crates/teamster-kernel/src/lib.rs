@@ -10,6 +10,9 @@
 //! engine stays the one place where policy lives, and a failover or a Load-Based Teaming move
 //! is a map update.
 //!
+//! Dynamic's flowlet buckets are split the same way ([`flowlet_sync`]): the engine places each
+//! bucket's first flowlet and moves targets, the program keeps the rest and is read back.
+//!
 //! What would change the engine's own state (a guest taking a new MAC, a port's claim on its
 //! MAC, LACPDUs, link-local frames a group asks for, frames the program's parser cannot decide
 //! exactly) is *punted*: handed to user space whole with where it came from, for the engine to
@@ -30,6 +33,8 @@
 //! tool read. (aya's Rust BPF programs would need a nightly toolchain and bpf-linker.)
 
 pub mod abi;
+pub mod checksum;
+pub mod flowlet_sync;
 mod kernel_path;
 pub mod mac_sync;
 pub mod pins;

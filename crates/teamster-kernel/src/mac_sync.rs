@@ -9,6 +9,7 @@ use crate::program::{Error, SwitchProgram};
 use crate::tables::{domain, Interfaces, Slots};
 use std::collections::HashMap;
 use teamster_core::switch::{Location, Switch};
+use teamster_core::teaming::UplinkId;
 use teamster_core::Instant;
 
 /// Where each slot is, in the engine's terms, and back.
@@ -32,13 +33,26 @@ impl Places {
         }
         p
     }
+
+    /// The slot of uplink `u`'s interface, if it has one.
+    pub fn uplink_slot(&self, u: UplinkId) -> Option<u32> {
+        self.of.get(&Location::Remote(u)).copied()
+    }
+
+    /// The uplink in `slot`, if an uplink is there.
+    pub fn uplink_at(&self, slot: u32) -> Option<UplinkId> {
+        match self.by_slot.get(&slot) {
+            Some(Location::Remote(u)) => Some(*u),
+            _ => None,
+        }
+    }
 }
 
-fn engine_time(kernel_ns: u64, offset_ns: i128) -> Instant {
+pub(crate) fn engine_time(kernel_ns: u64, offset_ns: i128) -> Instant {
     Instant::from_nanos((i128::from(kernel_ns) - offset_ns).max(0) as u64)
 }
 
-fn kernel_time(at: Instant, offset_ns: i128) -> u64 {
+pub(crate) fn kernel_time(at: Instant, offset_ns: i128) -> u64 {
     (at.as_nanos() as i128 + offset_ns).max(1) as u64
 }
 

@@ -4,7 +4,7 @@
 //! interface's tcx ingress, and [`SwitchProgram::run`] runs it on one frame under BPF_PROG_TEST_RUN
 //! (the differential test's way in).
 
-use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Group, Iface, SlotInfo, Stats, Verdict};
+use crate::abi::{self, Config, Domain, FdbEntry, FdbKey, Flowlet, Group, Iface, SlotInfo, Stats, Verdict};
 use crate::tables::Tables;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
@@ -292,6 +292,29 @@ impl SwitchProgram {
         let mut sent: Array<&mut MapData, u64> =
             Array::try_from(map(&mut self.ebpf, "sent_out")).map_err(map_err("sent_out"))?;
         sent.set(slot, at_ns, 0).map_err(map_err("sent_out"))
+    }
+
+    /// Flowlet bucket `index` (group * [`abi::FLOWLET_BUCKETS`] + bucket) as the program keeps it.
+    pub fn flowlet(&self, index: u32) -> Result<Flowlet, Error> {
+        let m: Array<&MapData, Flowlet> =
+            Array::try_from(self.ebpf.map("flowlets").expect("declared")).map_err(map_err("flowlets"))?;
+        m.get(&index, 0).map_err(map_err("flowlets"))
+    }
+
+    /// Sets flowlet bucket `index` (only while it has no target: the program leaves it alone).
+    pub fn put_flowlet(&mut self, index: u32, f: Flowlet) -> Result<(), Error> {
+        let mut m: Array<&mut MapData, Flowlet> =
+            Array::try_from(map(&mut self.ebpf, "flowlets")).map_err(map_err("flowlets"))?;
+        m.set(index, f, 0).map_err(map_err("flowlets"))
+    }
+
+    /// Sets flowlet bucket `index`'s target: a slot, or None (the program then hands the
+    /// bucket's next frame to the engine).
+    pub fn put_flowlet_target(&mut self, index: u32, slot: Option<u32>) -> Result<(), Error> {
+        let mut m: Array<&mut MapData, u32> =
+            Array::try_from(map(&mut self.ebpf, "flowlet_targets")).map_err(map_err("flowlet_targets"))?;
+        m.set(index, slot.map_or(0, |s| s + 1), 0)
+            .map_err(map_err("flowlet_targets"))
     }
 
     /// Every MAC-table entry, learned and configured.

@@ -380,7 +380,14 @@ pub fn check_uplink(interface: &str) -> Result<(), String> {
 /// How many uplinks a port of a group with `policy` and `active` uplinks spreads over: all of
 /// them for the per-flow policies, one otherwise.
 pub fn spread(policy: Policy, active: usize) -> usize {
-    if policy == Policy::IP_HASH || policy == Policy::IP_HASH_L4 {
+    let per_flow = [
+        Policy::IP_HASH,
+        Policy::IP_HASH_L4,
+        Policy::ADDRESS_HASH,
+        Policy::DYNAMIC,
+        Policy::LBT_DYNAMIC,
+    ];
+    if per_flow.contains(&policy) {
         active.max(1)
     } else {
         1

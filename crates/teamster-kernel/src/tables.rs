@@ -5,13 +5,13 @@
 //! Pure: no kernel here, so every rule is unit-tested.
 //!
 //! What the program cannot do is refused here, by name ([`Unsupported`]), before anything is
-//! attached: overlay groups, the per-flow policies with state of their own (address hash,
-//! Dynamic), uplink IDs past 63, more than [`abi::MAX_DOMAIN_PORTS`] ports in one VLAN, and so on.
+//! attached: overlay groups, uplink IDs past 63, more than [`abi::MAX_DOMAIN_PORTS`] ports in one
+//! VLAN, and so on. (A flowlet group's buckets are kept in step by [`crate::flowlet_sync`].)
 
 use crate::abi::{self, Config, Domain, FdbKey, Group, GroupUplink, Iface, Member, SlotInfo};
 use std::collections::{BTreeMap, BTreeSet};
 use teamster_core::switch::{Switch, REFLECTION_WINDOW};
-use teamster_core::teaming::{uplink_salt, GroupId, Policy, PortId, UplinkId};
+use teamster_core::teaming::{uplink_salt, GroupId, HashFields, Policy, PortId, UplinkId};
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
 
@@ -82,7 +82,7 @@ impl Slots {
 pub enum Unsupported {
     #[error("port group `{0}` is an overlay (VXLAN) segment, which the kernel path does not carry")]
     Overlay(String),
-    #[error("port group `{group}` uses teaming policy `{policy}`, which keeps per-flow state the kernel path does not have (it runs port-id, source-mac, hyperv-port, load-based, ip-hash and ip-hash-l4)")]
+    #[error("port group `{group}` uses teaming policy `{policy}`, which the kernel path does not run")]
     Policy { group: String, policy: String },
     #[error("more than {0} interfaces")]
     Interfaces(usize),
@@ -136,12 +136,17 @@ fn fdb_key(vlan: Option<u16>, mac: MacAddr) -> FdbKey {
     }
 }
 
-/// The program's policy for a group's teaming policy, if it can run it.
+/// The program's policy for a group's teaming policy, if it can run it (every policy the engine
+/// has today).
 fn policy_code(p: Policy) -> Option<u8> {
     if p == Policy::IP_HASH {
         Some(abi::POLICY_IP_L3)
     } else if p == Policy::IP_HASH_L4 {
         Some(abi::POLICY_IP_L3L4)
+    } else if p == Policy::ADDRESS_HASH {
+        Some(abi::POLICY_ADDRESS)
+    } else if p == Policy::DYNAMIC || p == Policy::LBT_DYNAMIC {
+        Some(abi::POLICY_FLOWLET)
     } else if [
         Policy::PORT_ID,
         Policy::SOURCE_MAC,
@@ -240,6 +245,12 @@ impl Tables {
                 policy,
                 active_count: active.len() as u8,
                 standby_count: standby.len() as u8,
+                fields: match spec.tuning.hash_fields {
+                    HashFields::TransportPorts => abi::FIELDS_TRANSPORT_PORTS,
+                    HashFields::IpAddresses => abi::FIELDS_IP_ADDRESSES,
+                    HashFields::MacAddresses => abi::FIELDS_MAC_ADDRESSES,
+                },
+                gap_ns: u64::try_from(spec.tuning.flowlet_gap.as_nanos()).unwrap_or(u64::MAX),
                 ..Group::default()
             };
             for (i, u) in active.iter().enumerate() {

@@ -31,6 +31,10 @@ fn the_kernel_path_decides_every_frame_as_the_engine_does() {
             rig.set_uplink(0, true);
             rig.set_uplink(1, true);
         }
+        // The engine's timers: the flowlet rebalance moves targets under the traffic.
+        if n % 50 == 0 {
+            rig.tick();
+        }
         let (from, frame) = frames.next(&rig);
         match rig.compare(from, &frame) {
             Ok(Some(punt)) => *punts.entry(punt).or_default() += 1,
@@ -40,13 +44,28 @@ fn the_kernel_path_decides_every_frame_as_the_engine_does() {
         if n % 250 == 0 {
             rig.compare_mac_tables()
                 .unwrap_or_else(|why| panic!("after frame {n}: {why}"));
+            rig.compare_flowlets()
+                .unwrap_or_else(|why| panic!("after frame {n}: {why}"));
         }
     }
     rig.compare_mac_tables().expect("MAC tables at the end");
+    rig.compare_flowlets().expect("flowlet buckets at the end");
     let punted: u64 = punts.values().sum();
+    let (_, moves) = rig
+        .switch
+        .team()
+        .flowlets(common::FLOWLET_GROUP, teamster_core::Instant::ZERO)
+        .expect("a flowlet group");
     eprintln!(
-        "compared {compared} verdicts, {punted} punted by reason {punts:?}; {}",
+        "compared {compared} verdicts, {punted} punted by reason {punts:?}; flowlet group: {} compared, {} undecided, {moves:?}; {}",
+        rig.flowlet_compared,
+        rig.flowlet_undecided,
         rig.summary()
+    );
+    assert!(
+        rig.flowlet_compared > 50,
+        "{} flowlet frames compared",
+        rig.flowlet_compared
     );
     // The comparison is worth something only if the frames reached every kind of decision.
     rig.assert_coverage();
@@ -58,14 +77,129 @@ fn the_kernel_path_decides_every_frame_as_the_engine_does() {
     );
 }
 
+/// Dynamic's flowlet buckets in the kernel decide as the engine's: frames from the flowlet
+/// group's two ports only, with the rebalance moving targets, the group's active members
+/// failing and returning under the traffic, and its order changed (a target becomes a
+/// standby); each verdict and every bucket's member compared.
+#[test]
+fn flowlet_buckets_decide_as_the_engine_does() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    let mut frames = Frames::from_ports(20261128, &[11, 12]);
+    let total = 5000;
+    for n in 0..total {
+        match n {
+            _ if n == total / 4 => rig.set_uplink(0, false),
+            _ if n == total / 2 => rig.set_uplink(1, false),
+            _ if n == 5 * total / 8 => rig.set_uplink(0, true),
+            _ if n == 3 * total / 4 => rig.set_uplink(1, true),
+            // Targets on uplink 0 now name a standby: their next flowlets take their hash's.
+            _ if n == 7 * total / 8 => rig.set_order(common::FLOWLET_GROUP, &[1, 2], &[0]),
+            _ => {}
+        }
+        if n % 40 == 0 {
+            rig.tick();
+        }
+        let (from, frame) = frames.next(&rig);
+        if let Err(why) = rig.compare(from, &frame) {
+            panic!("frame {n} from {from:?} ({} bytes) {frame:02x?}:\n{why}", frame.len());
+        }
+        if n % 100 == 0 {
+            rig.compare_flowlets()
+                .unwrap_or_else(|why| panic!("after frame {n}: {why}"));
+        }
+    }
+    rig.compare_flowlets().expect("flowlet buckets at the end");
+    let (_, moves) = rig
+        .switch
+        .team()
+        .flowlets(common::FLOWLET_GROUP, teamster_core::Instant::ZERO)
+        .expect("a flowlet group");
+    eprintln!(
+        "flowlet group: {} compared, {} undecided, {moves:?}",
+        rig.flowlet_compared, rig.flowlet_undecided
+    );
+    // The frames reached every decision: kept within a burst, moved to a new target at a
+    // flowlet's start, moved at once off a failed member.
+    assert!(rig.flowlet_compared > 1000, "{} compared", rig.flowlet_compared);
+    assert!(
+        moves.retargets > 0 && moves.flowlet_moves > 0 && moves.forced_moves > 0,
+        "{moves:?}"
+    );
+}
+
+/// What the program sends in a flowlet bucket reaches the engine (the daemon's pull every
+/// 100 ms): its bytes, when it last sent, and the member it took, so the engine's rebalance and
+/// its view of the members' shares count traffic the engine never saw.
+#[test]
+fn what_the_kernel_sends_in_a_bucket_reaches_the_engine() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    let from = teamster_core::switch::Ingress::Port(teamster_core::teaming::PortId(11));
+    let frame = |k: u8| {
+        let mut f = vec![0x0a, 0, 0, 0, 1, k];
+        f.extend_from_slice(&common::port_mac(11).0);
+        f.extend_from_slice(&[0x88, 0xb5]);
+        f.extend_from_slice(&[0u8; 486]);
+        f
+    };
+    // Each flow's first frame: handed to the engine, which places its bucket.
+    for k in 0..4 {
+        assert_eq!(
+            rig.compare(from, &frame(k)),
+            Ok(Some(10)),
+            "flow {k}: placed by the engine"
+        );
+    }
+    let placed: Vec<usize> = rig
+        .flowlet_buckets()
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.target.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!placed.is_empty());
+    assert_eq!(rig.pull_flowlets(), 0, "nothing sent by the kernel yet");
+    let before = rig.flowlet_buckets();
+    // Then the program alone sends them.
+    let (ifindex, _) = rig.ingress_slot(from);
+    for _ in 0..100 {
+        for k in 0..4 {
+            let (_, v) = rig.program().run(ifindex, &frame(k), 0).expect("runs");
+            assert!(v.punt == 0 && v.count > 0, "flow {k}: switched in the kernel");
+        }
+    }
+    assert_eq!(rig.pull_flowlets(), placed.len(), "every placed bucket sent");
+    let after = rig.flowlet_buckets();
+    for b in &placed {
+        assert!(
+            after[*b].last_seen > before[*b].last_seen,
+            "bucket {b}: {:?}",
+            after[*b]
+        );
+        assert_eq!(after[*b].current, before[*b].current, "bucket {b}: within its burst");
+    }
+    // The next rebalance takes the kernel's bytes in: the members' shares carry them.
+    let last = placed.iter().filter_map(|b| after[*b].last_seen).max().unwrap();
+    let at = rig.switch.team().poll_at().unwrap().max(last);
+    rig.switch.team_mut().handle_timeout(at);
+    let (shares, _) = rig.switch.team().flowlets(common::FLOWLET_GROUP, at).unwrap();
+    let buckets: u32 = shares.iter().map(|s| s.active_buckets).sum();
+    let bps: f64 = shares.iter().map(|s| s.bps).sum();
+    assert_eq!(buckets as usize, placed.len(), "{shares:?}");
+    // 100 frames of 500 bytes in each bucket (and the engine's own first), as a rate over
+    // the rebalance interval: well above what the first frames alone give.
+    assert!(bps > 100.0 * 500.0 * 8.0, "{shares:?}");
+    assert_eq!(rig.pull_flowlets(), 0, "told once");
+}
+
 /// The comparison catches a program that decides differently: the same run with the kernel's
 /// tables changed in one way must find a difference. The mutants: one port security flag
-/// inverted, and the two copies the program reads instead of a map (a port's group policy; that
-/// its domain has promiscuous ports) made wrong.
+/// inverted, the two copies the program reads instead of a map (a port's group policy; that
+/// its domain has promiscuous ports) made wrong, Address Hash's fields changed, and the flowlet
+/// buckets bypassed.
 #[test]
 fn a_mutated_table_is_caught() {
     type Mutant = fn(&mut Tables);
-    let mutants: [(&str, Mutant); 3] = [
+    let mutants: [(&str, Mutant); 5] = [
         ("the forged-transmit rule inverted", |t| {
             for i in t.ifaces.values_mut().filter(|i| i.kind == abi::KIND_PORT) {
                 i.flags ^= abi::PORT_FORGED_OK;
@@ -79,6 +213,16 @@ fn a_mutated_table_is_caught() {
         ("no port told that its domain has promiscuous ports", |t| {
             for i in t.ifaces.values_mut() {
                 i.flags &= !abi::PORT_PROMISCUOUS_PEERS;
+            }
+        }),
+        ("Address Hash over the MACs where the group hashes ports", |t| {
+            for g in t.groups.iter_mut().filter(|g| g.policy == abi::POLICY_ADDRESS) {
+                g.fields = abi::FIELDS_MAC_ADDRESSES;
+            }
+        }),
+        ("the flowlet group's ports hashing without buckets", |t| {
+            for i in t.ifaces.values_mut().filter(|i| i.policy == abi::POLICY_FLOWLET) {
+                i.policy = abi::POLICY_ADDRESS;
             }
         }),
     ];

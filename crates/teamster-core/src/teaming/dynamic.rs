@@ -19,7 +19,7 @@
 //!   by at least a tenth, and a moved flowlet bucket stays at least two intervals (damped:
 //!   no oscillation, no moves while the team has room). Receiving is as `dynamic`.
 
-use super::flowlet::{Balance, Flowlets};
+use super::flowlet::{Balance, BucketState, Flowlets};
 use super::hyperv_port::{least_homed, port_receives_on_its_uplink};
 use super::policy::{
     FlowletCounters, MemberShare, PolicyEntry, PolicyKnobs, PortView, Rehome, TeamView, TeamingPolicy,
@@ -94,6 +94,14 @@ impl TeamingPolicy for Dynamic {
 
     fn flowlet_counters(&self) -> Option<FlowletCounters> {
         Some(self.flowlets.counters)
+    }
+
+    fn flowlet_buckets(&self) -> Option<Vec<BucketState>> {
+        Some(self.flowlets.buckets())
+    }
+
+    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
+        self.flowlets.seen(team, b, seen, bytes);
     }
 }
 

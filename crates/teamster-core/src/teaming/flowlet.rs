@@ -56,6 +56,20 @@ pub(super) enum Balance {
     Utilisation { threshold: f64 },
 }
 
+/// What a data plane that sends without the engine (the kernel fast path) needs of a bucket,
+/// and tells the engine back: the member its frames take now, when it last sent and when its
+/// last flowlet started. Its target is the engine's alone ([`Flowlets::buckets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BucketState {
+    /// The member set by the engine (rebalance, or the bucket's first frame); None: the bucket
+    /// has not sent yet, and its first frame is the engine's to place.
+    pub target: Option<UplinkId>,
+    /// The member its frames take until its next flowlet.
+    pub current: Option<UplinkId>,
+    pub last_seen: Option<Instant>,
+    pub flowlet_at: Option<Instant>,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
     target: Option<UplinkId>,
@@ -208,6 +222,43 @@ impl Flowlets {
         bk.last_seen = Some(now);
         bk.bytes += len as u64;
         bk.current
+    }
+
+    /// Every bucket's state, by bucket: what a data plane that sends on its own starts from.
+    pub(super) fn buckets(&self) -> Vec<BucketState> {
+        self.buckets
+            .iter()
+            .map(|b| BucketState {
+                target: b.target,
+                current: b.current,
+                last_seen: b.last_seen,
+                flowlet_at: b.flowlet_at,
+            })
+            .collect()
+    }
+
+    /// What a data plane that sends on its own saw of bucket `b` since it last told: the member
+    /// its frames take, when it last sent, when its last flowlet started, and `bytes` sent
+    /// since. The engine's rebalance then counts those bytes and knows which buckets pause, as
+    /// if it had sent them itself; a member change is counted a flowlet move if the old member
+    /// could still carry it, else a forced one (moves in between are not seen). Ignored if the
+    /// bucket is out of range or the engine has a later send of its own.
+    pub(super) fn seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
+        let Some(bk) = self.buckets.get_mut(b) else { return };
+        if seen.last_seen.is_none() || seen.last_seen < bk.last_seen {
+            return;
+        }
+        if seen.current != bk.current {
+            match bk.current {
+                Some(c) if Self::usable(team, c) => self.counters.flowlet_moves += 1,
+                Some(_) => self.counters.forced_moves += 1,
+                None => {}
+            }
+        }
+        bk.current = seen.current;
+        bk.last_seen = seen.last_seen;
+        bk.flowlet_at = seen.flowlet_at.max(bk.flowlet_at);
+        bk.bytes += bytes;
     }
 
     /// When the next rebalance is due.

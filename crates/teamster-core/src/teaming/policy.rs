@@ -23,6 +23,7 @@
 //! Adding a policy is one file (the trait, a `PolicyEntry` and a `Policy` constant) and one line
 //! in the [registry](super::registry).
 
+use super::flowlet::BucketState;
 use super::lbt::LbtConfig;
 pub use super::state::Rates;
 use super::state::{PortState, UplinkState};
@@ -125,6 +126,17 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
     /// For a flowlet policy, its counters.
     fn flowlet_counters(&self) -> Option<FlowletCounters> {
         None
+    }
+
+    /// For a flowlet policy, every bucket's state (see [`super::flowlet::BucketState`]).
+    fn flowlet_buckets(&self) -> Option<Vec<BucketState>> {
+        None
+    }
+
+    /// For a flowlet policy, what a data plane that sends on its own saw of bucket `b` and the
+    /// bytes it sent since it last told ([`super::flowlet::Flowlets`]'s `seen`).
+    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
+        let _ = (team, b, seen, bytes);
     }
 }
 

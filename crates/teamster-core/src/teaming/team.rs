@@ -2,6 +2,7 @@
 //! described in the [parent module](super); failover and failback are in [`super::failover`].
 
 use super::census::Census;
+use super::flowlet::BucketState;
 use super::lacp::Lacp;
 use super::lbt::{LbtConfig, LbtDecision};
 use super::meter::RateMeter;
@@ -591,6 +592,27 @@ impl Team {
             None => group.policy.member_shares(&self.view(g), now)?,
         };
         Some((shares, group.policy.flowlet_counters().unwrap_or_default()))
+    }
+
+    /// For a group with a flowlet policy, every bucket's state, by bucket: what the kernel fast
+    /// path sends from (the engine keeps the targets; the kernel the rest, told back with
+    /// [`Team::flowlet_seen`]).
+    pub fn flowlet_buckets(&self, g: GroupId) -> Option<Vec<BucketState>> {
+        self.groups.get(g.0)?.policy.flowlet_buckets()
+    }
+
+    /// What a data plane that sends on its own saw of group `g`'s flowlet bucket `b`, with the
+    /// bytes it sent since it last told: the engine's rebalance then works as if it had sent
+    /// them. Nothing for a group without flowlets.
+    pub fn flowlet_seen(&mut self, g: GroupId, b: usize, seen: BucketState, bytes: u64) {
+        let Some(group) = self.groups.get_mut(g.0) else { return };
+        let view = TeamView {
+            uplinks: &self.uplinks,
+            ports: &self.ports,
+            group: g,
+            spec: &group.spec,
+        };
+        group.policy.flowlet_seen(&view, b, seen, bytes);
     }
 
     /// How many port groups there are (their IDs are 0 to this, less one).

@@ -217,6 +217,65 @@ fn dynamic_rebalances_colliding_flows_by_bytes_at_flowlet_boundaries() {
 }
 
 #[test]
+fn a_data_plane_that_sends_on_its_own_feeds_the_rebalance() {
+    // Four flows start on member 0 through the engine (their first frames); from then on a data
+    // plane of its own (the kernel path) sends them, a burst a millisecond, and tells the
+    // engine what it saw: one flow three times the bytes of each other. The rebalance evens
+    // the bytes out as it does for frames the engine sends itself: the heavy flow alone on one
+    // member, the three others on the other.
+    let g = with_gap(group(Policy::DYNAMIC, &[0, 1], &[], true), Duration::from_micros(200));
+    let mut t = team(&[10.0, 10.0], g, [1]);
+    started_on_one_member(&mut t, 4);
+    let placed = |t: &Team| -> Vec<usize> {
+        t.flowlet_buckets(GroupId(0))
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, b)| b.target.is_some())
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let buckets = placed(&t);
+    assert_eq!(buckets.len(), 4, "four flows, four buckets");
+    let target_of = |t: &Team, b: usize| t.flowlet_buckets(GroupId(0)).unwrap()[b].target;
+    for k in 1..3000u64 {
+        let at = Instant::from_millis(k);
+        if t.poll_at().is_some_and(|p| p <= at) {
+            t.handle_timeout(at);
+        }
+        for (i, &b) in buckets.iter().enumerate() {
+            // Each millisecond is a new flowlet (the gap is 200 µs): it takes the target.
+            let seen = flowlet::BucketState {
+                target: None,
+                current: target_of(&t, b),
+                last_seen: Some(at),
+                flowlet_at: Some(at),
+            };
+            let bytes = if i == 0 { 300_000 } else { 100_000 };
+            t.flowlet_seen(GroupId(0), b, seen, bytes);
+        }
+    }
+    let heavy = target_of(&t, buckets[0]).unwrap();
+    let with_heavy = buckets.iter().filter(|b| target_of(&t, **b) == Some(heavy)).count();
+    assert_eq!(with_heavy, 1, "the heavy flow shares its member with none");
+    let (shares, counters) = t.flowlets(GroupId(0), Instant::from_millis(2999)).unwrap();
+    let mut buckets_on: Vec<u32> = shares.iter().map(|s| s.active_buckets).collect();
+    buckets_on.sort();
+    assert_eq!(buckets_on, [1, 3], "{shares:?}");
+    assert!(counters.retargets >= 1 && counters.flowlet_moves >= 1, "{counters:?}");
+    // What the data plane saw before the engine's own last send is not taken.
+    let b = buckets[0];
+    let before = t.flowlet_buckets(GroupId(0)).unwrap()[b];
+    let stale = flowlet::BucketState {
+        current: Some(UplinkId(1 - before.current.unwrap().0)),
+        last_seen: Some(Instant::from_millis(5)),
+        ..before
+    };
+    t.flowlet_seen(GroupId(0), b, stale, 1);
+    assert_eq!(t.flowlet_buckets(GroupId(0)).unwrap()[b], before);
+}
+
+#[test]
 fn a_flow_that_never_pauses_stays_on_its_member() {
     let g = group(Policy::DYNAMIC, &[0, 1], &[], true);
     let mut t = team(&[10.0, 10.0], g, [1]);

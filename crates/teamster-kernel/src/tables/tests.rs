@@ -232,20 +232,33 @@ fn slots_stay_while_interfaces_stay_and_freed_ones_are_reported() {
 }
 
 #[test]
-fn what_the_kernel_path_cannot_run_is_refused_by_name() {
-    let s = switch(Policy::ADDRESS_HASH);
-    let e = Tables::build(&s, &interfaces(), &mut Slots::default(), Instant::ZERO).unwrap_err();
-    assert_eq!(
-        e,
-        Unsupported::Policy {
-            group: "b".into(),
-            policy: "address-hash".into()
-        }
-    );
-    assert!(
-        e.to_string().contains("`b`") && e.to_string().contains("address-hash"),
-        "{e}"
-    );
+fn every_teaming_policy_runs_on_the_kernel_path_with_its_fields_and_gap() {
+    let expect = [
+        ("port-id", abi::POLICY_PORT),
+        ("source-mac", abi::POLICY_PORT),
+        ("hyperv-port", abi::POLICY_PORT),
+        ("load-based", abi::POLICY_PORT),
+        ("ip-hash", abi::POLICY_IP_L3),
+        ("ip-hash-l4", abi::POLICY_IP_L3L4),
+        ("address-hash", abi::POLICY_ADDRESS),
+        ("dynamic", abi::POLICY_FLOWLET),
+        ("lbt-dynamic", abi::POLICY_FLOWLET),
+    ];
+    assert_eq!(Policy::all().len(), expect.len(), "a policy without a code here");
+    for (name, code) in expect {
+        let policy: Policy = name.parse().unwrap();
+        let mut s = switch(policy);
+        let mut spec = s.team().group(GroupId(1)).unwrap().clone();
+        spec.tuning.hash_fields = HashFields::IpAddresses;
+        spec.tuning.flowlet_gap = Duration::from_micros(2500);
+        s.team_mut().reconfigure(GroupId(1), &spec, Instant::ZERO).unwrap();
+        let t = Tables::build(&s, &interfaces(), &mut Slots::default(), Instant::ZERO).unwrap();
+        assert_eq!(t.groups[1].policy, code, "{name}");
+        assert_eq!(t.ifaces[&12].policy, code, "{name}: the port's copy");
+        assert_eq!(t.groups[1].fields, abi::FIELDS_IP_ADDRESSES, "{name}");
+        assert_eq!(t.groups[1].gap_ns, 2_500_000, "{name}");
+        assert_eq!(t.groups[0].fields, abi::FIELDS_TRANSPORT_PORTS, "the default");
+    }
 }
 
 #[test]

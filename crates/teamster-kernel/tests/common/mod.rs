@@ -9,17 +9,19 @@ use std::time::Duration;
 use teamster_core::switch::{
     DropReason, EntryAt, Forward, Ingress, MacLimits, SecurityPolicy, Switch, SwitchConfig, TagEdit, Verdict,
 };
+use teamster_core::teaming::flowlet::BucketState;
 use teamster_core::teaming::{
-    FailoverOrder, GroupId, LbtConfig, LinkState, Policy, PortGroupSpec, PortId, PortSpec, Team, TeamMode, UplinkId,
-    UplinkSpec,
+    FailoverOrder, GroupId, HashFields, LbtConfig, LinkState, Policy, PolicyTuning, PortGroupSpec, PortId, PortSpec,
+    Team, TeamMode, UplinkId, UplinkSpec,
 };
 use teamster_core::units::Bandwidth;
 use teamster_core::wire::MacAddr;
 use teamster_core::Instant;
+use teamster_kernel::flowlet_sync::FlowletSync;
 use teamster_kernel::mac_sync::{push_changes, Places};
 use teamster_kernel::{abi, Binding, Interfaces, Slots, SwitchProgram, Tables};
 
-pub const PORTS: u32 = 8;
+pub const PORTS: u32 = 12;
 pub const UPLINKS: usize = 3;
 
 pub fn port_mac(p: u32) -> MacAddr {
@@ -30,7 +32,7 @@ pub fn uplink_mac(u: usize) -> MacAddr {
     MacAddr([0x0e, 0, 0, 0, 0, u as u8])
 }
 
-/// A port group of the rig: (name, VLAN, policy, active, standby, security).
+/// A port group of the rig: (name, VLAN, policy, active, standby, security, tuning).
 type GroupRow = (
     &'static str,
     Option<u16>,
@@ -38,7 +40,22 @@ type GroupRow = (
     Vec<usize>,
     Vec<usize>,
     SecurityPolicy,
+    PolicyTuning,
 );
+
+/// The flowlet group (Dynamic): its index, and its tuning. The gap (100 ms) is near the time
+/// between two frames of one bucket in the tests (a few thousand frames a second over a few
+/// dozen buckets), so buckets both keep their member within a burst and start new flowlets;
+/// the rebalance is frequent, so targets move under the traffic.
+pub const FLOWLET_GROUP: GroupId = GroupId(5);
+
+fn flowlet_tuning() -> PolicyTuning {
+    PolicyTuning {
+        hash_fields: HashFields::MacAddresses,
+        flowlet_gap: Duration::from_millis(100),
+        rebalance: Duration::from_millis(50),
+    }
+}
 
 /// A change made to the kernel's tables after they are built (a mutant).
 type Mutation = Box<dyn Fn(&mut Tables)>;
@@ -60,6 +77,7 @@ fn groups() -> Vec<GroupRow> {
             vec![0, 1],
             vec![2],
             SecurityPolicy::default(),
+            PolicyTuning::default(),
         ),
         (
             "db",
@@ -68,6 +86,7 @@ fn groups() -> Vec<GroupRow> {
             vec![0, 1, 2],
             vec![],
             open(accept, reject, reject),
+            PolicyTuning::default(),
         ),
         (
             "mon",
@@ -76,6 +95,7 @@ fn groups() -> Vec<GroupRow> {
             vec![1, 0],
             vec![],
             open(reject, accept, accept),
+            PolicyTuning::default(),
         ),
         (
             "lab",
@@ -84,12 +104,44 @@ fn groups() -> Vec<GroupRow> {
             vec![1, 2],
             vec![0],
             open(accept, accept, reject),
+            PolicyTuning::default(),
+        ),
+        (
+            "hash",
+            Some(30),
+            Policy::ADDRESS_HASH,
+            vec![2, 0, 1],
+            vec![],
+            SecurityPolicy::default(),
+            PolicyTuning::default(),
+        ),
+        (
+            "dyn",
+            Some(20),
+            Policy::DYNAMIC,
+            vec![0, 1],
+            vec![2],
+            SecurityPolicy::default(),
+            flowlet_tuning(),
         ),
     ]
 }
 
 /// Ports: (ID, group index).
-const PORT_GROUPS: [(u32, usize); PORTS as usize] = [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 2), (7, 3), (8, 3)];
+const PORT_GROUPS: [(u32, usize); PORTS as usize] = [
+    (1, 0),
+    (2, 0),
+    (3, 0),
+    (4, 1),
+    (5, 1),
+    (6, 2),
+    (7, 3),
+    (8, 3),
+    (9, 4),
+    (10, 4),
+    (11, 5),
+    (12, 5),
+];
 
 fn switch() -> Switch {
     let uplinks = (0..UPLINKS)
@@ -100,7 +152,7 @@ fn switch() -> Switch {
         .collect();
     let mut team = Team::new(uplinks, LbtConfig::default()).expect("a team");
     let mut security = Vec::new();
-    for (name, vlan, policy, active, standby, sec) in groups() {
+    for (name, vlan, policy, active, standby, sec, tuning) in groups() {
         team.add_group(PortGroupSpec {
             name: name.into(),
             policy,
@@ -112,7 +164,7 @@ fn switch() -> Switch {
             notify_switches: false,
             vlan,
             mode: TeamMode::SwitchIndependent,
-            tuning: Default::default(),
+            tuning,
             lacp: Default::default(),
         })
         .expect("a group");
@@ -191,6 +243,13 @@ pub struct Rig {
     started_ns: u64,
     mutation: Option<Mutation>,
     cov: Coverage,
+    flowlets: FlowletSync,
+    /// Per flowlet bucket, the clock before the engine and after the program last ran a frame
+    /// of it: whether the two saw the bucket idle is undecided when the gap falls between.
+    flowlet_runs: BTreeMap<usize, (u64, u64)>,
+    /// Frames of the flowlet group compared, and those whose bucket's idleness was undecided.
+    pub flowlet_compared: u64,
+    pub flowlet_undecided: u64,
 }
 
 impl Rig {
@@ -271,6 +330,10 @@ impl Rig {
             started_ns: teamster_kernel::monotonic_ns(),
             mutation: None,
             cov: Coverage::default(),
+            flowlets: FlowletSync::default(),
+            flowlet_runs: BTreeMap::new(),
+            flowlet_compared: 0,
+            flowlet_undecided: 0,
         };
         rig.sync();
         Some(rig)
@@ -288,6 +351,92 @@ impl Rig {
         let overflowed = push_changes(&mut self.fast, &mut self.switch, &places, i128::from(self.started_ns))
             .expect("the engine's MAC changes written");
         assert!(!overflowed, "the engine's journal overflowed");
+        self.flowlets
+            .push(&mut self.fast, &self.switch, &places, i128::from(self.started_ns))
+            .expect("the flowlet targets written");
+    }
+
+    /// Gives group `g` a new failover order (its policy, and so its state, kept).
+    pub fn set_order(&mut self, g: GroupId, active: &[usize], standby: &[usize]) {
+        let spec = self.switch.team().group(g).expect("a group").clone();
+        let order = FailoverOrder {
+            active: active.iter().copied().map(UplinkId).collect(),
+            standby: standby.iter().copied().map(UplinkId).collect(),
+        };
+        self.switch
+            .team_mut()
+            .reconfigure_group(g, spec.policy, order, spec.failback, self.now)
+            .expect("a valid order");
+        while self.switch.poll_effect().is_some() {}
+        self.sync();
+    }
+
+    /// Tells the engine what the program sent in its flowlet buckets since the last pull, as the
+    /// daemon does every 100 ms; returns how many buckets had sent.
+    pub fn pull_flowlets(&mut self) -> usize {
+        let places = Places::new(&self.ifs, &self.slots);
+        self.flowlets
+            .pull(&self.fast, &mut self.switch, &places, i128::from(self.started_ns))
+            .expect("the flowlets read")
+    }
+
+    /// The engine's state of the flowlet group's buckets.
+    pub fn flowlet_buckets(&self) -> Vec<BucketState> {
+        self.engine_buckets()
+    }
+
+    /// Runs the engine's timers (the flowlet rebalance among them) and writes what they changed.
+    pub fn tick(&mut self) {
+        self.now = Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns);
+        self.switch.handle_timeout(self.now);
+        while self.switch.poll_effect().is_some() {}
+        self.sync();
+    }
+
+    /// The engine's flowlet buckets of the flowlet group.
+    fn engine_buckets(&self) -> Vec<BucketState> {
+        self.switch
+            .team()
+            .flowlet_buckets(FLOWLET_GROUP)
+            .expect("a flowlet group")
+    }
+
+    /// Writes the engine's state of flowlet bucket `b` into the program's (the test's own
+    /// resync, where the two could not be compared).
+    fn resync_flowlet(&mut self, b: usize) {
+        let e = self.engine_buckets()[b];
+        let index = (FLOWLET_GROUP.0 * abi::FLOWLET_BUCKETS + b) as u32;
+        let k = |t: Option<Instant>| t.map_or(0, |t| t.as_nanos() + self.started_ns);
+        let current = e.current.map_or(abi::NO_SLOT, |u| self.slot(EntryAt::Uplink(u)).0);
+        let f = abi::Flowlet {
+            last_seen: k(e.last_seen),
+            flowlet_at: k(e.flowlet_at),
+            current,
+            ..self.fast.flowlet(index).expect("the flowlets map")
+        };
+        self.fast.put_flowlet(index, f).expect("the flowlets map");
+    }
+
+    /// The program's flowlet buckets against the engine's: every bucket with a target on the
+    /// same current member.
+    pub fn compare_flowlets(&self) -> Result<(), String> {
+        let mut differ = Vec::new();
+        for (b, e) in self.engine_buckets().iter().enumerate() {
+            if e.target.is_none() {
+                continue;
+            }
+            let index = (FLOWLET_GROUP.0 * abi::FLOWLET_BUCKETS + b) as u32;
+            let k = self.fast.flowlet(index).map_err(|e| e.to_string())?;
+            let engine = e.current.map_or(abi::NO_SLOT, |u| self.slot(EntryAt::Uplink(u)).0);
+            if k.current != engine {
+                differ.push((b, engine, k.current));
+            }
+        }
+        if differ.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("flowlet buckets (bucket, engine's slot, kernel's): {differ:?}"))
+        }
     }
 
     /// Changes the kernel's tables with `f` from now on (a mutant of the program's inputs).
@@ -374,7 +523,10 @@ impl Rig {
     /// Switches `frame` from `from` in both; Ok(None) if they agree, Ok(Some(reason)) if the
     /// program punted it (to a contract's reason), Err saying how they differ.
     pub fn compare(&mut self, from: Ingress, frame: &[u8]) -> Result<Option<u8>, String> {
-        self.now = Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns);
+        let t0 = teamster_kernel::monotonic_ns();
+        self.now = Instant::from_nanos(t0 - self.started_ns);
+        let flowlet_port = matches!(from, Ingress::Port(p) if self.switch.team().port_group(p) == Some(FLOWLET_GROUP));
+        let buckets_before = flowlet_port.then(|| self.engine_buckets());
         let (before, limit_before) = self.counters(from);
         let unsettled = match from {
             Ingress::Port(p) => !self.switch.port_switching(p).expect("a port").owned,
@@ -399,10 +551,40 @@ impl Rig {
             }
             Err(e) => return Err(format!("{e:?}")),
         };
+        let t1 = teamster_kernel::monotonic_ns();
+        // The flowlet bucket the engine sent this frame through, and what it was before.
+        let sent = buckets_before.and_then(|before| {
+            let after = self.engine_buckets();
+            (0..before.len())
+                .find(|b| after[*b].last_seen != before[*b].last_seen)
+                .map(|b| (b, before[b]))
+        });
         if v.punt != 0 {
             self.check_punt(v.punt, from, frame, unsettled)?;
             self.sync();
+            // The engine switched it (as the daemon's would): a bucket the program keeps
+            // learns of it as the engine does.
+            if let Some((b, before)) = sent {
+                if before.target.is_some() {
+                    self.resync_flowlet(b);
+                }
+                self.flowlet_runs.insert(b, (t0, t1));
+            }
             return Ok(Some(v.punt));
+        }
+        if let Some((b, before)) = sent {
+            let gap = flowlet_tuning().flowlet_gap.as_nanos() as u64;
+            let undecided = match (self.flowlet_runs.insert(b, (t0, t1)), before.last_seen) {
+                (Some((p0, p1)), Some(_)) => t0.saturating_sub(p1) < gap && t1.saturating_sub(p0) >= gap,
+                _ => false,
+            };
+            if undecided {
+                // The engine's clock and the program's straddle the gap: either may be right.
+                self.flowlet_undecided += 1;
+                self.resync_flowlet(b);
+                return Ok(Some(0));
+            }
+            self.flowlet_compared += 1;
         }
         let kernel: Vec<abi::Out> = {
             let mut k = v.outs[..v.count as usize].to_vec();
@@ -481,6 +663,8 @@ impl Rig {
             (5, Ingress::Uplink(_)) => (1..=PORTS).any(|p| port_mac(p) == src),
             // VXLAN, MACsec, or IPv6 extension headers past the parser's bound.
             (6, _) => frame.windows(2).any(|w| w == [0x12, 0xb5]),
+            // A flowlet bucket's first frame: the engine has placed the bucket since.
+            (10, Ingress::Port(p)) => self.switch.team().port_group(p) == Some(FLOWLET_GROUP),
             (7, _) => true,
             _ => false,
         };
@@ -563,12 +747,23 @@ impl Rig {
 /// of them damaged.
 pub struct Frames {
     rng: ChaCha8Rng,
+    /// Only from these ports (None: from every port and uplink).
+    only: Option<Vec<u32>>,
 }
 
 impl Frames {
     pub fn new(seed: u64) -> Frames {
         Frames {
             rng: ChaCha8Rng::seed_from_u64(seed),
+            only: None,
+        }
+    }
+
+    /// The same frames, sent only by `ports`.
+    pub fn from_ports(seed: u64, ports: &[u32]) -> Frames {
+        Frames {
+            only: Some(ports.to_vec()),
+            ..Frames::new(seed)
         }
     }
 
@@ -787,7 +982,9 @@ impl Frames {
 
     /// The next frame and where it arrives.
     pub fn next(&mut self, _rig: &Rig) -> (Ingress, Vec<u8>) {
-        let from = if self.rng.random_bool(0.6) {
+        let from = if let Some(only) = self.only.clone() {
+            Ingress::Port(PortId(self.pick(&only)))
+        } else if self.rng.random_bool(0.6) {
             Ingress::Port(PortId(self.rng.random_range(1..=PORTS)))
         } else {
             Ingress::Uplink(UplinkId(self.rng.random_range(0..UPLINKS)))

@@ -17,9 +17,8 @@
 //! else's is refused by name.
 //!
 //! What the kernel path does not do yet, and so refuses by name when it is asked for (the
-//! switch does not start): overlays (VXLAN groups), the address-hash and Dynamic teaming
-//! policies, AF_XDP and receive-queue settings (the kernel path receives in the kernel), more
-//! than one data-plane thread. Nor does it pace an uplink to a configured capacity below its
+//! switch does not start): overlays (VXLAN groups), AF_XDP and receive-queue settings (the
+//! kernel path receives in the kernel), more than one data-plane thread. Nor does it pace an uplink to a configured capacity below its
 //! link speed when no NetIOC control asks for shaping.
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,157 @@
+//! Dynamic's flowlet buckets kept in step between the engine and the program.
+//!
+//! Model (core's is `teamster_core::teaming::flowlet`). A flowlet group's frames fall into 256
+//! buckets by Address Hash; each bucket has a *target* member and a *current* one. The split
+//! follows the MAC table's ([`crate::mac_sync`]): the engine owns what it decides, the program
+//! what it sees.
+//! - The engine owns the targets: a bucket's first flowlet goes to the least loaded member (a
+//!   sum over every bucket, which the program does not do per frame), and the rebalance moves
+//!   targets. [`FlowletSync::push`] writes each bucket's target as its uplink's slot; a bucket
+//!   without one makes the program hand its frame to the engine (PUNT_FLOWLET), which places
+//!   it and whose next push writes the bucket's state (current member, times) and then its
+//!   target. From then on the program alone writes the bucket's state.
+//! - The program owns the rest: per frame, the current member within a burst, the target's (or
+//!   its failover choice) after an idle gap, the times and the bytes. [`FlowletSync::pull`]
+//!   tells the engine what it saw since the last pull (`Team::flowlet_seen`), so the rebalance
+//!   counts the bytes the kernel sent and knows which buckets pause, as on the user-space path.
+//!
+//! A target is written for a bucket the engine has placed; a bucket whose target the engine
+//! drops (its uplink left the team) goes back to the engine at its next frame.
+
+use crate::abi::{self, Flowlet};
+use crate::mac_sync::{engine_time, kernel_time, Places};
+use crate::program::{Error, SwitchProgram};
+use std::collections::BTreeMap;
+use teamster_core::switch::Switch;
+use teamster_core::teaming::flowlet::{BucketState, BUCKETS};
+use teamster_core::teaming::GroupId;
+
+const _: () = assert!(BUCKETS == abi::FLOWLET_BUCKETS);
+
+/// The map index of group `g`'s bucket `b`.
+fn index(g: GroupId, b: usize) -> u32 {
+    (g.0 * abi::FLOWLET_BUCKETS + b) as u32
+}
+
+/// What was last written of one bucket, and read of it.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    /// The target's slot.
+    target: u32,
+    /// The kernel's byte count at the last pull (or 0, written with the state).
+    bytes: u64,
+    /// The kernel's last_seen at the last pull.
+    last_seen: u64,
+}
+
+/// The buckets' targets as written, by map index; see the module documentation.
+#[derive(Debug, Default)]
+pub struct FlowletSync {
+    written: BTreeMap<u32, Written>,
+}
+
+impl FlowletSync {
+    /// Writes every flowlet group's targets that changed since the last push (a bucket placed
+    /// since gets its state first), and clears those of buckets that lost theirs or whose group
+    /// is gone or no longer uses flowlets. `places` gives the uplinks' slots; `offset_ns` is the
+    /// kernel's clock less the engine's.
+    pub fn push(
+        &mut self,
+        fast: &mut SwitchProgram,
+        switch: &Switch,
+        places: &Places,
+        offset_ns: i128,
+    ) -> Result<(), Error> {
+        let team = switch.team();
+        let mut wanted: BTreeMap<u32, (u32, BucketState)> = BTreeMap::new();
+        for g in (0..team.group_count().min(abi::MAX_GROUPS)).map(GroupId) {
+            let Some(buckets) = team.flowlet_buckets(g) else {
+                continue;
+            };
+            for (b, state) in buckets.into_iter().enumerate() {
+                if let Some(slot) = state.target.and_then(|t| places.uplink_slot(t)) {
+                    wanted.insert(index(g, b), (slot, state));
+                }
+            }
+        }
+        let gone: Vec<u32> = self
+            .written
+            .keys()
+            .filter(|i| !wanted.contains_key(i))
+            .copied()
+            .collect();
+        for i in gone {
+            fast.put_flowlet_target(i, None)?;
+            self.written.remove(&i);
+        }
+        for (i, (slot, state)) in wanted {
+            match self.written.get_mut(&i) {
+                Some(w) if w.target == slot => {}
+                Some(w) => {
+                    fast.put_flowlet_target(i, Some(slot))?;
+                    w.target = slot;
+                }
+                None => {
+                    // A bucket the engine just placed: the program leaves it alone until its
+                    // target is there, so its state goes first.
+                    let at = |t: Option<teamster_core::Instant>| t.map_or(0, |t| kernel_time(t, offset_ns));
+                    let f = Flowlet {
+                        last_seen: at(state.last_seen),
+                        flowlet_at: at(state.flowlet_at),
+                        bytes: 0,
+                        current: state
+                            .current
+                            .and_then(|c| places.uplink_slot(c))
+                            .unwrap_or(abi::NO_SLOT),
+                        pad: 0,
+                    };
+                    fast.put_flowlet(i, f)?;
+                    fast.put_flowlet_target(i, Some(slot))?;
+                    self.written.insert(
+                        i,
+                        Written {
+                            target: slot,
+                            bytes: 0,
+                            last_seen: f.last_seen,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the engine what the program saw of every bucket it switches (those with a target)
+    /// since the last pull: the member its frames take, when it last sent and started a
+    /// flowlet, and the bytes. Returns how many buckets had sent.
+    pub fn pull(
+        &mut self,
+        fast: &SwitchProgram,
+        switch: &mut Switch,
+        places: &Places,
+        offset_ns: i128,
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        for (i, w) in self.written.iter_mut() {
+            let f = fast.flowlet(*i)?;
+            if f.last_seen <= w.last_seen && f.bytes == w.bytes {
+                continue;
+            }
+            let seen = BucketState {
+                target: None,
+                current: places.uplink_at(f.current),
+                last_seen: (f.last_seen != 0).then(|| engine_time(f.last_seen, offset_ns)),
+                flowlet_at: (f.flowlet_at != 0).then(|| engine_time(f.flowlet_at, offset_ns)),
+            };
+            let bytes = f.bytes.saturating_sub(w.bytes);
+            let per = abi::FLOWLET_BUCKETS as u32;
+            switch
+                .team_mut()
+                .flowlet_seen(GroupId((*i / per) as usize), (*i % per) as usize, seen, bytes);
+            w.bytes = f.bytes;
+            w.last_seen = f.last_seen;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
