@@ -79,8 +79,8 @@ struct {
 } config SEC(".maps");
 
 /* The flowlet groups' buckets, by group * FLOWLET_BUCKETS + bucket: the program's part
- * (current member, times, bytes), and the engine's target (its slot + 1; 0: none yet, as an
- * array starts). */
+ * (current member, times, bytes), and the engine's target (FLOWLET_HASHED, or its slot + 1;
+ * 0: not placed yet, as an array starts). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_GROUPS * FLOWLET_BUCKETS);
@@ -583,28 +583,42 @@ static __always_inline int member_up(const struct group *g, __u32 slot, int stan
 /* core Flowlets::send for the bucket of Address Hash `h` in group `gi`: a frame within a burst
  * takes the bucket's current member while it is live and in the group; the first after an
  * idle gap (a new flowlet), or one whose member is gone, takes the bucket's target while that
- * is a live active member, else active[bucket mod n] (or its fallback). A bucket without a
- * target has not sent yet: its first frame goes to the engine, which places it (core sets a
- * first flowlet's target to the least loaded member, a sum over every bucket) and writes the
- * target here. Two CPUs sending in one bucket may both start a flowlet; the bytes are added
- * atomically, the rest is last-writer-wins, as good as the engine needs for its rebalance. */
-static __always_inline __u32 flowlet_uplink(const struct group *g, __u32 gi, __u32 h, __u32 len, __u64 now)
+ * is a live active member, else active[bucket mod n] (or its fallback). A bucket the engine
+ * has not placed has not sent yet: its first frame goes to the engine, which places it (core
+ * sets a first flowlet's target to the least loaded member, a sum over every bucket) and writes
+ * its state and target here; so does the next flowlet of a bucket placed without a target
+ * (FLOWLET_OPEN). While the engine is gone (killed, or not started again), such a frame goes
+ * to active[bucket mod n] (or its fallback) instead of to nobody, and the bucket stays as it
+ * was. Two
+ * CPUs sending in one bucket may both start a flowlet; the bytes are added atomically, the rest
+ * is last-writer-wins, as good as the engine needs for its rebalance. */
+static __always_inline __u32 flowlet_uplink(const struct config *c, const struct group *g, __u32 gi, __u32 h,
+					    __u32 len, __u64 now)
 {
 	__u32 b = mix(h) & (FLOWLET_BUCKETS - 1);
 	__u32 idx = gi * FLOWLET_BUCKETS + b;
 	__u32 *target = bpf_map_lookup_elem(&flowlet_targets, &idx);
 	struct flowlet *e = bpf_map_lookup_elem(&flowlets, &idx);
-	if (!target || !e || !*target)
+	if (!target || !e)
 		return SELECT_PUNT;
-	__u32 wanted = member_up(g, *target - 1, 0) ? *target - 1 : hashed(g, b, NO_SLOT);
+	int engine = since(now, c->engine_ns) < ENGINE_GONE_NS;
+	if (!*target)
+		return engine ? SELECT_PUNT : hashed(g, b, NO_SLOT);
 	int idle = !e->last_seen || since(now, e->last_seen) >= g->gap_ns;
-	if (idle)
-		e->flowlet_at = now;
 	__u32 cur = e->current;
 	if (idle || cur == NO_SLOT || !member_up(g, cur, 1)) {
-		cur = wanted;
+		/* A new flowlet, or its member gone: where core's next_member puts it. */
+		__u32 t = *target - 1;
+		if (*target == FLOWLET_OPEN && engine)
+			return SELECT_PUNT;
+		if (*target == FLOWLET_OPEN || *target == FLOWLET_HASHED || !member_up(g, t, 0))
+			cur = hashed(g, b, NO_SLOT);
+		else
+			cur = t;
 		e->current = cur;
 	}
+	if (idle)
+		e->flowlet_at = now;
 	e->last_seen = now;
 	__sync_fetch_and_add(&e->bytes, len);
 	return cur;
@@ -612,7 +626,8 @@ static __always_inline __u32 flowlet_uplink(const struct group *g, __u32 gi, __u
 
 /* The uplink (slot) for a frame of `len` bytes of port `p` (core Team::select_frame), or
  * SELECT_PUNT. */
-static __always_inline __u32 select_uplink(const struct iface *p, const struct key *k, __u32 len, __u64 now)
+static __always_inline __u32 select_uplink(const struct config *c, const struct iface *p, const struct key *k, __u32 len,
+					   __u64 now)
 {
 	int ip = p->policy == POLICY_IP_L3 || p->policy == POLICY_IP_L3L4;
 	if (p->policy == POLICY_PORT || (ip && !k->has_ip))
@@ -627,7 +642,7 @@ static __always_inline __u32 select_uplink(const struct iface *p, const struct k
 	else if (!address_hash(k, g->fields, &h))
 		return p->uplink;
 	else if (p->policy == POLICY_FLOWLET)
-		return flowlet_uplink(g, gi, h, len, now);
+		return flowlet_uplink(c, g, gi, h, len, now);
 	return hashed(g, h, p->uplink);
 }
 
@@ -721,7 +736,7 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 		if (slot_is_port(known)) {
 			add_out(t, known, EDIT_KEEP, 0, 0);
 		} else {
-			u = select_uplink(p, &k, f->len, now);
+			u = select_uplink(c, p, &k, f->len, now);
 			if (u == SELECT_PUNT)
 				return punted(skb, v, slot, PUNT_FLOWLET);
 			if (u == NO_SLOT)
@@ -729,7 +744,7 @@ static __always_inline int from_port(struct turn *t, struct __sk_buff *skb, stru
 		}
 	} else {
 		/* A spreading policy's group frames go on the port's own member, with its own MAC. */
-		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(p, &k, f->len, now);
+		u = (is_group(k.dst) && (p->flags & PORT_REWRITES)) ? p->uplink : select_uplink(c, p, &k, f->len, now);
 		if (u == SELECT_PUNT)
 			return punted(skb, v, slot, PUNT_FLOWLET);
 		if (d)

@@ -55,6 +55,14 @@
 /* A flowlet group's buckets (core::teaming::flowlet::BUCKETS): `flowlets` and `flowlet_targets`
  * hold MAX_GROUPS of them, the group's at group * FLOWLET_BUCKETS. */
 #define FLOWLET_BUCKETS 256
+/* `flowlet_targets`: 0, a bucket the engine has not placed; FLOWLET_OPEN, placed with no
+ * target while an active member is live (core places its next flowlet on the least loaded
+ * one): its burst goes on, its next flowlet goes to the engine; FLOWLET_HASHED, placed with no
+ * target the program can use (no active member is live, or the target's uplink has no
+ * interface here): its flowlets take active[bucket mod n] or its fallback, as core's do; else
+ * the target's slot + 1. */
+#define FLOWLET_HASHED 0xffffffffu
+#define FLOWLET_OPEN 0xfffffffeu
 
 /* out.edit */
 #define EDIT_KEEP 0
@@ -154,9 +162,9 @@ struct group {                /* `groups`, by GroupId */
 };
 
 /* A flowlet bucket as the program keeps it (`flowlets`; core::teaming::flowlet's Bucket but its
- * target, which the engine keeps and writes in `flowlet_targets` as its slot + 1). The engine
- * writes a bucket here only while it has no target (0 in `flowlet_targets`), when the program
- * leaves it alone, and reads them all back. */
+ * target, which the engine keeps and writes in `flowlet_targets`). The engine writes a bucket
+ * here only while it is unplaced (0 in `flowlet_targets`), when the program leaves it alone,
+ * and reads them all back. */
 struct flowlet {
 	__u64 last_seen;          /* bpf_ktime_get_ns() of its last frame; 0: never */
 	__u64 flowlet_at;         /* when its last flowlet started */
@@ -173,7 +181,12 @@ struct config {               /* `config`, key 0 */
 	__u32 link_local;         /* some group asks for LLDP & co.: punt them from uplinks */
 	__u32 punt_rate;          /* frames and notes each interface may hand up per second (0: no
 	                           * bound), PUNT_BURST at once */
+	__u64 engine_ns;          /* bpf_ktime_get_ns() when the engine last wrote the tables */
 };
+
+/* The engine is taken as gone (killed, or not yet started again) when it has not written the
+ * tables for this long: what the program would hand it, it then decides alone where it can. */
+#define ENGINE_GONE_NS 1000000000ULL
 
 struct punt_bucket {          /* `punt_budget`, by slot: what the interface may still hand up */
 	__u64 last_ns;

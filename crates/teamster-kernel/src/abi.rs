@@ -53,6 +53,13 @@ pub const FIELDS_MAC_ADDRESSES: u8 = 2;
 
 /// A flowlet group's buckets in `flowlets` and `flowlet_targets`, from group * this.
 pub const FLOWLET_BUCKETS: usize = 256;
+/// In `flowlet_targets`: placed, with no target the program can use (its flowlets take
+/// active[bucket mod n]); 0 is "not placed", [`FLOWLET_OPEN`] "placed, its next flowlet the
+/// engine's", anything else a slot + 1.
+pub const FLOWLET_HASHED: u32 = u32::MAX;
+/// In `flowlet_targets`: placed without a target while an active member is live; its burst
+/// goes on in the kernel, its next flowlet goes to the engine.
+pub const FLOWLET_OPEN: u32 = u32::MAX - 1;
 
 pub const EDIT_KEEP: u8 = 0;
 pub const EDIT_PUSH: u8 = 1;
@@ -172,6 +179,8 @@ pub struct Config {
     pub link_local: u32,
     /// Frames and notes each interface may hand up per second (0: no bound).
     pub punt_rate: u32,
+    /// CLOCK_MONOTONIC ns when the engine last wrote the tables (stamped by the write).
+    pub engine_ns: u64,
 }
 
 #[repr(C)]
@@ -296,7 +305,7 @@ const _: () = {
     assert!(size_of::<GroupUplink>() == 24);
     assert!(size_of::<Group>() == 400);
     assert!(size_of::<Flowlet>() == 32);
-    assert!(size_of::<Config>() == 40);
+    assert!(size_of::<Config>() == 48);
     assert!(size_of::<FdbKey>() == 8);
     assert!(size_of::<FdbEntry>() == 16);
     assert!(size_of::<Out>() == 8);

@@ -72,6 +72,8 @@ struct State {
     next_queue_stats: Option<Instant>,
     /// The flowlet groups' bucket targets as written.
     flowlets: FlowletSync,
+    /// When what the program sent in the flowlet buckets is next read.
+    next_flowlet_pull: Option<Instant>,
 }
 
 struct Attached {
@@ -150,6 +152,7 @@ impl KernelPath {
                 shaping: Shaping::default(),
                 next_queue_stats: None,
                 flowlets: FlowletSync::default(),
+                next_flowlet_pull: None,
                 pins,
                 earlier,
             }),
@@ -514,18 +517,18 @@ fn sync_tables(
         let n = pull_learned(&mut st.fast, switch, &places, offset).map_err(|e| e.to_string())?;
         st.next_mirror = Some(now + KernelPath::mirror_every(n));
     }
-    // The flowlet buckets: what the program sent, up (with the counters), the targets, down.
-    let counting = st.next_count.is_none_or(|t| now >= t);
-    if counting {
+    // The flowlet buckets: what the program sent, up, the targets, down.
+    if st.next_flowlet_pull.is_none_or(|t| now >= t) {
+        st.next_flowlet_pull = Some(now + FlowletSync::PULL_EVERY);
         st.flowlets
-            .pull(&st.fast, switch, &places, offset)
+            .pull(&st.fast, switch, &places, offset, now)
             .map_err(|e| e.to_string())?;
     }
     st.flowlets
         .push(&mut st.fast, switch, &places, offset)
         .map_err(|e| e.to_string())?;
     let mut extras = Vec::new();
-    if counting {
+    if st.next_count.is_none_or(|t| now >= t) {
         st.next_count = Some(now + KernelPath::COUNT_EVERY);
         let at: Vec<(Ingress, u32)> = ifs
             .ports

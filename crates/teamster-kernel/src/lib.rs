@@ -44,5 +44,5 @@ pub mod tables;
 pub mod tc;
 
 pub use kernel_path::KernelPath;
-pub use program::{monotonic_ns, tcx_ingress_programs, Error, SwitchProgram};
+pub use program::{monotonic_ns, tcx_ingress_programs, Error, SwitchProgram, Target};
 pub use tables::{Binding, Interfaces, Slots, Tables, Unsupported};

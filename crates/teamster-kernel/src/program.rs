@@ -64,6 +64,22 @@ fn map<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> &'a mut aya::maps::Map {
     ebpf.map_mut(name).expect("the object declares every map")
 }
 
+/// A flowlet bucket's target as the program reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Not placed by the engine: the program hands the bucket's next frame to it (or, while the
+    /// engine is gone, sends it on the bucket's hashed member).
+    Unplaced,
+    /// Placed without a target while an active member is live: the engine places its next
+    /// flowlet (on the least loaded member, which sets its target); its burst goes on.
+    Open,
+    /// Placed, with no target the program can use: its flowlets take the bucket's hashed member
+    /// (active[bucket mod n], or the fallback), as the engine's do.
+    Hashed,
+    /// The target uplink's slot.
+    Slot(u32),
+}
+
 /// The loaded fast path; see the module documentation.
 pub struct SwitchProgram {
     ebpf: Ebpf,
@@ -146,7 +162,12 @@ impl SwitchProgram {
         {
             let mut m: Array<&mut MapData, Config> =
                 Array::try_from(map(&mut self.ebpf, "config")).map_err(map_err("config"))?;
-            m.set(0, t.config, 0).map_err(map_err("config"))?;
+            // Stamped: the program hands the engine nothing while the stamp is old (it is gone).
+            let config = Config {
+                engine_ns: monotonic_ns(),
+                ..t.config
+            };
+            m.set(0, config, 0).map_err(map_err("config"))?;
         }
         {
             let mut m: Array<&mut MapData, SlotInfo> =
@@ -308,13 +329,31 @@ impl SwitchProgram {
         m.set(index, f, 0).map_err(map_err("flowlets"))
     }
 
-    /// Sets flowlet bucket `index`'s target: a slot, or None (the program then hands the
-    /// bucket's next frame to the engine).
-    pub fn put_flowlet_target(&mut self, index: u32, slot: Option<u32>) -> Result<(), Error> {
+    /// Sets flowlet bucket `index`'s target (see [`Target`]).
+    pub fn put_flowlet_target(&mut self, index: u32, target: Target) -> Result<(), Error> {
         let mut m: Array<&mut MapData, u32> =
             Array::try_from(map(&mut self.ebpf, "flowlet_targets")).map_err(map_err("flowlet_targets"))?;
-        m.set(index, slot.map_or(0, |s| s + 1), 0)
-            .map_err(map_err("flowlet_targets"))
+        let raw = match target {
+            Target::Unplaced => 0,
+            Target::Open => abi::FLOWLET_OPEN,
+            Target::Hashed => abi::FLOWLET_HASHED,
+            Target::Slot(s) => s + 1,
+        };
+        m.set(index, raw, 0).map_err(map_err("flowlet_targets"))
+    }
+
+    /// Stamps the tables as written by a live engine at `at_ns` (CLOCK_MONOTONIC), as every
+    /// [`SwitchProgram::write`] does: a seam for tests that stage an engine gone (an old stamp)
+    /// or keep a long run without writes alive.
+    #[doc(hidden)]
+    pub fn stamp_engine(&mut self, at_ns: u64) -> Result<(), Error> {
+        let mut m: Array<&mut MapData, Config> =
+            Array::try_from(map(&mut self.ebpf, "config")).map_err(map_err("config"))?;
+        let config = Config {
+            engine_ns: at_ns,
+            ..self.written.config
+        };
+        m.set(0, config, 0).map_err(map_err("config"))
     }
 
     /// Every MAC-table entry, learned and configured.

@@ -182,6 +182,8 @@ impl Tables {
             reflection_ns: REFLECTION_WINDOW.as_nanos() as u64,
             link_local: u32::from(switch.asks_link_local()),
             punt_rate: PUNT_RATE,
+            // Stamped by the write (SwitchProgram::write), not part of what a build decides.
+            engine_ns: 0,
         };
 
         let mut uplink_slot = BTreeMap::new();

@@ -79,8 +79,10 @@ fn the_kernel_path_decides_every_frame_as_the_engine_does() {
 
 /// Dynamic's flowlet buckets in the kernel decide as the engine's: frames from the flowlet
 /// group's two ports only, with the rebalance moving targets, the group's active members
-/// failing and returning under the traffic, and its order changed (a target becomes a
-/// standby); each verdict and every bucket's member compared.
+/// failing and returning under the traffic (both at once for a while: new buckets are placed on
+/// the standby, with no target), an uplink's interface removed and back, and the group's order
+/// changed (a target becomes a standby); each verdict and every bucket's member compared, and
+/// a bucket handed to the engine only while it is not placed.
 #[test]
 fn flowlet_buckets_decide_as_the_engine_does() {
     let Some(mut rig) = Rig::new_or_skip() else { return };
@@ -92,6 +94,10 @@ fn flowlet_buckets_decide_as_the_engine_does() {
             _ if n == total / 2 => rig.set_uplink(1, false),
             _ if n == 5 * total / 8 => rig.set_uplink(0, true),
             _ if n == 3 * total / 4 => rig.set_uplink(1, true),
+            // Uplink 1's interface goes (a NIC removed), then comes back: buckets aimed at it
+            // take their hashed member meanwhile, never the engine.
+            _ if n == 25 * total / 32 => rig.set_uplink_interface(1, false),
+            _ if n == 27 * total / 32 => rig.set_uplink_interface(1, true),
             // Targets on uplink 0 now name a standby: their next flowlets take their hash's.
             _ if n == 7 * total / 8 => rig.set_order(common::FLOWLET_GROUP, &[1, 2], &[0]),
             _ => {}
@@ -189,6 +195,34 @@ fn what_the_kernel_sends_in_a_bucket_reaches_the_engine() {
     // the rebalance interval: well above what the first frames alone give.
     assert!(bps > 100.0 * 500.0 * 8.0, "{shares:?}");
     assert_eq!(rig.pull_flowlets(), 0, "told once");
+}
+
+/// While the engine is gone (no table write for a second: killed, or not started again), a
+/// frame in a bucket it never placed is sent on the bucket's hashed member, not handed up to
+/// nobody; the bucket stays unplaced, so the engine places it once it is back.
+#[test]
+fn with_the_engine_gone_a_new_flowlet_is_sent_not_handed_up() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    let from = teamster_core::switch::Ingress::Port(teamster_core::teaming::PortId(11));
+    let mut frame = vec![0x0a, 0, 0, 0, 1, 7];
+    frame.extend_from_slice(&common::port_mac(11).0);
+    frame.extend_from_slice(&[0x88, 0xb5]);
+    frame.extend_from_slice(&[0u8; 46]);
+    let (ifindex, _) = rig.ingress_slot(from);
+    let long_ago = teamster_kernel::monotonic_ns() - 2_000_000_000;
+    rig.program().stamp_engine(long_ago).unwrap();
+    for _ in 0..3 {
+        let (_, v) = rig.program().run(ifindex, &frame, 0).expect("runs");
+        assert_eq!(v.punt, 0, "sent in the kernel while the engine is gone");
+        assert!(v.count >= 1, "{v:?}");
+    }
+    // The engine back: the bucket is still its to place.
+    assert_eq!(rig.compare(from, &frame), Ok(Some(10)));
+    assert_eq!(
+        rig.compare(from, &frame),
+        Ok(None),
+        "placed: switched in the kernel as the engine does"
+    );
 }
 
 /// The comparison catches a program that decides differently: the same run with the kernel's

@@ -100,8 +100,8 @@ impl TeamingPolicy for Dynamic {
         Some(self.flowlets.buckets())
     }
 
-    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
-        self.flowlets.seen(team, b, seen, bytes);
+    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64, at: Instant) {
+        self.flowlets.seen(team, b, seen, bytes, at);
     }
 }
 

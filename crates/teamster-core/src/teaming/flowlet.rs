@@ -80,6 +80,9 @@ struct Bucket {
     retargeted: Option<Instant>,
     /// When its last flowlet started (a frame after an idle gap).
     flowlet_at: Option<Instant>,
+    /// When a data plane that sends on its own last told what it saw of the bucket: its
+    /// `last_seen` is complete up to then only.
+    told_at: Option<Instant>,
 }
 
 /// A group's flowlet buckets (see the [module documentation](self)).
@@ -237,17 +240,21 @@ impl Flowlets {
             .collect()
     }
 
-    /// What a data plane that sends on its own saw of bucket `b` since it last told: the member
-    /// its frames take, when it last sent, when its last flowlet started, and `bytes` sent
-    /// since. The engine's rebalance then counts those bytes and knows which buckets pause, as
-    /// if it had sent them itself; a member change is counted a flowlet move if the old member
-    /// could still carry it, else a forced one (moves in between are not seen). Ignored if the
-    /// bucket is out of range or the engine has a later send of its own.
-    pub(super) fn seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
+    /// What a data plane that sends on its own saw of bucket `b` since it last told, as of `at`:
+    /// the member its frames take, when it last sent, when its last flowlet started, and
+    /// `bytes` sent since. The engine's rebalance then counts those bytes and knows which
+    /// buckets pause, as if it had sent them itself; a bucket counts as idle only if it was
+    /// idle at `at` (a `last_seen` read up to an interval ago says nothing of the frames since).
+    /// A member change is counted a flowlet move if the old member could still carry it, else a
+    /// forced one (moves in between are not seen). The member and times are not taken if the
+    /// engine has a later send of its own; the bytes always are.
+    pub(super) fn seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64, at: Instant) {
         let Some(bk) = self.buckets.get_mut(b) else { return };
+        bk.bytes += bytes;
         if seen.last_seen.is_none() || seen.last_seen < bk.last_seen {
             return;
         }
+        bk.told_at = Some(at);
         if seen.current != bk.current {
             match bk.current {
                 Some(c) if Self::usable(team, c) => self.counters.flowlet_moves += 1,
@@ -258,7 +265,6 @@ impl Flowlets {
         bk.current = seen.current;
         bk.last_seen = seen.last_seen;
         bk.flowlet_at = seen.flowlet_at.max(bk.flowlet_at);
-        bk.bytes += bytes;
     }
 
     /// When the next rebalance is due.
@@ -372,9 +378,14 @@ impl Flowlets {
         let recent = bk
             .flowlet_at
             .is_some_and(|t| now.saturating_duration_since(t) <= 2 * self.interval);
+        // As of when a data plane that sends on its own last told (if it told the last send).
+        let known = match bk.told_at {
+            Some(t) if bk.last_seen <= Some(t) => t.min(now),
+            _ => now,
+        };
         let idle = bk
             .last_seen
-            .is_none_or(|t| now.saturating_duration_since(t) >= self.gap);
+            .is_none_or(|t| known.saturating_duration_since(t) >= self.gap);
         recent || idle
     }
 

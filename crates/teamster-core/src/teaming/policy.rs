@@ -134,9 +134,9 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
     }
 
     /// For a flowlet policy, what a data plane that sends on its own saw of bucket `b` and the
-    /// bytes it sent since it last told ([`super::flowlet::Flowlets`]'s `seen`).
-    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64) {
-        let _ = (team, b, seen, bytes);
+    /// bytes it sent since it last told, as of `at` ([`super::flowlet::Flowlets`]'s `seen`).
+    fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64, at: Instant) {
+        let _ = (team, b, seen, bytes, at);
     }
 }
 

@@ -601,10 +601,10 @@ impl Team {
         self.groups.get(g.0)?.policy.flowlet_buckets()
     }
 
-    /// What a data plane that sends on its own saw of group `g`'s flowlet bucket `b`, with the
-    /// bytes it sent since it last told: the engine's rebalance then works as if it had sent
-    /// them. Nothing for a group without flowlets.
-    pub fn flowlet_seen(&mut self, g: GroupId, b: usize, seen: BucketState, bytes: u64) {
+    /// What a data plane that sends on its own saw of group `g`'s flowlet bucket `b` as of `at`,
+    /// with the bytes it sent since it last told: the engine's rebalance then works as if it had
+    /// sent them. Nothing for a group without flowlets.
+    pub fn flowlet_seen(&mut self, g: GroupId, b: usize, seen: BucketState, bytes: u64, at: Instant) {
         let Some(group) = self.groups.get_mut(g.0) else { return };
         let view = TeamView {
             uplinks: &self.uplinks,
@@ -612,7 +612,7 @@ impl Team {
             group: g,
             spec: &group.spec,
         };
-        group.policy.flowlet_seen(&view, b, seen, bytes);
+        group.policy.flowlet_seen(&view, b, seen, bytes, at);
     }
 
     /// How many port groups there are (their IDs are 0 to this, less one).

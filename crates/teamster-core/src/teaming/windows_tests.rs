@@ -252,7 +252,7 @@ fn a_data_plane_that_sends_on_its_own_feeds_the_rebalance() {
                 flowlet_at: Some(at),
             };
             let bytes = if i == 0 { 300_000 } else { 100_000 };
-            t.flowlet_seen(GroupId(0), b, seen, bytes);
+            t.flowlet_seen(GroupId(0), b, seen, bytes, at);
         }
     }
     let heavy = target_of(&t, buckets[0]).unwrap();
@@ -271,8 +271,47 @@ fn a_data_plane_that_sends_on_its_own_feeds_the_rebalance() {
         last_seen: Some(Instant::from_millis(5)),
         ..before
     };
-    t.flowlet_seen(GroupId(0), b, stale, 1);
+    t.flowlet_seen(GroupId(0), b, stale, 1, Instant::from_millis(3000));
     assert_eq!(t.flowlet_buckets(GroupId(0)).unwrap()[b], before);
+}
+
+#[test]
+fn a_flow_a_data_plane_reports_busy_is_not_moved() {
+    // Two flows on member 0 that never pause, sent by a data plane of its own that tells the
+    // engine every 100 ms (each report's last send is at the report, its flowlet began at the
+    // start, more than two rebalance intervals before). The rebalance would even them out if
+    // they paused: they do not, as of each report, however long ago that report is at the
+    // rebalance (60 ms here, six gaps of 10 ms).
+    let g = group(Policy::DYNAMIC, &[0, 1], &[], true);
+    let mut t = team(&[10.0, 10.0], g, [1]);
+    started_on_one_member(&mut t, 2);
+    let buckets: Vec<usize> = t
+        .flowlet_buckets(GroupId(0))
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .filter(|(_, b)| b.target.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    for k in 30..80u64 {
+        let at = Instant::from_millis(100 * k);
+        for &b in &buckets {
+            let seen = flowlet::BucketState {
+                target: None,
+                current: Some(UplinkId(0)),
+                last_seen: Some(at),
+                flowlet_at: Some(Instant::ZERO),
+            };
+            t.flowlet_seen(GroupId(0), b, seen, 10_000_000, at);
+        }
+        // The rebalance runs between two reports.
+        let later = at + Duration::from_millis(60);
+        if t.poll_at().is_some_and(|p| p <= later) {
+            t.handle_timeout(later);
+        }
+    }
+    let (_, counters) = t.flowlets(GroupId(0), Instant::from_millis(8000)).unwrap();
+    assert_eq!(counters.retargets, 0, "a flow that never pauses is not retargeted");
 }
 
 #[test]

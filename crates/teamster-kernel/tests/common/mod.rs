@@ -356,6 +356,24 @@ impl Rig {
             .expect("the flowlet targets written");
     }
 
+    /// Takes uplink `u`'s interface away (as a NIC removed: the link is down and the tables no
+    /// longer name it), or gives it back.
+    pub fn set_uplink_interface(&mut self, u: usize, present: bool) {
+        if present {
+            self.ifs.uplinks.insert(
+                UplinkId(u),
+                Binding {
+                    ifindex: ifindex(&format!("u{u}")),
+                    peer: false,
+                    priority: 0,
+                },
+            );
+        } else {
+            self.ifs.uplinks.remove(&UplinkId(u));
+        }
+        self.set_uplink(u, present);
+    }
+
     /// Gives group `g` a new failover order (its policy, and so its state, kept).
     pub fn set_order(&mut self, g: GroupId, active: &[usize], standby: &[usize]) {
         let spec = self.switch.team().group(g).expect("a group").clone();
@@ -376,7 +394,13 @@ impl Rig {
     pub fn pull_flowlets(&mut self) -> usize {
         let places = Places::new(&self.ifs, &self.slots);
         self.flowlets
-            .pull(&self.fast, &mut self.switch, &places, i128::from(self.started_ns))
+            .pull(
+                &self.fast,
+                &mut self.switch,
+                &places,
+                i128::from(self.started_ns),
+                Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns),
+            )
             .expect("the flowlets read")
     }
 
@@ -399,6 +423,15 @@ impl Rig {
             .team()
             .flowlet_buckets(FLOWLET_GROUP)
             .expect("a flowlet group")
+    }
+
+    /// The slot of uplink `u`'s interface, or NO_SLOT while it has none.
+    fn uplink_slot(&self, u: UplinkId) -> u32 {
+        self.ifs
+            .uplinks
+            .get(&u)
+            .and_then(|b| self.slots.of(b.ifindex))
+            .unwrap_or(abi::NO_SLOT)
     }
 
     /// Writes the engine's state of flowlet bucket `b` into the program's (the test's own
@@ -427,8 +460,10 @@ impl Rig {
             }
             let index = (FLOWLET_GROUP.0 * abi::FLOWLET_BUCKETS + b) as u32;
             let k = self.fast.flowlet(index).map_err(|e| e.to_string())?;
-            let engine = e.current.map_or(abi::NO_SLOT, |u| self.slot(EntryAt::Uplink(u)).0);
-            if k.current != engine {
+            let engine = e.current.map_or(abi::NO_SLOT, |u| self.uplink_slot(u));
+            // (A bucket on an uplink whose interface is gone: neither can send there, and the
+            // kernel still names the freed slot until the bucket's next frame.)
+            if engine != abi::NO_SLOT && k.current != engine {
                 differ.push((b, engine, k.current));
             }
         }
@@ -541,6 +576,11 @@ impl Rig {
             .position(|(a, b)| a != b)
             .map_or(0, |i| i as u16 + 1);
         let (ifindex, _) = self.ingress_slot(from);
+        // The engine is alive (it writes the tables after each of its turns; this rig only
+        // when they change).
+        self.fast
+            .stamp_engine(teamster_kernel::monotonic_ns())
+            .map_err(|e| e.to_string())?;
         let (ret, v) = match self.fast.run(ifindex, frame, 0) {
             Ok(r) => r,
             // BPF_PROG_TEST_RUN refuses (EINVAL) an IP frame too short for its IP header, before
@@ -561,11 +601,26 @@ impl Rig {
         });
         if v.punt != 0 {
             self.check_punt(v.punt, from, frame, unsettled)?;
+            // Handed up as a flowlet the engine places: only for a bucket it had not placed, or
+            // one placed without a target while an active member is live (its new flowlets
+            // take the least loaded one).
+            let team = self.switch.team();
+            let active_live = team
+                .group(FLOWLET_GROUP)
+                .is_some_and(|g| g.order.active.iter().any(|u| team.uplink_usable(*u)));
+            let engines = |before: &BucketState| before.last_seen.is_none() || (before.target.is_none() && active_live);
+            if v.punt == 10 && !sent.is_some_and(|(_, before)| engines(&before)) {
+                return Err(format!(
+                    "punted as a flowlet the engine places, but its bucket has a target: {sent:?}"
+                ));
+            }
             self.sync();
-            // The engine switched it (as the daemon's would): a bucket the program keeps
-            // learns of it as the engine does.
             if let Some((b, before)) = sent {
-                if before.target.is_some() {
+                // Punted for another reason, the engine sent it through a bucket the program
+                // keeps, which the program does not see: the daemon's kernel state lags the
+                // engine's by that frame (it may start the bucket's next flowlet a frame
+                // early). The rig writes it down, so that the comparison goes on.
+                if before.last_seen.is_some() {
                     self.resync_flowlet(b);
                 }
                 self.flowlet_runs.insert(b, (t0, t1));
