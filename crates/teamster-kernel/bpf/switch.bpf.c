@@ -624,26 +624,46 @@ static __always_inline __u32 flowlet_uplink(const struct config *c, const struct
 	return cur;
 }
 
+/* core's Census for the hash policies (IP hash, Address Hash): the member and bytes of the
+ * frame's bucket (its Address Hash over the group's fields), kept in `flowlets` at the group's
+ * buckets and read back by the engine, so `ctl group` shows how the flows spread on this path
+ * too. (ARP and RARP have no bucket, as in core.) */
+static __always_inline void census(const struct group *g, __u32 gi, const struct key *k, __u32 u, __u32 len, __u64 now)
+{
+	__u32 h;
+	if (u == NO_SLOT || !address_hash(k, g->fields, &h))
+		return;
+	__u32 idx = gi * FLOWLET_BUCKETS + (mix(h) & (FLOWLET_BUCKETS - 1));
+	struct flowlet *e = bpf_map_lookup_elem(&flowlets, &idx);
+	if (!e)
+		return;
+	e->current = u;
+	e->last_seen = now;
+	__sync_fetch_and_add(&e->bytes, len);
+}
+
 /* The uplink (slot) for a frame of `len` bytes of port `p` (core Team::select_frame), or
  * SELECT_PUNT. */
 static __always_inline __u32 select_uplink(const struct config *c, const struct iface *p, const struct key *k, __u32 len,
 					   __u64 now)
 {
-	int ip = p->policy == POLICY_IP_L3 || p->policy == POLICY_IP_L3L4;
-	if (p->policy == POLICY_PORT || (ip && !k->has_ip))
+	if (p->policy == POLICY_PORT)
 		return p->uplink;
 	__u32 gi = p->group;
 	struct group *g = bpf_map_lookup_elem(&groups, &gi);
 	if (!g)
 		return p->uplink;
-	__u32 h;
-	if (ip)
-		h = ip_hash(k, p->policy == POLICY_IP_L3L4);
+	__u32 h, u;
+	if (p->policy == POLICY_IP_L3 || p->policy == POLICY_IP_L3L4)
+		u = k->has_ip ? hashed(g, ip_hash(k, p->policy == POLICY_IP_L3L4), p->uplink) : p->uplink;
 	else if (!address_hash(k, g->fields, &h))
 		return p->uplink;
 	else if (p->policy == POLICY_FLOWLET)
 		return flowlet_uplink(c, g, gi, h, len, now);
-	return hashed(g, h, p->uplink);
+	else
+		u = hashed(g, h, p->uplink);
+	census(g, gi, k, u, len, now);
+	return u;
 }
 
 /* core Switch::spread_to: a spreading policy's frame on a member other than the port's own

@@ -22,9 +22,15 @@
 //!   counts the bytes the kernel sent and knows which buckets pause, as on the user-space path.
 //!
 //! A bucket the engine forgets (its group reconfigured, so its policy starts afresh) is
-//! unplaced again, and its next frame goes to the engine. Cost: a push compares the group's 256
-//! buckets with what was written each turn and writes what changed; a pull reads one map entry
-//! per placed bucket every [`FlowletSync::PULL_EVERY`].
+//! unplaced again, and its next frame goes to the engine.
+//!
+//! The hash policies (IP hash, Address Hash) place nothing, but the program counts their flows
+//! in the same map, by the same buckets (the engine's flow census, which `ctl group` shows): a
+//! pull feeds the engine's census (`Team::census_seen`) as it feeds Dynamic's buckets.
+//!
+//! Cost: a push compares each flowlet group's 256 buckets with what was written, each turn, and
+//! writes what changed; a pull reads one map entry per placed bucket, and all 256 of each
+//! hash-policy group, every [`FlowletSync::PULL_EVERY`].
 
 use crate::abi::{self, Flowlet};
 use crate::mac_sync::{engine_time, kernel_time, Places};
@@ -55,6 +61,9 @@ struct Written {
 #[derive(Debug, Default)]
 pub struct FlowletSync {
     written: BTreeMap<u32, Written>,
+    /// The hash policies' census buckets: each one's byte count at the last pull, by map
+    /// index.
+    census: BTreeMap<u32, u64>,
 }
 
 impl FlowletSync {
@@ -145,6 +154,41 @@ impl FlowletSync {
         Ok(())
     }
 
+    /// Tells the engine's census of each hash-policy group (IP hash, Address Hash) what the
+    /// program sent in its buckets since the last pull: the member and the bytes. A group seen
+    /// for the first time (or again after another policy) only sets where its counts start.
+    /// Returns how many buckets had sent.
+    fn pull_census(
+        &mut self,
+        fast: &SwitchProgram,
+        switch: &mut Switch,
+        places: &Places,
+        now: teamster_core::Instant,
+    ) -> Result<usize, Error> {
+        let team = switch.team();
+        let groups: Vec<GroupId> = (0..team.group_count().min(abi::MAX_GROUPS))
+            .map(GroupId)
+            .filter(|g| team.has_census(*g))
+            .collect();
+        let counted: BTreeMap<u32, u64> = std::mem::take(&mut self.census);
+        let mut n = 0;
+        for g in groups {
+            for b in 0..abi::FLOWLET_BUCKETS {
+                let i = index(g, b);
+                let f = fast.flowlet(i)?;
+                if let Some(before) = counted.get(&i) {
+                    let bytes = f.bytes.saturating_sub(*before);
+                    if let (true, Some(u)) = (bytes > 0, places.uplink_at(f.current)) {
+                        switch.team_mut().census_seen(g, b, u, bytes, now);
+                        n += 1;
+                    }
+                }
+                self.census.insert(i, f.bytes);
+            }
+        }
+        Ok(n)
+    }
+
     /// Tells the engine what the program saw, as of `now` (the engine's clock), of every
     /// bucket it switches (those placed) since the last pull: the member its frames take, when
     /// it last sent and started a flowlet, and the bytes. Returns how many buckets had sent.
@@ -156,7 +200,7 @@ impl FlowletSync {
         offset_ns: i128,
         now: teamster_core::Instant,
     ) -> Result<usize, Error> {
-        let mut n = 0;
+        let mut n = self.pull_census(fast, switch, places, now)?;
         for (i, w) in self.written.iter_mut() {
             let f = fast.flowlet(*i)?;
             if f.last_seen <= w.last_seen && f.bytes == w.bytes {

@@ -197,6 +197,44 @@ fn what_the_kernel_sends_in_a_bucket_reaches_the_engine() {
     assert_eq!(rig.pull_flowlets(), 0, "told once");
 }
 
+/// The hash policies' flows as the kernel sends them reach the engine's flow census (what `ctl
+/// group` shows as each member's share): Address Hash and IP hash with ports, eight TCP flows
+/// each, sent through the program alone.
+#[test]
+fn the_hash_policies_census_counts_what_the_kernel_sends() {
+    let Some(mut rig) = Rig::new_or_skip() else { return };
+    use teamster_core::teaming::{GroupId, PortId};
+    assert_eq!(rig.pull_flowlets(), 0, "the counts start");
+    let mut sent = std::collections::BTreeMap::<usize, u64>::new();
+    for (port, group) in [(9u32, GroupId(4)), (4, GroupId(1))] {
+        let from = teamster_core::switch::Ingress::Port(PortId(port));
+        let (ifindex, _) = rig.ingress_slot(from);
+        for flow in 0..8u16 {
+            let b = etherparse::PacketBuilder::ethernet2(common::port_mac(port).0, [0x0a, 0, 0, 0, 1, 3])
+                .ipv4([10, 0, 0, 1], [10, 0, 2, 2], 64)
+                .tcp(40000 + flow, 443, 1, 1000);
+            let mut frame = Vec::new();
+            b.write(&mut frame, &[0u8; 200]).unwrap();
+            for _ in 0..10 {
+                let (_, v) = rig.program().run(ifindex, &frame, 0).expect("runs");
+                assert!(v.punt == 0 && v.count > 0, "{v:?}");
+                *sent.entry(group.0).or_default() += frame.len() as u64;
+            }
+        }
+    }
+    let at = teamster_core::Instant::from_millis(5_000);
+    assert!(rig.pull_flowlets_at(at) >= 2, "buckets of both groups counted");
+    // The census gives the last whole second's rate.
+    let next_second = teamster_core::Instant::from_millis(6_000);
+    for g in [GroupId(4), GroupId(1)] {
+        let (shares, _) = rig.switch.team().flowlets(g, next_second).unwrap();
+        let bits: f64 = shares.iter().map(|s| s.bps).sum();
+        let buckets: u32 = shares.iter().map(|s| s.active_buckets).sum();
+        assert_eq!(bits, sent[&g.0] as f64 * 8.0, "group {g:?}: {shares:?}");
+        assert!(buckets >= 2, "eight flows in more than one bucket: {shares:?}");
+    }
+}
+
 /// While the engine is gone (no table write for a second: killed, or not started again), a
 /// frame in a bucket it never placed is sent on the bucket's hashed member, not handed up to
 /// nobody; the bucket stays unplaced, so the engine places it once it is back.

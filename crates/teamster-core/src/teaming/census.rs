@@ -36,17 +36,23 @@ impl Census {
 
     /// Records a frame of `len` bytes of `flow` sent on `uplink` at `now`.
     pub(super) fn record(&mut self, flow: &FlowKey, uplink: UplinkId, len: usize, now: Instant) {
-        let Some(h) = address_hash(flow, self.fields) else {
-            return;
-        };
-        let s = &mut self.slots[bucket_of(h)];
+        if let Some(h) = address_hash(flow, self.fields) {
+            self.seen(bucket_of(h), uplink, len as u64, now);
+        }
+    }
+
+    /// Records `bytes` of bucket `b` sent on `uplink`, counted at `now`: a frame
+    /// ([`Census::record`]), or what a data plane that sends on its own (the kernel fast path)
+    /// sent in the bucket since it last told. Ignored for a bucket out of range.
+    pub(super) fn seen(&mut self, b: usize, uplink: UplinkId, bytes: u64, now: Instant) {
+        let Some(s) = self.slots.get_mut(b) else { return };
         let second = now.as_nanos() / 1_000_000_000;
         if second != s.second {
             s.previous = if second == s.second + 1 { s.current } else { 0 };
             s.current = 0;
             s.second = second;
         }
-        s.current += len as u64;
+        s.current += bytes;
         s.uplink = Some(uplink);
     }
 

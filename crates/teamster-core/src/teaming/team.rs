@@ -615,6 +615,20 @@ impl Team {
         group.policy.flowlet_seen(&view, b, seen, bytes, at);
     }
 
+    /// What a data plane that sends on its own saw of group `g`'s flow census bucket `b` (the
+    /// hash policies': IP hash, Address Hash): `bytes` sent on `uplink` since it last told,
+    /// counted at `at`. Nothing for a group without a census.
+    pub fn census_seen(&mut self, g: GroupId, b: usize, uplink: UplinkId, bytes: u64, at: Instant) {
+        if let Some(c) = self.groups.get_mut(g.0).and_then(|g| g.census.as_mut()) {
+            c.seen(b, uplink, bytes, at);
+        }
+    }
+
+    /// Whether group `g` keeps a flow census (a hash policy: IP hash, Address Hash).
+    pub fn has_census(&self, g: GroupId) -> bool {
+        self.groups.get(g.0).is_some_and(|g| g.census.is_some())
+    }
+
     /// How many port groups there are (their IDs are 0 to this, less one).
     pub fn group_count(&self) -> usize {
         self.groups.len()

@@ -389,18 +389,19 @@ impl Rig {
         self.sync();
     }
 
-    /// Tells the engine what the program sent in its flowlet buckets since the last pull, as the
-    /// daemon does every 100 ms; returns how many buckets had sent.
+    /// Tells the engine what the program sent in its flowlet buckets (and the hash policies'
+    /// census buckets) since the last pull, as the daemon does every 250 ms; returns how many
+    /// buckets had sent.
     pub fn pull_flowlets(&mut self) -> usize {
+        let now = Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns);
+        self.pull_flowlets_at(now)
+    }
+
+    /// [`Rig::pull_flowlets`] as of the engine's time `now`.
+    pub fn pull_flowlets_at(&mut self, now: Instant) -> usize {
         let places = Places::new(&self.ifs, &self.slots);
         self.flowlets
-            .pull(
-                &self.fast,
-                &mut self.switch,
-                &places,
-                i128::from(self.started_ns),
-                Instant::from_nanos(teamster_kernel::monotonic_ns() - self.started_ns),
-            )
+            .pull(&self.fast, &mut self.switch, &places, i128::from(self.started_ns), now)
             .expect("the flowlets read")
     }
 
