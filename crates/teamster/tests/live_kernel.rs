@@ -22,10 +22,15 @@ fn switch() -> String {
 /// The kernel path's switch with NetIOC controls: uplinks of `capacity`, class `vm` reserving
 /// `class`, and vm1's and vm2's lines.
 fn controlled(capacity: &str, class: &str, vm1: &str, vm2: &str) -> String {
+    controlled_with("port-id", capacity, class, vm1, vm2)
+}
+
+/// As [`controlled`], the group's teaming policy `policy`.
+fn controlled_with(policy: &str, capacity: &str, class: &str, vm1: &str, vm2: &str) -> String {
     switch_toml(
         "datapath = \"kernel\"",
         capacity,
-        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        &format!("policy = \"{policy}\"\nactive = [\"uplink1\", \"uplink2\"]"),
         &format!("[[traffic_classes]]\nclass = \"vm\"\nreservation = \"{class}\""),
         vm1,
         vm2,
@@ -294,6 +299,17 @@ fn the_default_is_the_kernel_path_where_it_can_run() {
 /// run's pins are gone, one program per interface is left, and SIGTERM removes everything.
 #[test]
 fn forwarding_survives_kill_9_and_the_next_start_takes_over() {
+    survives_kill_9("port-id");
+}
+
+/// The same under Dynamic: the next run's flowlet buckets start unplaced, and each active one's
+/// next frame goes through the new engine before the bucket is switched in the kernel again.
+#[test]
+fn forwarding_survives_kill_9_under_dynamic() {
+    survives_kill_9("dynamic");
+}
+
+fn survives_kill_9(policy: &str) {
     let _one_at_a_time = netns::lock();
     if !ready() {
         return;
@@ -301,7 +317,7 @@ fn forwarding_survives_kill_9_and_the_next_start_takes_over() {
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     // With NetIOC controls, so that the uplinks' HTB is taken over too.
-    let config = controlled("1G", "200M", "reservation = \"100M\"", "limit = \"900M\"");
+    let config = controlled_with(policy, "1G", "200M", "reservation = \"100M\"", "limit = \"900M\"");
     let (first, status_path) = start(dir.path(), &config);
     assert_eq!(received(&ping("tmt-vm1", "10.77.0.100", "3", "0.2")), 3);
     let qdisc = |dev: &str| {
@@ -362,7 +378,7 @@ fn forwarding_survives_kill_9_and_the_next_start_takes_over() {
     let (seqs, gap) = answered(&pings);
     let stalls = got.per_second.iter().filter(|r| **r < 1.0).count();
     eprintln!(
-        "kill -9 and restart: {} of 3000 pings answered (1 ms apart), longest run unanswered {gap}; TCP per 100 ms (Mbit/s): {:.0?}",
+        "{policy}: kill -9 and restart: {} of 3000 pings answered (1 ms apart), longest run unanswered {gap}; TCP per 100 ms (Mbit/s): {:.0?}",
         seqs.len(),
         got.per_second
     );
