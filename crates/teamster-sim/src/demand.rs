@@ -6,6 +6,8 @@
 //! - `on-off`: `rate` for `on_s`, zero for `off_s`, repeating, shifted by `offset_s`.
 //! - `csv`: piecewise linear through the points of a CSV file with columns `t_s` and `rate`
 //!   (a bandwidth such as `2.5G` or bits/s); held constant before the first and after the last.
+//! - `points`: the same through `points = [[t_s, bits/s], ...]` in the scenario itself (what a
+//!   what-if writes from the switch's measured rates, so that its scenario stands alone).
 
 use serde::Deserialize;
 use teamster_core::units::Bandwidth;
@@ -37,6 +39,9 @@ pub enum DemandSpec {
     },
     Csv {
         file: String,
+    },
+    Points {
+        points: Vec<[f64; 2]>,
     },
 }
 
@@ -147,6 +152,22 @@ impl DemandSpec {
                 }
             }
             DemandSpec::Csv { file } => Demand::Piecewise(parse_csv(file, &load(file)?)?),
+            DemandSpec::Points { points } => {
+                let mut out: Vec<(f64, f64)> = Vec::with_capacity(points.len());
+                for (i, [t, rate]) in points.iter().copied().enumerate() {
+                    if !t.is_finite() || out.last().is_some_and(|&(pt, _)| t <= pt) {
+                        return Err(format!("points[{i}]: t_s {t} is not a time after the previous point's"));
+                    }
+                    if !(rate.is_finite() && rate >= 0.0) {
+                        return Err(format!("points[{i}]: rate {rate}: expected bits/s, 0 or more"));
+                    }
+                    out.push((t, rate));
+                }
+                if out.is_empty() {
+                    return Err("points: none".into());
+                }
+                Demand::Piecewise(out)
+            }
         })
     }
 }
@@ -195,6 +216,26 @@ mod tests {
 
     fn no_files(_: &str) -> Result<String, String> {
         Err("no files here".into())
+    }
+
+    #[test]
+    fn inline_points_are_a_piecewise_curve_and_bad_ones_are_refused() {
+        let d = DemandSpec::Points {
+            points: vec![[0.0, 1e9], [10.0, 2e9]],
+        }
+        .build(&no_files)
+        .unwrap();
+        assert_eq!(d.at(5.0), 1.5e9);
+        assert_eq!(d.at(20.0), 2e9);
+        for bad in [
+            vec![],
+            vec![[1.0, 1e9], [1.0, 2e9]],
+            vec![[0.0, -1.0]],
+            vec![[f64::NAN, 1.0]],
+        ] {
+            let e = DemandSpec::Points { points: bad.clone() }.build(&no_files).unwrap_err();
+            assert!(e.contains("points"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod scenario;
 pub mod simulate;
 pub mod timeline;
 pub mod web;
+pub mod whatif;
 
 pub use scenario::{Scenario, ScenarioError};
 pub use simulate::{simulate, Outcome, RunInfo, SimulateError};

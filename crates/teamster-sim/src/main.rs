@@ -3,10 +3,16 @@
 //!
 //! ```text
 //! teamster-sim SCENARIO [--out DIR] [--json]
+//! teamster-sim --whatif < REQUEST.json
 //! ```
 //!
 //! Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input. `teamster
 //! simulate ARGS...` runs this binary, installed beside `teamster`, with the same arguments.
+//!
+//! `--whatif` answers a what-if (`teamster_sim::whatif`): a JSON object on standard input,
+//! `{"scenario": TEXT, "changes": [...]}`, and the answer as JSON on standard output; bad
+//! input is an error on standard error and exit status 2. The switch runs it for
+//! `POST /api/v1/whatif` and `teamster ctl whatif`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -21,7 +27,12 @@ use teamster_sim::run::gbps;
 )]
 struct Cli {
     /// The scenario file (TOML), e.g. scenarios/lbt-specweb.toml.
-    scenario: PathBuf,
+    #[arg(required_unless_present = "whatif")]
+    scenario: Option<PathBuf>,
+    /// Answer a what-if: `{"scenario": TEXT, "changes": [...]}` on standard input, the answer
+    /// as JSON on standard output.
+    #[arg(long, conflicts_with_all = ["scenario", "out", "json"])]
+    whatif: bool,
     /// The run's output folder [default: out/<scenario name>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -36,7 +47,40 @@ fn main() -> ExitCode {
     // SAFETY: restoring a signal's default disposition at start, before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
-    simulate(cli.scenario, cli.out, cli.json)
+    match cli.scenario {
+        Some(scenario) if !cli.whatif => simulate(scenario, cli.out, cli.json),
+        _ => whatif(),
+    }
+}
+
+/// A what-if request, as `--whatif` reads it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhatIfRequest {
+    scenario: String,
+    changes: Vec<teamster_sim::whatif::Change>,
+}
+
+/// Answers the what-if on standard input (see the module documentation).
+fn whatif() -> ExitCode {
+    let mut input = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+        eprintln!("error: reading the what-if: {e}");
+        return ExitCode::from(2);
+    }
+    let answer = serde_json::from_str::<WhatIfRequest>(&input)
+        .map_err(|e| format!("the what-if: {e}"))
+        .and_then(|r| teamster_sim::whatif::answer(&r.scenario, std::path::Path::new("the switch's past"), &r.changes));
+    match answer.and_then(|a| serde_json::to_string(&a).map_err(|e| e.to_string())) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Runs one scenario and reports it; see the module documentation for the exit status.

@@ -149,3 +149,50 @@ fn simulate_into_a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(status.code(), Some(101), "{err}");
 }
+
+/// `--whatif` as the switch runs it: the request on standard input, the answer on standard
+/// output; a bad change is exit status 2 with the error naming it, and nothing on the output.
+#[test]
+fn whatif_answers_on_stdout_and_refuses_by_name() {
+    use std::io::Write;
+    let past = std::fs::read_to_string(scenario("lbt-baseline.toml")).unwrap();
+    let ask = |changes: serde_json::Value| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_teamster-sim"))
+            .arg("--whatif")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let req = serde_json::json!({ "scenario": past, "changes": changes });
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(req.to_string().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = ask(serde_json::json!([{ "kind": "uplink-down", "uplink": "uplink2" }]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for p in a["ports"].as_array().unwrap() {
+        assert_eq!(p["uplink_after"], "uplink1", "{p}");
+    }
+    assert!(a["scenario"].as_str().unwrap().contains("link-down"));
+    let o = ask(serde_json::json!([{ "kind": "uplink-down", "uplink": "uplink9" }]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no uplink named `uplink9`"), "{err}");
+    let o = ask(serde_json::json!([{ "kind": "uplink-gone", "uplink": "uplink1" }]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("uplink-gone"));
+    // A scenario and --whatif do not go together.
+    assert_eq!(
+        teamster_sim(&["--whatif", &scenario("lbt-baseline.toml")])
+            .status
+            .code(),
+        Some(2)
+    );
+}

@@ -81,6 +81,12 @@ impl RateMeter {
         self.mean_over(now, Self::RECENT)
     }
 
+    /// Bits per second over the last complete bucket before `now`'s (a second, at the default
+    /// 30 s window): the finest reading the meter gives.
+    pub fn last_bps(&self, now: Instant) -> f64 {
+        self.mean_over(now, 1)
+    }
+
     /// Mean bits per second over the `n` (at most `BUCKETS`) complete buckets before `now`'s.
     fn mean_over(&self, now: Instant, n: u64) -> f64 {
         let cur = now.as_nanos() / self.bucket_ns;

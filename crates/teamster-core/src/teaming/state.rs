@@ -45,6 +45,14 @@ impl Meters {
         }
     }
 
+    /// Rates over the window's last complete bucket before `now`.
+    fn last(&self, now: Instant) -> Rates {
+        Rates {
+            tx: self.tx.last_bps(now),
+            rx: self.rx.last_bps(now),
+        }
+    }
+
     /// Rates over the window's last few buckets before `now`.
     fn recent(&self, now: Instant) -> Rates {
         Rates {
@@ -121,6 +129,10 @@ impl PortState {
 
     pub(super) fn rates(&self, now: Instant) -> Rates {
         self.meters.rates(now)
+    }
+
+    pub(super) fn last(&self, now: Instant) -> Rates {
+        self.meters.last(now)
     }
 
     pub(super) fn recent(&self, now: Instant) -> Rates {

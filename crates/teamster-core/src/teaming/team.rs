@@ -505,6 +505,13 @@ impl Team {
         Some(Utilisation { tx: r.tx, rx: r.rx })
     }
 
+    /// A port's send and receive rates over the LBT window's last complete bucket before `now`
+    /// (a second, at the default window): what a what-if takes as the port's rate that second.
+    pub fn port_last_rates(&self, port: PortId, now: Instant) -> Option<Utilisation> {
+        let r = self.ports[*self.index.get(&port)?].last(now);
+        Some(Utilisation { tx: r.tx, rx: r.rx })
+    }
+
     /// When Load-Based Teaming last moved a port (in any group using it), and the earliest it
     /// may move one again.
     pub fn lbt_timing(&self) -> (Option<Instant>, Option<Instant>) {

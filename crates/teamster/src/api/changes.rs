@@ -72,7 +72,7 @@ pub(super) fn bandwidth_schema() -> Schema {
 }
 
 /// A bandwidth or null (no limit).
-fn limit_schema() -> Schema {
+pub(super) fn limit_schema() -> Schema {
     match bandwidth_schema() {
         Schema::OneOf(mut one) => {
             one.items.push(ObjectBuilder::new().schema_type(Type::Null).into());
@@ -104,7 +104,7 @@ pub(super) fn shares_schema() -> Schema {
 }
 
 /// The teaming policies by name.
-fn policy_schema() -> Schema {
+pub(super) fn policy_schema() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::String)
         .enum_values(Some(Policy::names().iter().copied()))
@@ -464,7 +464,7 @@ pub(super) fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Resu
 
 /// Deserialises a field that is present (even as null) into Some, so that `"limit": null`
 /// (remove the limit) differs from leaving `limit` out (keep it).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Bandwidth>>, D::Error> {
+pub(super) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Bandwidth>>, D::Error> {
     Option::<Bandwidth>::deserialize(d).map(Some)
 }
 

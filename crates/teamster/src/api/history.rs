@@ -26,6 +26,10 @@ pub struct Sample {
     pub name: String,
     pub tx: f64,
     pub rx: f64,
+    /// A port's rates over the last second alone (the LBT window's last bucket), bits/s: what
+    /// a what-if takes as its demand that second (`tx` and `rx` are the window's means).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<[f64; 2]>,
 }
 
 /// The switch at one second.
@@ -67,6 +71,7 @@ impl History {
                 name: p.name.clone(),
                 tx: p.tx_bps,
                 rx: p.rx_bps,
+                last: Some([p.tx_last_bps, p.rx_last_bps]),
             })
             .collect();
         ports.sort_by(|a, b| (b.tx + b.rx).total_cmp(&(a.tx + a.rx)));
@@ -78,6 +83,7 @@ impl History {
                 name: u.name.clone(),
                 tx: u.tx_utilisation,
                 rx: u.rx_utilisation,
+                last: None,
             })
             .collect();
         if self.points.len() == POINTS {

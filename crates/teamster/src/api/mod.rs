@@ -25,6 +25,7 @@ mod router;
 mod routes;
 mod rules;
 pub mod uplink_changes;
+mod whatif;
 
 use crate::http::admission;
 pub use crate::http::error::{ApiError, ErrorBody};

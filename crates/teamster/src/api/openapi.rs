@@ -41,6 +41,7 @@ use utoipa::OpenApi;
         routes::netioc,
         routes::events,
         super::history::history,
+        super::whatif::whatif,
     ),
     components(schemas(
         Snapshot,

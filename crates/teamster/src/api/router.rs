@@ -45,6 +45,7 @@ pub fn router(state: ApiState, token: Option<Arc<String>>) -> Router {
         .route("/api/v1/netioc", get(routes::netioc))
         .route("/api/v1/events", get(routes::events))
         .route("/api/v1/history", get(super::history::history))
+        .route("/api/v1/whatif", axum::routing::post(super::whatif::whatif))
         .route("/api/v1/stream", get(super::dashboard::stream))
         .fallback(|| async { ApiError::not_found("no such endpoint: see /openapi.json") })
         .with_state(state);

@@ -7,6 +7,7 @@
 mod actions;
 mod cluster;
 mod tables;
+mod whatif;
 
 use crate::http::client::authorise;
 pub use crate::http::client::{request, segment, Answer, Target, DEFAULT_SOCKET};
@@ -125,6 +126,10 @@ enum CtlCommand {
     /// The cluster controller's view: hosts with each uplink's reservation headroom, VMs,
     /// faults and recent migrations.
     Cluster,
+    /// What a change would do, answered by the simulator from the switch's own recent past
+    /// (nothing changes on the switch): per port its measured, modelled and predicted rate,
+    /// whether its reservation holds, its uplink; per uplink its load; the moves.
+    Whatif(whatif::WhatifArgs),
     /// Follow the live stream: one line per snapshot (twice a second) with each uplink's load,
     /// and every new event; `--json` prints each snapshot as a JSON line. Ctrl-C stops.
     Watch {
@@ -341,6 +346,11 @@ pub fn run(args: CtlArgs) -> ExitCode {
             CtlCommand::Metrics => ("GET", "/metrics".into(), None),
             CtlCommand::Vm { action } => cluster::vm_request(action).map_err(|e| (2u8, e))?,
             CtlCommand::Cluster => ("GET", "/api/v1/cluster".into(), None),
+            CtlCommand::Whatif(w) => (
+                "POST",
+                "/api/v1/whatif".into(),
+                Some(whatif::body(w).map_err(|e| (2u8, e))?),
+            ),
             CtlCommand::Watch { .. } => unreachable!("handled above"),
         };
         let mut target = args.target.clone();
@@ -350,6 +360,11 @@ pub fn run(args: CtlArgs) -> ExitCode {
             target.socket = crate::controller::DEFAULT_SOCKET.into();
         }
         let answer = request(&target, method, &path, body).await.map_err(|e| (2u8, e))?;
+        // The scenario a what-if ran, kept where --save says (with --json too).
+        if let (CtlCommand::Whatif(w), true) = (&args.command, (200..300).contains(&answer.status)) {
+            let v = parse::<Value>(&answer.body).map_err(|e| (1u8, e))?;
+            whatif::save(w, &v).map_err(|e| (1u8, e))?;
+        }
         let render = |b: &[u8]| -> Result<String, String> {
             match &args.command {
                 CtlCommand::Status => Ok(String::from_utf8_lossy(b).to_string() + "\n"),
@@ -380,6 +395,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 CtlCommand::Metrics => Ok(String::from_utf8_lossy(b).to_string()),
                 CtlCommand::Vm { .. } => parse::<Value>(b).map(|v| cluster::outcome_text(&v)),
                 CtlCommand::Cluster => parse::<Value>(b).map(|v| cluster::cluster_text(&v)),
+                CtlCommand::Whatif(_) => parse::<Value>(b).map(|v| whatif::text(&v)),
                 CtlCommand::Watch { .. } => Ok(String::new()),
             }
         };

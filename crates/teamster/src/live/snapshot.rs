@@ -147,6 +147,12 @@ pub struct PortView {
     pub tx_bps: f64,
     /// Mean receive rate over the LBT window, bits/s.
     pub rx_bps: f64,
+    /// Send and receive rates over the LBT window's last complete bucket (a second at the
+    /// default window), bits/s: what the history keeps for a what-if.
+    #[serde(default)]
+    pub tx_last_bps: f64,
+    #[serde(default)]
+    pub rx_last_bps: f64,
     /// Frames from this port marked ECN Congestion Experienced in the switch's receive queue
     /// (held too long while the switch was short of CPU), since start.
     #[serde(default)]

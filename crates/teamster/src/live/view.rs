@@ -79,6 +79,7 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
         .map(|(p, pf)| {
             let spec = &tree.node(p.plan.leaf).spec;
             let rates = team.port_rates(p.plan.id, now).unwrap_or_default();
+            let last = team.port_last_rates(p.plan.id, now).unwrap_or_default();
             PortView {
                 name: p.plan.name.clone(),
                 interface: p.plan.interface.clone(),
@@ -98,6 +99,8 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 allocation_bps: allocation[p.plan.leaf.0],
                 tx_bps: rates.tx,
                 rx_bps: rates.rx,
+                tx_last_bps: last.tx,
+                rx_last_bps: last.rx,
                 ecn_marked: p.ecn_marked,
                 counters: counters(p.counters.as_ref(), &p.extra),
             }

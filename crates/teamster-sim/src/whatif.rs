@@ -1,0 +1,406 @@
+//! What-if: a host's recent past as a scenario, changes applied to it, and the two fluid runs
+//! compared port by port and uplink by uplink.
+//!
+//! Model. The *past* is a fluid scenario whose ports offer what the switch measured (each
+//! port's `tx` a `points` curve of its delivered rate, a point a second): run as it is, it is the
+//! model of what happened (the *baseline*), which says how well the model fits this host. The
+//! *change* is the same scenario edited ([`apply`]): a port's NetIOC controls, an uplink down or
+//! at another capacity, a group's teaming policy, a port added with a demand or removed. Run
+//! again, it is the *prediction*. [`answer`] gives, per port, the measured mean, the baseline's
+//! and the prediction's, whether its reservation holds in the prediction, and the uplink it
+//! ends on; per uplink its mean utilisation in both runs; and the moves (Load-Based Teaming's
+//! among them) the prediction makes, with their times.
+//!
+//! What the fluid model leaves out, and the answer says so: latency and queues, bursts shorter
+//! than the step (a second), TCP's own dynamics (a flow is a rate, not a window). A measured rate
+//! is what a port got, not what it wanted: a port held down by its limit, its share or a full
+//! uplink may want more (the answer names the ports it cannot tell of).
+//!
+//! Bad input (an unknown port, uplink or group, a change admission control refuses) is an error
+//! naming it; nothing here touches a switch.
+
+use crate::run::RunOutput;
+use crate::scenario::Scenario;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use teamster_core::ioc::Shares;
+use teamster_core::teaming::Policy;
+use teamster_core::units::Bandwidth;
+use toml::{Table, Value};
+
+/// One change to the past.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Change {
+    /// A port's NetIOC controls; those left out keep their value (`limit = "none"` removes one).
+    Port {
+        port: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reservation: Option<Bandwidth>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shares: Option<Shares>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<LimitChange>,
+    },
+    /// An uplink down for the whole window.
+    UplinkDown { uplink: String },
+    /// An uplink at another capacity.
+    UplinkCapacity { uplink: String, capacity: Bandwidth },
+    /// A port group's teaming policy.
+    Policy { group: String, policy: Policy },
+    /// A port added to `group`, sending `tx` all along (and the NetIOC controls given).
+    AddPort {
+        name: String,
+        group: String,
+        tx: Bandwidth,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reservation: Option<Bandwidth>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<Bandwidth>,
+    },
+    /// A port removed.
+    RemovePort { port: String },
+}
+
+/// A new limit: a rate, or `"none"` for none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LimitChange {
+    To(Bandwidth),
+    Remove,
+}
+
+impl Serialize for LimitChange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LimitChange::To(b) => b.serialize(s),
+            LimitChange::Remove => s.serialize_str("none"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LimitChange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "none" {
+            return Ok(LimitChange::Remove);
+        }
+        text.parse::<Bandwidth>()
+            .map(LimitChange::To)
+            .map_err(|e| serde::de::Error::custom(format!("limit `{text}`: {e} (or \"none\")")))
+    }
+}
+
+/// A port in the answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PortAnswer {
+    pub name: String,
+    /// Its mean send rate over the window as measured (None: a port the change adds).
+    pub measured_bps: Option<f64>,
+    /// The model of the past: its mean delivered send rate.
+    pub baseline_bps: Option<f64>,
+    /// With the change (None: a port the change removes).
+    pub predicted_bps: Option<f64>,
+    pub reservation_bps: f64,
+    /// Whether the prediction gives it its reservation, or all it offered if that is less (to
+    /// within 1% of the reservation), every second of the window; None without a reservation.
+    pub reservation_holds: Option<bool>,
+    /// The uplink it ends on in the model of the past, and with the change.
+    pub uplink_before: Option<String>,
+    pub uplink_after: Option<String>,
+    /// Measured at its limit or on a full uplink: it may have wanted more than it got, and the
+    /// prediction takes what it got as all it wants.
+    pub may_want_more: bool,
+}
+
+/// An uplink in the answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UplinkAnswer {
+    pub name: String,
+    /// Mean send utilisation of its capacity (0-1), in the model of the past and with the change.
+    pub baseline_utilisation: f64,
+    pub predicted_utilisation: f64,
+}
+
+/// A move the prediction makes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoveAnswer {
+    pub t_s: f64,
+    pub port: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: String,
+}
+
+/// What a what-if answers; see the module documentation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer {
+    pub window_s: f64,
+    pub changes: Vec<Change>,
+    pub ports: Vec<PortAnswer>,
+    pub uplinks: Vec<UplinkAnswer>,
+    pub moves: Vec<MoveAnswer>,
+    /// What the model leaves out, and what this answer cannot tell.
+    pub notes: Vec<String>,
+    /// The scenario with the change (`teamster simulate` runs it again).
+    pub scenario: String,
+}
+
+/// Applies `changes` to scenario `text`, giving the changed scenario's text. An unknown name or
+/// a repeated port name is an error naming it; the result is checked when it is loaded.
+pub fn apply(text: &str, changes: &[Change]) -> Result<String, String> {
+    let mut doc: Table = toml::from_str(text).map_err(|e| format!("the scenario: {e}"))?;
+    for (i, c) in changes.iter().enumerate() {
+        apply_one(&mut doc, c).map_err(|e| format!("changes[{i}]: {e}"))?;
+    }
+    if let Some(Value::String(name)) = doc.get_mut("name") {
+        name.push_str(" (what if)");
+    }
+    toml::to_string(&doc).map_err(|e| format!("writing the scenario: {e}"))
+}
+
+/// The `[[kind]]` array of `doc` (empty if absent).
+fn array<'a>(doc: &'a mut Table, kind: &str) -> &'a mut Vec<Value> {
+    let v = doc.entry(kind).or_insert_with(|| Value::Array(Vec::new()));
+    if !v.is_array() {
+        *v = Value::Array(Vec::new());
+    }
+    v.as_array_mut().expect("an array")
+}
+
+/// The entry of `[[kind]]` named `name`, or an error naming it.
+fn named<'a>(doc: &'a mut Table, kind: &str, what: &str, name: &str) -> Result<&'a mut Table, String> {
+    array(doc, kind)
+        .iter_mut()
+        .filter_map(Value::as_table_mut)
+        .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+        .ok_or_else(|| format!("no {what} named `{name}`"))
+}
+
+fn apply_one(doc: &mut Table, c: &Change) -> Result<(), String> {
+    // Written as plain bits/s, which every Bandwidth field reads back exactly.
+    let rate = |b: Bandwidth| Value::String(b.bps().to_string());
+    match c {
+        Change::Port {
+            port,
+            reservation,
+            shares,
+            limit,
+        } => {
+            let p = named(doc, "ports", "port", port)?;
+            if let Some(r) = reservation {
+                p.insert("reservation".into(), rate(*r));
+            }
+            if let Some(s) = shares {
+                p.insert("shares".into(), Value::Integer(i64::from(s.get())));
+            }
+            match limit {
+                Some(LimitChange::To(l)) => {
+                    p.insert("limit".into(), rate(*l));
+                }
+                Some(LimitChange::Remove) => {
+                    p.remove("limit");
+                }
+                None => {}
+            }
+        }
+        Change::UplinkDown { uplink } => {
+            named(doc, "uplinks", "uplink", uplink)?;
+            let mut e = Table::new();
+            e.insert("kind".into(), Value::String("link-down".into()));
+            e.insert("at_s".into(), Value::Float(0.0));
+            e.insert("uplink".into(), Value::String(uplink.clone()));
+            array(doc, "events").push(Value::Table(e));
+        }
+        Change::UplinkCapacity { uplink, capacity } => {
+            named(doc, "uplinks", "uplink", uplink)?.insert("capacity".into(), rate(*capacity));
+        }
+        Change::Policy { group, policy } => {
+            named(doc, "port_groups", "port group", group)?.insert("policy".into(), Value::String(policy.to_string()));
+        }
+        Change::AddPort {
+            name,
+            group,
+            tx,
+            reservation,
+            limit,
+        } => {
+            if named(doc, "ports", "port", name).is_ok() {
+                return Err(format!("a port named `{name}` is there already"));
+            }
+            named(doc, "port_groups", "port group", group)?;
+            let mut p = Table::new();
+            p.insert("name".into(), Value::String(name.clone()));
+            p.insert("group".into(), Value::String(group.clone()));
+            let mut d = Table::new();
+            d.insert("kind".into(), Value::String("constant".into()));
+            d.insert("rate".into(), rate(*tx));
+            p.insert("tx".into(), Value::Table(d));
+            if let Some(r) = reservation {
+                p.insert("reservation".into(), rate(*r));
+            }
+            if let Some(l) = limit {
+                p.insert("limit".into(), rate(*l));
+            }
+            array(doc, "ports").push(Value::Table(p));
+        }
+        Change::RemovePort { port } => {
+            named(doc, "ports", "port", port)?;
+            array(doc, "ports").retain(|p| p.get("name").and_then(Value::as_str) != Some(port.as_str()));
+        }
+    }
+    Ok(())
+}
+
+/// Each port's mean delivered send rate over `out`'s rows, by name.
+fn means(out: &RunOutput) -> Vec<(String, f64)> {
+    let n = out.rows.len().max(1) as f64;
+    out.ports
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            (
+                name.clone(),
+                out.rows.iter().map(|r| r.delivered_tx[i]).sum::<f64>() / n,
+            )
+        })
+        .collect()
+}
+
+/// Runs the past in scenario `text` and the same with `changes`, and compares them (see the
+/// module documentation). `path` names the scenario in errors.
+pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, String> {
+    let load = |t: &str| Scenario::from_str(t, path).map_err(|e| e.to_string());
+    let past = load(text)?;
+    let changed_text = apply(text, changes)?;
+    let changed = load(&changed_text).map_err(|e| format!("with the change: {e}"))?;
+    let before = crate::fluid::run(&past)?;
+    let after = crate::fluid::run(&changed)?;
+    let window_s = past.file.duration_s;
+
+    let measured: Vec<(String, f64)> = past
+        .ports
+        .iter()
+        .map(|p| {
+            let steps = window_s.max(1.0) as usize;
+            let mean = (0..steps).map(|t| p.tx.at(t as f64)).sum::<f64>() / steps as f64;
+            (p.name.clone(), mean)
+        })
+        .collect();
+    let baseline = means(&before);
+    let predicted = means(&after);
+    let uplink_of = |out: &RunOutput, name: &str| {
+        out.ports
+            .iter()
+            .position(|p| p == name)
+            .and_then(|i| out.port_uplinks.get(i).cloned().flatten())
+    };
+    let mut names: Vec<String> = past.ports.iter().map(|p| p.name.clone()).collect();
+    for p in &changed.ports {
+        if !names.contains(&p.name) {
+            names.push(p.name.clone());
+        }
+    }
+    let find = |v: &[(String, f64)], n: &str| v.iter().find(|(m, _)| m == n).map(|(_, x)| *x);
+    let mut ports = Vec::new();
+    let mut uncertain = Vec::new();
+    for name in names {
+        let entry = changed.file.ports.iter().find(|p| p.name == name);
+        let reservation_bps = entry.map_or(0.0, |p| p.reservation.bps_f64());
+        let holds = (reservation_bps > 0.0).then(|| {
+            let i = after.ports.iter().position(|p| *p == name);
+            i.is_some_and(|i| {
+                after
+                    .rows
+                    .iter()
+                    .all(|r| r.delivered_tx[i] >= 0.99 * reservation_bps.min(r.offered_tx[i]))
+            })
+        });
+        // Held down when measured: at its limit, or on an uplink the model of the past fills.
+        let limit = past
+            .file
+            .ports
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.limit.map(|l| l.bps_f64()));
+        let m = find(&measured, &name);
+        let at_limit = matches!((m, limit), (Some(m), Some(l)) if m >= 0.95 * l);
+        let on_full = uplink_of(&before, &name).is_some_and(|u| {
+            before
+                .uplinks
+                .iter()
+                .position(|x| *x == u)
+                .is_some_and(|i| utilisation(&before, i) >= 0.95)
+        });
+        let may_want_more = m.is_some() && (at_limit || on_full);
+        if may_want_more {
+            uncertain.push(name.clone());
+        }
+        ports.push(PortAnswer {
+            measured_bps: m,
+            baseline_bps: find(&baseline, &name),
+            predicted_bps: find(&predicted, &name),
+            reservation_bps,
+            reservation_holds: holds,
+            uplink_before: uplink_of(&before, &name),
+            uplink_after: uplink_of(&after, &name),
+            may_want_more,
+            name,
+        });
+    }
+    let uplinks = before
+        .uplinks
+        .iter()
+        .enumerate()
+        .map(|(i, name)| UplinkAnswer {
+            name: name.clone(),
+            baseline_utilisation: utilisation(&before, i),
+            predicted_utilisation: after
+                .uplinks
+                .iter()
+                .position(|u| u == name)
+                .map_or(0.0, |j| utilisation(&after, j)),
+        })
+        .collect();
+    let moves = after
+        .moves
+        .iter()
+        .map(|m| MoveAnswer {
+            t_s: m.t_s,
+            port: m.port.clone(),
+            from: m.from.clone(),
+            to: m.to.clone(),
+            reason: m.reason.clone(),
+        })
+        .collect();
+    let mut notes = vec![
+        "fluid model: rates per second, max-min and NetIOC sharing per uplink; it leaves out latency and queues, bursts shorter than a second, and TCP's own dynamics".to_string(),
+        "a port's demand is the rate it was measured at: what it got, not what it wanted".to_string(),
+    ];
+    if !uncertain.is_empty() {
+        notes.push(format!(
+            "uncertain: {} measured at a limit or on a full uplink, so may have wanted more than the prediction gives it",
+            uncertain.join(", ")
+        ));
+    }
+    Ok(Answer {
+        window_s,
+        changes: changes.to_vec(),
+        ports,
+        uplinks,
+        moves,
+        notes,
+        scenario: changed_text,
+    })
+}
+
+/// Uplink `i`'s mean send utilisation over `out`'s rows.
+fn utilisation(out: &RunOutput, i: usize) -> f64 {
+    let cap = out.capacities.get(i).copied().unwrap_or(0.0);
+    if cap <= 0.0 || out.rows.is_empty() {
+        return 0.0;
+    }
+    out.rows.iter().map(|r| r.uplink_tx[i]).sum::<f64>() / out.rows.len() as f64 / cap
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,398 @@
+//! `POST /api/v1/whatif`: what a change would do, answered by the simulator from the switch's
+//! own recent past, without touching the switch.
+//!
+//! The past is the running configuration (its uplinks at the capacities they run at, its port
+//! groups, NetIOC tree and ports) as a fluid scenario whose ports offer, second by second, the
+//! send and receive rates of each second that [`super::history`] kept for them over the window
+//! (a port missing from a second's point, past the busiest 64, offered nothing then). The simulator applies the
+//! changes to it, runs the past and the changed past, and compares them (`teamster_sim::whatif`
+//! has the model and what it leaves out). A change out of form is a 422; one that does not fit
+//! this switch (an unknown name, a reservation admission control refuses) is a 409 naming it,
+//! as is a window longer than the history kept, saying how much is kept.
+//!
+//! The daemon does not link the simulator: it runs `teamster-sim --whatif` from beside its own
+//! binary, the request on its standard input and the answer on its output, as a process of its
+//! own at nice 10 with at most [`CPU_S`] seconds of CPU and [`MEMORY`] bytes of address space,
+//! one at a time (a second request waits); a window is at most the hour the history keeps, a
+//! second a step. Nothing of it runs on the data plane's threads, and a simulator that fails or
+//! is killed fails the request, never the switch.
+
+use super::changes::{bandwidth_schema, limit_schema, policy_schema, present, shares_schema, some};
+use super::history::Point;
+use super::{ApiError, ApiState};
+use crate::http::body::Body;
+use crate::live::config::SwitchFile;
+use crate::live::snapshot::Snapshot;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value as JsonValue};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use teamster_core::ioc::Shares;
+use teamster_core::teaming::Policy;
+use teamster_core::units::Bandwidth;
+use toml::{Table, Value};
+
+/// The window when the request names none: ten minutes.
+pub const DEFAULT_WINDOW_S: u64 = 600;
+/// CPU seconds a what-if's simulator may use (an hour's window over a few hundred ports takes
+/// a few).
+pub const CPU_S: u64 = 60;
+/// Address space a what-if's simulator may map, in bytes.
+pub const MEMORY: u64 = 2 << 30;
+
+/// A what-if: the changes, each kind in a list of its own (applied in this order: ports'
+/// controls, uplinks down, uplinks' capacities, policies, ports added, ports removed), and the
+/// window of the past they are applied to. No change at all asks how well the model fits the
+/// past.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhatIf {
+    /// Seconds of the switch's past, a whole number up to 3600 (default 600). (Read as a number:
+    /// JSON's 600.0 is the integer 600.)
+    #[serde(default, deserialize_with = "some")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 3600, required = false, nullable = false)]
+    pub window_s: Option<f64>,
+    /// Ports' NetIOC controls; those left out keep their value.
+    #[serde(default)]
+    pub ports: Vec<PortWhatIf>,
+    /// Uplinks down for the whole window.
+    #[serde(default)]
+    pub uplinks_down: Vec<String>,
+    /// Uplinks at another capacity.
+    #[serde(default)]
+    pub uplink_capacities: Vec<UplinkCapacity>,
+    /// Port groups' teaming policies.
+    #[serde(default)]
+    pub policies: Vec<GroupPolicy>,
+    /// Ports added, each sending `tx` all along.
+    #[serde(default)]
+    pub add_ports: Vec<PortAdded>,
+    /// Ports removed.
+    #[serde(default)]
+    pub remove_ports: Vec<String>,
+}
+
+/// A port's controls in a what-if (as `PATCH /api/v1/ports/{name}` takes them).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortWhatIf {
+    pub port: String,
+    /// Minimum guaranteed send rate, e.g. "500M".
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub reservation: Option<Bandwidth>,
+    /// 1-100, or "low", "normal", "high".
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = shares_schema, required = false)]
+    pub shares: Option<Shares>,
+    /// Cap on the send rate; null removes the limit.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(schema_with = limit_schema, required = false)]
+    pub limit: Option<Option<Bandwidth>>,
+}
+
+/// An uplink at another capacity.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkCapacity {
+    pub uplink: String,
+    #[schema(schema_with = bandwidth_schema)]
+    pub capacity: Bandwidth,
+}
+
+/// A port group's teaming policy.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupPolicy {
+    pub group: String,
+    #[schema(schema_with = policy_schema)]
+    pub policy: Policy,
+}
+
+/// A port added.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortAdded {
+    pub name: String,
+    pub group: String,
+    /// What it sends, all along.
+    #[schema(schema_with = bandwidth_schema)]
+    pub tx: Bandwidth,
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub reservation: Option<Bandwidth>,
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub limit: Option<Bandwidth>,
+}
+
+impl WhatIf {
+    /// The changes as the simulator's `--whatif` reads them (`teamster_sim::whatif::Change`),
+    /// in order.
+    fn changes(&self) -> Vec<JsonValue> {
+        let rate = |b: &Bandwidth| json!(b.bps().to_string());
+        let mut out = Vec::new();
+        for p in &self.ports {
+            let mut c = json!({ "kind": "port", "port": p.port });
+            if let Some(r) = &p.reservation {
+                c["reservation"] = rate(r);
+            }
+            if let Some(s) = p.shares {
+                c["shares"] = json!(s.get());
+            }
+            match &p.limit {
+                Some(Some(l)) => c["limit"] = rate(l),
+                Some(None) => c["limit"] = json!("none"),
+                None => {}
+            }
+            out.push(c);
+        }
+        for u in &self.uplinks_down {
+            out.push(json!({ "kind": "uplink-down", "uplink": u }));
+        }
+        for u in &self.uplink_capacities {
+            out.push(json!({ "kind": "uplink-capacity", "uplink": u.uplink, "capacity": rate(&u.capacity) }));
+        }
+        for g in &self.policies {
+            out.push(json!({ "kind": "policy", "group": g.group, "policy": g.policy.name() }));
+        }
+        for p in &self.add_ports {
+            let mut c = json!({ "kind": "add-port", "name": p.name, "group": p.group, "tx": rate(&p.tx) });
+            if let Some(r) = &p.reservation {
+                c["reservation"] = rate(r);
+            }
+            if let Some(l) = &p.limit {
+                c["limit"] = rate(l);
+            }
+            out.push(c);
+        }
+        for p in &self.remove_ports {
+            out.push(json!({ "kind": "remove-port", "port": p }));
+        }
+        out
+    }
+}
+
+/// One what-if at a time: each holds a simulator's memory for its length.
+static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[utoipa::path(post, path = "/api/v1/whatif", request_body = WhatIf,
+    responses((status = 200, description = "per port its measured, modelled and predicted rate, whether its reservation holds and its uplink; per uplink its utilisation; the moves; the notes; the changed scenario"),
+        (status = 400, body = super::ErrorBody), (status = 408, body = super::ErrorBody),
+        (status = 413, body = super::ErrorBody), (status = 415, body = super::ErrorBody),
+        (status = 409, body = super::ErrorBody,
+        description = "an unknown port, uplink or group, a change admission control refuses, a window past the history kept"),
+        (status = 422, body = super::ErrorBody, description = "a change or window out of form"),
+        (status = 503, body = super::ErrorBody, description = "the simulator is not installed beside teamster")))]
+pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<Json<JsonValue>, ApiError> {
+    let asked = w.window_s.unwrap_or(DEFAULT_WINDOW_S as f64);
+    let window = asked as u64;
+    if asked.fract() != 0.0 || !(1.0..=super::history::POINTS as f64).contains(&asked) {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "window_s: {asked}: expected a whole number of seconds, 1 to {}",
+                super::history::POINTS
+            ),
+        ));
+    }
+    let snapshot = s.snapshots.borrow().clone();
+    let points = {
+        let h = s
+            .history
+            .lock()
+            .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "history".into()))?;
+        h.since(snapshot.unix_ms.saturating_sub(window * 1000))
+    };
+    let kept = points.len() as u64;
+    if kept + 2 < window {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("window_s: {window}: the switch has kept {kept} s of its past so far"),
+        ));
+    }
+    let config = s.config.lock().await.clone();
+    let scenario = past(&config, &snapshot, &points).map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let request = json!({ "scenario": scenario, "changes": w.changes() });
+    let _one = RUNNING.lock().await;
+    let answer = tokio::task::spawn_blocking(move || simulate(&request))
+        .await
+        .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "the what-if's thread failed".into()))??;
+    Ok(Json(answer))
+}
+
+/// Runs `teamster-sim --whatif` on `request`, bounded as the module documentation says.
+fn simulate(request: &JsonValue) -> Result<JsonValue, ApiError> {
+    let sim = std::env::current_exe()
+        .map(|exe| exe.with_file_name("teamster-sim"))
+        .map_err(|e| {
+            ApiError(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot tell where teamster is: {e}"),
+            )
+        })?;
+    let mut cmd = Command::new(&sim);
+    cmd.arg("--whatif")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: between fork and exec, only async-signal-safe calls (setrlimit, setpriority) on
+    // the child's own limits.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let cpu = libc::rlimit {
+                rlim_cur: CPU_S,
+                rlim_max: CPU_S,
+            };
+            let mem = libc::rlimit {
+                rlim_cur: MEMORY,
+                rlim_max: MEMORY,
+            };
+            if libc::setrlimit(libc::RLIMIT_CPU, &cpu) != 0 || libc::setrlimit(libc::RLIMIT_AS, &mem) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the what-if runs the simulator, {}: {e} (it is installed beside teamster)",
+                sim.display()
+            ),
+        )
+    })?;
+    let input = serde_json::to_vec(request).map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // The simulator reads all of it before it answers; a write that fails shows in its exit.
+        let _ = stdin.write_all(&input);
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the simulator: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let msg = err.trim().trim_start_matches("error: ").to_string();
+        // Exit 2: the changes do not fit this switch (a name it does not have, a reservation
+        // admission control refuses): a conflict with its state, as the other changes' are.
+        return Err(match out.status.code() {
+            Some(2) => ApiError(StatusCode::CONFLICT, msg),
+            _ => ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the simulator stopped ({}): {msg}", out.status),
+            ),
+        });
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the simulator's answer: {e}"),
+        )
+    })
+}
+
+/// The switch's past over `points` as a fluid scenario's text (see the module documentation):
+/// the configuration's host tables, its uplinks at the capacities `snapshot` shows, and its
+/// ports offering what the points measured.
+pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -> Result<String, String> {
+    let mut doc = Table::new();
+    doc.insert("name".into(), Value::String("the switch's past".into()));
+    doc.insert(
+        "description".into(),
+        Value::String(format!("{} s of the running switch, a point a second", points.len())),
+    );
+    doc.insert("duration_s".into(), Value::Float(points.len().max(1) as f64));
+    doc.insert("step_s".into(), Value::Float(1.0));
+    doc.insert("lbt".into(), value(&config.lbt)?);
+    if let Some(cap) = config.reservation_cap {
+        doc.insert("reservation_cap".into(), Value::Float(cap));
+    }
+    let uplinks = config
+        .uplinks
+        .iter()
+        .map(|u| {
+            let bps = snapshot
+                .uplinks
+                .iter()
+                .find(|v| v.name == u.name)
+                .map(|v| v.capacity_bps)
+                .filter(|b| *b > 0)
+                .or(u.capacity.map(|c| c.bps()))
+                .ok_or_else(|| format!("uplink `{}`: no capacity known", u.name))?;
+            let mut t = Table::new();
+            t.insert("name".into(), Value::String(u.name.clone()));
+            t.insert("capacity".into(), Value::String(bps.to_string()));
+            Ok(Value::Table(t))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    doc.insert("uplinks".into(), Value::Array(uplinks));
+    let list = |items: Vec<Value>| Value::Array(items);
+    let groups = config.port_groups.iter().map(value).collect::<Result<Vec<_>, _>>()?;
+    doc.insert("port_groups".into(), list(groups));
+    let classes = config
+        .traffic_classes
+        .iter()
+        .map(value)
+        .collect::<Result<Vec<_>, _>>()?;
+    doc.insert("traffic_classes".into(), list(classes));
+    let pools = config.pools.iter().map(value).collect::<Result<Vec<_>, _>>()?;
+    doc.insert("pools".into(), list(pools));
+    let mut ports = Vec::new();
+    for p in &config.ports {
+        let Value::Table(mut t) = value(p)? else {
+            return Err(format!("port `{}`: not a table", p.name));
+        };
+        // What the host model has of a port, no more (its interface is the switch's business).
+        for key in ["interface", "backend", "mac_takeover"] {
+            t.remove(key);
+        }
+        let series = |tx: bool| {
+            let pts: Vec<Value> = points
+                .iter()
+                .enumerate()
+                .map(|(i, pt)| {
+                    // The last second's rate (a point from before it was kept: the window's mean).
+                    let rate = pt.ports.iter().find(|s| s.name == p.name).map_or(0.0, |s| {
+                        let [t, r] = s.last.unwrap_or([s.tx, s.rx]);
+                        if tx {
+                            t
+                        } else {
+                            r
+                        }
+                    });
+                    Value::Array(vec![Value::Float(i as f64), Value::Float(rate.max(0.0))])
+                })
+                .collect();
+            let mut d = Table::new();
+            d.insert("kind".into(), Value::String("points".into()));
+            d.insert(
+                "points".into(),
+                Value::Array(if pts.is_empty() {
+                    vec![Value::Array(vec![Value::Float(0.0), Value::Float(0.0)])]
+                } else {
+                    pts
+                }),
+            );
+            Value::Table(d)
+        };
+        t.insert("tx".into(), series(true));
+        t.insert("rx".into(), series(false));
+        ports.push(Value::Table(t));
+    }
+    doc.insert("ports".into(), list(ports));
+    toml::to_string(&doc).map_err(|e| format!("writing the past: {e}"))
+}
+
+/// A configuration entry as TOML.
+fn value<T: serde::Serialize>(v: &T) -> Result<Value, String> {
+    Value::try_from(v).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests;

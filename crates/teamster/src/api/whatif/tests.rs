@@ -1,0 +1,132 @@
+//! The switch's past as a scenario: what it holds, and that the simulator takes it.
+
+use super::*;
+use crate::api::history::Sample;
+use crate::live::snapshot::UplinkView;
+use std::path::Path;
+
+fn config() -> SwitchFile {
+    let text = r#"
+[[uplinks]]
+name = "uplink1"
+interface = "eth1"
+
+[[uplinks]]
+name = "uplink2"
+interface = "eth2"
+capacity = "1G"
+
+[[port_groups]]
+name = "vms"
+policy = "load-based"
+active = ["uplink1", "uplink2"]
+
+[[traffic_classes]]
+class = "vm"
+reservation = "500M"
+
+[[ports]]
+name = "vm1"
+interface = "tap1"
+group = "vms"
+reservation = "200M"
+mac_takeover = true
+
+[[ports]]
+name = "vm2"
+interface = "tap2"
+group = "vms"
+limit = "300M"
+"#;
+    toml::from_str(text).unwrap()
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot {
+        unix_ms: 1_000_000,
+        uplinks: ["uplink1", "uplink2"]
+            .iter()
+            .map(|n| UplinkView {
+                name: n.to_string(),
+                // uplink1's capacity is the kernel's speed (none in the file): 10G here.
+                capacity_bps: if *n == "uplink1" { 10_000_000_000 } else { 1_000_000_000 },
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// `n` seconds: vm1 sending 400M and receiving 100M, vm2 at its 300M limit; vm2 missing from
+/// the first point (not among its busiest ports).
+fn points(n: u64) -> Vec<Point> {
+    (0..n)
+        .map(|k| Point {
+            unix_ms: 1_000_000 + k * 1000,
+            uplinks: vec![],
+            ports: [("vm1", 400e6, 100e6), ("vm2", 300e6, 0.0)]
+                .iter()
+                .filter(|(name, ..)| !(k == 0 && *name == "vm2"))
+                .map(|(name, tx, rx)| Sample {
+                    name: name.to_string(),
+                    // The window's means lag; the last second's are what is replayed.
+                    tx: tx / 2.0,
+                    rx: rx / 2.0,
+                    last: Some([*tx, *rx]),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_past_is_a_scenario_of_the_running_configuration_and_its_measured_rates() {
+    let text = past(&config(), &snapshot(), &points(30)).unwrap();
+    let s = teamster_sim::Scenario::from_str(&text, Path::new("past.toml")).unwrap();
+    assert_eq!(s.file.duration_s, 30.0);
+    // The capacity the uplink runs at, the file's where the kernel gives none.
+    let caps: Vec<u64> = s.file.uplinks.iter().map(|u| u.capacity.bps()).collect();
+    assert_eq!(caps, [10_000_000_000, 1_000_000_000]);
+    let vm1 = s.ports.iter().find(|p| p.name == "vm1").unwrap();
+    let vm2 = s.ports.iter().find(|p| p.name == "vm2").unwrap();
+    assert_eq!((vm1.tx.at(10.0), vm1.rx.at(10.0)), (400e6, 100e6));
+    assert_eq!(
+        (vm2.tx.at(0.0), vm2.tx.at(1.0)),
+        (0.0, 300e6),
+        "missing from a point: nothing then"
+    );
+    // The controls and the tree come along; the switch's own keys do not.
+    assert_eq!(s.file.ports[0].reservation.bps(), 200_000_000);
+    assert_eq!(s.file.ports[1].limit.map(|l| l.bps()), Some(300_000_000));
+    assert!(
+        !text.contains("tap1") && !text.contains("mac_takeover") && !text.contains("eth1"),
+        "{text}"
+    );
+    // And a what-if runs on it: vm2's limit raised, with vm2 named as unsure of its demand.
+    let a = teamster_sim::whatif::answer(
+        &text,
+        Path::new("past.toml"),
+        &[teamster_sim::whatif::Change::Port {
+            port: "vm2".into(),
+            reservation: None,
+            shares: None,
+            limit: Some(teamster_sim::whatif::LimitChange::To("1G".parse().unwrap())),
+        }],
+    )
+    .unwrap();
+    let vm2 = a.ports.iter().find(|p| p.name == "vm2").unwrap();
+    assert!(vm2.may_want_more, "{vm2:?}");
+    assert!((vm1_rate(&a) - 400e6).abs() < 5e6);
+}
+
+fn vm1_rate(a: &teamster_sim::whatif::Answer) -> f64 {
+    a.ports.iter().find(|p| p.name == "vm1").unwrap().predicted_bps.unwrap()
+}
+
+#[test]
+fn an_uplink_without_a_known_capacity_is_an_error_naming_it() {
+    let mut snap = snapshot();
+    snap.uplinks[0].capacity_bps = 0;
+    let e = past(&config(), &snap, &points(3)).unwrap_err();
+    assert!(e.contains("uplink1"), "{e}");
+}

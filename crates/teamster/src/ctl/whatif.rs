@@ -1,0 +1,205 @@
+//! `teamster ctl whatif`: asks the switch what a change would do (`POST /api/v1/whatif`) and
+//! prints the answer as a table, or the JSON; `--save FILE` keeps the scenario it ran, for
+//! `teamster simulate`.
+
+use clap::Args;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// The changes and the window, as flags; any number of changes of each kind.
+#[derive(Args)]
+pub struct WhatifArgs {
+    /// Seconds of the switch's past the changes are applied to (default 600, at most 3600).
+    #[arg(long)]
+    window: Option<u64>,
+    /// A port whose NetIOC controls change (with --reservation, --shares, --limit).
+    #[arg(long, requires = "control")]
+    port: Option<String>,
+    /// Its new reservation, e.g. 500M.
+    #[arg(long, group = "control", requires = "port")]
+    reservation: Option<String>,
+    /// Its new shares: 1-100, or low, normal, high.
+    #[arg(long, group = "control", requires = "port")]
+    shares: Option<String>,
+    /// Its new limit, e.g. 1G, or `none`.
+    #[arg(long, group = "control", requires = "port")]
+    limit: Option<String>,
+    /// An uplink down for the whole window.
+    #[arg(long, value_name = "UPLINK")]
+    uplink_down: Vec<String>,
+    /// An uplink at another capacity: UPLINK=RATE, e.g. uplink2=1G.
+    #[arg(long, value_name = "UPLINK=RATE")]
+    uplink_capacity: Vec<String>,
+    /// A port group's teaming policy: GROUP=POLICY, e.g. vms=load-based.
+    #[arg(long, value_name = "GROUP=POLICY")]
+    policy: Vec<String>,
+    /// A port added: NAME,GROUP,RATE[,RESERVATION], sending RATE all along.
+    #[arg(long, value_name = "NAME,GROUP,RATE[,RESERVATION]")]
+    add_port: Vec<String>,
+    /// A port removed.
+    #[arg(long, value_name = "PORT")]
+    remove_port: Vec<String>,
+    /// Write the scenario with the change to FILE (a new file), for `teamster simulate`.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+}
+
+/// The request body, or what is wrong with the flags.
+pub fn body(a: &WhatifArgs) -> Result<Value, String> {
+    let mut b = json!({});
+    if let Some(port) = &a.port {
+        let mut c = json!({ "port": port });
+        if let Some(r) = &a.reservation {
+            c["reservation"] = json!(r);
+        }
+        if let Some(s) = &a.shares {
+            c["shares"] = s.parse::<u64>().map_or_else(|_| json!(s), |n| json!(n));
+        }
+        if let Some(l) = &a.limit {
+            c["limit"] = if l == "none" { Value::Null } else { json!(l) };
+        }
+        b["ports"] = json!([c]);
+    }
+    if !a.uplink_down.is_empty() {
+        b["uplinks_down"] = json!(a.uplink_down);
+    }
+    let pair = |s: &str, what: &str| {
+        s.split_once('=')
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .ok_or_else(|| format!("{what}: `{s}`: expected NAME=VALUE"))
+    };
+    let mut caps = Vec::new();
+    for u in &a.uplink_capacity {
+        let (uplink, capacity) = pair(u, "--uplink-capacity")?;
+        caps.push(json!({ "uplink": uplink, "capacity": capacity }));
+    }
+    if !caps.is_empty() {
+        b["uplink_capacities"] = json!(caps);
+    }
+    let mut policies = Vec::new();
+    for p in &a.policy {
+        let (group, policy) = pair(p, "--policy")?;
+        policies.push(json!({ "group": group, "policy": policy }));
+    }
+    if !policies.is_empty() {
+        b["policies"] = json!(policies);
+    }
+    let mut added = Vec::new();
+    for p in &a.add_port {
+        let parts: Vec<&str> = p.split(',').collect();
+        let mut c = match parts.as_slice() {
+            [name, group, tx] | [name, group, tx, _] => json!({ "name": name, "group": group, "tx": tx }),
+            _ => return Err(format!("--add-port: `{p}`: expected NAME,GROUP,RATE[,RESERVATION]")),
+        };
+        if let Some(r) = parts.get(3) {
+            c["reservation"] = json!(r);
+        }
+        added.push(c);
+    }
+    if !added.is_empty() {
+        b["add_ports"] = json!(added);
+    }
+    if !a.remove_port.is_empty() {
+        b["remove_ports"] = json!(a.remove_port);
+    }
+    if let Some(f) = &a.save {
+        if f.exists() {
+            return Err(format!("--save: {} exists; give a new file", f.display()));
+        }
+    }
+    if let Some(w) = a.window {
+        b["window_s"] = json!(w);
+    }
+    Ok(b)
+}
+
+/// Writes the answer's scenario where `--save` says, if it does.
+pub fn save(a: &WhatifArgs, answer: &Value) -> Result<(), String> {
+    let Some(f) = &a.save else { return Ok(()) };
+    let text = answer["scenario"].as_str().ok_or("the answer has no scenario")?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(f)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+        .map_err(|e| format!("--save {}: {e}", f.display()))
+}
+
+fn rate(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |b| {
+        if b >= 1e9 {
+            format!("{:.2}G", b / 1e9)
+        } else {
+            format!("{:.0}M", b / 1e6)
+        }
+    })
+}
+
+/// The answer as tables: ports, uplinks, moves, notes.
+pub fn text(a: &Value) -> String {
+    let mut out = format!(
+        "what if, over the last {} s:\n\n",
+        a["window_s"].as_f64().unwrap_or(0.0)
+    );
+    out += &format!(
+        "{:<16} {:>9} {:>9} {:>9} {:>11} {:>5}  {}\n",
+        "PORT", "MEASURED", "MODEL", "PREDICTED", "RESERVATION", "HOLDS", "UPLINK (MODEL -> PREDICTED)"
+    );
+    for p in a["ports"].as_array().into_iter().flatten() {
+        let holds = match p["reservation_holds"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let name = format!(
+            "{}{}",
+            p["name"].as_str().unwrap_or("?"),
+            if p["may_want_more"].as_bool() == Some(true) {
+                " *"
+            } else {
+                ""
+            }
+        );
+        out += &format!(
+            "{:<16} {:>9} {:>9} {:>9} {:>11} {:>5}  {} -> {}\n",
+            name,
+            rate(&p["measured_bps"]),
+            rate(&p["baseline_bps"]),
+            rate(&p["predicted_bps"]),
+            rate(&p["reservation_bps"]),
+            holds,
+            p["uplink_before"].as_str().unwrap_or("-"),
+            p["uplink_after"].as_str().unwrap_or("-"),
+        );
+    }
+    out += &format!("\n{:<16} {:>7} {:>9}\n", "UPLINK", "MODEL", "PREDICTED");
+    for u in a["uplinks"].as_array().into_iter().flatten() {
+        let pct = |v: &Value| format!("{:.0}%", v.as_f64().unwrap_or(0.0) * 100.0);
+        out += &format!(
+            "{:<16} {:>7} {:>9}\n",
+            u["name"].as_str().unwrap_or("?"),
+            pct(&u["baseline_utilisation"]),
+            pct(&u["predicted_utilisation"])
+        );
+    }
+    let moves = a["moves"].as_array().cloned().unwrap_or_default();
+    if !moves.is_empty() {
+        out += "\nmoves:\n";
+        for m in moves {
+            out += &format!(
+                "  {:>6.0} s  {} {} -> {} ({})\n",
+                m["t_s"].as_f64().unwrap_or(0.0),
+                m["port"].as_str().unwrap_or("?"),
+                m["from"].as_str().unwrap_or("-"),
+                m["to"].as_str().unwrap_or("-"),
+                m["reason"].as_str().unwrap_or(""),
+            );
+        }
+    }
+    out += "\n";
+    for n in a["notes"].as_array().into_iter().flatten() {
+        out += &format!("note: {}\n", n.as_str().unwrap_or(""));
+    }
+    out += "(* may have wanted more than it got: see the notes)\n";
+    out
+}
