@@ -10,9 +10,10 @@
 //! simulate ARGS...` runs this binary, installed beside `teamster`, with the same arguments.
 //!
 //! `--whatif` answers a what-if (`teamster_sim::whatif`): a JSON object on standard input,
-//! `{"scenario": TEXT, "changes": [...]}`, and the answer as JSON on standard output; bad
-//! input is an error on standard error and exit status 2. The switch runs it for
-//! `POST /api/v1/whatif` and `teamster ctl whatif`.
+//! `{"scenario": TEXT, "changes": [...]}`, and the answer as JSON on standard output; changes
+//! that do not fit the scenario are an error on standard error and exit status 2, a request or
+//! scenario that is bad in itself exit status 3. The switch runs it for `POST /api/v1/whatif`
+//! and `teamster ctl whatif`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -61,24 +62,40 @@ struct WhatIfRequest {
     changes: Vec<teamster_sim::whatif::Change>,
 }
 
-/// Answers the what-if on standard input (see the module documentation).
+/// Answers the what-if on standard input (see the module documentation): exit status 2 when
+/// the changes do not fit the past, 3 when the request or the past itself is bad.
 fn whatif() -> ExitCode {
     let mut input = String::new();
     if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
         eprintln!("error: reading the what-if: {e}");
-        return ExitCode::from(2);
+        return ExitCode::from(3);
     }
-    let answer = serde_json::from_str::<WhatIfRequest>(&input)
-        .map_err(|e| format!("the what-if: {e}"))
-        .and_then(|r| teamster_sim::whatif::answer(&r.scenario, std::path::Path::new("the switch's past"), &r.changes));
-    match answer.and_then(|a| serde_json::to_string(&a).map_err(|e| e.to_string())) {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
+    let request = match serde_json::from_str::<WhatIfRequest>(&input) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: the what-if: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let path = std::path::Path::new("the switch's past");
+    match teamster_sim::whatif::answer(&request.scenario, path, &request.changes) {
+        Ok(a) => match serde_json::to_string(&a) {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(3)
+            }
+        },
+        Err(e @ teamster_sim::whatif::WhatIfError::Changes(_)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(3)
         }
     }
 }

@@ -205,6 +205,15 @@ fn apply_one(doc: &mut Table, c: &Change) -> Result<(), String> {
         }
         Change::UplinkDown { uplink } => {
             named(doc, "uplinks", "uplink", uplink)?;
+            // Down all along already (the past has it down): nothing more to say.
+            let already = array(doc, "events").iter().any(|e| {
+                e.get("kind").and_then(Value::as_str) == Some("link-down")
+                    && e.get("uplink").and_then(Value::as_str) == Some(uplink.as_str())
+                    && e.get("at_s").and_then(Value::as_float) == Some(0.0)
+            });
+            if already {
+                return Ok(());
+            }
             let mut e = Table::new();
             e.insert("kind".into(), Value::String("link-down".into()));
             e.insert("at_s".into(), Value::Float(0.0));
@@ -266,15 +275,27 @@ fn means(out: &RunOutput) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Why a what-if has no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WhatIfError {
+    /// The changes do not fit this past: a name it does not have, what admission control
+    /// refuses, a change the scenario cannot take.
+    #[error("{0}")]
+    Changes(String),
+    /// The past itself does not load or run (its writer's fault, not the changes').
+    #[error("the past: {0}")]
+    Past(String),
+}
+
 /// Runs the past in scenario `text` and the same with `changes`, and compares them (see the
 /// module documentation). `path` names the scenario in errors.
-pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, String> {
+pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, WhatIfError> {
     let load = |t: &str| Scenario::from_str(t, path).map_err(|e| e.to_string());
-    let past = load(text)?;
-    let changed_text = apply(text, changes)?;
-    let changed = load(&changed_text).map_err(|e| format!("with the change: {e}"))?;
-    let before = crate::fluid::run(&past)?;
-    let after = crate::fluid::run(&changed)?;
+    let past = load(text).map_err(WhatIfError::Past)?;
+    let changed_text = apply(text, changes).map_err(WhatIfError::Changes)?;
+    let changed = load(&changed_text).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
+    let before = crate::fluid::run(&past).map_err(WhatIfError::Past)?;
+    let after = crate::fluid::run(&changed).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
     let window_s = past.file.duration_s;
 
     let measured: Vec<(String, f64)> = past

@@ -151,7 +151,8 @@ fn simulate_into_a_closed_pipe_ends_quietly() {
 }
 
 /// `--whatif` as the switch runs it: the request on standard input, the answer on standard
-/// output; a bad change is exit status 2 with the error naming it, and nothing on the output.
+/// output; a change that does not fit is exit status 2 with the error naming it, a request out
+/// of form 3, and nothing on the output.
 #[test]
 fn whatif_answers_on_stdout_and_refuses_by_name() {
     use std::io::Write;
@@ -185,8 +186,9 @@ fn whatif_answers_on_stdout_and_refuses_by_name() {
     assert!(o.stdout.is_empty());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no uplink named `uplink9`"), "{err}");
+    // A request out of form is not the changes not fitting: 3.
     let o = ask(serde_json::json!([{ "kind": "uplink-gone", "uplink": "uplink1" }]));
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("uplink-gone"));
     // A scenario and --whatif do not go together.
     assert_eq!(

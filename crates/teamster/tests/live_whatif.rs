@@ -54,7 +54,9 @@ fn a_what_if_answers_from_the_switchs_past_and_changes_nothing() {
     std::thread::sleep(Duration::from_secs(12));
     let (code, out, err) = ctl(
         d,
-        &["--json", "whatif", "--window", "8", "--port", "vm1", "--limit", "10M"],
+        &[
+            "--json", "whatif", "--window", "8", "--port", "vm1", "--shares", "80", "--limit", "10M",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let ans: Value = serde_json::from_str(&out).unwrap();

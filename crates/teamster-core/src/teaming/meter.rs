@@ -188,4 +188,20 @@ mod tests {
         }
         assert!((m.mean_bps(Instant::from_secs(100)) - 1e10).abs() < 1.0);
     }
+
+    #[test]
+    fn the_last_bucket_reads_its_second_alone() {
+        // 30 s window: 1 s buckets. 1 Gbit/s for ten seconds, then 3 Gbit/s for one.
+        let mut m = RateMeter::new(Duration::from_secs(30));
+        for s in 0..10u64 {
+            m.record(125_000_000, Instant::from_secs(s));
+        }
+        m.record(375_000_000, Instant::from_secs(10));
+        // During second 11, the last complete bucket is second 10's; the mean lags far behind.
+        assert!((m.last_bps(Instant::from_millis(11_500)) - 3e9).abs() < 1.0);
+        assert!((m.last_bps(Instant::from_millis(10_500)) - 1e9).abs() < 1.0);
+        assert!(m.mean_bps(Instant::from_millis(11_500)) < 1.2e9);
+        // A second with nothing reads zero.
+        assert_eq!(m.last_bps(Instant::from_millis(12_500)), 0.0);
+    }
 }

@@ -28,7 +28,10 @@ fn port<'a>(a: &'a Answer, name: &str) -> &'a PortAnswer {
 }
 
 fn run(text: &str, changes: &[Change]) -> Result<Answer, String> {
-    answer(text, Path::new("past.toml"), changes)
+    answer(text, Path::new("past.toml"), changes).map_err(|e| {
+        assert!(matches!(e, WhatIfError::Changes(_)), "the past itself failed: {e}");
+        e.to_string()
+    })
 }
 
 #[test]
@@ -84,6 +87,23 @@ fn a_reservation_raised_under_contention_is_predicted_to_hold() {
     assert!(vm1.predicted_bps.unwrap() >= 0.99 * 700e6, "{vm1:?}");
     assert!(vm2.predicted_bps.unwrap() <= 310e6, "{vm2:?}");
     assert_eq!(vm1.reservation_holds, Some(true));
+}
+
+#[test]
+fn an_uplink_the_past_had_down_is_down_once() {
+    let text = past("port-id", 10, &[("vm1", 1, 100e6, "")])
+        + "\n[[events]]\nkind = \"link-down\"\nat_s = 0.0\nuplink = \"uplink2\"\n";
+    let a = run(
+        &text,
+        &[Change::UplinkDown {
+            uplink: "uplink2".into(),
+        }],
+    )
+    .unwrap();
+    assert_eq!(a.scenario.matches("link-down").count(), 1, "{}", a.scenario);
+    // A past that does not load is the writer's fault, not the changes'.
+    let e = answer("name = 1", Path::new("past.toml"), &[]).unwrap_err();
+    assert!(matches!(e, WhatIfError::Past(_)), "{e:?}");
 }
 
 #[test]

@@ -2,20 +2,22 @@
 //! own recent past, without touching the switch.
 //!
 //! The past is the running configuration (its uplinks at the capacities they run at, its port
-//! groups, NetIOC tree and ports) as a fluid scenario whose ports offer, second by second, the
-//! send and receive rates of each second that [`super::history`] kept for them over the window
-//! (a port missing from a second's point, past the busiest 64, offered nothing then). The simulator applies the
+//! groups, NetIOC tree and ports; the uplinks that were down, down) as a fluid scenario whose
+//! ports offer, second by second, the send and receive rates of each second that
+//! [`super::history`] kept for them over the window, each at its own time (a port missing from
+//! a second's point, past the busiest 64, offered nothing then). The simulator applies the
 //! changes to it, runs the past and the changed past, and compares them (`teamster_sim::whatif`
 //! has the model and what it leaves out). A change out of form is a 422; one that does not fit
 //! this switch (an unknown name, a reservation admission control refuses) is a 409 naming it,
 //! as is a window longer than the history kept, saying how much is kept.
 //!
 //! The daemon does not link the simulator: it runs `teamster-sim --whatif` from beside its own
-//! binary, the request on its standard input and the answer on its output, as a process of its
-//! own at nice 10 with at most [`CPU_S`] seconds of CPU and [`MEMORY`] bytes of address space,
-//! one at a time (a second request waits); a window is at most the hour the history keeps, a
-//! second a step. Nothing of it runs on the data plane's threads, and a simulator that fails or
-//! is killed fails the request, never the switch.
+//! binary (only if root alone can change it), the request on its standard input and the answer
+//! on its output, as a process of its own: user nobody, nice 10, at most [`CPU_S`] seconds of
+//! CPU, [`MEMORY`] bytes of address space and [`WALL_S`] seconds, no core dump; one at a time
+//! (a second request meanwhile is a 429), killed if its request is dropped. A window is at most
+//! the hour the history keeps. Nothing of it runs on the data plane's threads, nor the past's
+//! making on the API's; a simulator that fails or is killed fails the request, never the switch.
 
 use super::changes::{bandwidth_schema, limit_schema, policy_schema, present, shares_schema, some};
 use super::history::Point;
@@ -28,8 +30,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value as JsonValue};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use teamster_core::ioc::Shares;
 use teamster_core::teaming::Policy;
 use teamster_core::units::Bandwidth;
@@ -176,17 +177,24 @@ impl WhatIf {
     }
 }
 
-/// One what-if at a time: each holds a simulator's memory for its length.
+/// One what-if at a time: each holds a simulator's memory for its length. Held by the request
+/// (with its child, killed if the request is dropped), never waited for: a second request while
+/// one runs is told to ask again.
 static RUNNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a what-if may take, in wall-clock time, before its simulator is killed.
+pub const WALL_S: u64 = 120;
 
 #[utoipa::path(post, path = "/api/v1/whatif", request_body = WhatIf,
     responses((status = 200, description = "per port its measured, modelled and predicted rate, whether its reservation holds and its uplink; per uplink its utilisation; the moves; the notes; the changed scenario"),
         (status = 400, body = super::ErrorBody), (status = 408, body = super::ErrorBody),
-        (status = 413, body = super::ErrorBody), (status = 415, body = super::ErrorBody),
         (status = 409, body = super::ErrorBody,
         description = "an unknown port, uplink or group, a change admission control refuses, a window past the history kept"),
+        (status = 413, body = super::ErrorBody), (status = 415, body = super::ErrorBody),
         (status = 422, body = super::ErrorBody, description = "a change or window out of form"),
-        (status = 503, body = super::ErrorBody, description = "the simulator is not installed beside teamster")))]
+        (status = 429, body = super::ErrorBody, description = "another what-if is running"),
+        (status = 500, body = super::ErrorBody, description = "the simulator failed or ran out of time"),
+        (status = 503, body = super::ErrorBody, description = "the simulator is not installed beside teamster, or not safe to run")))]
 pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<Json<JsonValue>, ApiError> {
     let asked = w.window_s.unwrap_or(DEFAULT_WINDOW_S as f64);
     let window = asked as u64;
@@ -199,6 +207,12 @@ pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<
             ),
         ));
     }
+    let Ok(_one) = RUNNING.try_lock() else {
+        return Err(ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            "another what-if is running; ask again when it has answered".into(),
+        ));
+    };
     let snapshot = s.snapshots.borrow().clone();
     let points = {
         let h = s
@@ -207,74 +221,131 @@ pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<
             .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "history".into()))?;
         h.since(snapshot.unix_ms.saturating_sub(window * 1000))
     };
-    let kept = points.len() as u64;
-    if kept + 2 < window {
+    // What the points span (they are a second or a little more apart).
+    let kept_s = match (points.first(), points.last()) {
+        (Some(a), Some(b)) => (b.unix_ms - a.unix_ms) / 1000 + 1,
+        _ => 0,
+    };
+    if kept_s + 2 < window {
         return Err(ApiError(
             StatusCode::CONFLICT,
-            format!("window_s: {window}: the switch has kept {kept} s of its past so far"),
+            format!("window_s: {window}: the switch has kept {kept_s} s of its past so far"),
         ));
     }
     let config = s.config.lock().await.clone();
-    let scenario = past(&config, &snapshot, &points).map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    let request = json!({ "scenario": scenario, "changes": w.changes() });
-    let _one = RUNNING.lock().await;
-    let answer = tokio::task::spawn_blocking(move || simulate(&request))
+    // Built off the API's thread: an hour of points over many ports is some work.
+    let scenario = tokio::task::spawn_blocking(move || past(&config, &snapshot, &points))
         .await
-        .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "the what-if's thread failed".into()))??;
-    Ok(Json(answer))
+        .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "the what-if's thread failed".into()))?
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    simulate(&json!({ "scenario": scenario, "changes": w.changes() }))
+        .await
+        .map(Json)
 }
 
-/// Runs `teamster-sim --whatif` on `request`, bounded as the module documentation says.
-fn simulate(request: &JsonValue) -> Result<JsonValue, ApiError> {
-    let sim = std::env::current_exe()
-        .map(|exe| exe.with_file_name("teamster-sim"))
-        .map_err(|e| {
-            ApiError(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot tell where teamster is: {e}"),
-            )
+/// The simulator beside this binary, if root alone can change it (the daemon runs it as root,
+/// then drops to nobody): a plain file owned by root in a directory owned by root, neither
+/// writable by group or others. Else 503, naming what is wrong.
+fn simulator() -> Result<std::path::PathBuf, ApiError> {
+    use std::os::unix::fs::MetadataExt;
+    let unavailable = |m: String| ApiError(StatusCode::SERVICE_UNAVAILABLE, m);
+    let exe = std::env::current_exe().map_err(|e| unavailable(format!("cannot tell where teamster is: {e}")))?;
+    let sim = exe.with_file_name("teamster-sim");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(sim);
+    }
+    let dir = sim.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    for (p, file) in [(&sim, true), (&dir, false)] {
+        let m = std::fs::symlink_metadata(p).map_err(|e| {
+            unavailable(format!(
+                "the what-if runs the simulator, {}: {e} (it is installed beside teamster)",
+                sim.display()
+            ))
         })?;
-    let mut cmd = Command::new(&sim);
+        let kind_ok = if file {
+            m.file_type().is_file()
+        } else {
+            m.file_type().is_dir()
+        };
+        if !kind_ok || m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Err(unavailable(format!(
+                "not running the simulator: {} must be a {} owned by root and writable by root alone",
+                p.display(),
+                if file { "plain file" } else { "directory" }
+            )));
+        }
+    }
+    Ok(sim)
+}
+
+/// Runs `teamster-sim --whatif` on `request`, bounded as the module documentation says; a
+/// dropped request kills it.
+async fn simulate(request: &JsonValue) -> Result<JsonValue, ApiError> {
+    let sim = simulator()?;
+    let mut cmd = tokio::process::Command::new(&sim);
     cmd.arg("--whatif")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: between fork and exec, only async-signal-safe calls (setrlimit, setpriority) on
-    // the child's own limits.
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: between fork and exec, only async-signal-safe calls (setrlimit, setpriority,
+    // setgroups, setgid, setuid) on the child's own limits and identity.
     unsafe {
-        use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
-            let cpu = libc::rlimit {
-                rlim_cur: CPU_S,
-                rlim_max: CPU_S,
+            let limit = |what, n: u64| {
+                let l = libc::rlimit {
+                    rlim_cur: n,
+                    rlim_max: n,
+                };
+                if libc::setrlimit(what, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
             };
-            let mem = libc::rlimit {
-                rlim_cur: MEMORY,
-                rlim_max: MEMORY,
-            };
-            if libc::setrlimit(libc::RLIMIT_CPU, &cpu) != 0 || libc::setrlimit(libc::RLIMIT_AS, &mem) != 0 {
+            limit(libc::RLIMIT_CPU, CPU_S)?;
+            limit(libc::RLIMIT_AS, MEMORY)?;
+            limit(libc::RLIMIT_CORE, 0)?;
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            // It reads its input and writes its answer: it needs no privilege (nobody).
+            if libc::geteuid() == 0
+                && (libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0)
+            {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
             Ok(())
         });
     }
     let mut child = cmd.spawn().map_err(|e| {
+        let status = if e.kind() == std::io::ErrorKind::NotFound {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
         ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the what-if runs the simulator, {}: {e} (it is installed beside teamster)",
-                sim.display()
-            ),
+            status,
+            format!("the what-if runs the simulator, {}: {e}", sim.display()),
         )
     })?;
     let input = serde_json::to_vec(request).map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // The simulator reads all of it before it answers; a write that fails shows in its exit.
-        let _ = stdin.write_all(&input);
-    }
-    let out = child
-        .wait_with_output()
+    let mut stdin = child.stdin.take();
+    let run = async move {
+        if let Some(s) = stdin.as_mut() {
+            // The simulator reads all of it before it answers; a write that fails shows in its
+            // exit.
+            let _ = tokio::io::AsyncWriteExt::write_all(s, &input).await;
+        }
+        drop(stdin);
+        child.wait_with_output().await
+    };
+    let out = tokio::time::timeout(std::time::Duration::from_secs(WALL_S), run)
+        .await
+        .map_err(|_| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the what-if took longer than {WALL_S} s; its simulator was stopped (try a shorter window)"),
+            )
+        })?
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the simulator: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
@@ -307,8 +378,14 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
         "description".into(),
         Value::String(format!("{} s of the running switch, a point a second", points.len())),
     );
-    doc.insert("duration_s".into(), Value::Float(points.len().max(1) as f64));
-    doc.insert("step_s".into(), Value::Float(1.0));
+    // Each point at its own time since the first (they are a second or a little more apart).
+    let first = points.first().map_or(0, |p| p.unix_ms);
+    let at = |p: &Point| (p.unix_ms - first) as f64 / 1000.0;
+    let span = points.last().map_or(0.0, at);
+    doc.insert("duration_s".into(), Value::Float((span + 1.0).floor()));
+    // A second a step, or finer where Load-Based Teaming's window asks it (its rule reads the
+    // window's last tenth).
+    doc.insert("step_s".into(), Value::Float((config.lbt.window_s / 10.0).min(1.0)));
     doc.insert("lbt".into(), value(&config.lbt)?);
     if let Some(cap) = config.reservation_cap {
         doc.insert("reservation_cap".into(), Value::Float(cap));
@@ -332,6 +409,29 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
         })
         .collect::<Result<Vec<_>, String>>()?;
     doc.insert("uplinks".into(), Value::Array(uplinks));
+    // Uplinks that carried nothing (down, administratively or by their carrier) are down all
+    // along.
+    let down: Vec<Value> = config
+        .uplinks
+        .iter()
+        .filter(|u| {
+            snapshot
+                .uplinks
+                .iter()
+                .find(|v| v.name == u.name)
+                .is_some_and(|v| v.link != "up" || v.admin == "down")
+        })
+        .map(|u| {
+            let mut e = Table::new();
+            e.insert("kind".into(), Value::String("link-down".into()));
+            e.insert("at_s".into(), Value::Float(0.0));
+            e.insert("uplink".into(), Value::String(u.name.clone()));
+            Value::Table(e)
+        })
+        .collect();
+    if !down.is_empty() {
+        doc.insert("events".into(), Value::Array(down));
+    }
     let list = |items: Vec<Value>| Value::Array(items);
     let groups = config.port_groups.iter().map(value).collect::<Result<Vec<_>, _>>()?;
     doc.insert("port_groups".into(), list(groups));
@@ -343,6 +443,16 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
     doc.insert("traffic_classes".into(), list(classes));
     let pools = config.pools.iter().map(value).collect::<Result<Vec<_>, _>>()?;
     doc.insert("pools".into(), list(pools));
+    // Each point's samples by port name, once.
+    let by_name: Vec<std::collections::HashMap<&str, [f64; 2]>> = points
+        .iter()
+        .map(|pt| {
+            pt.ports
+                .iter()
+                .map(|s| (s.name.as_str(), s.last.unwrap_or([s.tx, s.rx])))
+                .collect()
+        })
+        .collect();
     let mut ports = Vec::new();
     for p in &config.ports {
         let Value::Table(mut t) = value(p)? else {
@@ -353,20 +463,16 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
             t.remove(key);
         }
         let series = |tx: bool| {
+            // A port missing from a point (past the busiest 64) offered nothing then; a rate
+            // that is not a number, nothing either.
             let pts: Vec<Value> = points
                 .iter()
-                .enumerate()
-                .map(|(i, pt)| {
-                    // The last second's rate (a point from before it was kept: the window's mean).
-                    let rate = pt.ports.iter().find(|s| s.name == p.name).map_or(0.0, |s| {
-                        let [t, r] = s.last.unwrap_or([s.tx, s.rx]);
-                        if tx {
-                            t
-                        } else {
-                            r
-                        }
-                    });
-                    Value::Array(vec![Value::Float(i as f64), Value::Float(rate.max(0.0))])
+                .zip(&by_name)
+                .map(|(pt, names)| {
+                    let [t, r] = names.get(p.name.as_str()).copied().unwrap_or([0.0, 0.0]);
+                    let rate = if tx { t } else { r };
+                    let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+                    Value::Array(vec![Value::Float(at(pt)), Value::Float(rate)])
                 })
                 .collect();
             let mut d = Table::new();

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 /// The changes and the window, as flags; any number of changes of each kind.
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("control").multiple(true)))]
 pub struct WhatifArgs {
     /// Seconds of the switch's past the changes are applied to (default 600, at most 3600).
     #[arg(long)]

@@ -48,6 +48,8 @@ fn snapshot() -> Snapshot {
             .iter()
             .map(|n| UplinkView {
                 name: n.to_string(),
+                link: "up".into(),
+                admin: "up".into(),
                 // uplink1's capacity is the kernel's speed (none in the file): 10G here.
                 capacity_bps: if *n == "uplink1" { 10_000_000_000 } else { 1_000_000_000 },
                 ..Default::default()
@@ -121,6 +123,41 @@ fn the_past_is_a_scenario_of_the_running_configuration_and_its_measured_rates() 
 
 fn vm1_rate(a: &teamster_sim::whatif::Answer) -> f64 {
     a.ports.iter().find(|p| p.name == "vm1").unwrap().predicted_bps.unwrap()
+}
+
+#[test]
+fn points_keep_their_own_times_and_a_down_uplink_is_down_all_along() {
+    // Points 1.0, 1.5, 1.0 s apart (the history keeps one at least a second after the last,
+    // from snapshots every half second): at 0, 1, 2.5 and 3.5 s.
+    let mut pts = points(4);
+    for (p, ms) in pts.iter_mut().zip([0u64, 1000, 2500, 3500]) {
+        p.unix_ms = 1_000_000 + ms;
+    }
+    let mut snap = snapshot();
+    snap.uplinks[1].link = "down".into();
+    snap.uplinks[0].link = "up".into();
+    let text = past(&config(), &snap, &pts).unwrap();
+    let s = teamster_sim::Scenario::from_str(&text, Path::new("past.toml")).unwrap();
+    assert_eq!(s.file.duration_s, 4.0);
+    assert!(text.contains("[2.5, 400000000.0]"), "{text}");
+    assert_eq!(s.events.len(), 1, "uplink2 down all along: {text}");
+    // An uplink down in the past and again in the change is down once.
+    let a = teamster_sim::whatif::answer(
+        &text,
+        Path::new("past.toml"),
+        &[teamster_sim::whatif::Change::UplinkDown {
+            uplink: "uplink2".into(),
+        }],
+    )
+    .unwrap();
+    for p in &a.ports {
+        assert_eq!(p.uplink_before.as_deref(), Some("uplink1"), "{p:?}");
+    }
+    // A short LBT window: a finer step, so load-based teaming's rule still reads.
+    let mut c = config();
+    c.lbt.window_s = 3.0;
+    let text = past(&c, &snapshot(), &points(5)).unwrap();
+    teamster_sim::Scenario::from_str(&text, Path::new("past.toml")).unwrap();
 }
 
 #[test]
