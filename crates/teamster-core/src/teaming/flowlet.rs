@@ -29,6 +29,7 @@
 
 use super::address_hash::{address_hash, hashed_uplink, HashFields};
 use super::hash::spread;
+pub use super::policy::BucketState;
 use super::policy::{FlowletCounters, MemberShare, PortView, TeamView};
 use super::tuning::PolicyTuning;
 use super::UplinkId;
@@ -54,20 +55,6 @@ pub(super) enum Balance {
     /// must together cut the busiest member's utilisation by a tenth, and a bucket moved stays
     /// two intervals.
     Utilisation { threshold: f64 },
-}
-
-/// What a data plane that sends without the engine (the kernel fast path) needs of a bucket,
-/// and tells the engine back: the member its frames take now, when it last sent and when its
-/// last flowlet started. Its target is the engine's alone ([`Flowlets::buckets`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BucketState {
-    /// The member set by the engine (rebalance, or the bucket's first frame); None: the bucket
-    /// has not sent yet, and its first frame is the engine's to place.
-    pub target: Option<UplinkId>,
-    /// The member its frames take until its next flowlet.
-    pub current: Option<UplinkId>,
-    pub last_seen: Option<Instant>,
-    pub flowlet_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]

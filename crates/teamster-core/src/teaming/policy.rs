@@ -23,7 +23,6 @@
 //! Adding a policy is one file (the trait, a `PolicyEntry` and a `Policy` constant) and one line
 //! in the [registry](super::registry).
 
-use super::flowlet::BucketState;
 use super::lbt::LbtConfig;
 pub use super::state::Rates;
 use super::state::{PortState, UplinkState};
@@ -128,7 +127,7 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
         None
     }
 
-    /// For a flowlet policy, every bucket's state (see [`super::flowlet::BucketState`]).
+    /// For a flowlet policy, every bucket's state (see [`BucketState`]).
     fn flowlet_buckets(&self) -> Option<Vec<BucketState>> {
         None
     }
@@ -138,6 +137,20 @@ pub trait TeamingPolicy: PolicyClone + fmt::Debug + Send {
     fn flowlet_seen(&mut self, team: &TeamView<'_>, b: usize, seen: BucketState, bytes: u64, at: Instant) {
         let _ = (team, b, seen, bytes, at);
     }
+}
+
+/// What a data plane that sends without the engine (the kernel fast path) needs of a bucket,
+/// and tells the engine back: the member its frames take now, when it last sent and when its
+/// last flowlet started. Its target is the engine's alone (`Flowlets::buckets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BucketState {
+    /// The member set by the engine (rebalance, or the bucket's first frame); None: the bucket
+    /// has not sent yet, and its first frame is the engine's to place.
+    pub target: Option<UplinkId>,
+    /// The member its frames take until its next flowlet.
+    pub current: Option<UplinkId>,
+    pub last_seen: Option<Instant>,
+    pub flowlet_at: Option<Instant>,
 }
 
 /// Counters of a group's flowlet table.
