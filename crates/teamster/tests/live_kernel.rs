@@ -391,15 +391,19 @@ fn survives_kill_9(policy: &str) {
             "{dev}: the earlier run's program is still attached"
         );
     }
-    // The HTB the first run set was taken over, not replaced: its counts go on.
-    let sent: u64 = qdisc("tmt-u1")
-        .split("Sent ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    // The HTB the first run set was taken over, not replaced: its counts go on (on the uplink
+    // the stream took: port ID's for vm2, or its flowlet bucket's member under Dynamic).
+    let sent = |dev: &str| -> u64 {
+        qdisc(dev)
+            .split("Sent ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (u1, u2) = (sent("tmt-u1"), sent("tmt-u2"));
     assert!(
-        sent > 100_000_000,
-        "tmt-u1's qdisc counted {sent} bytes: replaced at the restart?"
+        u1 + u2 > 100_000_000,
+        "the uplinks' qdiscs counted {u1} and {u2} bytes: replaced at the restart?"
     );
     let now = pins(&pinned_in);
     assert_eq!(now.len(), 4, "{now:?}");
