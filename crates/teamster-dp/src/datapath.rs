@@ -209,6 +209,19 @@ enum PortIo<D> {
     },
 }
 
+/// What a port's NetIOC queues did with its frames: how many they took, how many of those had
+/// to wait behind earlier ones (still queued once the pacer had sent what it could), and how
+/// many they marked Congestion Experienced, and how many it offered carried TCP. A what-if tells from these whether the port wanted
+/// more than it got (see `teamster_sim::whatif::demand`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueTally {
+    pub taken: u64,
+    pub waited: u64,
+    pub marked: u64,
+    /// Frames offered to its queues (taken or not) that carried TCP.
+    pub tcp: u64,
+}
+
 /// A VM port: attached while its interface exists.
 pub struct Port<D: Device = Link> {
     pub plan: PortPlan,
@@ -218,6 +231,8 @@ pub struct Port<D: Device = Link> {
     /// Frames from this port marked ECN Congestion Experienced in the switch's receive queue
     /// (CoDel, instead of a drop), since start.
     pub ecn_marked: u64,
+    /// What its NetIOC queues (one per uplink) did with its frames, since it was added.
+    pub queue: QueueTally,
     /// The last attach failure reported, so a retry failing the same way is not logged again.
     attach_error: Option<String>,
     /// Set when the port was removed: the slot is empty, and taken again by a port added once
@@ -476,6 +491,7 @@ impl<P: Platform> Datapath<P> {
                 mtu: 0,
                 extra: ExtraDrops::default(),
                 ecn_marked: 0,
+                queue: QueueTally::default(),
                 attach_error: None,
                 vacant_since: None,
                 home: None,

@@ -54,14 +54,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// A what-if request, as `--whatif` reads it.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WhatIfRequest {
-    scenario: String,
-    changes: Vec<teamster_sim::whatif::Change>,
-}
-
 /// Answers the what-if on standard input (see the module documentation): exit status 2 when
 /// the changes do not fit the past, 3 when the request or the past itself is bad.
 fn whatif() -> ExitCode {
@@ -70,7 +62,7 @@ fn whatif() -> ExitCode {
         eprintln!("error: reading the what-if: {e}");
         return ExitCode::from(3);
     }
-    let request = match serde_json::from_str::<WhatIfRequest>(&input) {
+    let request = match serde_json::from_str::<teamster_sim::whatif::Request>(&input) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: the what-if: {e}");
@@ -78,7 +70,7 @@ fn whatif() -> ExitCode {
         }
     };
     let path = std::path::Path::new("the switch's past");
-    match teamster_sim::whatif::answer(&request.scenario, path, &request.changes) {
+    match teamster_sim::whatif::answer(&request, path) {
         Ok(a) => match serde_json::to_string(&a) {
             Ok(json) => {
                 println!("{json}");

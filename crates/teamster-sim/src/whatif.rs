@@ -11,17 +11,32 @@
 //! ends on; per uplink its mean utilisation in both runs; and the moves (Load-Based Teaming's
 //! among them) the prediction makes, with their times.
 //!
+//! Demands, not deliveries: the switch counts a port's rate where it takes its frames, and beside
+//! it what its NetIOC queue turned away, marked and held ([`Evidence`]); [`demand`] estimates
+//! from these what each port wanted each second (what it offered, or all it could get for a
+//! sender that backed off), and the past offers that. The answer gives each port's estimate,
+//! how it was made and its low and high ends; without evidence a port is taken to want what it
+//! was measured at, and one measured at its limit or on a full uplink is named as uncertain.
+//!
 //! What the fluid model leaves out, and the answer says so: latency and queues, bursts shorter
-//! than the step (a second), TCP's own dynamics (a flow is a rate, not a window). A measured rate
-//! is what a port got, not what it wanted: a port held down by its limit, its share or a full
-//! uplink may want more (the answer names the ports it cannot tell of).
+//! than the step (a second), TCP's own dynamics (a flow is a rate, not a window). The packet
+//! model ([`Fidelity::Packet`]) has queues and TCP's windows, at a bounded cost: see
+//! [`packet`].
 //!
 //! Bad input (an unknown port, uplink or group, a change admission control refuses) is an error
 //! naming it; nothing here touches a switch.
 
+pub mod demand;
+mod packet;
+mod series;
+
+pub use demand::{Estimate, Evidence, How};
+pub use series::Series;
+
 use crate::run::RunOutput;
 use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 use teamster_core::ioc::Shares;
 use teamster_core::teaming::Policy;
@@ -46,8 +61,26 @@ pub enum Change {
     UplinkDown { uplink: String },
     /// An uplink at another capacity.
     UplinkCapacity { uplink: String, capacity: Bandwidth },
+    /// A traffic class's (by its class name, `vm` or `nfs` say) or a pool's NetIOC controls;
+    /// those left out keep their value.
+    Node {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reservation: Option<Bandwidth>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shares: Option<Shares>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<LimitChange>,
+    },
     /// A port group's teaming policy.
     Policy { group: String, policy: Policy },
+    /// A port group's failover order: its active uplinks, and its standby ones if given.
+    Order {
+        group: String,
+        active: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        standby: Option<Vec<String>>,
+    },
     /// A port added to `group`, sending `tx` all along (and the NetIOC controls given).
     AddPort {
         name: String,
@@ -90,6 +123,31 @@ impl<'de> Deserialize<'de> for LimitChange {
     }
 }
 
+/// Which model answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fidelity {
+    /// Rates a step at a time (the default): seconds for an hour's window.
+    #[default]
+    Fluid,
+    /// Packets, queues and TCP's windows (see [`packet`]).
+    Packet,
+}
+
+/// A what-if as `teamster-sim --whatif` reads it: the past, the changes, what the switch
+/// measured of each port beside its rate (by port name), and the model.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    pub scenario: String,
+    #[serde(default)]
+    pub changes: Vec<Change>,
+    #[serde(default)]
+    pub evidence: BTreeMap<String, Evidence>,
+    #[serde(default)]
+    pub fidelity: Fidelity,
+}
+
 /// A port in the answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PortAnswer {
@@ -107,9 +165,12 @@ pub struct PortAnswer {
     /// The uplink it ends on in the model of the past, and with the change.
     pub uplink_before: Option<String>,
     pub uplink_after: Option<String>,
-    /// Measured at its limit or on a full uplink: it may have wanted more than it got, and the
-    /// prediction takes what it got as all it wants.
+    /// Held down while measured (see [`demand`]), or, without evidence, measured at its limit
+    /// or on a full uplink: it may have wanted more than it got.
     pub may_want_more: bool,
+    /// Its demand as estimated from the evidence (None: none given, or a port the change adds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demand: Option<Estimate>,
 }
 
 /// An uplink in the answer.
@@ -143,6 +204,11 @@ pub struct Answer {
     pub notes: Vec<String>,
     /// The scenario with the change (`teamster simulate` runs it again).
     pub scenario: String,
+    /// Which model answered.
+    pub fidelity: Fidelity,
+    /// Second by second: each port's measured, modelled and predicted send rate and each
+    /// uplink's send rate in both runs.
+    pub series: Series,
 }
 
 /// Applies `changes` to scenario `text`, giving the changed scenario's text. An unknown name or
@@ -176,31 +242,82 @@ fn named<'a>(doc: &'a mut Table, kind: &str, what: &str, name: &str) -> Result<&
         .ok_or_else(|| format!("no {what} named `{name}`"))
 }
 
+/// Written as plain bits/s, which every Bandwidth field reads back exactly.
+fn rate(b: Bandwidth) -> Value {
+    Value::String(b.bps().to_string())
+}
+
+/// Sets the NetIOC controls given on entry `t` (a port, class or pool).
+fn set_controls(t: &mut Table, reservation: Option<Bandwidth>, shares: Option<Shares>, limit: Option<LimitChange>) {
+    if let Some(r) = reservation {
+        t.insert("reservation".into(), rate(r));
+    }
+    if let Some(s) = shares {
+        t.insert("shares".into(), Value::Integer(i64::from(s.get())));
+    }
+    match limit {
+        Some(LimitChange::To(l)) => {
+            t.insert("limit".into(), rate(l));
+        }
+        Some(LimitChange::Remove) => {
+            t.remove("limit");
+        }
+        None => {}
+    }
+}
+
+/// The `[[traffic_classes]]` entry of class `node`, or the `[[pools]]` entry named `node`; a
+/// class the scenario does not list yet (at its defaults) is added, for the loader to check.
+fn node<'a>(doc: &'a mut Table, node: &str) -> Result<&'a mut Table, String> {
+    let is_class = |v: &Value| v.get("class").and_then(Value::as_str) == Some(node);
+    let is_pool = |v: &Value| v.get("name").and_then(Value::as_str) == Some(node);
+    if array(doc, "pools").iter().any(is_pool) {
+        return array(doc, "pools")
+            .iter_mut()
+            .find(|v| is_pool(v))
+            .and_then(Value::as_table_mut)
+            .ok_or_else(|| format!("pool `{node}`: not a table"));
+    }
+    let classes = array(doc, "traffic_classes");
+    if !classes.iter().any(is_class) {
+        let known = teamster_core::ioc::TrafficClass::ALL.iter().any(|c| c.name() == node);
+        if !known {
+            return Err(format!("no traffic class or pool named `{node}`"));
+        }
+        let mut t = Table::new();
+        t.insert("class".into(), Value::String(node.to_string()));
+        classes.push(Value::Table(t));
+    }
+    classes
+        .iter_mut()
+        .find(|v| is_class(v))
+        .and_then(Value::as_table_mut)
+        .ok_or_else(|| format!("class `{node}`: not a table"))
+}
+
 fn apply_one(doc: &mut Table, c: &Change) -> Result<(), String> {
-    // Written as plain bits/s, which every Bandwidth field reads back exactly.
-    let rate = |b: Bandwidth| Value::String(b.bps().to_string());
     match c {
         Change::Port {
             port,
             reservation,
             shares,
             limit,
-        } => {
-            let p = named(doc, "ports", "port", port)?;
-            if let Some(r) = reservation {
-                p.insert("reservation".into(), rate(*r));
+        } => set_controls(named(doc, "ports", "port", port)?, *reservation, *shares, *limit),
+        Change::Node {
+            node: name,
+            reservation,
+            shares,
+            limit,
+        } => set_controls(node(doc, name)?, *reservation, *shares, *limit),
+        Change::Order { group, active, standby } => {
+            for u in active.iter().chain(standby.iter().flatten()) {
+                named(doc, "uplinks", "uplink", u)?;
             }
-            if let Some(s) = shares {
-                p.insert("shares".into(), Value::Integer(i64::from(s.get())));
-            }
-            match limit {
-                Some(LimitChange::To(l)) => {
-                    p.insert("limit".into(), rate(*l));
-                }
-                Some(LimitChange::Remove) => {
-                    p.remove("limit");
-                }
-                None => {}
+            let list = |v: &[String]| Value::Array(v.iter().cloned().map(Value::String).collect());
+            let g = named(doc, "port_groups", "port group", group)?;
+            g.insert("active".into(), list(active));
+            if let Some(s) = standby {
+                g.insert("standby".into(), list(s));
             }
         }
         Change::UplinkDown { uplink } => {
@@ -287,25 +404,127 @@ pub enum WhatIfError {
     Past(String),
 }
 
-/// Runs the past in scenario `text` and the same with `changes`, and compares them (see the
-/// module documentation). `path` names the scenario in errors.
-pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, WhatIfError> {
-    let load = |t: &str| Scenario::from_str(t, path).map_err(|e| e.to_string());
-    let past = load(text).map_err(WhatIfError::Past)?;
-    let changed_text = apply(text, changes).map_err(WhatIfError::Changes)?;
-    let changed = load(&changed_text).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
-    let before = crate::fluid::run(&past).map_err(WhatIfError::Past)?;
-    let after = crate::fluid::run(&changed).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
-    let window_s = past.file.duration_s;
+/// The past in scenario `text` with each port that has `evidence` offering its estimated
+/// demand (see [`demand`]) instead of what it was measured at, and the estimates by port name.
+/// A port's greedy demand is the fastest uplink its group may use.
+fn estimated(
+    text: &str,
+    evidence: &BTreeMap<String, Evidence>,
+) -> Result<(String, BTreeMap<String, demand::Estimated>), String> {
+    if evidence.is_empty() {
+        return Ok((text.to_string(), BTreeMap::new()));
+    }
+    let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let rate = |v: Option<&Value>| v.and_then(Value::as_str).and_then(|s| s.parse::<Bandwidth>().ok());
+    let capacities: BTreeMap<String, f64> = array(&mut doc, "uplinks")
+        .iter()
+        .filter_map(|u| Some((u.get("name")?.as_str()?.to_string(), rate(u.get("capacity"))?.bps_f64())))
+        .collect();
+    let fastest: BTreeMap<String, f64> = array(&mut doc, "port_groups")
+        .iter()
+        .filter_map(|g| {
+            let names = ["active", "standby"]
+                .iter()
+                .filter_map(|k| g.get(*k).and_then(Value::as_array))
+                .flatten()
+                .filter_map(Value::as_str);
+            let most = names.filter_map(|n| capacities.get(n)).copied().fold(0.0, f64::max);
+            Some((g.get("name")?.as_str()?.to_string(), most))
+        })
+        .collect();
+    let any = capacities.values().copied().fold(0.0, f64::max);
+    let mut out = BTreeMap::new();
+    for p in array(&mut doc, "ports").iter_mut().filter_map(Value::as_table_mut) {
+        let name = p.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let Some(ev) = evidence.get(&name) else { continue };
+        let group = p.get("group").and_then(Value::as_str).unwrap_or_default();
+        let greedy = fastest.get(group).copied().filter(|g| *g > 0.0).unwrap_or(any);
+        let Some(points) = p
+            .get_mut("tx")
+            .and_then(Value::as_table_mut)
+            .filter(|t| t.get("kind").and_then(Value::as_str) == Some("points"))
+            .and_then(|t| t.get_mut("points"))
+        else {
+            return Err(format!("port `{name}`: evidence needs its tx as measured points"));
+        };
+        let offered: Vec<[f64; 2]> = points
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|pt| {
+                let pt = pt.as_array()?;
+                Some([number(pt.first()?)?, number(pt.get(1)?)?])
+            })
+            .collect();
+        let e = demand::estimate(&offered, ev, greedy);
+        *points = Value::Array(
+            e.demand
+                .iter()
+                .map(|[t, d]| Value::Array(vec![Value::Float(*t), Value::Float(*d)]))
+                .collect(),
+        );
+        out.insert(name, e);
+    }
+    if let Some(missing) = evidence.keys().find(|n| !out.contains_key(*n)) {
+        return Err(format!("evidence for `{missing}`: no such port"));
+    }
+    let text = toml::to_string(&doc).map_err(|e| e.to_string())?;
+    Ok((text, out))
+}
 
-    let measured: Vec<(String, f64)> = past
+/// A TOML number as f64.
+fn number(v: &Value) -> Option<f64> {
+    v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
+}
+
+/// The past and the changed past, run by the model `fidelity` names.
+fn runs(
+    fidelity: Fidelity,
+    past: &Scenario,
+    changed: &Scenario,
+    estimates: &BTreeMap<String, demand::Estimated>,
+) -> Result<(RunOutput, RunOutput), WhatIfError> {
+    let changes = |e: String| WhatIfError::Changes(format!("with the change: {e}"));
+    Ok(match fidelity {
+        Fidelity::Fluid => (
+            crate::fluid::run(past).map_err(WhatIfError::Past)?,
+            crate::fluid::run(changed).map_err(changes)?,
+        ),
+        Fidelity::Packet => (
+            packet::run(past, estimates).map_err(WhatIfError::Past)?,
+            packet::run(changed, estimates).map_err(changes)?,
+        ),
+    })
+}
+
+/// Runs the past in `req` and the same with its changes, and compares them (see the module
+/// documentation). `path` names the scenario in errors.
+pub fn answer(req: &Request, path: &Path) -> Result<Answer, WhatIfError> {
+    let load = |t: &str| Scenario::from_str(t, path).map_err(|e| e.to_string());
+    // The past must load as it was given before its demands are estimated.
+    load(&req.scenario).map_err(WhatIfError::Past)?;
+    let (text, estimates) = estimated(&req.scenario, &req.evidence).map_err(WhatIfError::Past)?;
+    let past = load(&text).map_err(WhatIfError::Past)?;
+    let changed_text = apply(&text, &req.changes).map_err(WhatIfError::Changes)?;
+    let changed = load(&changed_text).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
+    let (before, after) = runs(req.fidelity, &past, &changed, &estimates)?;
+    let window_s = past.file.duration_s;
+    let steps = window_s.max(1.0) as usize;
+    // Measured, a second at a time: what it got where the evidence tells, else what it offered.
+    let measured_series: Vec<(String, Vec<f64>)> = past
         .ports
         .iter()
         .map(|p| {
-            let steps = window_s.max(1.0) as usize;
-            let mean = (0..steps).map(|t| p.tx.at(t as f64)).sum::<f64>() / steps as f64;
-            (p.name.clone(), mean)
+            let got = estimates
+                .get(&p.name)
+                .map(|e| crate::demand::Demand::Piecewise(e.delivered.iter().map(|[t, v]| (*t, *v)).collect()));
+            let at = |t: f64| got.as_ref().map_or_else(|| p.tx.at(t), |g| g.at(t));
+            (p.name.clone(), (0..steps).map(|t| at(t as f64)).collect())
         })
+        .collect();
+    let measured: Vec<(String, f64)> = measured_series
+        .iter()
+        .map(|(n, v)| (n.clone(), v.iter().sum::<f64>() / steps as f64))
         .collect();
     let baseline = means(&before);
     let predicted = means(&after);
@@ -324,6 +543,7 @@ pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, Wha
     let find = |v: &[(String, f64)], n: &str| v.iter().find(|(m, _)| m == n).map(|(_, x)| *x);
     let mut ports = Vec::new();
     let mut uncertain = Vec::new();
+    let mut greedy = Vec::new();
     for name in names {
         let entry = changed.file.ports.iter().find(|p| p.name == name);
         let reservation_bps = entry.map_or(0.0, |p| p.reservation.bps_f64());
@@ -336,24 +556,32 @@ pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, Wha
                     .all(|r| r.delivered_tx[i] >= 0.99 * reservation_bps.min(r.offered_tx[i]))
             })
         });
-        // Held down when measured: at its limit, or on an uplink the model of the past fills.
-        let limit = past
-            .file
-            .ports
-            .iter()
-            .find(|p| p.name == name)
-            .and_then(|p| p.limit.map(|l| l.bps_f64()));
         let m = find(&measured, &name);
-        let at_limit = matches!((m, limit), (Some(m), Some(l)) if m >= 0.95 * l);
-        let on_full = uplink_of(&before, &name).is_some_and(|u| {
-            before
-                .uplinks
-                .iter()
-                .position(|x| *x == u)
-                .is_some_and(|i| utilisation(&before, i) >= 0.95)
-        });
-        let may_want_more = m.is_some() && (at_limit || on_full);
-        if may_want_more {
+        let estimate = estimates.get(&name).map(|e| e.summary.clone());
+        let may_want_more = match &estimate {
+            Some(e) => e.how != How::Measured,
+            // Without evidence: at its limit, or on an uplink the model of the past fills.
+            None => {
+                let limit = past
+                    .file
+                    .ports
+                    .iter()
+                    .find(|p| p.name == name)
+                    .and_then(|p| p.limit.map(|l| l.bps_f64()));
+                let at_limit = matches!((m, limit), (Some(m), Some(l)) if m >= 0.95 * l);
+                let on_full = uplink_of(&before, &name).is_some_and(|u| {
+                    before
+                        .uplinks
+                        .iter()
+                        .position(|x| *x == u)
+                        .is_some_and(|i| utilisation(&before, i) >= 0.95)
+                });
+                m.is_some() && (at_limit || on_full)
+            }
+        };
+        if estimate.as_ref().is_some_and(|e| e.how == How::Greedy) {
+            greedy.push(name.clone());
+        } else if may_want_more && estimate.is_none() {
             uncertain.push(name.clone());
         }
         ports.push(PortAnswer {
@@ -365,6 +593,7 @@ pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, Wha
             uplink_before: uplink_of(&before, &name),
             uplink_after: uplink_of(&after, &name),
             may_want_more,
+            demand: estimate,
             name,
         });
     }
@@ -393,24 +622,58 @@ pub fn answer(text: &str, path: &Path, changes: &[Change]) -> Result<Answer, Wha
             reason: m.reason.clone(),
         })
         .collect();
-    let mut notes = vec![
-        "fluid model: rates per second, max-min and NetIOC sharing per uplink; it leaves out latency and queues, bursts shorter than a second, and TCP's own dynamics".to_string(),
-        "a port's demand is the rate it was measured at: what it got, not what it wanted".to_string(),
-    ];
+    let mut notes = match req.fidelity {
+        Fidelity::Fluid => vec![
+            "fluid model: rates per second, max-min and NetIOC sharing per uplink; it leaves out latency and queues, bursts shorter than a second, and TCP's own dynamics".to_string(),
+        ],
+        Fidelity::Packet => packet::notes(window_s),
+    };
+    if estimates.is_empty() {
+        notes.push("a port's demand is the rate it was measured at: what it got, not what it wanted".to_string());
+    } else {
+        notes.push(
+            "a port's demand is estimated from what its NetIOC queue turned away, marked and held (see each port's demand)"
+                .to_string(),
+        );
+    }
+    if !greedy.is_empty() {
+        notes.push(format!(
+            "uncertain: {} held down and backing off (as TCP does), modelled as greedy: wanting all its fastest uplink carries; it got at least its demand's low end",
+            greedy.join(", ")
+        ));
+    }
+    let busy: Vec<&PortAnswer> = ports
+        .iter()
+        .filter(|p| p.measured_bps.is_some_and(|m| m > 0.0))
+        .collect();
+    if busy.len() > 1 && busy.iter().all(|p| p.may_want_more) {
+        notes.push(
+            "uncertain: every port that sent was held down, so none shows what it wanted; the prediction shares out what the model assumes each wants, not what was seen"
+                .to_string(),
+        );
+    }
     if !uncertain.is_empty() {
         notes.push(format!(
             "uncertain: {} measured at a limit or on a full uplink, so may have wanted more than the prediction gives it",
             uncertain.join(", ")
         ));
     }
+    // A packet run is shorter than its window: the series is as long as the run.
+    let secs = match req.fidelity {
+        Fidelity::Fluid => steps,
+        Fidelity::Packet => before.rows.len().min(steps),
+    };
+    let series = Series::new(&measured_series, &changed, &before, &after, secs);
     Ok(Answer {
         window_s,
-        changes: changes.to_vec(),
+        changes: req.changes.clone(),
         ports,
         uplinks,
         moves,
         notes,
         scenario: changed_text,
+        fidelity: req.fidelity,
+        series,
     })
 }
 

@@ -46,9 +46,39 @@ pub fn mark_congestion(frame: &mut [u8]) -> bool {
     }
 }
 
+/// Whether `frame` carries TCP (over IPv4, or IPv6 without extension headers): a sender that
+/// slows down when its packets are dropped or marked, unlike a UDP sender at a fixed rate. What
+/// a what-if tells a port's demand by (`teamster_sim::whatif::demand`).
+pub fn carries_tcp(frame: &[u8]) -> bool {
+    const TCP: u8 = 6;
+    match super::network_layer(frame) {
+        Some((0x0800, ip)) => frame.len() >= ip + 20 && frame[ip] >> 4 == 4 && frame[ip + 9] == TCP,
+        Some((0x86dd, ip)) => frame.len() >= ip + 40 && frame[ip] >> 4 == 6 && frame[ip + 6] == TCP,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_is_told_from_udp_over_either_ip() {
+        let mut v4 = vec![0u8; 14 + 20 + 20];
+        v4[12..14].copy_from_slice(&[0x08, 0x00]);
+        v4[14] = 0x45;
+        v4[14 + 9] = 6;
+        assert!(carries_tcp(&v4));
+        v4[14 + 9] = 17;
+        assert!(!carries_tcp(&v4));
+        let mut v6 = vec![0u8; 14 + 40 + 20];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[14 + 6] = 6;
+        assert!(carries_tcp(&v6));
+        assert!(!carries_tcp(&v6[..50]), "too short for its header");
+        assert!(!carries_tcp(&[0u8; 10]));
+    }
     use crate::offload::internet_checksum;
 
     fn ipv4(tos: u8) -> Vec<u8> {

@@ -16,7 +16,7 @@ pub mod lacp;
 mod link_control;
 mod parse;
 
-pub use ecn::mark_congestion;
+pub use ecn::{carries_tcp, mark_congestion};
 pub use frames::{
     build_arp_probe, build_arp_reply, build_arp_request, build_gratuitous_arp, build_rarp, ETHERTYPE_ARP,
     ETHERTYPE_RARP,

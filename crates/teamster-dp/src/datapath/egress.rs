@@ -26,7 +26,7 @@ use crate::platform::Platform;
 use crate::{Device, Frame};
 use teamster_core::ioc::{Enqueued, Ioc};
 use teamster_core::switch::Egress;
-use teamster_core::wire::mark_congestion;
+use teamster_core::wire::{carries_tcp, mark_congestion};
 use teamster_core::Instant;
 
 /// Lets one uplink's scheduler send what its pacer allows at `now`, a batch at a time, and
@@ -163,18 +163,32 @@ impl<P: Platform> Datapath<P> {
             max_wire: Some(up.pacer.burst() as usize),
         };
         let mut full = 0;
+        let mut tally = super::QueueTally::default();
         let fitted = fit(frame, to, &mut |piece| match leaf {
             Some(leaf) => {
                 let wire = piece.wire_len() as u32;
+                tally.tcp += u64::from(carries_tcp(&piece.bytes));
                 let mark = |f: &mut Frame| mark_congestion(&mut f.bytes);
-                match ioc.enqueue_marking(u, leaf, wire, piece, now, mark) {
-                    Ok(Enqueued::Plain) => {}
-                    Ok(Enqueued::Marked) => up.ecn_marked += 1,
-                    Err(_) => full += 1,
-                }
+                let taken = match ioc.enqueue_marking(u, leaf, wire, piece, now, mark) {
+                    Ok(Enqueued::Plain) => true,
+                    Ok(Enqueued::Marked) => {
+                        up.ecn_marked += 1;
+                        tally.marked += 1;
+                        true
+                    }
+                    Err(_) => {
+                        full += 1;
+                        false
+                    }
+                };
                 // Move what the pacer allows to the device's batch at once, so the queue fills
                 // only when the uplink itself is the bottleneck.
                 pace_one(up, u, ioc, now);
+                if taken {
+                    tally.taken += 1;
+                    // Still queued: this frame waits behind the port's earlier ones.
+                    tally.waited += u64::from(ioc.queued(u, leaf) > 0);
+                }
             }
             None => match up.backend.as_mut() {
                 Some(b) => b.send_owned(piece),
@@ -185,7 +199,12 @@ impl<P: Platform> Datapath<P> {
         // (the queue is its own).
         count_refusal(&mut up.extra, fitted);
         if let Some(i) = from {
-            self.ports[i].extra.queue_full += full;
+            let p = &mut self.ports[i];
+            p.extra.queue_full += full;
+            p.queue.taken += tally.taken;
+            p.queue.waited += tally.waited;
+            p.queue.marked += tally.marked;
+            p.queue.tcp += tally.tcp;
         }
     }
 

@@ -180,6 +180,7 @@ impl<P: Platform> Datapath<P> {
         p.vacant_since = Some(now);
         p.extra = ExtraDrops::default();
         p.ecn_marked = 0;
+        p.queue = super::QueueTally::default();
         let what = format!("port {}: removed (interface {})", p.plan.name, p.plan.interface);
         self.pollfds_stale = true;
         self.event(now, "port", what);
@@ -258,6 +259,7 @@ impl<D: Device> Port<D> {
             mtu: 0,
             extra: ExtraDrops::default(),
             ecn_marked: 0,
+            queue: super::QueueTally::default(),
             attach_error: None,
             vacant_since: Some(Instant::ZERO),
             home: None,

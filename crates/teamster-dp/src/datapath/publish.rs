@@ -27,6 +27,8 @@ pub struct PortState {
     pub extra: ExtraDrops,
     /// Frames from it marked Congestion Experienced in the switch's receive queue.
     pub ecn_marked: u64,
+    /// What its NetIOC queues did with its frames.
+    pub queue: super::QueueTally,
     /// The core switch's counters, once it has seen traffic.
     pub counters: Option<Counters>,
     /// Where it stands with its MAC (owned, waiting for a host outside, detached).
@@ -98,6 +100,7 @@ impl<P: Platform> Datapath<P> {
                 worker: p.worker(),
                 extra: p.extra.clone(),
                 ecn_marked: p.ecn_marked,
+                queue: p.queue,
                 counters: self.switch.port_counters(p.plan.id).cloned(),
                 mac_claim: self.switch.mac_claim(p.plan.id),
             })

@@ -292,6 +292,9 @@ fn an_uplink_is_paced_at_its_capacity() {
     assert!((246_000..=254_000).contains(&bytes), "{bytes} bytes in 200 ms");
     assert!(rig.dp.queued_bytes(0) > 0, "the excess waits in NetIOC");
     assert!(rig.port("vm1").extra.queue_full > 0, "and beyond its budget is dropped");
+    // Held down by the uplink, most of its frames waited behind earlier ones.
+    let q = rig.port("vm1").queue;
+    assert!(q.waited * 10 >= q.taken * 9, "{q:?}");
 }
 
 /// NetIOC's queue for an uplink is bounded: a VM sending far more than the uplink carries
@@ -386,6 +389,12 @@ fn a_busy_device_holds_frames_in_netioc() {
         rig.dp.queued(0, leaf),
         100 - crate::device::TX_BATCH,
         "frames wait in NetIOC"
+    );
+    // The port's tally says so: all taken, those past the device's batch waited.
+    let q = rig.port("vm1").queue;
+    assert_eq!(
+        (q.taken, q.waited, q.marked),
+        (100, 100 - crate::device::TX_BATCH as u64, 0)
     );
     rig.fake.set_tx_room("u1", None);
     rig.fake.advance(Duration::from_millis(1));

@@ -27,8 +27,16 @@ fn port<'a>(a: &'a Answer, name: &str) -> &'a PortAnswer {
     a.ports.iter().find(|p| p.name == name).unwrap()
 }
 
+fn request(text: &str, changes: &[Change]) -> Request {
+    Request {
+        scenario: text.to_string(),
+        changes: changes.to_vec(),
+        ..Request::default()
+    }
+}
+
 fn run(text: &str, changes: &[Change]) -> Result<Answer, String> {
-    answer(text, Path::new("past.toml"), changes).map_err(|e| {
+    answer(&request(text, changes), Path::new("past.toml")).map_err(|e| {
         assert!(matches!(e, WhatIfError::Changes(_)), "the past itself failed: {e}");
         e.to_string()
     })
@@ -102,7 +110,7 @@ fn an_uplink_the_past_had_down_is_down_once() {
     .unwrap();
     assert_eq!(a.scenario.matches("link-down").count(), 1, "{}", a.scenario);
     // A past that does not load is the writer's fault, not the changes'.
-    let e = answer("name = 1", Path::new("past.toml"), &[]).unwrap_err();
+    let e = answer(&request("name = 1", &[]), Path::new("past.toml")).unwrap_err();
     assert!(matches!(e, WhatIfError::Past(_)), "{e:?}");
 }
 
@@ -244,4 +252,204 @@ fn bad_changes_are_refused_by_name_and_the_saved_scenario_runs_again() {
     let parsed: Vec<Change> = serde_json::from_str(json).unwrap();
     assert_eq!(parsed.len(), 2);
     assert!(serde_json::from_str::<Vec<Change>>(r#"[{"kind": "port", "port": "vm1", "limt": "1G"}]"#).is_err());
+}
+
+/// `secs` points of `v`.
+fn flat(v: f64, secs: u32) -> Vec<[f64; 2]> {
+    (0..secs).map(|t| [f64::from(t), v]).collect()
+}
+
+/// vm1 and vm2 on uplink1 alone, each measured offering `offered` for 20 s, with `evidence`.
+fn held(offered: f64, evidence: Evidence) -> Request {
+    let text = past(
+        "port-id",
+        20,
+        &[("vm1", 1, offered, "shares = 50"), ("vm2", 2, offered, "shares = 50")],
+    )
+    .replace("active = [\"uplink1\", \"uplink2\"]", "active = [\"uplink1\"]");
+    Request {
+        scenario: text,
+        changes: vec![Change::Port {
+            port: "vm1".into(),
+            reservation: Some("700M".parse().unwrap()),
+            shares: None,
+            limit: None,
+        }],
+        evidence: [("vm1".to_string(), evidence.clone()), ("vm2".to_string(), evidence)].into(),
+        fidelity: Fidelity::Fluid,
+    }
+}
+
+#[test]
+fn a_tcp_sender_held_down_is_predicted_as_greedy_and_said_to_be_uncertain() {
+    // Each got 480M of the uplink's 960M, most frames waiting, a few dropped: both backed off.
+    let ev = Evidence {
+        turned_away: flat(1e6, 20),
+        waited: Some(flat(0.9, 20)),
+        ..Evidence::default()
+    };
+    let a = answer(&held(481e6, ev), Path::new("past.toml")).unwrap();
+    let (vm1, vm2) = (port(&a, "vm1"), port(&a, "vm2"));
+    assert!((vm1.measured_bps.unwrap() - 480e6).abs() < 1e6, "{vm1:?}");
+    let d = vm1.demand.as_ref().unwrap();
+    assert_eq!(d.how, How::Greedy);
+    assert_eq!(d.high_bps, 1e9, "its uplink's capacity");
+    // Greedy, the model of the past shares the uplink as the switch did...
+    assert!((vm1.baseline_bps.unwrap() - 500e6).abs() < 20e6, "{vm1:?}");
+    // ...and the reservation gives vm1 its 700M and half the 300M left (equal shares of the
+    // excess), vm2 the other half.
+    assert!((vm1.predicted_bps.unwrap() - 850e6).abs() < 20e6, "{vm1:?}");
+    assert!((vm2.predicted_bps.unwrap() - 150e6).abs() < 20e6, "{vm2:?}");
+    assert!(vm1.may_want_more && vm2.may_want_more);
+    let notes = a.notes.join("\n");
+    assert!(
+        notes.contains("greedy") && notes.contains("every port that sent was held down"),
+        "{notes}"
+    );
+    // The saved scenario offers the estimate, so it runs again as answered.
+    assert!(a.scenario.contains("1000000000"), "{}", a.scenario);
+}
+
+#[test]
+fn a_udp_sender_held_down_wants_what_it_offered_and_gets_what_is_left() {
+    // Each offered 800M and had 320M turned away: each got 480M and wanted 800M.
+    let ev = Evidence {
+        turned_away: flat(320e6, 20),
+        ..Evidence::default()
+    };
+    let a = answer(&held(800e6, ev), Path::new("past.toml")).unwrap();
+    let (vm1, vm2) = (port(&a, "vm1"), port(&a, "vm2"));
+    assert!(
+        (vm1.measured_bps.unwrap() - 480e6).abs() < 1e6,
+        "measured is what it got: {vm1:?}"
+    );
+    let d = vm1.demand.as_ref().unwrap();
+    assert_eq!(
+        (d.how, d.estimate_bps, d.low_bps, d.high_bps),
+        (How::Offered, 800e6, 800e6, 800e6)
+    );
+    // 700M reserved and half the excess would be 850M: it wants 800M; vm2 has the rest.
+    assert!((vm1.predicted_bps.unwrap() - 800e6).abs() < 20e6, "{vm1:?}");
+    assert!((vm2.predicted_bps.unwrap() - 200e6).abs() < 20e6, "{vm2:?}");
+    assert!(!a.notes.join("\n").contains("greedy"), "{:?}", a.notes);
+    // Evidence for a port the past does not have is the past's writer's fault.
+    let mut bad = held(800e6, Evidence::default());
+    bad.evidence.insert("vm9".into(), Evidence::default());
+    let e = answer(&bad, Path::new("past.toml")).unwrap_err();
+    assert!(matches!(&e, WhatIfError::Past(m) if m.contains("`vm9`")), "{e}");
+}
+
+#[test]
+fn the_series_has_every_second_of_both_runs() {
+    let ev = Evidence {
+        turned_away: flat(320e6, 20),
+        ..Evidence::default()
+    };
+    let a = answer(&held(800e6, ev), Path::new("past.toml")).unwrap();
+    let s = &a.series;
+    assert_eq!(s.t_s.len(), 20);
+    let vm1 = s.ports.iter().find(|p| p.name == "vm1").unwrap();
+    assert_eq!(vm1.reservation_bps, 700e6);
+    assert!(vm1.measured.iter().all(|m| (m.unwrap() - 480e6).abs() < 1.0), "{vm1:?}");
+    assert!(
+        vm1.predicted.iter().skip(1).all(|p| p.unwrap() >= 0.99 * 700e6),
+        "{vm1:?}"
+    );
+    let u1 = s.uplinks.iter().find(|u| u.name == "uplink1").unwrap();
+    assert_eq!(u1.capacity_bps, 1e9);
+    assert_eq!(u1.predicted.len(), 20);
+    // Both ports fill uplink1 (its NetIOC share of it) in both runs; uplink2 carries nothing.
+    assert!(u1.baseline.iter().skip(1).all(|b| *b > 0.9e9), "{u1:?}");
+    let u2 = s.uplinks.iter().find(|u| u.name == "uplink2").unwrap();
+    assert!(u2.predicted.iter().all(|b| *b == 0.0), "{u2:?}");
+}
+
+#[test]
+fn packet_fidelity_answers_with_tcp_streams_for_greedy_ports() {
+    let ev = Evidence {
+        turned_away: flat(1e6, 20),
+        waited: Some(flat(0.9, 20)),
+        ..Evidence::default()
+    };
+    let mut req = held(481e6, ev);
+    req.fidelity = Fidelity::Packet;
+    let a = answer(&req, Path::new("past.toml")).unwrap();
+    assert_eq!(a.fidelity, Fidelity::Packet);
+    let (vm1, vm2) = (port(&a, "vm1"), port(&a, "vm2"));
+    // Two TCP streams share the uplink about evenly; with the reservation vm1 has 700M.
+    assert!((vm1.baseline_bps.unwrap() - 480e6).abs() < 60e6, "{vm1:?}");
+    assert!(vm1.predicted_bps.unwrap() >= 0.9 * 700e6, "{vm1:?}");
+    assert!(vm2.predicted_bps.unwrap() <= 300e6, "{vm2:?}");
+    assert!(a.notes.iter().any(|n| n.starts_with("packet model")), "{:?}", a.notes);
+    assert_eq!(a.series.t_s.len(), 20);
+    // An uplink down all along is left out of the packet host; one down later cannot be.
+    let mut down = req.clone();
+    down.changes = vec![Change::UplinkDown {
+        uplink: "uplink2".into(),
+    }];
+    assert!(answer(&down, Path::new("past.toml")).is_ok());
+    down.changes.clear();
+    down.scenario
+        .push_str("\n[[events]]\nkind = \"link-down\"\nat_s = 5.0\nuplink = \"uplink2\"\n");
+    let e = answer(&down, Path::new("past.toml")).unwrap_err();
+    assert!(e.to_string().contains("events in time"), "{e}");
+}
+
+#[test]
+fn a_pools_limit_and_a_groups_failover_order() {
+    // vm1 in pool `gold` offering 600M, vm2 outside it offering 300M.
+    let text = past(
+        "port-id",
+        10,
+        &[("vm1", 1, 600e6, "pool = \"gold\""), ("vm2", 2, 300e6, "")],
+    ) + "\n[[pools]]\nname = \"gold\"\n";
+    let a = run(
+        &text,
+        &[Change::Node {
+            node: "gold".into(),
+            reservation: None,
+            shares: None,
+            limit: Some(LimitChange::To("200M".parse().unwrap())),
+        }],
+    )
+    .unwrap();
+    assert!((port(&a, "vm1").predicted_bps.unwrap() - 200e6).abs() < 2e6, "{a:#?}");
+    assert!((port(&a, "vm2").predicted_bps.unwrap() - 300e6).abs() < 2e6, "{a:#?}");
+    // A class the scenario does not list is added at its defaults; a name that is neither is
+    // refused by name.
+    let nfs = Change::Node {
+        node: "nfs".into(),
+        reservation: None,
+        shares: Some(Shares::new(80).unwrap()),
+        limit: None,
+    };
+    assert!(run(&text, &[nfs]).unwrap().scenario.contains("class = \"nfs\""));
+    let bogus = Change::Node {
+        node: "bogus".into(),
+        reservation: None,
+        shares: None,
+        limit: Some(LimitChange::Remove),
+    };
+    let e = run(&text, &[bogus]).unwrap_err();
+    assert!(e.contains("changes[0]") && e.contains("`bogus`"), "{e}");
+    // Every port onto uplink2, uplink1 standing by.
+    let order = Change::Order {
+        group: "vms".into(),
+        active: vec!["uplink2".into()],
+        standby: Some(vec!["uplink1".into()]),
+    };
+    let a = run(&text, &[order]).unwrap();
+    for p in &a.ports {
+        assert_eq!(p.uplink_after.as_deref(), Some("uplink2"), "{p:?}");
+    }
+    let e = run(
+        &text,
+        &[Change::Order {
+            group: "vms".into(),
+            active: vec!["uplink9".into()],
+            standby: None,
+        }],
+    )
+    .unwrap_err();
+    assert!(e.contains("no uplink named `uplink9`"), "{e}");
 }

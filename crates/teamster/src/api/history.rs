@@ -4,7 +4,9 @@
 //! A point is the time of day and, per uplink, its tx and rx utilisation, and per port its tx
 //! and rx rates (the LBT window's means, as the snapshot has them). The ring holds at most
 //! [`POINTS`] points and each at most [`PORTS_PER_POINT`] ports (the busiest at that second),
-//! so its memory is bounded whatever the switch carries: about 3600 x (uplinks + 64) x 40 bytes.
+//! so its memory is bounded whatever the switch carries: about 3600 x (uplinks + 64) x 80 bytes.
+//! A port's sample also says what its NetIOC queues did with its frames since the point before
+//! ([`Queue`]: turned away, marked, waited), from counts kept for the ports of the last snapshot.
 
 use super::{ApiError, ApiState};
 use crate::live::snapshot::Snapshot;
@@ -30,6 +32,86 @@ pub struct Sample {
     /// a what-if takes as its demand that second (`tx` and `rx` are the window's means).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<[f64; 2]>,
+    /// What its NetIOC queues did with what it sent since the point before (see [`Queue`]);
+    /// absent for an uplink, and for a port's first point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Queue>,
+}
+
+/// What a port's NetIOC queues did with its frames between two points: what a what-if reads
+/// to tell whether it wanted more than it got (`teamster_sim::whatif::demand`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Queue {
+    /// Bits/s its queues turned away (`queue_full` drops, at its mean frame size then).
+    pub turned_away: f64,
+    /// Frames a second its queues marked Congestion Experienced.
+    pub marked: f64,
+    /// Share (0-1) of its frames that waited behind earlier ones; absent where the data plane
+    /// does not tell (the kernel path, whose HTB queues keep no such count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited: Option<f64>,
+    /// Share (0-1) of the frames it offered its queues that carried TCP (a sender that backs
+    /// off); absent where the data plane does not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<f64>,
+}
+
+/// A port's counts at the last point, for the next point's [`Queue`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    unix_ms: u64,
+    queue_full: u64,
+    marked: u64,
+    taken: u64,
+    waited: u64,
+    tcp: u64,
+    packets: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    fn of(p: &crate::live::snapshot::PortView, unix_ms: u64) -> Tally {
+        Tally {
+            unix_ms,
+            queue_full: p.counters.drops.get("queue_full").copied().unwrap_or(0),
+            marked: p.queue_marked,
+            taken: p.queue_taken,
+            waited: p.queue_waited,
+            tcp: p.queue_tcp,
+            packets: p.counters.rx_packets,
+            bytes: p.counters.rx_bytes,
+        }
+    }
+
+    /// What happened between `self` and the later `now`; None when the counts went back (the
+    /// port was removed and added again) or no time passed.
+    fn since(&self, now: &Tally) -> Option<Queue> {
+        let secs = now.unix_ms.checked_sub(self.unix_ms)? as f64 / 1000.0;
+        let d = |a: u64, b: u64| b.checked_sub(a);
+        let dropped = d(self.queue_full, now.queue_full)?;
+        let (packets, bytes) = (d(self.packets, now.packets)?, d(self.bytes, now.bytes)?);
+        let (taken, waited) = (d(self.taken, now.taken)?, d(self.waited, now.waited)?);
+        let marked = d(self.marked, now.marked)?;
+        let tcp = d(self.tcp, now.tcp)?;
+        if secs <= 0.0 {
+            return None;
+        }
+        // Its mean frame size over the interval (else since it started).
+        let frame = if packets > 0 {
+            bytes as f64 / packets as f64
+        } else if now.packets > 0 {
+            now.bytes as f64 / now.packets as f64
+        } else {
+            0.0
+        };
+        Some(Queue {
+            turned_away: dropped as f64 * frame * 8.0 / secs,
+            marked: marked as f64 / secs,
+            waited: (taken > 0).then(|| waited as f64 / taken as f64),
+            // Offered to its queues: what they took and what they turned away.
+            tcp: (taken + dropped > 0).then(|| (tcp as f64 / (taken + dropped) as f64).min(1.0)),
+        })
+    }
 }
 
 /// The switch at one second.
@@ -47,6 +129,8 @@ pub struct Point {
 #[derive(Debug, Default)]
 pub struct History {
     points: VecDeque<Point>,
+    /// Each port's counts at the last point (the ports of the last snapshot only).
+    tallies: std::collections::HashMap<String, Tally>,
 }
 
 impl History {
@@ -60,10 +144,16 @@ impl History {
         // them again would record nothing for as long as the step. They go.
         if self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms) {
             self.points.clear();
+            self.tallies.clear();
         }
         if self.points.back().is_some_and(|p| s.unix_ms < p.unix_ms + 1000) {
             return;
         }
+        let tallies: std::collections::HashMap<String, Tally> = s
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), Tally::of(p, s.unix_ms)))
+            .collect();
         let mut ports: Vec<Sample> = s
             .ports
             .iter()
@@ -72,8 +162,13 @@ impl History {
                 tx: p.tx_bps,
                 rx: p.rx_bps,
                 last: Some([p.tx_last_bps, p.rx_last_bps]),
+                queue: self
+                    .tallies
+                    .get(&p.name)
+                    .and_then(|before| before.since(&tallies[&p.name])),
             })
             .collect();
+        self.tallies = tallies;
         ports.sort_by(|a, b| (b.tx + b.rx).total_cmp(&(a.tx + a.rx)));
         ports.truncate(PORTS_PER_POINT);
         let uplinks = s
@@ -84,6 +179,7 @@ impl History {
                 tx: u.tx_utilisation,
                 rx: u.rx_utilisation,
                 last: None,
+                queue: None,
             })
             .collect();
         if self.points.len() == POINTS {
@@ -184,6 +280,41 @@ mod tests {
         assert_eq!(all[0].ports[0].name, "vm99", "the busiest first");
         assert_eq!(all[0].uplinks[0].tx, 0.5);
         assert_eq!(h.since(all[POINTS - 10].unix_ms).len(), 10);
+    }
+
+    #[test]
+    fn a_ports_queue_counts_become_rates_between_points() {
+        let port = |ms: u64, full: u64, taken: u64, waited: u64, packets: u64| {
+            let mut s = snap(ms, 0);
+            let mut p = PortView {
+                name: "vm1".into(),
+                queue_taken: taken,
+                queue_waited: waited,
+                queue_marked: full / 10,
+                ..Default::default()
+            };
+            p.counters.drops.insert("queue_full".into(), full);
+            p.counters.rx_packets = packets;
+            p.counters.rx_bytes = packets * 1500;
+            s.ports.push(p);
+            s
+        };
+        let mut h = History::default();
+        h.record(&port(1_000_000, 0, 0, 0, 0));
+        // 2 s later: 1000 frames of 1500 bytes dropped, 9000 taken, 8100 of them waited.
+        h.record(&port(1_002_000, 1000, 9000, 8100, 10_000));
+        // Then the port is removed and added again: its counts start over.
+        h.record(&port(1_003_000, 5, 10, 0, 20));
+        let all = h.since(0);
+        assert_eq!(
+            all[0].ports[0].queue, None,
+            "a port's first point has nothing to compare"
+        );
+        let q = all[1].ports[0].queue.unwrap();
+        assert_eq!(q.turned_away, 1000.0 * 1500.0 * 8.0 / 2.0);
+        assert_eq!(q.marked, 50.0);
+        assert_eq!(q.waited, Some(0.9));
+        assert_eq!(all[2].ports[0].queue, None, "counts that went back say nothing");
     }
 
     #[test]

@@ -45,9 +45,9 @@ pub const CPU_S: u64 = 60;
 pub const MEMORY: u64 = 2 << 30;
 
 /// A what-if: the changes, each kind in a list of its own (applied in this order: ports'
-/// controls, uplinks down, uplinks' capacities, policies, ports added, ports removed), and the
-/// window of the past they are applied to. No change at all asks how well the model fits the
-/// past.
+/// controls, classes' and pools' controls, uplinks down, uplinks' capacities, policies,
+/// failover orders, ports added, ports removed), and the window of the past they are applied
+/// to. No change at all asks how well the model fits the past.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WhatIf {
@@ -59,6 +59,10 @@ pub struct WhatIf {
     /// Ports' NetIOC controls; those left out keep their value.
     #[serde(default)]
     pub ports: Vec<PortWhatIf>,
+    /// Traffic classes' (by class name: vm, nfs, ...) or pools' NetIOC controls; those left
+    /// out keep their value.
+    #[serde(default)]
+    pub nodes: Vec<NodeWhatIf>,
     /// Uplinks down for the whole window.
     #[serde(default)]
     pub uplinks_down: Vec<String>,
@@ -68,12 +72,38 @@ pub struct WhatIf {
     /// Port groups' teaming policies.
     #[serde(default)]
     pub policies: Vec<GroupPolicy>,
+    /// Port groups' failover orders.
+    #[serde(default)]
+    pub failover_orders: Vec<FailoverOrder>,
     /// Ports added, each sending `tx` all along.
     #[serde(default)]
     pub add_ports: Vec<PortAdded>,
     /// Ports removed.
     #[serde(default)]
     pub remove_ports: Vec<String>,
+    /// The model: "fluid" (the default: rates a second, the whole window) or "packet" (queues
+    /// and TCP's windows, each port at its mean demand, at most 20 s of simulated time).
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "fluid", required = false, nullable = false)]
+    pub fidelity: Fidelity,
+}
+
+/// Which model answers a what-if (as `teamster_sim::whatif::Fidelity`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fidelity {
+    #[default]
+    Fluid,
+    Packet,
+}
+
+impl Fidelity {
+    fn name(self) -> &'static str {
+        match self {
+            Fidelity::Fluid => "fluid",
+            Fidelity::Packet => "packet",
+        }
+    }
 }
 
 /// A port's controls in a what-if (as `PATCH /api/v1/ports/{name}` takes them).
@@ -93,6 +123,38 @@ pub struct PortWhatIf {
     #[serde(default, deserialize_with = "present")]
     #[schema(schema_with = limit_schema, required = false)]
     pub limit: Option<Option<Bandwidth>>,
+}
+
+/// A traffic class's or pool's controls in a what-if (as `PATCH /api/v1/netioc/{node}` takes
+/// them).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeWhatIf {
+    /// A traffic class (vm, nfs, ...) or a pool's name.
+    pub node: String,
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub reservation: Option<Bandwidth>,
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = shares_schema, required = false)]
+    pub shares: Option<Shares>,
+    /// Null removes the limit.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(schema_with = limit_schema, required = false)]
+    pub limit: Option<Option<Bandwidth>>,
+}
+
+/// A port group's failover order.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverOrder {
+    pub group: String,
+    /// Active uplinks, in order.
+    pub active: Vec<String>,
+    /// Standby uplinks, in order (left as they are if absent).
+    #[serde(default, deserialize_with = "some")]
+    #[schema(required = false, nullable = false)]
+    pub standby: Option<Vec<String>>,
 }
 
 /// An uplink at another capacity.
@@ -132,35 +194,59 @@ pub struct PortAdded {
 
 impl WhatIf {
     /// The changes as the simulator's `--whatif` reads them (`teamster_sim::whatif::Change`),
-    /// in order.
-    fn changes(&self) -> Vec<JsonValue> {
+    /// in order, each with where the request has it (`ports[0]`), for its errors.
+    fn changes(&self) -> (Vec<JsonValue>, Vec<String>) {
         let rate = |b: &Bandwidth| json!(b.bps().to_string());
-        let mut out = Vec::new();
-        for p in &self.ports {
-            let mut c = json!({ "kind": "port", "port": p.port });
-            if let Some(r) = &p.reservation {
+        let controls = |mut c: JsonValue, r: &Option<Bandwidth>, s: &Option<Shares>, l: &Option<Option<Bandwidth>>| {
+            if let Some(r) = r {
                 c["reservation"] = rate(r);
             }
-            if let Some(s) = p.shares {
+            if let Some(s) = s {
                 c["shares"] = json!(s.get());
             }
-            match &p.limit {
+            match l {
                 Some(Some(l)) => c["limit"] = rate(l),
                 Some(None) => c["limit"] = json!("none"),
                 None => {}
             }
+            c
+        };
+        let mut out = Vec::new();
+        let mut at = Vec::new();
+        let mut push = |c: JsonValue, list: &str, i: usize| {
             out.push(c);
+            at.push(format!("{list}[{i}]"));
+        };
+        for (i, p) in self.ports.iter().enumerate() {
+            let c = json!({ "kind": "port", "port": p.port });
+            push(controls(c, &p.reservation, &p.shares, &p.limit), "ports", i);
         }
-        for u in &self.uplinks_down {
-            out.push(json!({ "kind": "uplink-down", "uplink": u }));
+        for (i, n) in self.nodes.iter().enumerate() {
+            let c = json!({ "kind": "node", "node": n.node });
+            push(controls(c, &n.reservation, &n.shares, &n.limit), "nodes", i);
         }
-        for u in &self.uplink_capacities {
-            out.push(json!({ "kind": "uplink-capacity", "uplink": u.uplink, "capacity": rate(&u.capacity) }));
+        for (i, u) in self.uplinks_down.iter().enumerate() {
+            push(json!({ "kind": "uplink-down", "uplink": u }), "uplinks_down", i);
         }
-        for g in &self.policies {
-            out.push(json!({ "kind": "policy", "group": g.group, "policy": g.policy.name() }));
+        for (i, u) in self.uplink_capacities.iter().enumerate() {
+            let c = json!({ "kind": "uplink-capacity", "uplink": u.uplink, "capacity": rate(&u.capacity) });
+            push(c, "uplink_capacities", i);
         }
-        for p in &self.add_ports {
+        for (i, g) in self.policies.iter().enumerate() {
+            push(
+                json!({ "kind": "policy", "group": g.group, "policy": g.policy.name() }),
+                "policies",
+                i,
+            );
+        }
+        for (i, o) in self.failover_orders.iter().enumerate() {
+            let mut c = json!({ "kind": "order", "group": o.group, "active": o.active });
+            if let Some(s) = &o.standby {
+                c["standby"] = json!(s);
+            }
+            push(c, "failover_orders", i);
+        }
+        for (i, p) in self.add_ports.iter().enumerate() {
             let mut c = json!({ "kind": "add-port", "name": p.name, "group": p.group, "tx": rate(&p.tx) });
             if let Some(r) = &p.reservation {
                 c["reservation"] = rate(r);
@@ -168,12 +254,12 @@ impl WhatIf {
             if let Some(l) = &p.limit {
                 c["limit"] = rate(l);
             }
-            out.push(c);
+            push(c, "add_ports", i);
         }
-        for p in &self.remove_ports {
-            out.push(json!({ "kind": "remove-port", "port": p }));
+        for (i, p) in self.remove_ports.iter().enumerate() {
+            push(json!({ "kind": "remove-port", "port": p }), "remove_ports", i);
         }
-        out
+        (out, at)
     }
 }
 
@@ -234,13 +320,38 @@ pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<
     }
     let config = s.config.lock().await.clone();
     // Built off the API's thread: an hour of points over many ports is some work.
-    let scenario = tokio::task::spawn_blocking(move || past(&config, &snapshot, &points))
-        .await
-        .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "the what-if's thread failed".into()))?
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    simulate(&json!({ "scenario": scenario, "changes": w.changes() }))
-        .await
-        .map(Json)
+    let (scenario, evidence) = tokio::task::spawn_blocking(move || {
+        let scenario = past(&config, &snapshot, &points)?;
+        Ok::<_, String>((scenario, evidence(&config, &points)))
+    })
+    .await
+    .map_err(|_| ApiError(StatusCode::INTERNAL_SERVER_ERROR, "the what-if's thread failed".into()))?
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let (changes, at) = w.changes();
+    simulate(&json!({
+        "scenario": scenario,
+        "changes": changes,
+        "evidence": evidence,
+        "fidelity": w.fidelity.name(),
+    }))
+    .await
+    .map(Json)
+    .map_err(|ApiError(status, message)| ApiError(status, in_request_terms(&message, &at)))
+}
+
+/// `message` with the simulator's `changes[i]` named as the request has it (`ports[0]`): the
+/// simulator sees one list, the request has one a kind.
+fn in_request_terms(message: &str, at: &[String]) -> String {
+    let Some(rest) = message.strip_prefix("changes[") else {
+        return message.to_string();
+    };
+    let Some((i, tail)) = rest.split_once(']') else {
+        return message.to_string();
+    };
+    match i.parse::<usize>().ok().and_then(|i| at.get(i)) {
+        Some(name) => format!("{name}{tail}"),
+        None => message.to_string(),
+    }
 }
 
 /// The simulator beside this binary, if root alone can change it (the daemon runs it as root,
@@ -493,6 +604,45 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
     }
     doc.insert("ports".into(), list(ports));
     toml::to_string(&doc).map_err(|e| format!("writing the past: {e}"))
+}
+
+/// What the points say of each configured port's NetIOC queues, as `teamster_sim::whatif::
+/// Evidence` by port name, each value at its point's time since the first (as [`past`] puts
+/// them): turned away, marked, and waited where the data plane counts it. A port no point has
+/// queue counts for has none (it is taken to want what it was measured at).
+pub(crate) fn evidence(config: &SwitchFile, points: &[Point]) -> serde_json::Map<String, JsonValue> {
+    let first = points.first().map_or(0, |p| p.unix_ms);
+    let mut out = serde_json::Map::new();
+    for p in &config.ports {
+        let (mut away, mut marked, mut waited, mut tcp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for pt in points {
+            let t = (pt.unix_ms - first) as f64 / 1000.0;
+            let Some(q) = pt.ports.iter().find(|s| s.name == p.name).and_then(|s| s.queue) else {
+                continue;
+            };
+            let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+            away.push(json!([t, finite(q.turned_away)]));
+            marked.push(json!([t, finite(q.marked)]));
+            if let Some(w) = q.waited {
+                waited.push(json!([t, finite(w).min(1.0)]));
+            }
+            if let Some(x) = q.tcp {
+                tcp.push(json!([t, finite(x).min(1.0)]));
+            }
+        }
+        if away.is_empty() {
+            continue;
+        }
+        let mut e = json!({ "turned_away": away, "marked": marked });
+        if !waited.is_empty() {
+            e["waited"] = JsonValue::Array(waited);
+        }
+        if !tcp.is_empty() {
+            e["tcp"] = JsonValue::Array(tcp);
+        }
+        out.insert(p.name.clone(), e);
+    }
+    out
 }
 
 /// A configuration entry as TOML.

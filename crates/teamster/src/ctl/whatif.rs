@@ -9,21 +9,26 @@ use std::path::PathBuf;
 /// The changes and the window, as flags; any number of changes of each kind.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("control").multiple(true)))]
+#[command(group(clap::ArgGroup::new("target").args(["port", "node"])))]
 pub struct WhatifArgs {
     /// Seconds of the switch's past the changes are applied to (default 600, at most 3600).
     #[arg(long)]
     window: Option<u64>,
     /// A port whose NetIOC controls change (with --reservation, --shares, --limit).
-    #[arg(long, requires = "control")]
+    #[arg(long, requires = "control", conflicts_with = "node")]
     port: Option<String>,
+    /// A traffic class (vm, nfs, ...) or pool whose NetIOC controls change (with
+    /// --reservation, --shares, --limit).
+    #[arg(long, requires = "control")]
+    node: Option<String>,
     /// Its new reservation, e.g. 500M.
-    #[arg(long, group = "control", requires = "port")]
+    #[arg(long, group = "control", requires = "target")]
     reservation: Option<String>,
     /// Its new shares: 1-100, or low, normal, high.
-    #[arg(long, group = "control", requires = "port")]
+    #[arg(long, group = "control", requires = "target")]
     shares: Option<String>,
     /// Its new limit, e.g. 1G, or `none`.
-    #[arg(long, group = "control", requires = "port")]
+    #[arg(long, group = "control", requires = "target")]
     limit: Option<String>,
     /// An uplink down for the whole window.
     #[arg(long, value_name = "UPLINK")]
@@ -34,12 +39,20 @@ pub struct WhatifArgs {
     /// A port group's teaming policy: GROUP=POLICY, e.g. vms=load-based.
     #[arg(long, value_name = "GROUP=POLICY")]
     policy: Vec<String>,
+    /// A port group's failover order: GROUP=ACTIVE,...[/STANDBY,...], e.g.
+    /// vms=uplink2/uplink1.
+    #[arg(long, value_name = "GROUP=ACTIVE[/STANDBY]")]
+    order: Vec<String>,
     /// A port added: NAME,GROUP,RATE[,RESERVATION], sending RATE all along.
     #[arg(long, value_name = "NAME,GROUP,RATE[,RESERVATION]")]
     add_port: Vec<String>,
     /// A port removed.
     #[arg(long, value_name = "PORT")]
     remove_port: Vec<String>,
+    /// The model: fluid (rates a second, the whole window) or packet (queues and TCP's windows,
+    /// each port at its mean demand, at most 20 s simulated).
+    #[arg(long, value_parser = ["fluid", "packet"])]
+    fidelity: Option<String>,
     /// Write the scenario with the change to FILE (a new file), for `teamster simulate`.
     #[arg(long, value_name = "FILE")]
     save: Option<PathBuf>,
@@ -48,8 +61,12 @@ pub struct WhatifArgs {
 /// The request body, or what is wrong with the flags.
 pub fn body(a: &WhatifArgs) -> Result<Value, String> {
     let mut b = json!({});
-    if let Some(port) = &a.port {
-        let mut c = json!({ "port": port });
+    let target = match (&a.port, &a.node) {
+        (Some(p), _) => Some(("ports", json!({ "port": p }))),
+        (None, Some(n)) => Some(("nodes", json!({ "node": n }))),
+        (None, None) => None,
+    };
+    if let Some((list, mut c)) = target {
         if let Some(r) = &a.reservation {
             c["reservation"] = json!(r);
         }
@@ -59,7 +76,7 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
         if let Some(l) = &a.limit {
             c["limit"] = if l == "none" { Value::Null } else { json!(l) };
         }
-        b["ports"] = json!([c]);
+        b[list] = json!([c]);
     }
     if !a.uplink_down.is_empty() {
         b["uplinks_down"] = json!(a.uplink_down);
@@ -84,6 +101,20 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
     }
     if !policies.is_empty() {
         b["policies"] = json!(policies);
+    }
+    let mut orders = Vec::new();
+    for o in &a.order {
+        let (group, order) = pair(o, "--order")?;
+        let names = |s: &str| -> Vec<String> { s.split(',').filter(|n| !n.is_empty()).map(String::from).collect() };
+        let mut c = match order.split_once('/') {
+            Some((active, standby)) => json!({ "active": names(active), "standby": names(standby) }),
+            None => json!({ "active": names(&order) }),
+        };
+        c["group"] = json!(group);
+        orders.push(c);
+    }
+    if !orders.is_empty() {
+        b["failover_orders"] = json!(orders);
     }
     let mut added = Vec::new();
     for p in &a.add_port {
@@ -110,6 +141,9 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
     }
     if let Some(w) = a.window {
         b["window_s"] = json!(w);
+    }
+    if let Some(f) = &a.fidelity {
+        b["fidelity"] = json!(f);
     }
     Ok(b)
 }
@@ -139,8 +173,9 @@ fn rate(v: &Value) -> String {
 /// The answer as tables: ports, uplinks, moves, notes.
 pub fn text(a: &Value) -> String {
     let mut out = format!(
-        "what if, over the last {} s:\n\n",
-        a["window_s"].as_f64().unwrap_or(0.0)
+        "what if, over the last {} s ({} model):\n\n",
+        a["window_s"].as_f64().unwrap_or(0.0),
+        a["fidelity"].as_str().unwrap_or("fluid")
     );
     out += &format!(
         "{:<16} {:>9} {:>9} {:>9} {:>11} {:>5}  {}\n",
@@ -173,6 +208,31 @@ pub fn text(a: &Value) -> String {
             p["uplink_after"].as_str().unwrap_or("-"),
         );
     }
+    let estimated: Vec<&Value> = a["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["demand"]["how"].as_str().is_some_and(|h| h != "measured"))
+        .collect();
+    if !estimated.is_empty() {
+        out += &format!(
+            "\n{:<16} {:>9} {:>9} {:>9} {:>11}  {}\n",
+            "DEMAND OF", "ESTIMATE", "LOW", "HIGH", "TURNED AWAY", "HOW"
+        );
+        for p in estimated {
+            let d = &p["demand"];
+            out += &format!(
+                "{:<16} {:>9} {:>9} {:>9} {:>11}  {} ({} s held)\n",
+                p["name"].as_str().unwrap_or("?"),
+                rate(&d["estimate_bps"]),
+                rate(&d["low_bps"]),
+                rate(&d["high_bps"]),
+                rate(&d["turned_away_bps"]),
+                d["how"].as_str().unwrap_or("?"),
+                d["held_s"].as_u64().unwrap_or(0),
+            );
+        }
+    }
     out += &format!("\n{:<16} {:>7} {:>9}\n", "UPLINK", "MODEL", "PREDICTED");
     for u in a["uplinks"].as_array().into_iter().flatten() {
         let pct = |v: &Value| format!("{:.0}%", v.as_f64().unwrap_or(0.0) * 100.0);
@@ -203,4 +263,68 @@ pub fn text(a: &Value) -> String {
     }
     out += "(* may have wanted more than it got: see the notes)\n";
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: WhatifArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Value, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("whatif").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        body(&cli.a)
+    }
+
+    #[test]
+    fn flags_become_the_request() {
+        let b = parse(&[
+            "--node",
+            "gold",
+            "--limit",
+            "none",
+            "--order",
+            "vms=uplink2/uplink1",
+            "--order",
+            "db=uplink1",
+            "--fidelity",
+            "packet",
+            "--window",
+            "60",
+        ])
+        .unwrap();
+        assert_eq!(
+            b,
+            json!({
+                "nodes": [{ "node": "gold", "limit": null }],
+                "failover_orders": [
+                    { "group": "vms", "active": ["uplink2"], "standby": ["uplink1"] },
+                    { "group": "db", "active": ["uplink1"] },
+                ],
+                "fidelity": "packet",
+                "window_s": 60,
+            })
+        );
+        let b = parse(&["--port", "vm1", "--shares", "high", "--reservation", "1G"]).unwrap();
+        assert_eq!(
+            b,
+            json!({ "ports": [{ "port": "vm1", "shares": "high", "reservation": "1G" }] })
+        );
+    }
+
+    #[test]
+    fn controls_need_one_port_or_node() {
+        assert!(parse(&["--reservation", "1M"]).is_err());
+        assert!(parse(&["--port", "vm1"]).is_err(), "a port with no control");
+        assert!(parse(&["--port", "vm1", "--node", "gold", "--limit", "1M"]).is_err());
+        assert!(parse(&["--fidelity", "exact"]).is_err());
+        let e = parse(&["--order", "vms"]).unwrap_err();
+        assert!(e.contains("--order"), "{e}");
+    }
 }

@@ -245,6 +245,7 @@ mod tests {
                 worker: Some(0),
                 extra: Default::default(),
                 ecn_marked: 0,
+                queue: Default::default(),
                 counters: None,
                 mac_claim: None,
             })

@@ -102,6 +102,10 @@ pub(super) fn snapshot(dp: &Published, file: &SwitchFile) -> Snapshot {
                 tx_last_bps: last.tx,
                 rx_last_bps: last.rx,
                 ecn_marked: p.ecn_marked,
+                queue_taken: p.queue.taken,
+                queue_waited: p.queue.waited,
+                queue_marked: p.queue.marked,
+                queue_tcp: p.queue.tcp,
                 counters: counters(p.counters.as_ref(), &p.extra),
             }
         })

@@ -1,7 +1,7 @@
 //! The switch's past as a scenario: what it holds, and that the simulator takes it.
 
 use super::*;
-use crate::api::history::Sample;
+use crate::api::history::{Queue, Sample};
 use crate::live::snapshot::UplinkView;
 use std::path::Path;
 
@@ -75,6 +75,13 @@ fn points(n: u64) -> Vec<Point> {
                     tx: tx / 2.0,
                     rx: rx / 2.0,
                     last: Some([*tx, *rx]),
+                    // vm2's queue turned away 100M of its 300M a second; vm1's never spoke.
+                    queue: (*name == "vm2").then_some(Queue {
+                        turned_away: 100e6,
+                        marked: 0.0,
+                        waited: Some(0.95),
+                        tcp: Some(0.0),
+                    }),
                 })
                 .collect(),
         })
@@ -106,19 +113,64 @@ fn the_past_is_a_scenario_of_the_running_configuration_and_its_measured_rates() 
     );
     // And a what-if runs on it: vm2's limit raised, with vm2 named as unsure of its demand.
     let a = teamster_sim::whatif::answer(
-        &text,
+        &request(
+            &text,
+            &[teamster_sim::whatif::Change::Port {
+                port: "vm2".into(),
+                reservation: None,
+                shares: None,
+                limit: Some(teamster_sim::whatif::LimitChange::To("1G".parse().unwrap())),
+            }],
+        ),
         Path::new("past.toml"),
+    )
+    .unwrap();
+    let vm2 = a.ports.iter().find(|p| p.name == "vm2").unwrap();
+    assert!(vm2.may_want_more, "{vm2:?}");
+    assert!((vm1_rate(&a) - 400e6).abs() < 5e6);
+}
+
+/// A request without evidence (each port wants what it was measured at).
+fn request(text: &str, changes: &[teamster_sim::whatif::Change]) -> teamster_sim::whatif::Request {
+    teamster_sim::whatif::Request {
+        scenario: text.to_string(),
+        changes: changes.to_vec(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_queues_counts_are_the_evidence_of_what_a_port_wanted() {
+    let pts = points(20);
+    let ev = evidence(&config(), &pts);
+    assert!(!ev.contains_key("vm1"), "no queue counts, no evidence: {ev:?}");
+    let vm2 = &ev["vm2"];
+    // From the second point on (vm2 is missing from the first), at each point's own time.
+    assert_eq!(vm2["turned_away"][0], json!([1.0, 100e6]));
+    assert_eq!(vm2["waited"][18], json!([19.0, 0.95]));
+    // Through the simulator: vm2 offered 300M and had 100M turned away, so it got 200M and
+    // wanted 300M; with its limit raised, it is predicted to get its 300M.
+    let text = past(&config(), &snapshot(), &pts).unwrap();
+    let mut req = request(
+        &text,
         &[teamster_sim::whatif::Change::Port {
             port: "vm2".into(),
             reservation: None,
             shares: None,
             limit: Some(teamster_sim::whatif::LimitChange::To("1G".parse().unwrap())),
         }],
-    )
-    .unwrap();
+    );
+    req.evidence = serde_json::from_value(JsonValue::Object(ev)).unwrap();
+    let a = teamster_sim::whatif::answer(&req, Path::new("past.toml")).unwrap();
     let vm2 = a.ports.iter().find(|p| p.name == "vm2").unwrap();
-    assert!(vm2.may_want_more, "{vm2:?}");
-    assert!((vm1_rate(&a) - 400e6).abs() < 5e6);
+    let d = vm2.demand.as_ref().unwrap();
+    assert_eq!(d.how, teamster_sim::whatif::How::Offered, "{d:?}");
+    // Measured is what it got (200M from the second second on, nothing in the first).
+    assert!((vm2.measured_bps.unwrap() - 200e6 * 19.0 / 20.0).abs() < 1e6, "{vm2:?}");
+    assert!(
+        (vm2.predicted_bps.unwrap() - 300e6 * 19.0 / 20.0).abs() < 5e6,
+        "{vm2:?}"
+    );
 }
 
 fn vm1_rate(a: &teamster_sim::whatif::Answer) -> f64 {
@@ -143,11 +195,13 @@ fn points_keep_their_own_times_and_a_down_uplink_is_down_all_along() {
     assert_eq!(s.events.len(), 1, "uplink2 down all along: {text}");
     // An uplink down in the past and again in the change is down once.
     let a = teamster_sim::whatif::answer(
-        &text,
+        &request(
+            &text,
+            &[teamster_sim::whatif::Change::UplinkDown {
+                uplink: "uplink2".into(),
+            }],
+        ),
         Path::new("past.toml"),
-        &[teamster_sim::whatif::Change::UplinkDown {
-            uplink: "uplink2".into(),
-        }],
     )
     .unwrap();
     for p in &a.ports {
@@ -166,4 +220,40 @@ fn an_uplink_without_a_known_capacity_is_an_error_naming_it() {
     snap.uplinks[0].capacity_bps = 0;
     let e = past(&config(), &snap, &points(3)).unwrap_err();
     assert!(e.contains("uplink1"), "{e}");
+}
+
+#[test]
+fn the_simulators_errors_name_the_change_as_the_request_has_it() {
+    let w: WhatIf = serde_json::from_value(json!({
+        "ports": [{ "port": "vm1", "limit": null }],
+        "nodes": [{ "node": "gold", "shares": 80 }],
+        "failover_orders": [{ "group": "vms", "active": ["uplink2"] }],
+        "remove_ports": ["vm1", "vm7"],
+    }))
+    .unwrap();
+    let (changes, at) = w.changes();
+    assert_eq!(
+        at,
+        [
+            "ports[0]",
+            "nodes[0]",
+            "failover_orders[0]",
+            "remove_ports[0]",
+            "remove_ports[1]"
+        ]
+    );
+    assert_eq!(changes[0]["limit"], "none");
+    assert_eq!(changes[1], json!({ "kind": "node", "node": "gold", "shares": 80 }));
+    assert_eq!(
+        changes[2],
+        json!({ "kind": "order", "group": "vms", "active": ["uplink2"] })
+    );
+    assert_eq!(
+        in_request_terms("changes[4]: no port named `vm7`", &at),
+        "remove_ports[1]: no port named `vm7`"
+    );
+    // What does not name a change stays as it was.
+    for m in ["with the change: port `vm1`: ...", "changes[9]: x", "changes[x"] {
+        assert_eq!(in_request_terms(m, &at), m);
+    }
 }

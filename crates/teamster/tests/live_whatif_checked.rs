@@ -1,0 +1,312 @@
+//! What-ifs checked against the switch: each test lets VMs send through a running switch,
+//! asks `teamster ctl whatif` about a change, then makes that change for real (through the
+//! switch's API, or by failing an uplink), measures what each VM then gets at the receiver
+//! (iperf3), and compares port by port, within 10% of the link's capacity (10 Mbit/s on these
+//! 100 Mbit/s uplinks). The cases: a reservation raised under contention between a TCP and a
+//! UDP sender (both held down, so the answer must also say its demands are uncertain); an
+//! uplink failing; a VM added; and port ID changed to Load-Based Teaming, with the move it
+//! predicts. Topology: [`netns`], uplinks shaped to 100 Mbit/s.
+
+mod netns;
+use netns::*;
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// Within 10% of the links' 100 Mbit/s.
+const TOLERANCE_MBIT: f64 = 10.0;
+/// Seconds of the past a question is asked about.
+const WINDOW: &str = "8";
+
+fn sim_beside_teamster() {
+    let sim = std::path::Path::new(env!("CARGO_BIN_EXE_teamster")).with_file_name("teamster-sim");
+    assert!(
+        sim.exists(),
+        "{} is missing: cargo build -p teamster-sim",
+        sim.display()
+    );
+}
+
+/// The answer's port `name`.
+fn port<'a>(a: &'a Value, name: &str) -> &'a Value {
+    a["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {a}"))
+}
+
+/// A port's predicted rate, Mbit/s.
+fn predicted(a: &Value, name: &str) -> f64 {
+    port(a, name)["predicted_bps"].as_f64().unwrap() / 1e6
+}
+
+/// Asks the switch in `d` what `args` would do, over the last [`WINDOW`] seconds.
+fn ask(d: &std::path::Path, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "whatif", "--window", WINDOW];
+    all.extend(args);
+    let (code, out, err) = ctl(d, &all);
+    assert_eq!(code, 0, "whatif {args:?}: {err}");
+    let a: Value = serde_json::from_str(&out).unwrap();
+    eprintln!(
+        "what if {args:?}:\n{}\nnotes: {}",
+        serde_json::to_string_pretty(&a["ports"]).unwrap(),
+        a["notes"]
+    );
+    a
+}
+
+/// The median of what a stream received from `from` seconds after `started` to 1 s before its
+/// end (intervals are a second each from about when its server started, just after
+/// `started`).
+fn after(r: &Received, from: f64) -> f64 {
+    let first = from.ceil() as usize;
+    let end = (r.secs as usize).saturating_sub(1).min(r.per_second.len());
+    let mut v: Vec<f64> = r.per_second.get(first..end).unwrap_or_default().to_vec();
+    assert!(v.len() >= 4, "too few seconds after the change: {r:?} from {from}");
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Seconds since `t`.
+fn since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// Compares each `(port, measured Mbit/s)` with the answer's prediction, within the tolerance.
+fn compare(a: &Value, measured: &[(&str, f64)]) {
+    let lines: Vec<String> = measured
+        .iter()
+        .map(|(n, m)| format!("{n}: predicted {:.1}, measured {m:.1} Mbit/s", predicted(a, n)))
+        .collect();
+    eprintln!("{}", lines.join("\n"));
+    for (n, m) in measured {
+        assert!(
+            (predicted(a, n) - m).abs() <= TOLERANCE_MBIT,
+            "{n}: predicted and measured differ by more than {TOLERANCE_MBIT} Mbit/s:\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+fn start_switch(
+    d: &std::path::Path,
+    head: &str,
+    group: &str,
+    classes: &str,
+    vm1: &str,
+    vm2: &str,
+) -> (Daemon, std::path::PathBuf) {
+    sim_beside_teamster();
+    start(d, &switch_toml(head, "100M", group, classes, vm1, vm2))
+}
+
+#[test]
+fn a_reservation_raised_under_contention_gets_what_was_predicted() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Both on uplink1, equal shares: a TCP sender (vm1) and a UDP sender offering 80M (vm2).
+    let (_daemon, _status) = start_switch(
+        d,
+        "",
+        "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
+        "shares = 50",
+        "shares = 50",
+    );
+    let started = Instant::now();
+    let tcp = tcp_stream("tmt-vm1", 5201, 30, 1.0);
+    let udp = udp_stream("tmt-vm2", 5202, 80, 30);
+    std::thread::sleep(Duration::from_secs(11));
+    let a = ask(d, &["--port", "vm1", "--reservation", "70M"]);
+    // Both were held down: vm1 backing off (TCP), vm2 with what it sent turned away. The
+    // answer says how it took their demands, and that it cannot see what they wanted.
+    assert_eq!(port(&a, "vm1")["demand"]["how"], "greedy", "{a}");
+    assert_eq!(port(&a, "vm2")["demand"]["how"], "offered", "{a}");
+    let notes = a["notes"].to_string();
+    assert!(notes.contains("every port that sent was held down"), "{notes}");
+    let (code, _, err) = ctl(d, &["port", "vm1", "--reservation", "70M"]);
+    assert_eq!(code, 0, "{err}");
+    let changed = since(started);
+    let (tcp, udp) = (tcp.join().unwrap(), udp.join().unwrap());
+    compare(
+        &a,
+        &[("vm1", after(&tcp, changed + 2.0)), ("vm2", after(&udp, changed + 2.0))],
+    );
+}
+
+#[test]
+fn an_uplink_failure_puts_both_vms_where_predicted() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_daemon, _status) = start_switch(
+        d,
+        "",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
+        "",
+        "",
+    );
+    let started = Instant::now();
+    let a1 = udp_stream("tmt-vm1", 5201, 60, 26);
+    let a2 = udp_stream("tmt-vm2", 5202, 60, 26);
+    std::thread::sleep(Duration::from_secs(11));
+    let a = ask(d, &["--uplink-down", "uplink2"]);
+    for p in ["vm1", "vm2"] {
+        assert_eq!(port(&a, p)["uplink_after"], "uplink1", "{a}");
+    }
+    // The uplink fails: its carrier goes.
+    must(&["ip", "link", "set", "tmt-u2", "down"]);
+    let changed = since(started);
+    let (r1, r2) = (a1.join().unwrap(), a2.join().unwrap());
+    compare(
+        &a,
+        &[("vm1", after(&r1, changed + 2.0)), ("vm2", after(&r2, changed + 2.0))],
+    );
+}
+
+#[test]
+fn a_vm_added_gets_its_share_as_predicted() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped_vms(100, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_daemon, _status) = start_switch(
+        d,
+        "",
+        "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
+        "",
+        "",
+    );
+    let started = Instant::now();
+    let a1 = udp_stream("tmt-vm1", 5201, 40, 30);
+    let a2 = udp_stream("tmt-vm2", 5202, 40, 30);
+    std::thread::sleep(Duration::from_secs(11));
+    let a = ask(d, &["--add-port", "vm3,vms,40M"]);
+    assert!(port(&a, "vm3")["measured_bps"].is_null(), "{a}");
+    let (code, _, err) = ctl(
+        d,
+        &[
+            "port",
+            "add",
+            "vm3",
+            "--interface",
+            "tmt-v3",
+            "--group",
+            "vms",
+            "--mac",
+            "02:00:00:00:00:03",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let added = since(started);
+    let a3 = udp_stream("tmt-vm3", 5203, 40, 14);
+    let (r1, r2, r3) = (a1.join().unwrap(), a2.join().unwrap(), a3.join().unwrap());
+    // vm3's stream started with it: its seconds count from then.
+    compare(
+        &a,
+        &[
+            ("vm1", after(&r1, added + 3.0)),
+            ("vm2", after(&r2, added + 3.0)),
+            ("vm3", after(&r3, 2.0)),
+        ],
+    );
+}
+
+#[test]
+fn port_id_to_load_based_moves_a_port_as_predicted() {
+    let _one_at_a_time = netns::lock();
+    if !ready() {
+        return;
+    }
+    let _topology = Topology::shaped(100);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Port IDs 1 and 3: port ID puts both on the same uplink, 90% full.
+    let (_daemon, _status) = start_switch(
+        d,
+        "[lbt]\nwindow_s = 3\nperiod_s = 3",
+        "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
+        "id = 1",
+        "id = 3",
+    );
+    let started = Instant::now();
+    let a1 = udp_stream("tmt-vm1", 5201, 45, 30);
+    let a2 = udp_stream("tmt-vm2", 5202, 45, 30);
+    std::thread::sleep(Duration::from_secs(11));
+    let a = ask(d, &["--policy", "vms=load-based"]);
+    let before: Vec<String> = ["vm1", "vm2"]
+        .iter()
+        .map(|p| port(&a, p)["uplink_before"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(before[0], before[1], "both on one uplink before: {a}");
+    let moves = a["moves"].as_array().unwrap();
+    assert!(
+        moves
+            .iter()
+            .any(|m| m["reason"].as_str().is_some_and(|r| r.contains("load"))),
+        "a Load-Based Teaming move predicted: {moves:?}"
+    );
+    let after_uplinks: Vec<&str> = ["vm1", "vm2"]
+        .iter()
+        .map(|p| port(&a, p)["uplink_after"].as_str().unwrap())
+        .collect();
+    assert_ne!(after_uplinks[0], after_uplinks[1], "{a}");
+    let (code, _, err) = ctl(d, &["group", "vms", "--policy", "load-based"]);
+    assert_eq!(code, 0, "{err}");
+    let changed = since(started);
+    // The switch moves one of them, as predicted.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, out, _) = ctl(d, &["--json", "ports"]);
+        let ports: Value = serde_json::from_str(&out).unwrap();
+        let on: Vec<String> = ["vm1", "vm2"]
+            .iter()
+            .map(|n| {
+                ports
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p["name"] == *n)
+                    .map(|p| p["uplink"].as_str().unwrap_or("").to_string())
+                    .unwrap_or_default()
+            })
+            .collect();
+        if on[0] != on[1] && !on[0].is_empty() && !on[1].is_empty() {
+            eprintln!("moved: vm1 on {}, vm2 on {}", on[0], on[1]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Load-Based Teaming move: {on:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (r1, r2) = (a1.join().unwrap(), a2.join().unwrap());
+    compare(
+        &a,
+        &[("vm1", after(&r1, changed + 5.0)), ("vm2", after(&r2, changed + 5.0))],
+    );
+    // The uplinks' predicted load at the end of the window is each what one VM sends.
+    for u in a["series"]["uplinks"].as_array().unwrap() {
+        let end = u["predicted"].as_array().unwrap().last().unwrap().as_f64().unwrap() / 1e6;
+        assert!(
+            (end - 45.0).abs() <= TOLERANCE_MBIT,
+            "{}: {end:.1} Mbit/s predicted at the end",
+            u["name"]
+        );
+    }
+}
