@@ -62,6 +62,18 @@ pub fn run(s: &Scenario) -> Result<RunOutput, String> {
         s.ports.iter().map(|p| p.name.clone()).collect(),
     );
     out.lbt_threshold = uses_lbt(s).then_some(s.host.lbt.threshold);
+    // A fluid run's reservations stand all along.
+    out.reservations = s
+        .ports
+        .iter()
+        .map(|p| {
+            f.ports
+                .iter()
+                .find(|e| e.name == p.name)
+                .map(|e| vec![(0.0, e.reservation.bps_f64())])
+                .unwrap_or_default()
+        })
+        .collect();
     let steps = (f.duration_s / f.step_s).round() as u64;
     let per_row = (1.0 / f.step_s).round().max(1.0) as u64;
     let mut acc = empty_row(0.0, nu, np);

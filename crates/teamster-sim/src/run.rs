@@ -71,6 +71,9 @@ pub struct RunOutput {
     pub teams: Vec<TeamLine>,
     /// Cluster mode: the cluster's counts each time one changed.
     pub cluster: Vec<ClusterRow>,
+    /// Per port, its reservation as steps `(from t_s, bits/s)`, oldest first; empty where the
+    /// model keeps none (migration, receive and cluster runs).
+    pub reservations: Vec<Vec<(f64, f64)>>,
 }
 
 /// Cluster mode: reservations that cannot be kept at `t_s`, and migrations, faults and
@@ -85,6 +88,14 @@ pub struct ClusterRow {
 }
 
 impl RunOutput {
+    /// Port `i`'s reservation at `t_s`, bits/s (0 where none is known).
+    pub fn reservation_at(&self, i: usize, t_s: f64) -> f64 {
+        self.reservations
+            .get(i)
+            .and_then(|steps| steps.iter().rev().find(|(from, _)| *from <= t_s))
+            .map_or(0.0, |(_, bps)| *bps)
+    }
+
     /// An empty run over `uplinks` (with their `capacities`) and `ports`: no rows yet, every
     /// per-port count zero.
     pub fn new(uplinks: Vec<String>, capacities: Vec<f64>, ports: Vec<String>) -> RunOutput {
@@ -106,6 +117,7 @@ impl RunOutput {
             member_changes: vec![0; np],
             teams: Vec::new(),
             cluster: Vec::new(),
+            reservations: vec![Vec::new(); np],
         }
     }
 }

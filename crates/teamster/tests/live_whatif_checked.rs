@@ -90,16 +90,37 @@ fn compare(a: &Value, measured: &[(&str, f64)]) {
     }
 }
 
-fn start_switch(
-    d: &std::path::Path,
-    head: &str,
-    group: &str,
-    classes: &str,
-    vm1: &str,
-    vm2: &str,
-) -> (Daemon, std::path::PathBuf) {
-    sim_beside_teamster();
-    start(d, &switch_toml(head, "100M", group, classes, vm1, vm2))
+/// One case's switch: the topology with `vms` VMs and uplinks shaped to 100 Mbit/s, and a
+/// daemon running the switch file of [`switch_toml`] with these lines, in a directory of its own.
+struct Case {
+    // Dropped in this order: the daemon stopped, then its directory, then the topology.
+    _daemon: (Daemon, std::path::PathBuf),
+    dir: tempfile::TempDir,
+    _topology: Topology,
+}
+
+impl Case {
+    fn start(vms: u8, head: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> Case {
+        sim_beside_teamster();
+        let topology = Topology::shaped_vms(100, vms);
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = start(dir.path(), &switch_toml(head, "100M", group, classes, vm1, vm2));
+        Case {
+            _daemon: daemon,
+            dir,
+            _topology: topology,
+        }
+    }
+
+    fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+/// Lets the streams fill the window the question is about (and a little more for their start).
+fn fill_the_window() {
+    let window: u64 = WINDOW.parse().unwrap();
+    std::thread::sleep(Duration::from_secs(window + 3));
 }
 
 #[test]
@@ -108,22 +129,20 @@ fn a_reservation_raised_under_contention_gets_what_was_predicted() {
     if !ready() {
         return;
     }
-    let _topology = Topology::shaped(100);
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     // Both on uplink1, equal shares: a TCP sender (vm1) and a UDP sender offering 80M (vm2).
-    let (_daemon, _status) = start_switch(
-        d,
+    let case = Case::start(
+        2,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
         "shares = 50",
         "shares = 50",
     );
+    let d = case.dir();
     let started = Instant::now();
     let tcp = tcp_stream("tmt-vm1", 5201, 30, 1.0);
     let udp = udp_stream("tmt-vm2", 5202, 80, 30);
-    std::thread::sleep(Duration::from_secs(11));
+    fill_the_window();
     let a = ask(d, &["--port", "vm1", "--reservation", "70M"]);
     // Both were held down: vm1 backing off (TCP), vm2 with what it sent turned away. The
     // answer says how it took their demands, and that it cannot see what they wanted.
@@ -147,21 +166,19 @@ fn an_uplink_failure_puts_both_vms_where_predicted() {
     if !ready() {
         return;
     }
-    let _topology = Topology::shaped(100);
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (_daemon, _status) = start_switch(
-        d,
+    let case = Case::start(
+        2,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
         "",
         "",
     );
+    let d = case.dir();
     let started = Instant::now();
     let a1 = udp_stream("tmt-vm1", 5201, 60, 26);
     let a2 = udp_stream("tmt-vm2", 5202, 60, 26);
-    std::thread::sleep(Duration::from_secs(11));
+    fill_the_window();
     let a = ask(d, &["--uplink-down", "uplink2"]);
     for p in ["vm1", "vm2"] {
         assert_eq!(port(&a, p)["uplink_after"], "uplink1", "{a}");
@@ -182,21 +199,19 @@ fn a_vm_added_gets_its_share_as_predicted() {
     if !ready() {
         return;
     }
-    let _topology = Topology::shaped_vms(100, 3);
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (_daemon, _status) = start_switch(
-        d,
+    let case = Case::start(
+        3,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
         "",
         "",
     );
+    let d = case.dir();
     let started = Instant::now();
     let a1 = udp_stream("tmt-vm1", 5201, 40, 30);
     let a2 = udp_stream("tmt-vm2", 5202, 40, 30);
-    std::thread::sleep(Duration::from_secs(11));
+    fill_the_window();
     let a = ask(d, &["--add-port", "vm3,vms,40M"]);
     assert!(port(&a, "vm3")["measured_bps"].is_null(), "{a}");
     let (code, _, err) = ctl(
@@ -234,22 +249,20 @@ fn port_id_to_load_based_moves_a_port_as_predicted() {
     if !ready() {
         return;
     }
-    let _topology = Topology::shaped(100);
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     // Port IDs 1 and 3: port ID puts both on the same uplink, 90% full.
-    let (_daemon, _status) = start_switch(
-        d,
+    let case = Case::start(
+        2,
         "[lbt]\nwindow_s = 3\nperiod_s = 3",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
         "id = 1",
         "id = 3",
     );
+    let d = case.dir();
     let started = Instant::now();
     let a1 = udp_stream("tmt-vm1", 5201, 45, 30);
     let a2 = udp_stream("tmt-vm2", 5202, 45, 30);
-    std::thread::sleep(Duration::from_secs(11));
+    fill_the_window();
     let a = ask(d, &["--policy", "vms=load-based"]);
     let before: Vec<String> = ["vm1", "vm2"]
         .iter()

@@ -342,6 +342,11 @@ impl<'a> Sim<'a> {
                 })
                 .collect(),
         };
+        sim.out.reservations = plan
+            .ports
+            .iter()
+            .map(|p| vec![(0.0, sim.ioc.tree().node(p.leaf).spec.reservation.bps_f64())])
+            .collect();
         sim.announce_remote(Instant::ZERO);
         for (i, p) in plan.ports.iter().enumerate() {
             sim.agenda.push(p.start_s * 1e9, Ev::Start(i));
@@ -686,7 +691,14 @@ impl Sim<'_> {
                     .ioc
                     .set_controls(*node, spec.clone(), Instant::from_nanos(t as u64))
                 {
-                    Ok(()) => self.out.events.push((t / 1e9, format!("set {what}"))),
+                    Ok(()) => {
+                        self.out.events.push((t / 1e9, format!("set {what}")));
+                        for (i, p) in self.plan.ports.iter().enumerate() {
+                            if p.leaf == *node {
+                                self.out.reservations[i].push((t / 1e9, spec.reservation.bps_f64()));
+                            }
+                        }
+                    }
                     Err(e) => {
                         self.out.events.push((t / 1e9, format!("rejected {what}: {e}")));
                         self.out.rejections.push((t / 1e9, e));

@@ -8,11 +8,16 @@ use std::path::Path;
 
 use teamster_web::with_charts;
 
-/// The most points the utilisation chart is given; longer runs are sampled evenly.
+/// The most points the utilisation and port throughput charts are given; longer runs are
+/// sampled evenly (every n-th row).
 const MAX_POINTS: usize = 2000;
 
-/// The report's data: utilisation history (sampled), moves, events, end-of-run port map and
-/// each port's send throughput over the last tenth of the run.
+/// The most ports the throughput-over-time chart draws: the busiest, by mean delivered send rate.
+const PORTS_DRAWN: usize = 16;
+
+/// The report's data: utilisation history and the busiest ports' delivered send rates (both
+/// sampled), moves, events, end-of-run port map and each port's send throughput over the last
+/// tenth of the run.
 fn data(run: &RunOutput, title: &str) -> serde_json::Value {
     let every = run.rows.len().div_ceil(MAX_POINTS).max(1);
     let history: Vec<_> = run
@@ -59,6 +64,7 @@ fn data(run: &RunOutput, title: &str) -> serde_json::Value {
         .into_iter()
         .map(|(t, kind, message)| json!({"t_s": t, "kind": kind, "message": message}))
         .collect();
+    let port_series = port_series(run, every);
     json!({
         "title": title,
         "duration_s": run.rows.last().map_or(0.0, |r| r.t_s),
@@ -68,9 +74,42 @@ fn data(run: &RunOutput, title: &str) -> serde_json::Value {
         "rows": run.rows.len(),
         "points": history.len(),
         "history": history,
+        "port_series": port_series,
         "ports": ports,
         "moves": moves,
         "events": events,
+    })
+}
+
+/// The busiest [`PORTS_DRAWN`] ports' delivered send rate over time, every `every`-th row as the
+/// utilisation chart samples them: `{t_s, ports: [{name, reservation_bps, tx_bps}], shown,
+/// total}`, busiest first; `reservation_bps` is the reservation at each sample (null where it
+/// has none), or null for a port that never has one.
+fn port_series(run: &RunOutput, every: usize) -> serde_json::Value {
+    let mean = |i: usize| run.rows.iter().map(|r| r.delivered_tx[i]).sum::<f64>() / run.rows.len().max(1) as f64;
+    let means: Vec<f64> = (0..run.ports.len()).map(mean).collect();
+    let mut order: Vec<usize> = (0..run.ports.len()).collect();
+    // Busiest first; equals keep the run's order.
+    order.sort_by(|&a, &b| means[b].total_cmp(&means[a]));
+    let sampled: Vec<_> = run.rows.iter().step_by(every).collect();
+    let ports: Vec<_> = order
+        .iter()
+        .take(PORTS_DRAWN)
+        .map(|&i| {
+            let held: Vec<Option<f64>> = sampled
+                .iter()
+                .map(|r| Some(run.reservation_at(i, r.t_s)).filter(|b| *b > 0.0))
+                .collect();
+            let reservation = held.iter().any(Option::is_some).then_some(held);
+            let tx: Vec<f64> = sampled.iter().map(|r| r.delivered_tx[i]).collect();
+            json!({"name": run.ports[i], "reservation_bps": reservation, "tx_bps": tx})
+        })
+        .collect();
+    json!({
+        "t_s": sampled.iter().map(|r| r.t_s).collect::<Vec<_>>(),
+        "ports": ports,
+        "shown": ports.len(),
+        "total": run.ports.len(),
     })
 }
 
@@ -85,3 +124,6 @@ pub fn report_html(run: &RunOutput, title: &str) -> String {
 pub fn write_report(run: &RunOutput, title: &str, path: &Path) -> std::io::Result<()> {
     std::fs::write(path, report_html(run, title))
 }
+
+#[cfg(test)]
+mod tests;

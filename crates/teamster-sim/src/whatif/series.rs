@@ -21,7 +21,9 @@ pub struct PortSeries {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UplinkSeries {
     pub name: String,
+    /// Its capacity in the past, and with the change (another, for an uplink-capacity change).
     pub capacity_bps: f64,
+    pub predicted_capacity_bps: f64,
     pub baseline: Vec<f64>,
     pub predicted: Vec<f64>,
 }
@@ -111,6 +113,12 @@ impl Series {
             .map(|(i, name)| UplinkSeries {
                 name: name.clone(),
                 capacity_bps: before.capacities.get(i).copied().unwrap_or(0.0),
+                predicted_capacity_bps: after
+                    .uplinks
+                    .iter()
+                    .position(|u| u == name)
+                    .and_then(|j| after.capacities.get(j).copied())
+                    .unwrap_or(0.0),
                 baseline: per_second(before, secs, |r| r.uplink_tx[i]),
                 predicted: match after.uplinks.iter().position(|u| u == name) {
                     Some(j) => per_second(after, secs, |r| r.uplink_tx[j]),

@@ -356,12 +356,22 @@ fn the_series_has_every_second_of_both_runs() {
         "{vm1:?}"
     );
     let u1 = s.uplinks.iter().find(|u| u.name == "uplink1").unwrap();
-    assert_eq!(u1.capacity_bps, 1e9);
+    assert_eq!((u1.capacity_bps, u1.predicted_capacity_bps), (1e9, 1e9));
     assert_eq!(u1.predicted.len(), 20);
     // Both ports fill uplink1 (its NetIOC share of it) in both runs; uplink2 carries nothing.
     assert!(u1.baseline.iter().skip(1).all(|b| *b > 0.9e9), "{u1:?}");
     let u2 = s.uplinks.iter().find(|u| u.name == "uplink2").unwrap();
     assert!(u2.predicted.iter().all(|b| *b == 0.0), "{u2:?}");
+    // An uplink at another speed: its series carries both capacities.
+    let mut faster = held(800e6, Evidence::default());
+    faster.changes = vec![Change::UplinkCapacity {
+        uplink: "uplink1".into(),
+        capacity: "2G".parse().unwrap(),
+    }];
+    let a = answer(&faster, Path::new("past.toml")).unwrap();
+    let u1 = a.series.uplinks.iter().find(|u| u.name == "uplink1").unwrap();
+    assert_eq!((u1.capacity_bps, u1.predicted_capacity_bps), (1e9, 2e9));
+    assert!(u1.predicted.iter().skip(1).all(|b| (*b - 1.6e9).abs() < 1e6), "{u1:?}");
 }
 
 #[test]
