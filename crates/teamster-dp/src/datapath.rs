@@ -209,17 +209,23 @@ enum PortIo<D> {
     },
 }
 
-/// What a port's NetIOC queues did with its frames: how many they took, how many of those had
-/// to wait behind earlier ones (still queued once the pacer had sent what it could), and how
-/// many they marked Congestion Experienced, and how many it offered carried TCP. A what-if tells from these whether the port wanted
+/// What a port's NetIOC queues did with its frames: how many they took, how long they held
+/// its frames (backlogged), how many they marked Congestion Experienced, how many it offered
+/// carried TCP, and the wire bytes they turned away. A what-if tells from these whether the port wanted
 /// more than it got (see `teamster_sim::whatif::demand`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueTally {
     pub taken: u64,
-    pub waited: u64,
+    /// Nanoseconds its queue held its frames: between two of its frames, when the later one
+    /// finds one of the earlier still queued (FIFO: the queue never emptied in between).
+    pub backlog_ns: u64,
+    /// When its last frame came, ns on the data plane's clock.
+    pub last_ns: u64,
     pub marked: u64,
     /// Frames offered to its queues (taken or not) that carried TCP.
     pub tcp: u64,
+    /// Wire bytes its queues turned away (its `queue_full` drops).
+    pub dropped_bytes: u64,
 }
 
 /// A VM port: attached while its interface exists.

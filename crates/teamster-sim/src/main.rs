@@ -9,11 +9,12 @@
 //! Exit status: 0 if every expectation held, 1 if one did not, 2 on bad input. `teamster
 //! simulate ARGS...` runs this binary, installed beside `teamster`, with the same arguments.
 //!
-//! `--whatif` answers a what-if (`teamster_sim::whatif`): a JSON object on standard input,
-//! `{"scenario": TEXT, "changes": [...]}`, and the answer as JSON on standard output; changes
-//! that do not fit the scenario are an error on standard error and exit status 2, a request or
-//! scenario that is bad in itself exit status 3. The switch runs it for `POST /api/v1/whatif`
-//! and `teamster ctl whatif`.
+//! `--whatif` answers a what-if (`teamster_sim::whatif::Request`): a JSON object on standard
+//! input, `{"scenario": TEXT, "changes": [...], "evidence": {...}, "fidelity": "fluid"}`, and
+//! the answer as JSON on standard output; changes that do not fit the scenario are an error on
+//! standard error and exit status 2, a request or scenario that is bad in itself exit status 3,
+//! a question the model asked for cannot answer (the packet model's bounds) exit status 4. The
+//! switch runs it for `POST /api/v1/whatif` and `teamster ctl whatif`.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -84,6 +85,10 @@ fn whatif() -> ExitCode {
         Err(e @ teamster_sim::whatif::WhatIfError::Changes(_)) => {
             eprintln!("error: {e}");
             ExitCode::from(2)
+        }
+        Err(e @ teamster_sim::whatif::WhatIfError::Unsupported(_)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(4)
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -402,23 +402,39 @@ pub enum WhatIfError {
     /// The past itself does not load or run (its writer's fault, not the changes').
     #[error("the past: {0}")]
     Past(String),
+    /// The model asked for cannot answer this question (the packet model: a host too fast
+    /// for its bound, a change of policy in time).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
-/// The past in scenario `text` with each port that has `evidence` offering its estimated
-/// demand (see [`demand`]) instead of what it was measured at, and the estimates by port name.
-/// A port's greedy demand is the fastest uplink its group may use.
+/// Scenario `text` (the past, or the past with the changes) with each port that has
+/// `evidence` offering its estimated demand (see [`demand`]) instead of what it was measured
+/// at, and the estimates by port name. A port's greedy demand is the fastest uplink its group
+/// may use in this scenario, among those not down all along. Evidence for a port the scenario
+/// does not have is an error if `every` (the past must have them all; a change may remove one).
 fn estimated(
     text: &str,
     evidence: &BTreeMap<String, Evidence>,
+    every: bool,
 ) -> Result<(String, BTreeMap<String, demand::Estimated>), String> {
     if evidence.is_empty() {
         return Ok((text.to_string(), BTreeMap::new()));
     }
     let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string())?;
     let rate = |v: Option<&Value>| v.and_then(Value::as_str).and_then(|s| s.parse::<Bandwidth>().ok());
+    let down: Vec<String> = array(&mut doc, "events")
+        .iter()
+        .filter(|e| {
+            e.get("kind").and_then(Value::as_str) == Some("link-down")
+                && e.get("at_s").and_then(number).is_some_and(|t| t <= 0.0)
+        })
+        .filter_map(|e| Some(e.get("uplink")?.as_str()?.to_string()))
+        .collect();
     let capacities: BTreeMap<String, f64> = array(&mut doc, "uplinks")
         .iter()
         .filter_map(|u| Some((u.get("name")?.as_str()?.to_string(), rate(u.get("capacity"))?.bps_f64())))
+        .filter(|(name, _)| !down.contains(name))
         .collect();
     let fastest: BTreeMap<String, f64> = array(&mut doc, "port_groups")
         .iter()
@@ -465,7 +481,7 @@ fn estimated(
         );
         out.insert(name, e);
     }
-    if let Some(missing) = evidence.keys().find(|n| !out.contains_key(*n)) {
+    if let Some(missing) = evidence.keys().find(|n| !out.contains_key(*n)).filter(|_| every) {
         return Err(format!("evidence for `{missing}`: no such port"));
     }
     let text = toml::to_string(&doc).map_err(|e| e.to_string())?;
@@ -490,10 +506,16 @@ fn runs(
             crate::fluid::run(past).map_err(WhatIfError::Past)?,
             crate::fluid::run(changed).map_err(changes)?,
         ),
-        Fidelity::Packet => (
-            packet::run(past, estimates).map_err(WhatIfError::Past)?,
-            packet::run(changed, estimates).map_err(changes)?,
-        ),
+        Fidelity::Packet => {
+            let failed = |e: packet::Failed, blame: &dyn Fn(String) -> WhatIfError| match e {
+                packet::Failed::Unsupported(m) => WhatIfError::Unsupported(m),
+                packet::Failed::Run(m) => blame(m),
+            };
+            (
+                packet::run(past, estimates).map_err(|e| failed(e, &WhatIfError::Past))?,
+                packet::run(changed, estimates).map_err(|e| failed(e, &changes))?,
+            )
+        }
     })
 }
 
@@ -503,9 +525,11 @@ pub fn answer(req: &Request, path: &Path) -> Result<Answer, WhatIfError> {
     let load = |t: &str| Scenario::from_str(t, path).map_err(|e| e.to_string());
     // The past must load as it was given before its demands are estimated.
     load(&req.scenario).map_err(WhatIfError::Past)?;
-    let (text, estimates) = estimated(&req.scenario, &req.evidence).map_err(WhatIfError::Past)?;
+    let (text, estimates) = estimated(&req.scenario, &req.evidence, true).map_err(WhatIfError::Past)?;
     let past = load(&text).map_err(WhatIfError::Past)?;
-    let changed_text = apply(&text, &req.changes).map_err(WhatIfError::Changes)?;
+    // Estimated again with the change: a greedy port wants what its uplinks carry then.
+    let changed_raw = apply(&req.scenario, &req.changes).map_err(WhatIfError::Changes)?;
+    let (changed_text, _) = estimated(&changed_raw, &req.evidence, false).map_err(WhatIfError::Changes)?;
     let changed = load(&changed_text).map_err(|e| WhatIfError::Changes(format!("with the change: {e}")))?;
     let (before, after) = runs(req.fidelity, &past, &changed, &estimates)?;
     let window_s = past.file.duration_s;

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 const TOLERANCE_MBIT: f64 = 10.0;
 /// Seconds of the past a question is asked about.
 const WINDOW: &str = "8";
+/// Seconds each case's first streams run: the window, the question and the change, and 20 s
+/// or more to measure after it.
+const STREAM_S: u32 = 40;
 
 fn sim_beside_teamster() {
     let sim = std::path::Path::new(env!("CARGO_BIN_EXE_teamster")).with_file_name("teamster-sim");
@@ -74,11 +77,20 @@ fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-/// Compares each `(port, measured Mbit/s)` with the answer's prediction, within the tolerance.
+/// Compares each `(port, measured Mbit/s)` with the answer's prediction, within the tolerance;
+/// and, so that the comparison could fail, requires the change to have moved each port the
+/// past measured by more than the tolerance (an answer that ignored the change would miss).
 fn compare(a: &Value, measured: &[(&str, f64)]) {
+    let before = |n: &str| port(a, n)["measured_bps"].as_f64().map(|b| b / 1e6);
     let lines: Vec<String> = measured
         .iter()
-        .map(|(n, m)| format!("{n}: predicted {:.1}, measured {m:.1} Mbit/s", predicted(a, n)))
+        .map(|(n, m)| {
+            let was = before(n).map_or("-".into(), |b| format!("{b:.1}"));
+            format!(
+                "{n}: measured before {was}, predicted {:.1}, measured after {m:.1} Mbit/s",
+                predicted(a, n)
+            )
+        })
         .collect();
     eprintln!("{}", lines.join("\n"));
     for (n, m) in measured {
@@ -87,6 +99,13 @@ fn compare(a: &Value, measured: &[(&str, f64)]) {
             "{n}: predicted and measured differ by more than {TOLERANCE_MBIT} Mbit/s:\n{}",
             lines.join("\n")
         );
+        if let Some(b) = before(n) {
+            assert!(
+                (b - m).abs() > TOLERANCE_MBIT,
+                "{n}: the change moved it by no more than the tolerance, so this case proves nothing:\n{}",
+                lines.join("\n")
+            );
+        }
     }
 }
 
@@ -140,8 +159,8 @@ fn a_reservation_raised_under_contention_gets_what_was_predicted() {
     );
     let d = case.dir();
     let started = Instant::now();
-    let tcp = tcp_stream("tmt-vm1", 5201, 30, 1.0);
-    let udp = udp_stream("tmt-vm2", 5202, 80, 30);
+    let tcp = tcp_stream("tmt-vm1", 5201, STREAM_S, 1.0);
+    let udp = udp_stream("tmt-vm2", 5202, 80, STREAM_S);
     fill_the_window();
     let a = ask(d, &["--port", "vm1", "--reservation", "70M"]);
     // Both were held down: vm1 backing off (TCP), vm2 with what it sent turned away. The
@@ -171,13 +190,14 @@ fn an_uplink_failure_puts_both_vms_where_predicted() {
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
-        "",
-        "",
+        "id = 1",
+        "id = 2",
     );
     let d = case.dir();
     let started = Instant::now();
-    let a1 = udp_stream("tmt-vm1", 5201, 60, 26);
-    let a2 = udp_stream("tmt-vm2", 5202, 60, 26);
+    // 80M each, one on each uplink; both on uplink1 once uplink2 fails: 50M each.
+    let a1 = udp_stream("tmt-vm1", 5201, 80, STREAM_S);
+    let a2 = udp_stream("tmt-vm2", 5202, 80, STREAM_S);
     fill_the_window();
     let a = ask(d, &["--uplink-down", "uplink2"]);
     for p in ["vm1", "vm2"] {
@@ -203,16 +223,18 @@ fn a_vm_added_gets_its_share_as_predicted() {
         3,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
-        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
+        "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
         "",
         "",
     );
     let d = case.dir();
     let started = Instant::now();
-    let a1 = udp_stream("tmt-vm1", 5201, 40, 30);
-    let a2 = udp_stream("tmt-vm2", 5202, 40, 30);
+    // 50M each, filling uplink1; vm3 added sending 80M with 50M reserved: it has its 50M and
+    // a third of the rest, 66.7M, and vm1 and vm2 16.7M each.
+    let a1 = udp_stream("tmt-vm1", 5201, 50, STREAM_S);
+    let a2 = udp_stream("tmt-vm2", 5202, 50, STREAM_S);
     fill_the_window();
-    let a = ask(d, &["--add-port", "vm3,vms,40M"]);
+    let a = ask(d, &["--add-port", "vm3,vms,80M,50M"]);
     assert!(port(&a, "vm3")["measured_bps"].is_null(), "{a}");
     let (code, _, err) = ctl(
         d,
@@ -226,11 +248,14 @@ fn a_vm_added_gets_its_share_as_predicted() {
             "vms",
             "--mac",
             "02:00:00:00:00:03",
+            "--reservation",
+            "50M",
         ],
     );
     assert_eq!(code, 0, "{err}");
     let added = since(started);
-    let a3 = udp_stream("tmt-vm3", 5203, 40, 14);
+    // Until the others end.
+    let a3 = udp_stream("tmt-vm3", 5203, 80, STREAM_S - added.ceil() as u32);
     let (r1, r2, r3) = (a1.join().unwrap(), a2.join().unwrap(), a3.join().unwrap());
     // vm3's stream started with it: its seconds count from then.
     compare(
@@ -249,7 +274,7 @@ fn port_id_to_load_based_moves_a_port_as_predicted() {
     if !ready() {
         return;
     }
-    // Port IDs 1 and 3: port ID puts both on the same uplink, 90% full.
+    // Port IDs 1 and 3: port ID puts both on the same uplink, full.
     let case = Case::start(
         2,
         "[lbt]\nwindow_s = 3\nperiod_s = 3",
@@ -260,8 +285,9 @@ fn port_id_to_load_based_moves_a_port_as_predicted() {
     );
     let d = case.dir();
     let started = Instant::now();
-    let a1 = udp_stream("tmt-vm1", 5201, 45, 30);
-    let a2 = udp_stream("tmt-vm2", 5202, 45, 30);
+    // 70M each on one uplink: 50M each; once load-based teaming moves one, 70M each.
+    let a1 = udp_stream("tmt-vm1", 5201, 70, STREAM_S);
+    let a2 = udp_stream("tmt-vm2", 5202, 70, STREAM_S);
     fill_the_window();
     let a = ask(d, &["--policy", "vms=load-based"]);
     let before: Vec<String> = ["vm1", "vm2"]
@@ -317,7 +343,7 @@ fn port_id_to_load_based_moves_a_port_as_predicted() {
     for u in a["series"]["uplinks"].as_array().unwrap() {
         let end = u["predicted"].as_array().unwrap().last().unwrap().as_f64().unwrap() / 1e6;
         assert!(
-            (end - 45.0).abs() <= TOLERANCE_MBIT,
+            (end - 70.0).abs() <= TOLERANCE_MBIT,
             "{}: {end:.1} Mbit/s predicted at the end",
             u["name"]
         );

@@ -164,10 +164,21 @@ impl<P: Platform> Datapath<P> {
         };
         let mut full = 0;
         let mut tally = super::QueueTally::default();
+        // Read once a frame (its pieces, if it is segmented, carry what it does).
+        let tcp = leaf.is_some() && carries_tcp(&frame.bytes);
+        // Its queue held a frame of its since its last one: backlogged all that while.
+        if let (Some(i), Some(leaf)) = (from, leaf) {
+            let q = &mut self.ports[i].queue;
+            let at = now.as_nanos();
+            if ioc.queued(u, leaf) > 0 {
+                q.backlog_ns += at.saturating_sub(q.last_ns);
+            }
+            q.last_ns = at;
+        }
         let fitted = fit(frame, to, &mut |piece| match leaf {
             Some(leaf) => {
                 let wire = piece.wire_len() as u32;
-                tally.tcp += u64::from(carries_tcp(&piece.bytes));
+                tally.tcp += u64::from(tcp);
                 let mark = |f: &mut Frame| mark_congestion(&mut f.bytes);
                 let taken = match ioc.enqueue_marking(u, leaf, wire, piece, now, mark) {
                     Ok(Enqueued::Plain) => true,
@@ -178,17 +189,14 @@ impl<P: Platform> Datapath<P> {
                     }
                     Err(_) => {
                         full += 1;
+                        tally.dropped_bytes += u64::from(wire);
                         false
                     }
                 };
                 // Move what the pacer allows to the device's batch at once, so the queue fills
                 // only when the uplink itself is the bottleneck.
                 pace_one(up, u, ioc, now);
-                if taken {
-                    tally.taken += 1;
-                    // Still queued: this frame waits behind the port's earlier ones.
-                    tally.waited += u64::from(ioc.queued(u, leaf) > 0);
-                }
+                tally.taken += u64::from(taken);
             }
             None => match up.backend.as_mut() {
                 Some(b) => b.send_owned(piece),
@@ -202,9 +210,9 @@ impl<P: Platform> Datapath<P> {
             let p = &mut self.ports[i];
             p.extra.queue_full += full;
             p.queue.taken += tally.taken;
-            p.queue.waited += tally.waited;
             p.queue.marked += tally.marked;
             p.queue.tcp += tally.tcp;
+            p.queue.dropped_bytes += tally.dropped_bytes;
         }
     }
 

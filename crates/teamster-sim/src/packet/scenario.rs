@@ -11,8 +11,8 @@
 //!   traffic such as NFS or vMotion), its own `reservation`, `shares` (default normal), `limit`,
 //!   a `source` (see [`super::source`]), `start_s` and `stop_s`;
 //! - `[[events]]`: `set-controls` (`node`, and any of `reservation`, `shares`, `limit` =
-//!   "unlimited" or a bandwidth; the rest stay) through admission control, or `queueing`
-//!   (`queueing` = "netioc" or "fifo");
+//!   "unlimited" or a bandwidth; the rest stay) through admission control, `queueing`
+//!   (`queueing` = "netioc" or "fifo"), or `link-down` and `link-up` (`uplink`);
 //! - `queueing` (default netioc), `queue_packets` per port (default 128), `queue_ms` (each
 //!   uplink's byte budget, as milliseconds of sending at its capacity, shared fairly between
 //!   ports as the live switch does; default none: packets per port only), `fifo_packets`
@@ -126,6 +126,15 @@ pub enum EventFile {
     Queueing {
         at_s: f64,
         queueing: Discipline,
+    },
+    /// An uplink's link goes down (its queue's frames are lost) or comes back.
+    LinkDown {
+        at_s: f64,
+        uplink: String,
+    },
+    LinkUp {
+        at_s: f64,
+        uplink: String,
     },
 }
 
@@ -250,6 +259,17 @@ pub fn resolve(f: &PacketFile) -> Result<HostPlan, String> {
                 let at_s = timeline.time(&key, *at_s)?;
                 timeline.claim(&key, at_s, "the queueing discipline".into())?;
                 (at_s, PlanEvent::Discipline(*queueing))
+            }
+            EventFile::LinkDown { at_s, uplink } | EventFile::LinkUp { at_s, uplink } => {
+                let at_s = timeline.time(&key, *at_s)?;
+                let i = f
+                    .uplinks
+                    .iter()
+                    .position(|u| u.name == *uplink)
+                    .ok_or_else(|| format!("{key}.uplink: no uplink named `{uplink}`"))?;
+                timeline.claim(&key, at_s, format!("uplink `{uplink}`"))?;
+                let up = matches!(e, EventFile::LinkUp { .. });
+                (at_s, PlanEvent::Link { uplink: i, up })
             }
         };
         events.push((at_s, ev));

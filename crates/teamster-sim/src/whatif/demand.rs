@@ -3,11 +3,12 @@
 //! Model. The switch counts a port's send rate where it takes its frames, before its NetIOC
 //! queue: the *offered* rate. Beside it, per second, the switch keeps ([`Evidence`]) what its
 //! queue turned away (bits/s dropped as `queue_full`), how many of its frames its queue marked
-//! Congestion Experienced, and what share of its frames had to wait in that queue behind
-//! earlier ones (the user-space data plane tells; the kernel path's HTB does not, so it is
-//! absent there). A second is *held* when its queue turned away more than 1% of what it
-//! offered, marked a frame, or held half its frames or more. A second that is not held wanted
-//! what it offered (`measured`). In a held second:
+//! Congestion Experienced, for what share of the second its queue held its frames, and what
+//! share of them carried TCP (the user-space data plane tells these two; the kernel path's HTB
+//! does not, so they are absent there). A second is *held* when the port sent and its queue
+//! turned away more than 1% of what it offered, marked a frame, or held its frames half the
+//! second or more. A second that is not held wanted what it offered (`measured`). In a held
+//! second:
 //! - a sender that slows down for it (TCP: it backs off at a drop or a mark, so what it offers
 //!   says little of what it wants) wanted more than it got, by an amount nothing measured says:
 //!   it is modelled as *greedy*, wanting all its fastest uplink can carry (`greedy`), with what
@@ -19,10 +20,11 @@
 //! data plane counts it; else how much was turned away (10% or more of its offer: it kept
 //! sending regardless, so not TCP).
 //!
-//! A port's answer says which way most of its held seconds went, its mean estimate, and the
-//! low and high ends (equal when the estimate is certain).
+//! A port held in fewer than a tenth of the seconds it sent ([`HELD_SHARE`]) is taken as never
+//! held. A second the evidence says nothing of (the port idle, or not among the busiest ports
+//! the history kept then) is not held. A port's answer says which way most of its held seconds
+//! went, its mean estimate, and the low and high ends (equal when the estimate is certain).
 
-use crate::demand::Demand;
 use serde::{Deserialize, Serialize};
 
 /// What the switch measured of a port beside its offered rate, as `[t_s, value]` points.
@@ -35,7 +37,7 @@ pub struct Evidence {
     /// Frames a second its queue marked Congestion Experienced.
     #[serde(default)]
     pub marked: Vec<[f64; 2]>,
-    /// Share (0-1) of its frames that waited in its queue; absent where the data plane does not
+    /// Share (0-1) of the time its queue held its frames; absent where the data plane does not
     /// tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited: Option<Vec<[f64; 2]>>,
@@ -81,33 +83,46 @@ pub struct Estimated {
     pub summary: Estimate,
 }
 
-/// A series of points as a curve (zero where it has none).
-fn curve(points: &[[f64; 2]]) -> Demand {
-    if points.is_empty() {
-        Demand::Constant(0.0)
-    } else {
-        Demand::Piecewise(points.iter().map(|[t, v]| (*t, *v)).collect())
-    }
+/// A series' value at the point at `t` (within a quarter of a second: the evidence and the
+/// offered rates come from the same points), or None: a second the evidence has nothing of (a
+/// port idle then, or not among the busiest the history kept) is not taken from its
+/// neighbours.
+fn at(points: &[[f64; 2]], t: f64) -> Option<f64> {
+    let i = points.partition_point(|[pt, _]| *pt < t - 0.25);
+    points.get(i).filter(|[pt, _]| (*pt - t).abs() <= 0.25).map(|[_, v]| *v)
 }
+
+/// A port held in fewer than this share of the seconds it sent is taken as never held: a
+/// second or two is a burst or a stall, not a port that wants more.
+pub const HELD_SHARE: f64 = 0.1;
 
 /// Estimates a port's demand at each of `offered`'s points (`[t_s, bits/s]`) from `evidence`
 /// (see the module documentation); `greedy_bps` is what a greedy sender is taken to want.
 pub fn estimate(offered: &[[f64; 2]], evidence: &Evidence, greedy_bps: f64) -> Estimated {
-    let turned = curve(&evidence.turned_away);
-    let marked = curve(&evidence.marked);
-    let waited = evidence.waited.as_deref().map(curve);
-    let tcp = evidence.tcp.as_deref().map(curve);
+    let value = |s: &[[f64; 2]], t: f64| at(s, t).filter(|v| v.is_finite()).unwrap_or(0.0);
+    let dropped_at = |t: f64, o: f64| value(&evidence.turned_away, t).clamp(0.0, o);
+    // A second is held: it sent, and its queue turned some away, marked, or held its frames.
+    let held_at = |t: f64, o: f64| {
+        o > 0.0
+            && (dropped_at(t, o) > 0.01 * o
+                || value(&evidence.marked, t) > 0.0
+                || evidence.waited.as_deref().is_some_and(|w| value(w, t) >= 0.5))
+    };
+    let sent = offered.iter().filter(|[_, o]| *o > 0.0).count();
+    let held_n = offered.iter().filter(|[t, o]| held_at(*t, *o)).count();
+    let noise = (held_n as f64) < HELD_SHARE * sent as f64;
     let mut demand = Vec::with_capacity(offered.len());
     let mut delivered = Vec::with_capacity(offered.len());
     let (mut low, mut high, mut away) = (0.0, 0.0, 0.0);
     let (mut offered_s, mut greedy_s) = (0u32, 0u32);
     for &[t, o] in offered {
-        let dropped = turned.at(t).clamp(0.0, o);
+        let dropped = dropped_at(t, o);
         let got = o - dropped;
-        let held = dropped > 0.01 * o || marked.at(t) > 0.0 || waited.as_ref().is_some_and(|w| w.at(t) >= 0.5);
+        let held = !noise && held_at(t, o);
+        let tcp = evidence.tcp.as_deref().and_then(|c| at(c, t));
         let (d, lo, hi) = if !held {
             (o, o, o)
-        } else if tcp.as_ref().map_or(dropped >= 0.1 * o, |c| c.at(t) < 0.5) {
+        } else if tcp.map_or(dropped >= 0.1 * o, |share| share < 0.5) {
             offered_s += 1;
             (o, o, o)
         } else {
@@ -215,6 +230,35 @@ mod tests {
         };
         let e = estimate(&flat(500e6, 10), &udp, 1e9);
         assert_eq!((e.summary.how, e.summary.estimate_bps), (How::Offered, 500e6));
+    }
+
+    #[test]
+    fn idle_seconds_and_seconds_without_evidence_and_rare_holds_are_not_held() {
+        // Held (TCP, backlogged) at 0-4 s and 6-9 s; idle at 5 s; no evidence at all at 7 s.
+        let mut offered = flat(400e6, 10);
+        offered[5][1] = 0.0;
+        let mut backlogged = flat(0.9, 10);
+        backlogged.remove(7);
+        let ev = Evidence {
+            waited: Some(backlogged.clone()),
+            tcp: Some(flat(1.0, 10)),
+            ..Evidence::default()
+        };
+        let e = estimate(&offered, &ev, 1e9);
+        assert_eq!(e.demand[5], [5.0, 0.0], "idle: wants nothing, whatever its neighbours");
+        assert_eq!(e.demand[7], [7.0, 400e6], "no evidence: wants what it offered");
+        assert_eq!(e.demand[6], [6.0, 1e9]);
+        assert_eq!(e.summary.held_s, 8);
+        // Held one second of twenty: noise, never held.
+        let mut once = flat(0.0, 20);
+        once[3][1] = 1.0;
+        let ev = Evidence {
+            waited: Some(once),
+            tcp: Some(flat(1.0, 20)),
+            ..Evidence::default()
+        };
+        let e = estimate(&flat(400e6, 20), &ev, 1e9);
+        assert_eq!((e.summary.how, e.summary.held_s), (How::Measured, 0));
     }
 
     #[test]

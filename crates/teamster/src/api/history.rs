@@ -4,7 +4,8 @@
 //! A point is the time of day and, per uplink, its tx and rx utilisation, and per port its tx
 //! and rx rates (the LBT window's means, as the snapshot has them). The ring holds at most
 //! [`POINTS`] points and each at most [`PORTS_PER_POINT`] ports (the busiest at that second),
-//! so its memory is bounded whatever the switch carries: about 3600 x (uplinks + 64) x 80 bytes.
+//! so its memory is bounded whatever the switch carries: about 3600 x (uplinks + 64) x 150 bytes
+//! (a port's sample, its name's text included).
 //! A port's sample also says what its NetIOC queues did with its frames since the point before
 //! ([`Queue`]: turned away, marked, waited), from counts kept for the ports of the last snapshot.
 
@@ -46,8 +47,8 @@ pub struct Queue {
     pub turned_away: f64,
     /// Frames a second its queues marked Congestion Experienced.
     pub marked: f64,
-    /// Share (0-1) of its frames that waited behind earlier ones; absent where the data plane
-    /// does not tell (the kernel path, whose HTB queues keep no such count).
+    /// Share (0-1) of the time its queues held its frames (backlogged); absent where the data
+    /// plane does not tell (the kernel path, whose HTB queues keep no such count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited: Option<f64>,
     /// Share (0-1) of the frames it offered its queues that carried TCP (a sender that backs
@@ -57,8 +58,8 @@ pub struct Queue {
 }
 
 /// Frames a second a port must offer its queues for their counts to say anything of it: a few
-/// frames that waited (a TCP control connection's, say, behind another port's burst) are not a
-/// port held down. Below it, [`Queue`] says its queues turned nothing away and held nothing
+/// frames held (a TCP control connection's, say, behind another port's burst) are not a port
+/// held down. Below it, [`Queue`] says its queues turned nothing away and held nothing
 /// (about 560 kbit/s in 1400-byte frames).
 pub const QUEUE_FRAMES_TO_TELL: f64 = 50.0;
 
@@ -69,7 +70,8 @@ struct Tally {
     queue_full: u64,
     marked: u64,
     taken: u64,
-    waited: u64,
+    backlog_ns: u64,
+    dropped_bytes: u64,
     tcp: u64,
     packets: u64,
     bytes: u64,
@@ -82,7 +84,8 @@ impl Tally {
             queue_full: p.counters.drops.get("queue_full").copied().unwrap_or(0),
             marked: p.queue_marked,
             taken: p.queue_taken,
-            waited: p.queue_waited,
+            backlog_ns: p.queue_backlog_ns,
+            dropped_bytes: p.queue_dropped_bytes,
             tcp: p.queue_tcp,
             packets: p.counters.rx_packets,
             bytes: p.counters.rx_bytes,
@@ -96,7 +99,8 @@ impl Tally {
         let d = |a: u64, b: u64| b.checked_sub(a);
         let dropped = d(self.queue_full, now.queue_full)?;
         let (packets, bytes) = (d(self.packets, now.packets)?, d(self.bytes, now.bytes)?);
-        let (taken, waited) = (d(self.taken, now.taken)?, d(self.waited, now.waited)?);
+        let (taken, backlog_ns) = (d(self.taken, now.taken)?, d(self.backlog_ns, now.backlog_ns)?);
+        let dropped_bytes = d(self.dropped_bytes, now.dropped_bytes)?;
         let marked = d(self.marked, now.marked)?;
         let tcp = d(self.tcp, now.tcp)?;
         if secs <= 0.0 {
@@ -110,20 +114,25 @@ impl Tally {
                 tcp: None,
             });
         }
-        // Its mean frame size over the interval (else since it started).
-        let frame = if packets > 0 {
-            bytes as f64 / packets as f64
+        // The user-space data plane counts its queues' frames and the bytes they turned away;
+        // the kernel path's HTB counts the frames it dropped alone (so nothing taken, ever): at
+        // the port's mean frame size over the interval (else since it started).
+        let counted = now.taken > 0;
+        let away = if counted {
+            dropped_bytes as f64
+        } else if packets > 0 {
+            dropped as f64 * bytes as f64 / packets as f64
         } else if now.packets > 0 {
-            now.bytes as f64 / now.packets as f64
+            dropped as f64 * now.bytes as f64 / now.packets as f64
         } else {
             0.0
         };
         Some(Queue {
-            turned_away: dropped as f64 * frame * 8.0 / secs,
+            turned_away: away * 8.0 / secs,
             marked: marked as f64 / secs,
-            waited: (taken > 0).then(|| waited as f64 / taken as f64),
+            waited: counted.then(|| (backlog_ns as f64 / (secs * 1e9)).min(1.0)),
             // Offered to its queues: what they took and what they turned away.
-            tcp: (taken + dropped > 0).then(|| (tcp as f64 / (taken + dropped) as f64).min(1.0)),
+            tcp: counted.then(|| (tcp as f64 / (taken + dropped) as f64).min(1.0)),
         })
     }
 }
@@ -296,43 +305,62 @@ mod tests {
         assert_eq!(h.since(all[POINTS - 10].unix_ms).len(), 10);
     }
 
+    /// A snapshot at `ms` of port vm1 with its queues' counts: frames dropped (`full`), taken,
+    /// held (`backlog_ns`) and TCP, and `packets` of 1500 bytes received from it.
+    fn queued(ms: u64, full: u64, taken: u64, backlog_ns: u64, tcp: u64, packets: u64) -> Snapshot {
+        let mut s = snap(ms, 0);
+        let mut p = PortView {
+            name: "vm1".into(),
+            queue_taken: taken,
+            queue_backlog_ns: backlog_ns,
+            // The user-space data plane counts the bytes it turns away: 1400 a frame here.
+            queue_dropped_bytes: if taken > 0 { full * 1400 } else { 0 },
+            queue_marked: full / 10,
+            queue_tcp: tcp,
+            ..Default::default()
+        };
+        p.counters.drops.insert("queue_full".into(), full);
+        p.counters.rx_packets = packets;
+        p.counters.rx_bytes = packets * 1500;
+        s.ports.push(p);
+        s
+    }
+
     #[test]
     fn a_ports_queue_counts_become_rates_between_points() {
-        let port = |ms: u64, full: u64, taken: u64, waited: u64, packets: u64| {
-            let mut s = snap(ms, 0);
-            let mut p = PortView {
-                name: "vm1".into(),
-                queue_taken: taken,
-                queue_waited: waited,
-                queue_marked: full / 10,
-                ..Default::default()
-            };
-            p.counters.drops.insert("queue_full".into(), full);
-            p.counters.rx_packets = packets;
-            p.counters.rx_bytes = packets * 1500;
-            s.ports.push(p);
-            s
-        };
         let mut h = History::default();
-        h.record(&port(1_000_000, 0, 0, 0, 0));
-        // 2 s later: 1000 frames of 1500 bytes dropped, 9000 taken, 8100 of them waited.
-        h.record(&port(1_002_000, 1000, 9000, 8100, 10_000));
-        // A quiet second: 40 frames taken, 30 waited, 2 dropped: too few to tell.
-        h.record(&port(1_003_000, 1002, 9040, 8130, 10_040));
+        h.record(&queued(1_000_000, 0, 0, 0, 0, 0));
+        // 2 s later: 1000 frames dropped (1400 bytes each), 9000 taken, the queue held 1.8 s,
+        // 5000 frames of TCP.
+        h.record(&queued(1_002_000, 1000, 9000, 1_800_000_000, 5000, 10_000));
+        // A quiet second: 40 frames taken, 2 dropped: too few to tell.
+        h.record(&queued(1_003_000, 1002, 9040, 2_700_000_000, 5000, 10_040));
         // Then the port is removed and added again: its counts start over.
-        h.record(&port(1_004_000, 5, 10, 0, 20));
+        h.record(&queued(1_004_000, 5, 10, 0, 0, 20));
         let all = h.since(0);
         assert_eq!(
             all[0].ports[0].queue, None,
             "a port's first point has nothing to compare"
         );
         let q = all[1].ports[0].queue.unwrap();
-        assert_eq!(q.turned_away, 1000.0 * 1500.0 * 8.0 / 2.0);
+        assert_eq!(q.turned_away, 1000.0 * 1400.0 * 8.0 / 2.0, "the bytes turned away");
         assert_eq!(q.marked, 50.0);
         assert_eq!(q.waited, Some(0.9));
+        assert_eq!(q.tcp, Some(0.5));
         let quiet = all[2].ports[0].queue.unwrap();
         assert_eq!((quiet.turned_away, quiet.waited, quiet.tcp), (0.0, None, None));
         assert_eq!(all[3].ports[0].queue, None, "counts that went back say nothing");
+    }
+
+    #[test]
+    fn on_the_kernel_path_drops_are_at_the_mean_frame_size_and_waits_unknown() {
+        let mut h = History::default();
+        h.record(&queued(1_000_000, 0, 0, 0, 0, 0));
+        // HTB dropped 100 frames; the port sent 10,000 of 1500 bytes; nothing else is counted.
+        h.record(&queued(1_001_000, 100, 0, 0, 0, 10_000));
+        let q = h.since(0)[1].ports[0].queue.unwrap();
+        assert_eq!(q.turned_away, 100.0 * 1500.0 * 8.0);
+        assert_eq!((q.waited, q.tcp), (None, None), "not a TCP share of 0");
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! making on the API's; a simulator that fails or is killed fails the request, never the switch.
 
 use super::changes::{bandwidth_schema, limit_schema, policy_schema, present, shares_schema, some};
-use super::history::Point;
+use super::history::{Point, Queue};
 use super::{ApiError, ApiState};
 use crate::http::body::Body;
 use crate::live::config::SwitchFile;
@@ -277,7 +277,7 @@ pub const WALL_S: u64 = 120;
         (status = 409, body = super::ErrorBody,
         description = "an unknown port, uplink or group, a change admission control refuses, a window past the history kept"),
         (status = 413, body = super::ErrorBody), (status = 415, body = super::ErrorBody),
-        (status = 422, body = super::ErrorBody, description = "a change or window out of form"),
+        (status = 422, body = super::ErrorBody, description = "a change or window out of form, or a question the packet model cannot take"),
         (status = 429, body = super::ErrorBody, description = "another what-if is running"),
         (status = 500, body = super::ErrorBody, description = "the simulator failed or ran out of time"),
         (status = 503, body = super::ErrorBody, description = "the simulator is not installed beside teamster, or not safe to run")))]
@@ -465,6 +465,8 @@ async fn simulate(request: &JsonValue) -> Result<JsonValue, ApiError> {
         // admission control refuses): a conflict with its state, as the other changes' are.
         return Err(match out.status.code() {
             Some(2) => ApiError(StatusCode::CONFLICT, msg),
+            // Exit 4: the model asked for cannot take this question (the packet model's bounds).
+            Some(4) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, msg),
             _ => ApiError(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the simulator stopped ({}): {msg}", out.status),
@@ -612,12 +614,22 @@ pub(crate) fn past(config: &SwitchFile, snapshot: &Snapshot, points: &[Point]) -
 /// queue counts for has none (it is taken to want what it was measured at).
 pub(crate) fn evidence(config: &SwitchFile, points: &[Point]) -> serde_json::Map<String, JsonValue> {
     let first = points.first().map_or(0, |p| p.unix_ms);
+    // Each point's queue counts by port name, once.
+    let by_name: Vec<std::collections::HashMap<&str, Queue>> = points
+        .iter()
+        .map(|pt| {
+            pt.ports
+                .iter()
+                .filter_map(|s| Some((s.name.as_str(), s.queue?)))
+                .collect()
+        })
+        .collect();
     let mut out = serde_json::Map::new();
     for p in &config.ports {
         let (mut away, mut marked, mut waited, mut tcp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for pt in points {
+        for (pt, names) in points.iter().zip(&by_name) {
             let t = (pt.unix_ms - first) as f64 / 1000.0;
-            let Some(q) = pt.ports.iter().find(|s| s.name == p.name).and_then(|s| s.queue) else {
+            let Some(q) = names.get(p.name.as_str()).copied() else {
                 continue;
             };
             let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };

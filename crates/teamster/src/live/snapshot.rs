@@ -157,13 +157,15 @@ pub struct PortView {
     /// (held too long while the switch was short of CPU), since start.
     #[serde(default)]
     pub ecn_marked: u64,
-    /// Frames its NetIOC queues took, of those how many waited behind earlier ones, and how
-    /// many they marked Congestion Experienced, since it was added (the user-space data plane
-    /// counts these; on the kernel path they stay 0).
+    /// Frames its NetIOC queues took, nanoseconds they held its frames, wire bytes they turned
+    /// away, and frames they marked Congestion Experienced, since it was added (the user-space
+    /// data plane counts these; on the kernel path they stay 0).
     #[serde(default)]
     pub queue_taken: u64,
     #[serde(default)]
-    pub queue_waited: u64,
+    pub queue_backlog_ns: u64,
+    #[serde(default)]
+    pub queue_dropped_bytes: u64,
     #[serde(default)]
     pub queue_marked: u64,
     /// Frames it offered to its NetIOC queues that carried TCP, since it was added.
