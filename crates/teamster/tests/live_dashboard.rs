@@ -31,20 +31,9 @@ fn switch() -> String {
 #[test]
 fn the_dashboard_renders_every_uplink_and_updates_live() {
     let _one_at_a_time = netns::lock();
-    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    let have = std::path::Path::new(&chromium).exists()
-        && browser_dir.join("node_modules/playwright-core").exists()
-        && sh(&["node", "--version"]);
-    if !have {
-        let required = std::env::var("TEAMSTER_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "TEAMSTER_REQUIRE_BROWSER=1 but Chromium, node or playwright-core is missing"
-        );
-        eprintln!("skipped: needs {chromium}, node and `npm ci` in tests/browser");
+    let Some((browser_dir, chromium)) = beside::browser() else {
         return;
-    }
+    };
     if !ready() {
         return;
     }

@@ -13,7 +13,7 @@
 mod netns;
 use netns::*;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -23,22 +23,6 @@ const TOKEN: &str = "what+if %41 token&x=/y?z#ü 東京 0123456789";
 
 /// Seconds of the past the panel asks about.
 const WINDOW_S: u64 = 10;
-
-/// Whether Chromium, node and playwright-core are there; a failure if not and CI requires them.
-fn have_browser(browser_dir: &Path, chromium: &str) -> bool {
-    let have = Path::new(chromium).exists()
-        && browser_dir.join("node_modules/playwright-core").exists()
-        && sh(&["node", "--version"]);
-    if !have {
-        let required = std::env::var("TEAMSTER_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "TEAMSTER_REQUIRE_BROWSER=1 but Chromium, node or playwright-core is missing"
-        );
-        eprintln!("skipped: needs {chromium}, node and `npm ci` in tests/browser");
-    }
-    have
-}
 
 /// How many seconds of history the daemon on TCP `port` has kept.
 fn history_points(port: u16) -> usize {
@@ -58,17 +42,13 @@ fn history_points(port: u16) -> usize {
 #[test]
 fn the_what_if_panel_draws_the_daemons_answer_and_shows_its_errors() {
     let _one_at_a_time = netns::lock();
-    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    if !have_browser(&browser_dir, &chromium) || !ready() {
+    let Some((browser_dir, chromium)) = beside::browser() else {
+        return;
+    };
+    if !ready() {
         return;
     }
-    let sim = Path::new(env!("CARGO_BIN_EXE_teamster")).with_file_name("teamster-sim");
-    assert!(
-        sim.exists(),
-        "{} is missing: cargo build -p teamster-sim --bins",
-        sim.display()
-    );
+    beside::simulator();
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let config = switch_toml(

@@ -29,12 +29,7 @@ fn a_what_if_answers_from_the_switchs_past_and_changes_nothing() {
     if !ready() {
         return;
     }
-    let sim = std::path::Path::new(env!("CARGO_BIN_EXE_teamster")).with_file_name("teamster-sim");
-    assert!(
-        sim.exists(),
-        "{} is missing: cargo build -p teamster-sim",
-        sim.display()
-    );
+    beside::simulator();
     let _topology = Topology::up();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -21,15 +21,6 @@ const WINDOW: &str = "8";
 /// or more to measure after it.
 const STREAM_S: u32 = 40;
 
-fn sim_beside_teamster() {
-    let sim = std::path::Path::new(env!("CARGO_BIN_EXE_teamster")).with_file_name("teamster-sim");
-    assert!(
-        sim.exists(),
-        "{} is missing: cargo build -p teamster-sim",
-        sim.display()
-    );
-}
-
 /// The answer's port `name`.
 fn port<'a>(a: &'a Value, name: &str) -> &'a Value {
     a["ports"]
@@ -112,23 +103,31 @@ fn compare(a: &Value, measured: &[(&str, f64)]) {
 /// One case's switch: the topology with `vms` VMs and uplinks shaped to 100 Mbit/s, and a
 /// daemon running the switch file of [`switch_toml`] with these lines, in a directory of its own.
 struct Case {
-    // Dropped in this order: the daemon stopped, then its directory, then the topology.
+    // Dropped in this order: the daemon stopped, then its directory, then the topology, then
+    // the lock on it.
     _daemon: (Daemon, std::path::PathBuf),
     dir: tempfile::TempDir,
     _topology: Topology,
+    _one_at_a_time: netns::TopologyLock,
 }
 
 impl Case {
-    fn start(vms: u8, head: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> Case {
-        sim_beside_teamster();
+    /// The case, once the topology is free; None where live tests cannot run (see [`ready`]).
+    fn start(vms: u8, head: &str, group: &str, classes: &str, vm1: &str, vm2: &str) -> Option<Case> {
+        let lock = netns::lock();
+        if !ready() {
+            return None;
+        }
+        beside::simulator();
         let topology = Topology::shaped_vms(100, vms);
         let dir = tempfile::tempdir().unwrap();
         let daemon = start(dir.path(), &switch_toml(head, "100M", group, classes, vm1, vm2));
-        Case {
+        Some(Case {
             _daemon: daemon,
             dir,
             _topology: topology,
-        }
+            _one_at_a_time: lock,
+        })
     }
 
     fn dir(&self) -> &std::path::Path {
@@ -144,19 +143,17 @@ fn fill_the_window() {
 
 #[test]
 fn a_reservation_raised_under_contention_gets_what_was_predicted() {
-    let _one_at_a_time = netns::lock();
-    if !ready() {
-        return;
-    }
     // Both on uplink1, equal shares: a TCP sender (vm1) and a UDP sender offering 80M (vm2).
-    let case = Case::start(
+    let Some(case) = Case::start(
         2,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
         "shares = 50",
         "shares = 50",
-    );
+    ) else {
+        return;
+    };
     let d = case.dir();
     let started = Instant::now();
     let tcp = tcp_stream("tmt-vm1", 5201, STREAM_S, 1.0);
@@ -181,18 +178,16 @@ fn a_reservation_raised_under_contention_gets_what_was_predicted() {
 
 #[test]
 fn an_uplink_failure_puts_both_vms_where_predicted() {
-    let _one_at_a_time = netns::lock();
-    if !ready() {
-        return;
-    }
-    let case = Case::start(
+    let Some(case) = Case::start(
         2,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
         "id = 1",
         "id = 2",
-    );
+    ) else {
+        return;
+    };
     let d = case.dir();
     let started = Instant::now();
     // 80M each, one on each uplink; both on uplink1 once uplink2 fails: 50M each.
@@ -215,18 +210,16 @@ fn an_uplink_failure_puts_both_vms_where_predicted() {
 
 #[test]
 fn a_vm_added_gets_its_share_as_predicted() {
-    let _one_at_a_time = netns::lock();
-    if !ready() {
-        return;
-    }
-    let case = Case::start(
+    let Some(case) = Case::start(
         3,
         "",
         "policy = \"port-id\"\nactive = [\"uplink1\"]\nstandby = [\"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"75M\"",
         "",
         "",
-    );
+    ) else {
+        return;
+    };
     let d = case.dir();
     let started = Instant::now();
     // 50M each, filling uplink1; vm3 added sending 80M with 50M reserved: it has its 50M and
@@ -270,19 +263,17 @@ fn a_vm_added_gets_its_share_as_predicted() {
 
 #[test]
 fn port_id_to_load_based_moves_a_port_as_predicted() {
-    let _one_at_a_time = netns::lock();
-    if !ready() {
-        return;
-    }
     // Port IDs 1 and 3: port ID puts both on the same uplink, full.
-    let case = Case::start(
+    let Some(case) = Case::start(
         2,
         "[lbt]\nwindow_s = 3\nperiod_s = 3",
         "policy = \"port-id\"\nactive = [\"uplink1\", \"uplink2\"]",
         "[[traffic_classes]]\nclass = \"vm\"\nreservation = \"50M\"",
         "id = 1",
         "id = 3",
-    );
+    ) else {
+        return;
+    };
     let d = case.dir();
     let started = Instant::now();
     // 70M each on one uplink: 50M each; once load-based teaming moves one, 70M each.

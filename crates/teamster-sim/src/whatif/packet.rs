@@ -117,9 +117,11 @@ fn host(scenario: &Scenario, estimates: &BTreeMap<String, Estimated>) -> Result<
         let (kind, uplink) = match e {
             EventFile::LinkDown { uplink, .. } => ("link-down", uplink),
             EventFile::LinkUp { uplink, .. } => ("link-up", uplink),
-            EventFile::Policy { at_s, .. } => return Err(Unsupported(format!(
+            EventFile::Policy { at_s, .. } => {
+                return Err(Unsupported(format!(
                 "the packet model takes no change of teaming policy in time (one at {at_s} s); the fluid model answers"
-            ))),
+            )))
+            }
         };
         let mut t = Table::new();
         t.insert("kind".into(), Value::String(kind.into()));

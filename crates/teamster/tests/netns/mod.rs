@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod beside;
 #[path = "../../../teamster-dp/tests/live/mod.rs"]
 mod live;
 pub mod raw;
