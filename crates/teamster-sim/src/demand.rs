@@ -13,7 +13,7 @@ use serde::Deserialize;
 use teamster_core::units::Bandwidth;
 
 /// A demand curve as written in a scenario.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum DemandSpec {
     Constant {

@@ -81,11 +81,17 @@ pub enum Change {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         standby: Option<Vec<String>>,
     },
-    /// A port added to `group`, sending `tx` all along (and the NetIOC controls given).
+    /// A port added to `group`, sending `tx` all along or as `profile` says over the window
+    /// (one of the two), with the NetIOC controls given.
     AddPort {
         name: String,
         group: String,
-        tx: Bandwidth,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tx: Option<Bandwidth>,
+        /// A demand curve ([`crate::demand`]: constant, ramp, step, on-off or points; not csv,
+        /// which would read a file).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<crate::demand::DemandSpec>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reservation: Option<Bandwidth>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -347,6 +353,7 @@ fn apply_one(doc: &mut Table, c: &Change) -> Result<(), String> {
             name,
             group,
             tx,
+            profile,
             reservation,
             limit,
         } => {
@@ -357,10 +364,26 @@ fn apply_one(doc: &mut Table, c: &Change) -> Result<(), String> {
             let mut p = Table::new();
             p.insert("name".into(), Value::String(name.clone()));
             p.insert("group".into(), Value::String(group.clone()));
-            let mut d = Table::new();
-            d.insert("kind".into(), Value::String("constant".into()));
-            d.insert("rate".into(), rate(*tx));
-            p.insert("tx".into(), Value::Table(d));
+            let demand = match (tx, profile) {
+                (Some(tx), None) => {
+                    let mut d = Table::new();
+                    d.insert("kind".into(), Value::String("constant".into()));
+                    d.insert("rate".into(), rate(*tx));
+                    Value::Table(d)
+                }
+                (None, Some(crate::demand::DemandSpec::Csv { .. })) => {
+                    return Err(format!(
+                        "port `{name}`: a csv profile reads a file; give its points instead"
+                    ))
+                }
+                (None, Some(spec)) => Value::try_from(spec).map_err(|e| format!("port `{name}`: profile: {e}"))?,
+                _ => {
+                    return Err(format!(
+                        "port `{name}`: give what it sends as tx or as a profile, one of the two"
+                    ))
+                }
+            };
+            p.insert("tx".into(), demand);
             if let Some(r) = reservation {
                 p.insert("reservation".into(), rate(*r));
             }

@@ -10,6 +10,10 @@
 mod netns;
 use netns::*;
 
+/// The what-if panel's test, in this binary (one link for both browser tests).
+#[path = "live_dashboard/whatif_panel.rs"]
+mod whatif_panel;
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -5,7 +5,9 @@
 //! 100 Mbit/s uplinks). The cases: a reservation raised under contention between a TCP and a
 //! UDP sender (both held down, so the answer must also say its demands are uncertain); an
 //! uplink failing; a VM added; and port ID changed to Load-Based Teaming, with the move it
-//! predicts. Topology: [`netns`], uplinks shaped to 100 Mbit/s.
+//! predicts. The uplink-failure case also checks what `ctl whatif` does besides answering: its
+//! table, `--save`, questions refused by name, and that no question changes the switch.
+//! Topology: [`netns`], uplinks shaped to 100 Mbit/s.
 
 mod netns;
 use netns::*;
@@ -16,10 +18,10 @@ use std::time::{Duration, Instant};
 /// Within 10% of the links' 100 Mbit/s.
 const TOLERANCE_MBIT: f64 = 10.0;
 /// Seconds of the past a question is asked about.
-const WINDOW: &str = "6";
+const WINDOW: &str = "5";
 /// Seconds each case's first streams run: the window (and 3 s for the streams to start), the
-/// question and the change, and 12 s or more to measure after it.
-const STREAM_S: u32 = 28;
+/// question and the change, and 8 s or more to measure after it.
+const STREAM_S: u32 = 22;
 
 /// The answer's port `name`.
 fn port<'a>(a: &'a Value, name: &str) -> &'a Value {
@@ -222,6 +224,7 @@ fn an_uplink_failure_puts_both_vms_where_predicted() {
         return;
     };
     let d = case.dir();
+    let file_before = std::fs::read_to_string(d.join("switch.toml")).unwrap();
     let started = Instant::now();
     // 80M each, one on each uplink; both on uplink1 once uplink2 fails: 50M each.
     let a1 = udp_stream("tmt-vm1", 5201, 80, STREAM_S);
@@ -239,6 +242,45 @@ fn an_uplink_failure_puts_both_vms_where_predicted() {
         &a,
         &[("vm1", after(&r1, changed + 2.0)), ("vm2", after(&r2, changed + 2.0))],
     );
+    the_table_the_saved_scenario_and_refusals(d, &file_before);
+}
+
+/// What `ctl whatif` does besides answering, on the switch in `d` (whose file was
+/// `file_before`): a table for people, `--save` writing the scenario it ran (never over a file),
+/// questions refused by name, and nothing changed on the switch by any question.
+fn the_table_the_saved_scenario_and_refusals(d: &std::path::Path, file_before: &str) {
+    let saved = d.join("whatif.toml");
+    let save = saved.to_str().unwrap();
+    let (code, out, err) = ctl(
+        d,
+        &["whatif", "--window", WINDOW, "--uplink-down", "uplink1", "--save", save],
+    );
+    assert_eq!(code, 0, "{err}");
+    eprintln!("{out}");
+    assert!(out.contains("PREDICTED"), "{out}");
+    // Both uplinks down then (uplink2 failed for real): each port's row ends on none.
+    let rows = out
+        .lines()
+        .filter(|l| l.starts_with("vm") && l.trim_end().ends_with("-> -"));
+    assert_eq!(rows.count(), 2, "{out}");
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.contains("link-down") && text.contains("points"), "{text}");
+    let (code, _, err) = ctl(d, &["whatif", "--uplink-down", "uplink2", "--save", save]);
+    assert_eq!(code, 2);
+    assert!(err.contains("exists"), "{err}");
+    let (code, _, err) = ctl(d, &["whatif", "--window", WINDOW, "--port", "vm7", "--limit", "1M"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("ports[0]: no port named `vm7`"), "{err}");
+    let (code, _, err) = ctl(d, &["whatif", "--window", "3600", "--uplink-down", "uplink1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("kept"), "{err}");
+    let (code, _, err) = ctl(d, &["whatif", "--window", WINDOW, "--port", "vm1", "--limit", "10M"]);
+    assert_eq!(code, 0, "{err}");
+    // The switch changed nothing: its file, and vm1 still without a limit.
+    assert_eq!(std::fs::read_to_string(d.join("switch.toml")).unwrap(), file_before);
+    let (_, out, _) = ctl(d, &["--json", "port", "vm1"]);
+    let vm1: Value = serde_json::from_str(&out).unwrap();
+    assert!(vm1["limit_bps"].is_null(), "{vm1}");
 }
 
 #[test]

@@ -174,7 +174,8 @@ fn ports_added_and_removed() {
             Change::AddPort {
                 name: "vm9".into(),
                 group: "vms".into(),
-                tx: "200M".parse().unwrap(),
+                tx: Some("200M".parse().unwrap()),
+                profile: None,
                 reservation: Some("100M".parse().unwrap()),
                 limit: None,
             },
@@ -188,6 +189,37 @@ fn ports_added_and_removed() {
     assert_eq!(vm9.reservation_holds, Some(true));
     let vm2 = port(&a, "vm2");
     assert!(vm2.measured_bps.is_some() && vm2.predicted_bps.is_none(), "{vm2:?}");
+    // A VM added with a demand profile: on 2 s, off 3 s, at 500M: 200M on average, and its
+    // series says when.
+    let on_off: crate::demand::DemandSpec =
+        toml::from_str("kind = \"on-off\"\nrate = \"500M\"\non_s = 2.0\noff_s = 3.0").unwrap();
+    let added = |tx: Option<Bandwidth>, profile: Option<crate::demand::DemandSpec>| Change::AddPort {
+        name: "vm9".into(),
+        group: "vms".into(),
+        tx,
+        profile,
+        reservation: None,
+        limit: None,
+    };
+    let a = run(&text, &[added(None, Some(on_off.clone()))]).unwrap();
+    assert!((port(&a, "vm9").predicted_bps.unwrap() - 200e6).abs() < 5e6, "{a:#?}");
+    let s = a.series.ports.iter().find(|p| p.name == "vm9").unwrap();
+    assert_eq!(
+        s.predicted[0..5],
+        [Some(500e6), Some(500e6), Some(0.0), Some(0.0), Some(0.0)]
+    );
+    // Both, neither, or a profile that would read a file: refused, naming the port.
+    for bad in [
+        added(Some("1G".parse().unwrap()), Some(on_off)),
+        added(None, None),
+        added(
+            None,
+            Some(toml::from_str("kind = \"csv\"\nfile = \"/etc/shadow\"").unwrap()),
+        ),
+    ] {
+        let e = run(&text, &[bad]).unwrap_err();
+        assert!(e.contains("changes[0]: port `vm9`"), "{e}");
+    }
 }
 
 #[test]
@@ -450,7 +482,8 @@ fn packet_fidelity_is_bounded_by_uplinks_and_senders() {
         &[Change::AddPort {
             name: "vm9".into(),
             group: "vms".into(),
-            tx: "1000T".parse().unwrap(),
+            tx: Some("1000T".parse().unwrap()),
+            profile: None,
             reservation: None,
             limit: None,
         }],

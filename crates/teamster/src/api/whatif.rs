@@ -175,21 +175,90 @@ pub struct GroupPolicy {
     pub policy: Policy,
 }
 
-/// A port added.
+/// A port added: what it sends as `tx` (all along) or as a `profile` over the window, one of
+/// the two.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortAdded {
     pub name: String,
     pub group: String,
     /// What it sends, all along.
-    #[schema(schema_with = bandwidth_schema)]
-    pub tx: Bandwidth,
+    #[serde(default, deserialize_with = "some")]
+    #[schema(schema_with = bandwidth_schema, required = false)]
+    pub tx: Option<Bandwidth>,
+    /// What it sends over the window, from its start.
+    #[serde(default, deserialize_with = "some")]
+    #[schema(required = false, nullable = false)]
+    pub profile: Option<Profile>,
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = bandwidth_schema, required = false)]
     pub reservation: Option<Bandwidth>,
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = bandwidth_schema, required = false)]
     pub limit: Option<Bandwidth>,
+}
+
+/// A port's demand over a what-if's window (seconds from its start), as the simulator's
+/// demand curves take it.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Profile {
+    /// `rate` all along.
+    Constant {
+        #[schema(schema_with = bandwidth_schema)]
+        rate: Bandwidth,
+    },
+    /// `from` until `start_s`, linear to `to` at `end_s`, `to` afterwards.
+    Ramp {
+        #[schema(schema_with = bandwidth_schema)]
+        from: Bandwidth,
+        #[schema(schema_with = bandwidth_schema)]
+        to: Bandwidth,
+        start_s: f64,
+        end_s: f64,
+    },
+    /// `before` until `at_s`, `after` from then on.
+    Step {
+        #[schema(schema_with = bandwidth_schema)]
+        before: Bandwidth,
+        #[schema(schema_with = bandwidth_schema)]
+        after: Bandwidth,
+        at_s: f64,
+    },
+    /// `rate` for `on_s`, nothing for `off_s`, repeating, shifted by `offset_s`.
+    OnOff {
+        #[schema(schema_with = bandwidth_schema)]
+        rate: Bandwidth,
+        on_s: f64,
+        off_s: f64,
+        #[serde(default)]
+        offset_s: f64,
+    },
+}
+
+impl Profile {
+    /// As the simulator's `DemandSpec` reads it (rates as bits/s).
+    fn json(&self) -> JsonValue {
+        let r = |b: &Bandwidth| json!(b.bps().to_string());
+        match self {
+            Profile::Constant { rate } => json!({ "kind": "constant", "rate": r(rate) }),
+            Profile::Ramp {
+                from,
+                to,
+                start_s,
+                end_s,
+            } => json!({ "kind": "ramp", "from": r(from), "to": r(to), "start_s": start_s, "end_s": end_s }),
+            Profile::Step { before, after, at_s } => {
+                json!({ "kind": "step", "before": r(before), "after": r(after), "at_s": at_s })
+            }
+            Profile::OnOff {
+                rate,
+                on_s,
+                off_s,
+                offset_s,
+            } => json!({ "kind": "on-off", "rate": r(rate), "on_s": on_s, "off_s": off_s, "offset_s": offset_s }),
+        }
+    }
 }
 
 impl WhatIf {
@@ -247,7 +316,13 @@ impl WhatIf {
             push(c, "failover_orders", i);
         }
         for (i, p) in self.add_ports.iter().enumerate() {
-            let mut c = json!({ "kind": "add-port", "name": p.name, "group": p.group, "tx": rate(&p.tx) });
+            let mut c = json!({ "kind": "add-port", "name": p.name, "group": p.group });
+            if let Some(tx) = &p.tx {
+                c["tx"] = rate(tx);
+            }
+            if let Some(profile) = &p.profile {
+                c["profile"] = profile.json();
+            }
             if let Some(r) = &p.reservation {
                 c["reservation"] = rate(r);
             }
@@ -291,6 +366,12 @@ pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<
                 "window_s: {asked}: expected a whole number of seconds, 1 to {}",
                 super::history::POINTS
             ),
+        ));
+    }
+    if let Some(i) = w.add_ports.iter().position(|p| p.tx.is_some() == p.profile.is_some()) {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("add_ports[{i}]: give what it sends as tx or as a profile, one of the two"),
         ));
     }
     let Ok(_one) = RUNNING.try_lock() else {

@@ -43,7 +43,9 @@ pub struct WhatifArgs {
     /// vms=uplink2/uplink1.
     #[arg(long, value_name = "GROUP=ACTIVE[/STANDBY]")]
     order: Vec<String>,
-    /// A port added: NAME,GROUP,RATE[,RESERVATION], sending RATE all along.
+    /// A port added: NAME,GROUP,RATE[,RESERVATION], sending RATE all along, or a profile
+    /// instead of RATE: on-off:RATE:ON_S:OFF_S, ramp:FROM:TO:START_S:END_S or
+    /// step:BEFORE:AFTER:AT_S (seconds from the window's start).
     #[arg(long, value_name = "NAME,GROUP,RATE[,RESERVATION]")]
     add_port: Vec<String>,
     /// A port removed.
@@ -120,7 +122,14 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
     for p in &a.add_port {
         let parts: Vec<&str> = p.split(',').collect();
         let mut c = match parts.as_slice() {
-            [name, group, tx] | [name, group, tx, _] => json!({ "name": name, "group": group, "tx": tx }),
+            [name, group, tx] | [name, group, tx, _] => {
+                let mut c = json!({ "name": name, "group": group });
+                match profile(tx).map_err(|e| format!("--add-port: `{p}`: {e}"))? {
+                    Some(profile) => c["profile"] = profile,
+                    None => c["tx"] = json!(tx),
+                }
+                c
+            }
             _ => return Err(format!("--add-port: `{p}`: expected NAME,GROUP,RATE[,RESERVATION]")),
         };
         if let Some(r) = parts.get(3) {
@@ -146,6 +155,32 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
         b["fidelity"] = json!(f);
     }
     Ok(b)
+}
+
+/// A demand profile written as `on-off:RATE:ON_S:OFF_S`, `ramp:FROM:TO:START_S:END_S` or
+/// `step:BEFORE:AFTER:AT_S`, as the API takes it; None for a plain rate.
+fn profile(spec: &str) -> Result<Option<Value>, String> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let secs = |s: &str| {
+        s.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("`{s}`: expected seconds"))
+    };
+    Ok(Some(match parts.as_slice() {
+        [_] => return Ok(None),
+        ["on-off", rate, on, off] => json!({ "kind": "on-off", "rate": rate, "on_s": secs(on)?, "off_s": secs(off)? }),
+        ["ramp", from, to, start, end] => {
+            json!({ "kind": "ramp", "from": from, "to": to, "start_s": secs(start)?, "end_s": secs(end)? })
+        }
+        ["step", before, after, at] => json!({ "kind": "step", "before": before, "after": after, "at_s": secs(at)? }),
+        _ => {
+            return Err(
+                "expected a rate, or on-off:RATE:ON_S:OFF_S, ramp:FROM:TO:START_S:END_S or step:BEFORE:AFTER:AT_S"
+                    .into(),
+            )
+        }
+    }))
 }
 
 /// Writes the answer's scenario where `--save` says, if it does.
@@ -311,6 +346,18 @@ mod tests {
                 "window_s": 60,
             })
         );
+        let b = parse(&["--add-port", "vm9,vms,on-off:2G:5:10,500M", "--add-port", "vm8,vms,1G"]).unwrap();
+        assert_eq!(
+            b["add_ports"],
+            json!([
+                { "name": "vm9", "group": "vms", "reservation": "500M",
+                  "profile": { "kind": "on-off", "rate": "2G", "on_s": 5.0, "off_s": 10.0 } },
+                { "name": "vm8", "group": "vms", "tx": "1G" },
+            ])
+        );
+        for bad in ["vm9,vms,on-off:2G:5", "vm9,vms,step:0:1G:-1", "vm9,vms,wave:1G:2:3"] {
+            assert!(parse(&["--add-port", bad]).is_err(), "{bad}");
+        }
         let b = parse(&["--port", "vm1", "--shares", "high", "--reservation", "1G"]).unwrap();
         assert_eq!(
             b,

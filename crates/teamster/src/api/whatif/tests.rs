@@ -257,3 +257,32 @@ fn the_simulators_errors_name_the_change_as_the_request_has_it() {
         assert_eq!(in_request_terms(m, &at), m);
     }
 }
+
+#[test]
+fn a_port_added_with_a_profile_reaches_the_simulator_as_it_reads_it() {
+    let w: WhatIf = serde_json::from_value(json!({
+        "add_ports": [
+            { "name": "vm9", "group": "vms", "profile": { "kind": "on-off", "rate": "500M", "on_s": 2, "off_s": 3 } },
+            { "name": "vm8", "group": "vms", "profile": { "kind": "step", "before": "0", "after": "1G", "at_s": 4 } },
+        ],
+    }))
+    .unwrap();
+    let (changes, _) = w.changes();
+    let changes: Vec<teamster_sim::whatif::Change> = serde_json::from_value(JsonValue::Array(changes)).unwrap();
+    let text = past(&config(), &snapshot(), &points(10)).unwrap();
+    let a = teamster_sim::whatif::answer(&request(&text, &changes), Path::new("past.toml")).unwrap();
+    let vm9 = a.series.ports.iter().find(|p| p.name == "vm9").unwrap();
+    assert_eq!(
+        vm9.predicted[..5],
+        [Some(500e6), Some(500e6), Some(0.0), Some(0.0), Some(0.0)]
+    );
+    let vm8 = a.series.ports.iter().find(|p| p.name == "vm8").unwrap();
+    assert_eq!((vm8.predicted[3], vm8.predicted[4]), (Some(0.0), Some(1e9)));
+    // A kind the simulator's curves do not have, or a field they do not, is out of form.
+    for bad in [
+        json!({ "add_ports": [{ "name": "x", "group": "vms", "profile": { "kind": "csv", "file": "/etc/shadow" } }] }),
+        json!({ "add_ports": [{ "name": "x", "group": "vms", "profile": { "kind": "constant", "rate": "1G", "x": 1 } }] }),
+    ] {
+        assert!(serde_json::from_value::<WhatIf>(bad).is_err());
+    }
+}

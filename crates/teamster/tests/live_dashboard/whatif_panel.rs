@@ -10,8 +10,7 @@
 //! Skipped when Chromium, node or `tests/browser/node_modules` are missing, unless
 //! `TEAMSTER_REQUIRE_BROWSER=1` (as CI sets), when that is a failure.
 
-mod netns;
-use netns::*;
+use super::netns::{self, *};
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 const TOKEN: &str = "what+if %41 token&x=/y?z#ü 東京 0123456789";
 
 /// Seconds of the past the panel asks about.
-const WINDOW_S: u64 = 10;
+const WINDOW_S: u64 = 5;
 
 /// How many seconds of history the daemon on TCP `port` has kept.
 fn history_points(port: u16) -> usize {
