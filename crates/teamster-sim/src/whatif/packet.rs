@@ -14,7 +14,7 @@
 //! larger of the host's summed uplink capacity and its ports' summed sending rates, whichever is
 //! less; a host for which that is under [`LEAST_SECONDS`] (about 30 Gbit/s or more) is refused
 //! ([`super::WhatIfError::Unsupported`]), as is a change of teaming policy in time. A 2 x 1
-//! Gbit/s host runs 20 s. What a packet run leaves out: a port's changes within the window (it
+//! Gbit/s host runs 10 s. What a packet run leaves out: a port's changes within the window (it
 //! sends its mean), and every second past the run's length.
 
 use super::demand::{Estimated, How};
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use toml::{Table, Value};
 
 /// The most simulated seconds a packet what-if runs.
-pub const SECONDS: f64 = 20.0;
+pub const SECONDS: f64 = 10.0;
 /// The fewest: packet mode reports a second at a time, the first from its slow start.
 pub const LEAST_SECONDS: f64 = 2.0;
 /// About how many full-size frames a packet what-if's run may carry.
@@ -72,11 +72,9 @@ fn seconds(scenario: &Scenario, rates: &[Option<f64>]) -> Result<f64, Unsupporte
     let capacity: f64 = scenario.file.uplinks.iter().map(|u| u.capacity.bps_f64()).sum();
     let sending: f64 = rates.iter().flatten().sum();
     let busiest = capacity.max(sending).max(1.0);
-    let secs = scenario
-        .file
-        .duration_s
-        .min(SECONDS)
-        .min(PACKETS * 1500.0 * 8.0 / busiest);
+    let by_frames = PACKETS * 1500.0 * 8.0 / busiest;
+    // A window shorter than the least is run for the least (its sources send their means).
+    let secs = scenario.file.duration_s.clamp(LEAST_SECONDS, SECONDS).min(by_frames);
     if secs < LEAST_SECONDS {
         return Err(Unsupported(format!(
             "the packet model would carry over {PACKETS:.0} frames in {LEAST_SECONDS} s here ({:.1} Gbit/s of uplinks and senders); the fluid model answers",

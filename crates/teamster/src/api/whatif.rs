@@ -82,14 +82,14 @@ pub struct WhatIf {
     #[serde(default)]
     pub remove_ports: Vec<String>,
     /// The model: "fluid" (the default: rates a second, the whole window) or "packet" (queues
-    /// and TCP's windows, each port at its mean demand, at most 20 s of simulated time).
+    /// and TCP's windows, each port at its mean demand, at most 10 s of simulated time).
     #[serde(default)]
-    #[schema(value_type = Option<String>, example = "fluid", required = false, nullable = false)]
+    #[schema(required = false)]
     pub fidelity: Fidelity,
 }
 
 /// Which model answers a what-if (as `teamster_sim::whatif::Fidelity`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fidelity {
     #[default]
@@ -175,27 +175,65 @@ pub struct GroupPolicy {
     pub policy: Policy,
 }
 
-/// A port added: what it sends as `tx` (all along) or as a `profile` over the window, one of
-/// the two.
+/// A port added.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortAdded {
     pub name: String,
     pub group: String,
-    /// What it sends, all along.
-    #[serde(default, deserialize_with = "some")]
-    #[schema(schema_with = bandwidth_schema, required = false)]
-    pub tx: Option<Bandwidth>,
-    /// What it sends over the window, from its start.
-    #[serde(default, deserialize_with = "some")]
-    #[schema(required = false, nullable = false)]
-    pub profile: Option<Profile>,
+    /// What it sends: a rate all along ("2G"), or a profile over the window.
+    #[schema(schema_with = sends_schema)]
+    pub tx: Sends,
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = bandwidth_schema, required = false)]
     pub reservation: Option<Bandwidth>,
     #[serde(default, deserialize_with = "some")]
     #[schema(schema_with = bandwidth_schema, required = false)]
     pub limit: Option<Bandwidth>,
+}
+
+/// What a port added sends: a rate all along, or a profile over the window.
+#[derive(Debug, Clone)]
+pub enum Sends {
+    Rate(Bandwidth),
+    Profile(Profile),
+}
+
+impl<'de> Deserialize<'de> for Sends {
+    /// An object is a profile (its own errors kept), anything else a rate.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = JsonValue::deserialize(d)?;
+        if v.is_object() {
+            Profile::deserialize(v)
+                .map(Sends::Profile)
+                .map_err(serde::de::Error::custom)
+        } else {
+            Bandwidth::deserialize(v)
+                .map(Sends::Rate)
+                .map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+/// [`Sends`] in the OpenAPI document: a bandwidth or a [`Profile`], whose kinds take no field
+/// they do not name (as its `deny_unknown_fields` says; utoipa does not carry that to an enum's
+/// variants).
+fn sends_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{AdditionalProperties, Schema};
+    use utoipa::openapi::RefOr;
+    let mut profile = <Profile as utoipa::PartialSchema>::schema();
+    if let RefOr::T(Schema::OneOf(kinds)) = &mut profile {
+        for kind in &mut kinds.items {
+            if let RefOr::T(Schema::Object(o)) = kind {
+                o.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+            }
+        }
+    }
+    utoipa::openapi::schema::OneOfBuilder::new()
+        .item(bandwidth_schema())
+        .item(profile)
+        .description(Some("a rate all along, or a profile over the window"))
+        .into()
 }
 
 /// A port's demand over a what-if's window (seconds from its start), as the simulator's
@@ -317,11 +355,9 @@ impl WhatIf {
         }
         for (i, p) in self.add_ports.iter().enumerate() {
             let mut c = json!({ "kind": "add-port", "name": p.name, "group": p.group });
-            if let Some(tx) = &p.tx {
-                c["tx"] = rate(tx);
-            }
-            if let Some(profile) = &p.profile {
-                c["profile"] = profile.json();
+            match &p.tx {
+                Sends::Rate(tx) => c["tx"] = rate(tx),
+                Sends::Profile(profile) => c["profile"] = profile.json(),
             }
             if let Some(r) = &p.reservation {
                 c["reservation"] = rate(r);
@@ -350,9 +386,9 @@ pub const WALL_S: u64 = 120;
     responses((status = 200, description = "per port its measured, modelled and predicted rate, whether its reservation holds and its uplink; per uplink its utilisation; the moves; the notes; the changed scenario"),
         (status = 400, body = super::ErrorBody), (status = 408, body = super::ErrorBody),
         (status = 409, body = super::ErrorBody,
-        description = "an unknown port, uplink or group, a change admission control refuses, a window past the history kept"),
+        description = "an unknown port, uplink or group, a change admission control refuses, a window past the history kept, a question the packet model cannot take on this switch"),
         (status = 413, body = super::ErrorBody), (status = 415, body = super::ErrorBody),
-        (status = 422, body = super::ErrorBody, description = "a change or window out of form, or a question the packet model cannot take"),
+        (status = 422, body = super::ErrorBody, description = "a change or window out of form"),
         (status = 429, body = super::ErrorBody, description = "another what-if is running"),
         (status = 500, body = super::ErrorBody, description = "the simulator failed or ran out of time"),
         (status = 503, body = super::ErrorBody, description = "the simulator is not installed beside teamster, or not safe to run")))]
@@ -366,12 +402,6 @@ pub async fn whatif(State(s): State<ApiState>, Body(w): Body<WhatIf>) -> Result<
                 "window_s: {asked}: expected a whole number of seconds, 1 to {}",
                 super::history::POINTS
             ),
-        ));
-    }
-    if let Some(i) = w.add_ports.iter().position(|p| p.tx.is_some() == p.profile.is_some()) {
-        return Err(ApiError(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("add_ports[{i}]: give what it sends as tx or as a profile, one of the two"),
         ));
     }
     let Ok(_one) = RUNNING.try_lock() else {
@@ -546,8 +576,10 @@ async fn simulate(request: &JsonValue) -> Result<JsonValue, ApiError> {
         // admission control refuses): a conflict with its state, as the other changes' are.
         return Err(match out.status.code() {
             Some(2) => ApiError(StatusCode::CONFLICT, msg),
-            // Exit 4: the model asked for cannot take this question (the packet model's bounds).
-            Some(4) => ApiError(StatusCode::UNPROCESSABLE_ENTITY, msg),
+            // Exit 4: the model asked for cannot take this question on this switch (a host too
+            // fast for the packet model's bound, a group with every uplink down): a conflict
+            // with its state, as exit 2's.
+            Some(4) => ApiError(StatusCode::CONFLICT, msg),
             _ => ApiError(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the simulator stopped ({}): {msg}", out.status),

@@ -52,7 +52,7 @@ pub struct WhatifArgs {
     #[arg(long, value_name = "PORT")]
     remove_port: Vec<String>,
     /// The model: fluid (rates a second, the whole window) or packet (queues and TCP's windows,
-    /// each port at its mean demand, at most 20 s simulated).
+    /// each port at its mean demand, at most 10 s simulated).
     #[arg(long, value_parser = ["fluid", "packet"])]
     fidelity: Option<String>,
     /// Write the scenario with the change to FILE (a new file), for `teamster simulate`.
@@ -124,10 +124,9 @@ pub fn body(a: &WhatifArgs) -> Result<Value, String> {
         let mut c = match parts.as_slice() {
             [name, group, tx] | [name, group, tx, _] => {
                 let mut c = json!({ "name": name, "group": group });
-                match profile(tx).map_err(|e| format!("--add-port: `{p}`: {e}"))? {
-                    Some(profile) => c["profile"] = profile,
-                    None => c["tx"] = json!(tx),
-                }
+                c["tx"] = profile(tx)
+                    .map_err(|e| format!("--add-port: `{p}`: {e}"))?
+                    .unwrap_or_else(|| json!(tx));
                 c
             }
             _ => return Err(format!("--add-port: `{p}`: expected NAME,GROUP,RATE[,RESERVATION]")),
@@ -351,7 +350,7 @@ mod tests {
             b["add_ports"],
             json!([
                 { "name": "vm9", "group": "vms", "reservation": "500M",
-                  "profile": { "kind": "on-off", "rate": "2G", "on_s": 5.0, "off_s": 10.0 } },
+                  "tx": { "kind": "on-off", "rate": "2G", "on_s": 5.0, "off_s": 10.0 } },
                 { "name": "vm8", "group": "vms", "tx": "1G" },
             ])
         );

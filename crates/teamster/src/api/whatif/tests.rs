@@ -262,8 +262,9 @@ fn the_simulators_errors_name_the_change_as_the_request_has_it() {
 fn a_port_added_with_a_profile_reaches_the_simulator_as_it_reads_it() {
     let w: WhatIf = serde_json::from_value(json!({
         "add_ports": [
-            { "name": "vm9", "group": "vms", "profile": { "kind": "on-off", "rate": "500M", "on_s": 2, "off_s": 3 } },
-            { "name": "vm8", "group": "vms", "profile": { "kind": "step", "before": "0", "after": "1G", "at_s": 4 } },
+            { "name": "vm9", "group": "vms", "tx": { "kind": "on-off", "rate": "500M", "on_s": 2, "off_s": 3 } },
+            { "name": "vm8", "group": "vms", "tx": { "kind": "step", "before": "0", "after": "1G", "at_s": 4 } },
+            { "name": "vm7", "group": "vms", "tx": "100M" },
         ],
     }))
     .unwrap();
@@ -280,9 +281,14 @@ fn a_port_added_with_a_profile_reaches_the_simulator_as_it_reads_it() {
     assert_eq!((vm8.predicted[3], vm8.predicted[4]), (Some(0.0), Some(1e9)));
     // A kind the simulator's curves do not have, or a field they do not, is out of form.
     for bad in [
-        json!({ "add_ports": [{ "name": "x", "group": "vms", "profile": { "kind": "csv", "file": "/etc/shadow" } }] }),
-        json!({ "add_ports": [{ "name": "x", "group": "vms", "profile": { "kind": "constant", "rate": "1G", "x": 1 } }] }),
+        json!({ "add_ports": [{ "name": "x", "group": "vms", "tx": { "kind": "csv", "file": "/etc/shadow" } }] }),
+        json!({ "add_ports": [{ "name": "x", "group": "vms", "tx": { "kind": "constant", "rate": "1G", "x": 1 } }] }),
+        json!({ "add_ports": [{ "name": "x", "group": "vms" }] }),
+        json!({ "add_ports": [{ "name": "x", "group": "vms", "tx": "1 GB" }] }),
     ] {
-        assert!(serde_json::from_value::<WhatIf>(bad).is_err());
+        let e = serde_json::from_value::<WhatIf>(bad.clone()).unwrap_err().to_string();
+        assert!(!e.contains("untagged"), "{bad}: {e}");
     }
+    let vm7 = a.series.ports.iter().find(|p| p.name == "vm7").unwrap();
+    assert_eq!(vm7.predicted[0], Some(100e6));
 }
