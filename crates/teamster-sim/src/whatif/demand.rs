@@ -160,10 +160,11 @@ pub fn estimate(offered: &[[f64; 2]], evidence: &Evidence, greedy_bps: f64) -> E
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn flat(v: f64, secs: u32) -> Vec<[f64; 2]> {
+    /// `secs` points of `v`, a second apart (the what-if's tests use it too).
+    pub(in crate::whatif) fn flat(v: f64, secs: u32) -> Vec<[f64; 2]> {
         (0..secs).map(|t| [f64::from(t), v]).collect()
     }
 

@@ -286,10 +286,7 @@ fn bad_changes_are_refused_by_name_and_the_saved_scenario_runs_again() {
     assert!(serde_json::from_str::<Vec<Change>>(r#"[{"kind": "port", "port": "vm1", "limt": "1G"}]"#).is_err());
 }
 
-/// `secs` points of `v`.
-fn flat(v: f64, secs: u32) -> Vec<[f64; 2]> {
-    (0..secs).map(|t| [f64::from(t), v]).collect()
-}
+use super::demand::tests::flat;
 
 /// vm1 and vm2 on uplink1 alone, each measured offering `offered` for 20 s, with `evidence`.
 fn held(offered: f64, evidence: Evidence) -> Request {
